@@ -1,0 +1,137 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps one [Record] per key. Every mutating call must be one atomic
+// conditional write on the backend (a conditional UPSERT, a Lua script, a
+// DynamoDB condition expression): never a read followed by a separate write
+// that another writer could slip between.
+//
+// Times come from the store's clock where it has one, so workers with skewed
+// clocks agree on leases. Expiry is checked on every call, whatever the
+// backend's own TTL does: a record whose ExpiresAt has passed behaves as
+// absent.
+//
+// Errors: [ErrLeaseLost] when the fence does not match an in_progress record
+// (it was taken over, resolved, finished, deleted or expired); [ErrNotFound]
+// from Get and admin calls on an absent key; [ErrCorrupt] for a record that
+// cannot be decoded. Any other error means the store could not answer, and
+// callers never read it as an outcome.
+//
+// The package idemtest holds the conformance suite every Store must pass.
+type Store interface {
+	// Claim takes the key for one attempt if it is absent, expired, released,
+	// or in_progress with a lapsed lease that may be taken over (the record's
+	// policy is AtLeastOnce, or req.TakeLapsed). On success the record is
+	// in_progress with fence+1, attempt+1, the new owner, fingerprint and
+	// policy, LeaseUntil = now+Lease, and ExpiresAt = now+max(Lease,
+	// Retention); a journal entry is appended. Otherwise nothing is written
+	// and the record is returned as found.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Complete records the attempt's result: status completed, ExpiresAt =
+	// now+retention.
+	Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error
+	// Fail records a permanent failure: status failed, Reason = reason,
+	// ExpiresAt = now+retention.
+	Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error
+	// Release makes the key claimable at once (status released), keeping the
+	// fence, attempt count and reason for the next claim.
+	Release(ctx context.Context, key string, fence int64, reason string) error
+	// Abandon ends the attempt's lease now without an outcome: the record
+	// stays in_progress and is lapsed from now on, so its policy decides
+	// (takeover under AtLeastOnce, indeterminate under AtMostOnce).
+	Abandon(ctx context.Context, key string, fence int64, reason string) error
+	// Extend renews the lease to now+lease and returns the new LeaseUntil.
+	Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error)
+	// Get returns the record, or ErrNotFound if it is absent or expired.
+	Get(ctx context.Context, key string) (Record, error)
+
+	// List returns records in key order, for operators.
+	List(ctx context.Context, q ListQuery) ([]Record, error)
+	// Resolve decides a key by hand or by a reconciler: Done makes it
+	// completed with Result; not Done makes it released. It bumps the fence,
+	// so a holder still running is refused. When fence is non-zero the record
+	// must still have that fence (else ErrLeaseLost), which lets an operator
+	// resolve exactly the attempt they inspected.
+	Resolve(ctx context.Context, key string, fence int64, r Resolution) (Record, error)
+	// Delete removes the record whatever its state. ErrNotFound if absent.
+	Delete(ctx context.Context, key string) error
+	// Sweep deletes at most limit records whose retention has passed and
+	// returns how many it deleted; callers loop until it returns 0.
+	Sweep(ctx context.Context, limit int) (int, error)
+	// Now returns the store's clock.
+	Now(ctx context.Context) (time.Time, error)
+	// Close releases the store's resources; later calls return ErrClosed.
+	Close() error
+}
+
+// ClaimRequest asks a [Store] to claim a key for one attempt.
+type ClaimRequest struct {
+	Key         string
+	Owner       string
+	Correlation string // recorded in the journal entry
+	Policy      Policy
+	Lease       time.Duration
+	Retention   time.Duration // the in_progress record expires after max(Lease, Retention)
+	Fingerprint string
+	// TakeLapsed takes over a lapsed attempt even under AtMostOnce. Set by a
+	// caller that reconciles before running (a Reconcile hook).
+	TakeLapsed bool
+}
+
+// ClaimResult is what a claim found or made.
+type ClaimResult struct {
+	Acquired bool
+	// Takeover: acquired over an in_progress record whose lease had passed.
+	// The earlier attempt may have done part or all of its effect.
+	Takeover bool
+	// Record is the record after the claim when Acquired, otherwise as found.
+	Record Record
+	// Now is the store's clock at the claim.
+	Now time.Time
+}
+
+// ListQuery selects records for [Store.List].
+type ListQuery struct {
+	Status Status // "" for any
+	// Stuck selects in_progress records whose lease has passed (lapsed
+	// AtLeastOnce attempts waiting for a takeover, and indeterminate
+	// AtMostOnce ones).
+	Stuck bool
+	After string // return keys greater than After (a cursor)
+	Limit int    // at most this many; 0 means 100
+}
+
+// Resolution is an operator's (or a reconciler's) decision on a key.
+type Resolution struct {
+	Done      bool          // the effect happened: completed with Result
+	Result    []byte        // Done: the result to replay to duplicates
+	Reason    string        // why, recorded in the journal and the record
+	Retention time.Duration // Done: keep the record this long from now
+	By        string        // who resolved it (journal owner)
+}
+
+// BatchClaimer is implemented by stores that claim many keys in one round
+// trip, for consumers that receive batches. Results are in request order; a
+// per-key outcome is in its ClaimResult, a store failure is the error.
+type BatchClaimer interface {
+	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
+}
+
+// TxStore is implemented by stores that can run the caller's writes in the
+// same transaction as the claim and the completion, so an effect in the
+// store's own database happens exactly once. See [DoTx].
+type TxStore[Tx any] interface {
+	Store
+	// InTx begins a transaction and claims req in it. If the claim is
+	// acquired it calls fn with the transaction; when fn returns nil the key
+	// is completed with fn's result (kept for retention) and the transaction
+	// commits, otherwise it rolls back and the key is as it was before. If
+	// the claim is not acquired, fn is not called and the transaction rolls
+	// back. The returned ClaimResult describes the claim.
+	InTx(ctx context.Context, req ClaimRequest, retention time.Duration,
+		fn func(ctx context.Context, tx Tx) ([]byte, error)) (ClaimResult, []byte, error)
+}
