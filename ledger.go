@@ -1,0 +1,409 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Ledger runs operations once per key on a [Store]. It is safe for
+// concurrent use; make one per store and share it.
+type Ledger struct {
+	store      Store
+	defaults   callConfig
+	log        *slog.Logger
+	owner      string
+	hashedKeys bool
+	cache      *resultCache
+}
+
+// Result is what [Ledger.Do] returns for an operation that is done.
+type Result struct {
+	// Value is the operation's result: fresh from fn, or replayed from the
+	// store or cache. A replayed Value may be shared: do not modify it.
+	Value []byte
+	// Replayed is true when fn did not run because the key was already
+	// completed ("skipped, already done").
+	Replayed bool
+	// Attempt and Fence identify the attempt that produced Value.
+	Attempt int
+	Fence   int64
+	// Takeover is true when this call took over a lapsed attempt: the
+	// earlier attempt may have done part or all of the effect.
+	Takeover bool
+	// Reconciled is true when a Reconcile hook found the lapsed attempt's
+	// effect done and Value is what it returned (fn did not run).
+	Reconciled bool
+}
+
+// New returns a Ledger on store. Defaults: lease [DefaultLease], retention
+// [DefaultRetention], policy [AtLeastOnce], no cache, [slog.Default], owner
+// "hostname:pid".
+func New(store Store, opts ...Option) *Ledger {
+	c := config{call: callConfig{lease: DefaultLease, retention: DefaultRetention, policy: AtLeastOnce}}
+	for _, o := range opts {
+		o.applyLedger(&c)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.owner == "" {
+		host, _ := os.Hostname()
+		c.owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	l := &Ledger{store: store, defaults: c.call, log: c.logger, owner: c.owner, hashedKeys: c.hashedKeys}
+	if c.cacheSize > 0 {
+		l.cache = newResultCache(c.cacheSize)
+	}
+	return l
+}
+
+// Store returns the ledger's store.
+func (l *Ledger) Store() Store { return l.store }
+
+// Owner returns the name this ledger claims keys under.
+func (l *Ledger) Owner() string { return l.owner }
+
+// Do runs fn once for key and records its result, so that every later call
+// for the key gets the same result without running fn:
+//
+//   - the key is new (absent, expired or released): fn runs under a lease,
+//     which is extended while fn runs; its result is recorded and returned.
+//   - the key is completed: the stored result is returned, Replayed=true.
+//   - another attempt holds the key: [ErrInProgress]; retry later.
+//   - an earlier attempt lapsed (it crashed): under AtLeastOnce this call
+//     takes over and runs fn (Takeover=true); under AtMostOnce it returns
+//     [ErrIndeterminate]. A Reconcile hook decides instead, under either.
+//   - the key failed permanently: a [*FailedError] with the stored reason.
+//   - the key was used with a different [Fingerprint]: [ErrMismatch].
+//
+// When fn returns an error, Do returns it unchanged after recording what it
+// means: a [Permanent] error fails the key; under AtLeastOnce any other error
+// releases it for a retry; under AtMostOnce it leaves the key indeterminate
+// unless wrapped in [NotDone]. A panic in fn is treated like an error, then
+// re-panics. If a heartbeat finds the lease lost, fn's context is cancelled
+// and Do returns [ErrLeaseLost] without recording anything.
+//
+// A store error is wrapped in a [*StoreError] and returned: never read as an
+// outcome. The key is then left to its lease and policy.
+func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
+	if key.err != nil {
+		return Result{}, key.err
+	}
+	c := l.defaults
+	for _, o := range opts {
+		o.applyCall(&c)
+	}
+	if l.cache != nil {
+		if res, ok, err := l.fromCache(key.s, &c); ok || err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	if c.correlation == "" {
+		c.correlation = newCorrelationID()
+	}
+	cr, err := l.store.Claim(ctx, l.claimRequest(key.s, &c))
+	if err != nil {
+		return Result{}, l.storeError(ctx, "claim", key.s, &c, Record{}, err)
+	}
+	if !cr.Acquired {
+		return l.found(ctx, key.s, &c, cr)
+	}
+	rec := cr.Record
+	if cr.Takeover {
+		l.logTakeover(ctx, &c, rec)
+	}
+	var reconciled bool
+	work := fn
+	if cr.Takeover && c.reconcile != nil {
+		work = func(ctx context.Context) ([]byte, error) {
+			v, done, err := c.reconcile(ctx, lapsedOf(rec))
+			if err != nil {
+				return nil, abandonError{fmt.Errorf("idem: reconcile %q: %w", rec.Key, err)}
+			}
+			if done {
+				reconciled = true
+				return v, nil
+			}
+			return fn(ctx)
+		}
+	}
+	val, err := l.run(ctx, &c, rec, work)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Value: val, Attempt: rec.Attempt, Fence: rec.Fence, Takeover: cr.Takeover, Reconciled: reconciled}
+	if l.cache != nil {
+		l.cache.put(rec.Key, cacheEntry{value: val, fingerprint: c.fingerprint, attempt: rec.Attempt, fence: rec.Fence, expires: start.Add(c.retention)})
+	}
+	outcome := "executed"
+	if reconciled {
+		outcome = "reconciled"
+	}
+	l.logOutcome(ctx, slog.LevelInfo, outcome, &c, rec, slog.Bool("takeover", cr.Takeover), slog.Duration("took", time.Since(start)))
+	return res, nil
+}
+
+func (l *Ledger) claimRequest(key string, c *callConfig) ClaimRequest {
+	return ClaimRequest{
+		Key:         key,
+		Owner:       l.owner,
+		Correlation: c.correlation,
+		Policy:      c.policy,
+		Lease:       c.lease,
+		Retention:   c.retention,
+		Fingerprint: c.fingerprint,
+		TakeLapsed:  c.reconcile != nil,
+	}
+}
+
+func (l *Ledger) fromCache(key string, c *callConfig) (Result, bool, error) {
+	e, ok := l.cache.get(key, time.Now())
+	if !ok {
+		return Result{}, false, nil
+	}
+	if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
+		l.logOutcome(context.Background(), slog.LevelWarn, "mismatch", c, Record{Key: key, Fence: e.fence, Attempt: e.attempt})
+		return Result{}, false, &MismatchError{Key: key, Status: StatusCompleted}
+	}
+	if l.log.Enabled(context.Background(), slog.LevelInfo) {
+		l.logOutcome(context.Background(), slog.LevelInfo, "replayed", c, Record{Key: key, Fence: e.fence, Attempt: e.attempt}, slog.String("msg_detail", "skipped, already done (cache)"))
+	}
+	return Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}, true, nil
+}
+
+// found turns a claim that was not acquired into the caller's answer.
+func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimResult) (Result, error) {
+	rec := cr.Record
+	mismatch := c.fingerprint != "" && rec.Fingerprint != "" && c.fingerprint != rec.Fingerprint
+	switch rec.Status {
+	case StatusCompleted:
+		if mismatch {
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+			return Result{}, &MismatchError{Key: key, Status: rec.Status}
+		}
+		if l.cache != nil {
+			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
+				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
+		}
+		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
+		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
+	case StatusFailed:
+		if mismatch {
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+			return Result{}, &MismatchError{Key: key, Status: rec.Status}
+		}
+		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
+		return Result{}, &FailedError{Key: key, Reason: rec.Reason, Attempt: rec.Attempt, Fence: rec.Fence}
+	case StatusInProgress:
+		if rec.Lapsed(cr.Now) {
+			l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", rec.Owner), slog.String("reason", rec.Reason))
+			return Result{}, &IndeterminateError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, Since: rec.LeaseUntil, Reason: rec.Reason}
+		}
+		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
+		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
+		return Result{}, &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
+	}
+	err := fmt.Errorf("store refused a claim on a %q record (a store bug)", rec.Status)
+	return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
+}
+
+// abandonError marks an error after which nothing is known about the
+// effect: the attempt is abandoned (left lapsed) whatever the policy.
+type abandonError struct{ err error }
+
+func (e abandonError) Error() string { return e.err.Error() }
+func (e abandonError) Unwrap() error { return e.err }
+
+// run calls fn under the claim in rec, with heartbeats, and records what
+// happened. It returns fn's value on success.
+func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hb := l.startHeartbeat(ctx, c, rec, cancel)
+	val, fnErr, panicked, panicVal := call(runCtx, fn)
+	lost := hb.stop()
+
+	// Writes that end the attempt must happen even when the caller's
+	// context is done: the effect may have happened.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout(c.lease))
+	defer fcancel()
+	key, fence := rec.Key, rec.Fence
+
+	if lost != nil {
+		l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.Any("error", lost),
+			slog.String("msg_detail", "fn may have done its effect; nothing recorded, the key's new holder decides"))
+		err := fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, lost)
+		if panicked {
+			panic(panicVal)
+		}
+		if fnErr != nil {
+			return nil, errors.Join(err, fnErr)
+		}
+		return nil, err
+	}
+
+	if panicked {
+		reason := fmt.Sprintf("panic: %v", panicVal)
+		var serr error
+		outcome := "released"
+		if c.policy == AtMostOnce {
+			outcome = "abandoned"
+			serr = l.store.Abandon(fctx, key, fence, reason)
+		} else {
+			serr = l.store.Release(fctx, key, fence, reason)
+		}
+		if serr != nil {
+			_ = l.storeError(ctx, outcome, key, c, rec, serr)
+		} else {
+			l.logOutcome(ctx, slog.LevelError, outcome, c, rec, slog.String("reason", reason))
+		}
+		panic(panicVal)
+	}
+
+	if fnErr == nil {
+		if err := l.store.Complete(fctx, key, fence, val, c.retention); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec,
+					slog.String("msg_detail", "fn finished but the key was taken over before its result was recorded; the effect may repeat"))
+				return nil, fmt.Errorf("idem: %q attempt %d (fence %d) finished after losing its lease: %w", key, rec.Attempt, fence, ErrLeaseLost)
+			}
+			return nil, l.storeError(ctx, "complete", key, c, rec, err)
+		}
+		return val, nil
+	}
+
+	reason := fnErr.Error()
+	var (
+		op   string
+		serr error
+		pe   *PermanentError
+		nd   *NotDoneError
+		ab   abandonError
+	)
+	switch {
+	case errors.As(fnErr, &ab):
+		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
+	case errors.As(fnErr, &pe):
+		op, serr = "failed", l.store.Fail(fctx, key, fence, reason, c.retention)
+	case c.policy == AtLeastOnce || errors.As(fnErr, &nd):
+		op, serr = "released", l.store.Release(fctx, key, fence, reason)
+	default:
+		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
+	}
+	if serr != nil {
+		if errors.Is(serr, ErrLeaseLost) {
+			l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.String("reason", reason))
+			return nil, errors.Join(fnErr, fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, ErrLeaseLost))
+		}
+		return nil, errors.Join(fnErr, l.storeError(ctx, op, key, c, rec, serr))
+	}
+	level := slog.LevelInfo
+	if op == "abandoned" {
+		level = slog.LevelWarn
+	}
+	l.logOutcome(ctx, level, op, c, rec, slog.String("reason", reason))
+	return nil, fnErr
+}
+
+func finishTimeout(lease time.Duration) time.Duration { return max(lease, 5*time.Second) }
+
+// call runs fn, catching a panic so that the attempt can be recorded.
+func call(ctx context.Context, fn func(context.Context) ([]byte, error)) (val []byte, err error, panicked bool, pv any) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked, pv = true, r
+		}
+	}()
+	val, err = fn(ctx)
+	return val, err, false, nil
+}
+
+// heartbeat extends a lease while fn runs.
+type heartbeat struct {
+	done chan struct{}
+	quit chan struct{}
+	lost atomic.Pointer[error]
+	once sync.Once
+}
+
+func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, cancel context.CancelCauseFunc) *heartbeat {
+	h := &heartbeat{done: make(chan struct{}), quit: make(chan struct{})}
+	lease := c.lease
+	interval := max(lease/3, time.Millisecond)
+	hctx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		// Local estimate of when the lease ends; the store's own end is no
+		// earlier, because the store granted it after we asked.
+		deadline := time.Now().Add(lease)
+		for {
+			select {
+			case <-h.quit:
+				return
+			case <-t.C:
+			}
+			asked := time.Now()
+			ectx, ecancel := context.WithTimeout(hctx, interval)
+			_, err := l.store.Extend(ectx, rec.Key, rec.Fence, lease)
+			ecancel()
+			if err == nil {
+				deadline = asked.Add(lease)
+				continue
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				h.fail(ErrLeaseLost, cancel)
+				return
+			}
+			l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", err))
+			if !time.Now().Before(deadline) {
+				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err), cancel)
+				return
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heartbeat) fail(err error, cancel context.CancelCauseFunc) {
+	h.lost.Store(&err)
+	cancel(err)
+}
+
+// stop ends the heartbeat and reports whether the lease was lost.
+func (h *heartbeat) stop() error {
+	h.once.Do(func() { close(h.quit) })
+	<-h.done
+	if p := h.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func lapsedOf(rec Record) Lapsed {
+	// The journal's newest entry is this claim; the one before it is the
+	// attempt that lapsed.
+	lp := Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason}
+	if n := len(rec.Journal); n >= 2 {
+		e := rec.Journal[n-2]
+		lp.Fence, lp.Attempt, lp.Owner, lp.Correlation, lp.Started = e.Fence, e.Attempt, e.Owner, e.Correlation, e.Started
+	}
+	return lp
+}
+
+func newCorrelationID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

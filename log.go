@@ -1,0 +1,54 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+)
+
+// logOutcome writes the one line a person debugging "two emails, one
+// booking" needs: key (or its hash), outcome, fence, attempt, owner and
+// correlation id.
+func (l *Ledger) logOutcome(ctx context.Context, level slog.Level, outcome string, c *callConfig, rec Record, extra ...slog.Attr) {
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 7+len(extra))
+	attrs = append(attrs, l.keyAttr(rec.Key),
+		slog.String("outcome", outcome),
+		slog.Int64("fence", rec.Fence),
+		slog.Int("attempt", rec.Attempt),
+		slog.String("owner", l.owner),
+		slog.String("correlation_id", c.correlation),
+		slog.String("policy", c.policy.String()))
+	attrs = append(attrs, extra...)
+	l.log.LogAttrs(ctx, level, "idem "+outcome, attrs...)
+}
+
+func (l *Ledger) logTakeover(ctx context.Context, c *callConfig, rec Record) {
+	lp := lapsedOf(rec)
+	l.logOutcome(ctx, slog.LevelWarn, "takeover", c, rec,
+		slog.Int64("lapsed_fence", lp.Fence),
+		slog.Int("lapsed_attempt", lp.Attempt),
+		slog.String("lapsed_owner", lp.Owner),
+		slog.String("lapsed_correlation_id", lp.Correlation),
+		slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
+}
+
+func (l *Ledger) keyAttr(key string) slog.Attr {
+	if l.hashedKeys {
+		sum := sha256.Sum256([]byte(key))
+		return slog.String("key_hash", hex.EncodeToString(sum[:8]))
+	}
+	return slog.String("key", key)
+}
+
+// storeError logs and wraps an error from the store.
+func (l *Ledger) storeError(ctx context.Context, op, key string, c *callConfig, rec Record, err error) error {
+	if rec.Key == "" {
+		rec.Key = key
+	}
+	l.logOutcome(ctx, slog.LevelError, "store-error", c, rec, slog.String("op", op), slog.Any("error", err))
+	return &StoreError{Op: op, Key: key, Err: err}
+}

@@ -1,0 +1,163 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"time"
+)
+
+// Defaults used by [New] when no option says otherwise.
+const (
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 7 * 24 * time.Hour
+)
+
+// Option configures a [Ledger] in [New].
+type Option interface{ applyLedger(*config) }
+
+// CallOption configures one call of [Ledger.Do], [Run] or [DoTx].
+type CallOption interface{ applyCall(*callConfig) }
+
+// LedgerCallOption works both in [New] (the Ledger's default) and in one
+// call (that call only).
+type LedgerCallOption struct{ f func(*callConfig) }
+
+func (o LedgerCallOption) applyLedger(c *config)   { o.f(&c.call) }
+func (o LedgerCallOption) applyCall(c *callConfig) { o.f(c) }
+
+type ledgerOption func(*config)
+
+func (o ledgerOption) applyLedger(c *config) { o(c) }
+
+type callOption func(*callConfig)
+
+func (o callOption) applyCall(c *callConfig) { o(c) }
+
+type config struct {
+	call       callConfig
+	cacheSize  int
+	logger     *slog.Logger
+	owner      string
+	hashedKeys bool
+}
+
+type callConfig struct {
+	lease       time.Duration
+	retention   time.Duration
+	policy      Policy
+	fingerprint string
+	correlation string
+	reconcile   ReconcileFunc
+}
+
+// WithLease sets how long a claim holds the key before it lapses (default
+// [DefaultLease], 30 s). While fn runs, the Ledger extends the lease about
+// every third of it, so the lease bounds how long a crashed holder blocks the
+// key, not how long fn may run. Non-positive values are ignored.
+func WithLease(d time.Duration) LedgerCallOption {
+	return LedgerCallOption{func(c *callConfig) {
+		if d > 0 {
+			c.lease = d
+		}
+	}}
+}
+
+// WithRetention sets how long a finished record is remembered (default
+// [DefaultRetention], 7 days). It must cover the sender's whole retry horizon:
+// a duplicate that arrives after it runs again. Non-positive values are
+// ignored.
+func WithRetention(d time.Duration) LedgerCallOption {
+	return LedgerCallOption{func(c *callConfig) {
+		if d > 0 {
+			c.retention = d
+		}
+	}}
+}
+
+// WithPolicy sets what a lapsed attempt and an error from fn mean (default
+// [AtLeastOnce]); see [Policy].
+func WithPolicy(p Policy) LedgerCallOption {
+	return LedgerCallOption{func(c *callConfig) { c.policy = p }}
+}
+
+// WithCache keeps up to n completed results in process (an LRU), so a
+// duplicate of a recently completed key is answered without a store round
+// trip. Only completed records are cached: they cannot change until their
+// retention passes (an operator's `idem delete` is not seen by a running
+// cache). Default 0: no cache.
+func WithCache(n int) Option {
+	return ledgerOption(func(c *config) { c.cacheSize = n })
+}
+
+// WithLogger sets the logger (default [slog.Default]). Every call logs one
+// line with the key, the outcome (executed, replayed, busy, takeover,
+// indeterminate, mismatch, failed, released, abandoned, lease-lost,
+// store-error), the fence, the attempt and a correlation id.
+func WithLogger(l *slog.Logger) Option {
+	return ledgerOption(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithOwner names this process in claims and journals (default
+// "hostname:pid").
+func WithOwner(name string) Option {
+	return ledgerOption(func(c *config) {
+		if name != "" {
+			c.owner = name
+		}
+	})
+}
+
+// WithHashedKeysInLogs logs a key's sha256 prefix ("key_hash") instead of the
+// key, for keys that carry personal data. The store still keeps the key.
+func WithHashedKeysInLogs() Option {
+	return ledgerOption(func(c *config) { c.hashedKeys = true })
+}
+
+// Fingerprint names the bytes that are "the request" (a payload, a body):
+// their sha256 is stored with the claim, and a later call with the same key
+// but a different fingerprint gets [ErrMismatch] instead of another's result.
+// Calls without a fingerprint are never a mismatch.
+func Fingerprint(request []byte) CallOption {
+	sum := sha256.Sum256(request)
+	fp := hex.EncodeToString(sum[:])
+	return callOption(func(c *callConfig) { c.fingerprint = fp })
+}
+
+// WithCorrelationID ties the call's log lines and journal entry to an id the
+// caller already has (a message id, a request id). Without it the Ledger
+// makes a random one.
+func WithCorrelationID(id string) CallOption {
+	return callOption(func(c *callConfig) { c.correlation = id })
+}
+
+// Lapsed describes an attempt that started and never recorded its outcome,
+// as given to a [ReconcileFunc].
+type Lapsed struct {
+	Key         string
+	Fence       int64 // the lapsed attempt's fence
+	Attempt     int
+	Owner       string
+	Correlation string
+	Started     time.Time
+	Reason      string // the error it reported before abandoning, if any
+}
+
+// ReconcileFunc decides a lapsed attempt by asking the world whether its
+// effect happened (search the mail provider by a deterministic Message-ID,
+// look the charge up by the provider's idempotency key). It returns done and
+// the result to record, or done=false when the effect did not happen (fn then
+// runs). An error leaves the key lapsed for a later call or an operator.
+type ReconcileFunc func(ctx context.Context, lapsed Lapsed) (result []byte, done bool, err error)
+
+// WithReconcile sets a hook that runs before fn whenever a call takes over a
+// lapsed attempt, under either policy: with it, an [AtMostOnce] key that would
+// be indeterminate is claimed and reconciled instead.
+func WithReconcile(fn ReconcileFunc) CallOption {
+	return callOption(func(c *callConfig) { c.reconcile = fn })
+}

@@ -1,0 +1,278 @@
+// Package memstore is an idem.Store that keeps records in process memory:
+// for tests, and for a single process that accepts forgetting everything when
+// it exits. It passes the same conformance suite as the durable stores.
+//
+// Records are sharded by key hash so that concurrent calls on different keys
+// rarely contend. The clock is time.Now unless [WithClock] says otherwise.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
+)
+
+const shards = 64
+
+// Store is an in-memory idem.Store. The zero value is not usable; call [New].
+type Store struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	closed atomic.Bool
+	shards [shards]shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	records map[string]*idem.Record
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the store's clock (default time.Now), so tests can make
+// leases and retention pass without sleeping.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{now: time.Now, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].records = make(map[string]*idem.Record)
+	}
+	return s
+}
+
+var (
+	_ idem.Store        = (*Store)(nil)
+	_ idem.BatchClaimer = (*Store)(nil)
+)
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shards]
+}
+
+// with runs f on key's shard under its lock.
+func (s *Store) with(ctx context.Context, key string, f func(sh *shard, now time.Time) error) error {
+	if s.closed.Load() {
+		return idem.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return f(sh, s.now())
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+	err = s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
+		next, r := transition.Claim(sh.records[req.Key], req, now)
+		if next != nil {
+			sh.records[req.Key] = next
+		}
+		res = r
+		// Stored records are never modified in place (transition copies on
+		// write), so sharing the journal is safe; the result is copied
+		// because callers hand it to users.
+		res.Record.Result = append([]byte(nil), r.Record.Result...)
+		return nil
+	})
+	return res, err
+}
+
+// ClaimBatch implements idem.BatchClaimer.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	out := make([]idem.ClaimResult, len(reqs))
+	for i, r := range reqs {
+		res, err := s.Claim(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+	return s.with(ctx, key, func(sh *shard, now time.Time) error {
+		next, err := transition.Finish(sh.records[key], fence, end, now)
+		if next != nil {
+			sh.records[key] = next
+		}
+		return err
+	})
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: append([]byte(nil), result...), Retention: retention})
+}
+
+// Fail implements idem.Store.
+func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+}
+
+// Abandon implements idem.Store.
+func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
+	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
+		next, err := transition.Extend(sh.records[key], fence, lease, now)
+		if err != nil {
+			return err
+		}
+		sh.records[key] = next
+		until = next.LeaseUntil
+		return nil
+	})
+	return until, err
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key string) (rec idem.Record, err error) {
+	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
+		r := sh.records[key]
+		if r == nil || r.Expired(now) {
+			return idem.ErrNotFound
+		}
+		rec = copyRecord(*r)
+		return nil
+	})
+	return rec, err
+}
+
+// List implements idem.Store.
+func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+	if s.closed.Load() {
+		return nil, idem.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	now := s.now()
+	var out []idem.Record
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, r := range sh.records {
+			if k <= q.After && q.After != "" || r.Expired(now) {
+				continue
+			}
+			if q.Status != "" && r.Status != q.Status {
+				continue
+			}
+			if q.Stuck && !r.Lapsed(now) {
+				continue
+			}
+			out = append(out, copyRecord(*r))
+		}
+		sh.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Compare(out[i].Key, out[j].Key) < 0 })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Resolve implements idem.Store.
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (rec idem.Record, err error) {
+	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
+		next, err := transition.Resolve(sh.records[key], fence, r, now)
+		if err != nil {
+			return err
+		}
+		sh.records[key] = next
+		rec = copyRecord(*next)
+		return nil
+	})
+	return rec, err
+}
+
+// Delete implements idem.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	return s.with(ctx, key, func(sh *shard, now time.Time) error {
+		r := sh.records[key]
+		if r == nil || r.Expired(now) {
+			return idem.ErrNotFound
+		}
+		delete(sh.records, key)
+		return nil
+	})
+}
+
+// Sweep implements idem.Store.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	if s.closed.Load() {
+		return 0, idem.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	now := s.now()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, r := range sh.records {
+			if n >= limit {
+				break
+			}
+			if r.Expired(now) {
+				delete(sh.records, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
+// Now implements idem.Store.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, idem.ErrClosed
+	}
+	return s.now(), nil
+}
+
+// Close implements idem.Store. Records are dropped.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// copyRecord returns r with its slices copied, so callers cannot alter what
+// the store keeps.
+func copyRecord(r idem.Record) idem.Record {
+	r.Result = append([]byte(nil), r.Result...)
+	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	return r
+}
