@@ -1,0 +1,45 @@
+// Package idemtest is the conformance suite that every idem.Store must pass,
+// and the benchmarks that measure one. A store's tests call [TestStore] (and
+// its benchmarks [BenchmarkStore]) with a [Harness] that makes fresh stores.
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.TestStore(t, idemtest.Harness{New: func(t testing.TB) idem.Store { ... }})
+//	}
+//
+// The suite runs the store both directly (the Store contract) and under an
+// idem.Ledger (the outcomes users see): duplicates, busy keys, lapsed leases
+// under each policy, stale holders, retention, fingerprints, permanent
+// failures, races between goroutines and between OS processes, a process
+// killed inside fn, closed and unreachable stores and corrupt records.
+package idemtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Harness tells the suite how to make and manipulate the store under test.
+type Harness struct {
+	// New returns a fresh, empty store for one test; the suite closes it.
+	// Required.
+	New func(t testing.TB) idem.Store
+	// Advance moves the clock of the stores New returns forward by d, so
+	// leases and retention can lapse without sleeping. When nil the suite
+	// sleeps instead (it keeps its durations short for that case).
+	Advance func(t testing.TB, d time.Duration)
+	// Locator, when set, makes a fresh store that other processes can open
+	// and returns a string naming it (a file path, a URL with a table or
+	// prefix). Open opens it; the suite calls Open in child processes,
+	// which run the same test binary and re-enter TestStore. Without them
+	// the tests that need separate processes are skipped.
+	Locator func(t testing.TB) string
+	Open    func(locator string) (idem.Store, error)
+	// Corrupt, when set, damages the stored record of key so that it cannot
+	// be decoded (the corrupt-record tests are skipped without it).
+	Corrupt func(t testing.TB, s idem.Store, key string)
+	// Unreachable, when set, returns a store whose backend cannot be reached
+	// (a port nobody listens on). Closed stores are always tested.
+	Unreachable func(t testing.TB) idem.Store
+}
