@@ -98,29 +98,26 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if key.err != nil {
 		return Result{}, key.err
 	}
-	c := l.defaults
-	for _, o := range opts {
-		o.applyCall(&c)
-	}
 	if l.cache != nil {
-		if res, ok, err := l.fromCache(key.s, &c); ok || err != nil {
+		if res, ok, err := l.fromCache(ctx, key.s, opts); ok || err != nil {
 			return res, err
 		}
 	}
 	start := time.Now()
+	c := l.callConfig(opts)
 	if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
-	cr, err := l.store.Claim(ctx, l.claimRequest(key.s, &c))
+	cr, err := l.store.Claim(ctx, l.claimRequest(key.s, c))
 	if err != nil {
-		return Result{}, l.storeError(ctx, "claim", key.s, &c, Record{}, err)
+		return Result{}, l.storeError(ctx, "claim", key.s, c, Record{}, err)
 	}
 	if !cr.Acquired {
-		return l.found(ctx, key.s, &c, cr)
+		return l.found(ctx, key.s, c, cr)
 	}
 	rec := cr.Record
 	if cr.Takeover {
-		l.logTakeover(ctx, &c, rec)
+		l.logTakeover(ctx, c, rec)
 	}
 	var reconciled bool
 	work := fn
@@ -137,7 +134,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 			return fn(ctx)
 		}
 	}
-	val, err := l.run(ctx, &c, rec, work)
+	val, err := l.run(ctx, c, rec, work)
 	if err != nil {
 		return Result{}, err
 	}
@@ -149,7 +146,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if reconciled {
 		outcome = "reconciled"
 	}
-	l.logOutcome(ctx, slog.LevelInfo, outcome, &c, rec, slog.Bool("takeover", cr.Takeover), slog.Duration("took", time.Since(start)))
+	l.logOutcome(ctx, slog.LevelInfo, outcome, c, rec, slog.Bool("takeover", cr.Takeover), slog.Duration("took", time.Since(start)))
 	return res, nil
 }
 
@@ -166,17 +163,34 @@ func (l *Ledger) claimRequest(key string, c *callConfig) ClaimRequest {
 	}
 }
 
-func (l *Ledger) fromCache(key string, c *callConfig) (Result, bool, error) {
+// callConfig returns the ledger's defaults with opts applied.
+func (l *Ledger) callConfig(opts []CallOption) *callConfig {
+	c := new(callConfig)
+	*c = l.defaults
+	for _, o := range opts {
+		o.applyCall(c)
+	}
+	return c
+}
+
+// fromCache answers from the local cache. With no options and logging off,
+// a hit allocates nothing.
+func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (Result, bool, error) {
 	e, ok := l.cache.get(key, time.Now())
 	if !ok {
 		return Result{}, false, nil
 	}
-	if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
-		l.logOutcome(context.Background(), slog.LevelWarn, "mismatch", c, Record{Key: key, Fence: e.fence, Attempt: e.attempt})
-		return Result{}, false, &MismatchError{Key: key, Status: StatusCompleted}
-	}
-	if l.log.Enabled(context.Background(), slog.LevelInfo) {
-		l.logOutcome(context.Background(), slog.LevelInfo, "replayed", c, Record{Key: key, Fence: e.fence, Attempt: e.attempt}, slog.String("msg_detail", "skipped, already done (cache)"))
+	logging := l.log.Enabled(ctx, slog.LevelInfo)
+	if len(opts) > 0 || logging {
+		c := l.callConfig(opts)
+		rec := Record{Key: key, Fence: e.fence, Attempt: e.attempt}
+		if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+			return Result{}, false, &MismatchError{Key: key, Status: StatusCompleted}
+		}
+		if logging {
+			l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done (cache)"))
+		}
 	}
 	return Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}, true, nil
 }

@@ -67,17 +67,14 @@ func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx 
 		var tx Tx
 		return Result{}, fmt.Errorf("%w: %T with %T", ErrNotTransactional, l.store, tx)
 	}
-	c := l.defaults
-	for _, o := range opts {
-		o.applyCall(&c)
-	}
+	c := l.callConfig(opts)
 	if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
 	start := time.Now()
 	var fnErr error
 	called := false
-	cr, val, err := ts.InTx(ctx, l.claimRequest(key.s, &c), c.retention, func(ctx context.Context, tx Tx) ([]byte, error) {
+	cr, val, err := ts.InTx(ctx, l.claimRequest(key.s, c), c.retention, func(ctx context.Context, tx Tx) ([]byte, error) {
 		called = true
 		v, err := fn(ctx, tx)
 		fnErr = err
@@ -85,15 +82,15 @@ func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx 
 	})
 	if err != nil {
 		if called && fnErr != nil {
-			l.logOutcome(ctx, slog.LevelInfo, "rolled-back", &c, cr.Record, slog.String("reason", fnErr.Error()))
+			l.logOutcome(ctx, slog.LevelInfo, "rolled-back", c, cr.Record, slog.String("reason", fnErr.Error()))
 			return Result{}, fnErr
 		}
-		return Result{}, l.storeError(ctx, "claim-tx", key.s, &c, cr.Record, err)
+		return Result{}, l.storeError(ctx, "claim-tx", key.s, c, cr.Record, err)
 	}
 	if !cr.Acquired {
-		return l.found(ctx, key.s, &c, cr)
+		return l.found(ctx, key.s, c, cr)
 	}
 	rec := cr.Record
-	l.logOutcome(ctx, slog.LevelInfo, "executed", &c, rec, slog.Bool("takeover", cr.Takeover), slog.Bool("transactional", true), slog.Duration("took", time.Since(start)))
+	l.logOutcome(ctx, slog.LevelInfo, "executed", c, rec, slog.Bool("takeover", cr.Takeover), slog.Bool("transactional", true), slog.Duration("took", time.Since(start)))
 	return Result{Value: val, Attempt: rec.Attempt, Fence: rec.Fence, Takeover: cr.Takeover}, nil
 }
