@@ -1,0 +1,436 @@
+package explain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Verdict codes: the leaf of the decision tree a record reaches.
+const (
+	// CodeExpiredRerun: an attempt started after an earlier one's completion
+	// was recorded, because the completed record expired (tree: "Check job
+	// key, table and record lifetime").
+	CodeExpiredRerun = "completed-then-expired"
+	// CodeReleasedRerun: the same, because an operator released the
+	// completed key.
+	CodeReleasedRerun = "completed-then-released"
+	// CodeOverlap: an attempt was still running after a later one took over
+	// (tree: "Concurrent check-then-send race").
+	CodeOverlap = "overlap"
+	// CodeTakeover: an attempt lapsed without an outcome and a later one
+	// took over (tree: "Send succeeded, recording failed or crashed").
+	CodeTakeover = "takeover"
+	// CodeRetriedAfterError: an attempt returned an error, the key was
+	// released and a later attempt ran again (same tree leaf).
+	CodeRetriedAfterError = "retried-after-error"
+	// CodeIndeterminate: an AtMostOnce attempt lapsed; nothing runs the key
+	// again until it is resolved.
+	CodeIndeterminate = "indeterminate"
+	// CodeSingle: one attempt; no second effect could come from idem.
+	CodeSingle = "single-attempt"
+	// CodeNoDuplicate: several attempts, but every earlier one ended saying
+	// its effect did not happen.
+	CodeNoDuplicate = "no-duplicate"
+	// CodeNoJournal: the record holds no journal entries.
+	CodeNoJournal = "no-journal"
+)
+
+// The decision tree's leaves ("two emails, one booking").
+const (
+	CauseLifetime  = "Check job key, table and record lifetime"
+	CauseRace      = "Concurrent check-then-send race"
+	CauseCrash     = "Send succeeded, recording failed or crashed"
+	CauseNoIdemDup = "No duplicate from idem's side"
+)
+
+// Event is one moment of a key's story.
+type Event struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt,omitempty"`
+	Fence   int64     `json:"fence,omitempty"`
+	// Kind is claim, end, lapse, late-finish or resolve.
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+// Step is one question of the decision tree and its answer.
+type Step struct {
+	Question string `json:"question"`
+	Answer   string `json:"answer"` // "yes" or "no"
+	Why      string `json:"why"`
+}
+
+// Verdict is where the decision tree ends for a record.
+type Verdict struct {
+	Code  string `json:"code"`
+	Cause string `json:"cause"` // the decision tree's leaf
+	// Text is the verdict as one or two sentences, naming the attempts.
+	Text string `json:"text"`
+	// Attempts are the attempt numbers the verdict is about (earlier first).
+	Attempts []int `json:"attempts,omitempty"`
+}
+
+// Explanation is a key's story and the verdict on it.
+type Explanation struct {
+	Key     string      `json:"key"`
+	Status  idem.Status `json:"status"`
+	State   State       `json:"state"`
+	Policy  string      `json:"policy"`
+	Fence   int64       `json:"fence"`
+	Now     time.Time   `json:"now"`
+	Expires time.Time   `json:"expires_at"`
+	// Attempts is how many attempts the journal shows (operator decisions
+	// are events, not attempts).
+	Attempts int `json:"attempts"`
+	// Truncated: the journal keeps the newest idem.MaxJournal entries and
+	// older attempts are missing from the story.
+	Truncated bool    `json:"truncated,omitempty"`
+	Story     []Event `json:"story"`
+	Steps     []Step  `json:"steps"`
+	Verdict   Verdict `json:"verdict"`
+	// Current says what happens next for the key.
+	Current string `json:"current"`
+}
+
+// attempt is a journal entry that is an attempt (not an operator's
+// decision recorded as its own entry).
+type attempt struct {
+	idem.JournalEntry
+	idx int // position in the journal
+}
+
+// isDecision reports whether journal entry i records an operator's (or a
+// reconciler's) resolution rather than an attempt: idem appends one when
+// the key had no open attempt to annotate. It repeats the attempt number of
+// the entry before it and has no correlation id.
+func isDecision(j []idem.JournalEntry, i int) bool {
+	e := j[i]
+	if e.Outcome != idem.OutcomeResolvedDone && e.Outcome != idem.OutcomeResolvedNotDone {
+		return false
+	}
+	if i > 0 && j[i-1].Attempt == e.Attempt {
+		return true
+	}
+	return e.Correlation == "" && !e.Takeover && !e.AfterExpiry &&
+		e.Started.Equal(e.Ended) && e.LeaseUntil.Equal(e.Ended)
+}
+
+// Explain tells rec's story at now (the store's clock) and walks the
+// decision tree over its journal.
+func Explain(rec idem.Record, now time.Time) Explanation {
+	x := Explanation{
+		Key:     rec.Key,
+		Status:  rec.Status,
+		State:   StateOf(&rec, now),
+		Policy:  rec.Policy.String(),
+		Fence:   rec.Fence,
+		Now:     now,
+		Expires: rec.ExpiresAt,
+	}
+	j := rec.Journal
+	var atts []attempt
+	for i := range j {
+		if !isDecision(j, i) {
+			atts = append(atts, attempt{j[i], i})
+		}
+	}
+	x.Attempts = len(atts)
+	x.Truncated = len(j) > 0 && j[0].Attempt > 1
+	x.Story = story(&rec, atts, now)
+	x.Steps, x.Verdict = decide(&rec, atts, now)
+	x.Current = current(&rec, x.State, now)
+	return x
+}
+
+func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
+	j := rec.Journal
+	var ev []Event
+	add := func(at time.Time, a int, f int64, kind, format string, args ...any) {
+		ev = append(ev, Event{At: at, Attempt: a, Fence: f, Kind: kind, Text: fmt.Sprintf(format, args...)})
+	}
+	for i, e := range j {
+		if isDecision(j, i) {
+			who := ""
+			if e.Owner != "" {
+				who = " by " + e.Owner
+			}
+			if e.Outcome == idem.OutcomeResolvedDone {
+				add(e.Ended, 0, e.Fence, "resolve", "resolved as done%s%s: completed with the result given, replayed to duplicates", who, because(e.Reason))
+			} else {
+				add(e.Ended, 0, e.Fence, "resolve", "resolved as not done%s%s: released, the next delivery runs it", who, because(e.Reason))
+			}
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "attempt %d (fence %d) claimed", e.Attempt, e.Fence)
+		if e.Owner != "" {
+			fmt.Fprintf(&b, " by %s", e.Owner)
+		}
+		if e.Correlation != "" {
+			fmt.Fprintf(&b, ", correlation %s", e.Correlation)
+		}
+		if e.AfterExpiry {
+			b.WriteString(", after the previous record had expired (retention passed): idem no longer remembered how earlier attempts ended")
+		}
+		if e.Takeover {
+			if p := previous(atts, i); p != nil {
+				fmt.Fprintf(&b, ", taking over lapsed attempt %d", p.Attempt)
+			} else {
+				b.WriteString(", taking over a lapsed attempt")
+			}
+		}
+		add(e.Started, e.Attempt, e.Fence, "claim", "%s", b.String())
+
+		switch e.Outcome {
+		case "", idem.OutcomeLapsed:
+			if e.Outcome == idem.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
+				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
+					"attempt %d's lease (last granted by its claim or a heartbeat) ran out with no outcome recorded: it crashed, hung or lost the store%s",
+					e.Attempt, because(e.Reason))
+			}
+		case idem.OutcomeCompleted:
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d completed after %s: result recorded, duplicates replay it", e.Attempt, dur(e.Ended.Sub(e.Started)))
+		case idem.OutcomeFailed:
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d failed permanently after %s%s: duplicates get the failure", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
+		case idem.OutcomeReleased:
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned an error after %s and released the key for a retry%s", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
+		case idem.OutcomeAbandoned:
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended after %s without an outcome%s: its effect may or may not have happened", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
+		case idem.OutcomeResolvedDone:
+			add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as done%s: completed with the result given", e.Attempt, because(e.Reason))
+		case idem.OutcomeResolvedNotDone:
+			add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s: released, the next delivery runs it", e.Attempt, because(e.Reason))
+		default:
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended: %s%s", e.Attempt, e.Outcome, because(e.Reason))
+		}
+		if !e.LateFinish.IsZero() {
+			later := "a later attempt"
+			if n := next(atts, i); n != nil {
+				later = fmt.Sprintf("attempt %d", n.Attempt)
+			}
+			add(e.LateFinish, e.Attempt, e.Fence, "late-finish",
+				"attempt %d was still running: it tried to record its outcome after %s took over and was refused (lease lost); the two ran at the same time",
+				e.Attempt, later)
+		}
+	}
+	slices.SortStableFunc(ev, func(a, b Event) int { return a.At.Compare(b.At) })
+	return ev
+}
+
+func previous(atts []attempt, idx int) *attempt {
+	for k := len(atts) - 1; k >= 0; k-- {
+		if atts[k].idx < idx {
+			return &atts[k]
+		}
+	}
+	return nil
+}
+
+func next(atts []attempt, idx int) *attempt {
+	for k := range atts {
+		if atts[k].idx > idx {
+			return &atts[k]
+		}
+	}
+	return nil
+}
+
+const (
+	q1 = "Was completion recorded before the second attempt?"
+	q2 = "Did attempts overlap?"
+	q3 = "Did an attempt run again after an earlier one may have done its effect (lapsed, crashed or returned an error)?"
+	q0 = "Was there more than one attempt?"
+)
+
+func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
+	j := rec.Journal
+	if len(atts) == 0 {
+		return []Step{{q0, "no", "the record holds no attempts in its journal"}},
+			Verdict{Code: CodeNoJournal, Cause: CauseNoIdemDup, Text: "The record's journal is empty: there is no attempt to explain."}
+	}
+	if len(atts) == 1 {
+		a := atts[0]
+		steps := []Step{{q0, "no", fmt.Sprintf("the journal holds one attempt (attempt %d)", a.Attempt)}}
+		if x := StateOf(rec, now); x == StateIndeterminate {
+			return steps, Verdict{Code: CodeIndeterminate, Cause: CauseNoIdemDup, Attempts: []int{a.Attempt},
+				Text: fmt.Sprintf("One attempt, and at most one effect: attempt %d lapsed without recording its outcome under at_most_once, so idem will not run it again; the key is waiting for `idem resolve %s --done|--not-done`.", a.Attempt, rec.Key)}
+		}
+		text := "One attempt; no second effect could come from idem's side."
+		if StateOf(rec, now) == StateLapsed {
+			text += fmt.Sprintf(" But attempt %d lapsed without recording its outcome: under at_least_once the next delivery takes over and runs again, repeating its effect if it happened.", a.Attempt)
+		}
+		text += fmt.Sprintf(" If two effects were seen anyway, they did not both go through this key: check that every delivery builds the key from business ids (never a message id) on the same store, and that no earlier record of the key expired or was deleted before this one was created (%s).", stamp(rec.CreatedAt))
+		return steps, Verdict{Code: CodeSingle, Cause: CauseNoIdemDup, Text: text, Attempts: []int{a.Attempt}}
+	}
+
+	var steps []Step
+	// 1. Was completion recorded before the second attempt?
+	for jx := 1; jx < len(atts); jx++ {
+		b := atts[jx]
+		for ix := range jx {
+			a := atts[ix]
+			if a.Outcome != idem.OutcomeCompleted && a.Outcome != idem.OutcomeResolvedDone || a.Ended.IsZero() || a.Ended.After(b.Started) {
+				continue
+			}
+			steps = append(steps, Step{q1, "yes", fmt.Sprintf("attempt %d's completion was recorded at %s, and attempt %d started after it at %s", a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))})
+			v := Verdict{Cause: CauseLifetime, Attempts: []int{a.Attempt, b.Attempt}}
+			switch op := releasedBetween(j, a.idx, b.idx); {
+			case b.AfterExpiry:
+				v.Code = CodeExpiredRerun
+				v.Text = fmt.Sprintf("Check the job key, table and record lifetime: the completed record expired (retention) before the redelivery; raise retention to cover the sender's retry horizon. Attempt %d completed at %s; the record was forgotten and attempt %d ran again %s later.",
+					a.Attempt, stamp(a.Ended), b.Attempt, dur(b.Started.Sub(a.Ended)))
+			case op != nil:
+				v.Code = CodeReleasedRerun
+				by := ""
+				if op.Owner != "" {
+					by = " (" + op.Owner + ")"
+				}
+				v.Text = fmt.Sprintf("Check the job key, table and record lifetime: attempt %d completed at %s, then an operator%s released the completed key at %s%s, and attempt %d ran it again. Release a completed key only to repeat its effect on purpose.",
+					a.Attempt, stamp(a.Ended), by, stamp(op.Ended), because(op.Reason), b.Attempt)
+			default:
+				v.Code = CodeExpiredRerun
+				v.Text = fmt.Sprintf("Check the job key, table and record lifetime: attempt %d completed at %s, yet attempt %d claimed the key at %s; the completed record must have expired or been removed in between. Keep records for the sender's whole retry horizon.",
+					a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))
+			}
+			return steps, v
+		}
+	}
+	steps = append(steps, Step{q1, "no", "no attempt started after an earlier attempt's completion was recorded"})
+
+	// 2. Did attempts overlap?
+	for ix := range atts {
+		a := atts[ix]
+		for jx := ix + 1; jx < len(atts); jx++ {
+			b := atts[jx]
+			var why string
+			switch {
+			case !a.LateFinish.IsZero() && !a.LateFinish.Before(b.Started):
+				why = fmt.Sprintf("attempt %d tried to record its outcome at %s, after attempt %d took over at %s", a.Attempt, stamp(a.LateFinish), b.Attempt, stamp(b.Started))
+			case !a.Ended.IsZero() && a.Ended.After(b.Started):
+				why = fmt.Sprintf("attempt %d ended at %s, after attempt %d started at %s", a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))
+			default:
+				continue
+			}
+			steps = append(steps, Step{q2, "yes", why})
+			return steps, Verdict{Code: CodeOverlap, Cause: CauseRace, Attempts: []int{a.Attempt, b.Attempt},
+				Text: fmt.Sprintf("Concurrent attempts: attempt %d outlived its lease (heartbeats failed or the process paused) and was still running when attempt %d took over, so both may have done the effect. Preserve the business key; lengthen the lease / fix heartbeats.", a.Attempt, b.Attempt)}
+		}
+	}
+	steps = append(steps, Step{q2, "no", "no attempt was still running, or recorded anything, after a later one started"})
+
+	// 3. Did a later attempt run after an earlier one may have done its
+	// effect?
+	for jx := 1; jx < len(atts); jx++ {
+		a, b := atts[jx-1], atts[jx]
+		if op := releasedBetween(j, a.idx, b.idx); op != nil {
+			continue // an operator said a's effect did not happen
+		}
+		switch a.Outcome {
+		case "", idem.OutcomeLapsed, idem.OutcomeAbandoned:
+			if !b.Takeover {
+				continue
+			}
+			how := "lapsed without recording an outcome"
+			if a.Outcome == idem.OutcomeAbandoned {
+				how = "ended without recording an outcome" + because(a.Reason)
+			}
+			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d %s, and attempt %d took it over at %s", a.Attempt, how, b.Attempt, stamp(b.Started))})
+			return steps, Verdict{Code: CodeTakeover, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
+				Text: fmt.Sprintf("Send succeeded, recording failed or crashed: attempt %d %s and attempt %d took over (AtLeastOnce repeats the effect; use AtMostOnce or a Reconcile hook to stop that).", a.Attempt, how, b.Attempt)}
+		case idem.OutcomeReleased:
+			if rec.Policy == idem.AtMostOnce {
+				continue // under AtMostOnce only idem.NotDone releases: nothing happened
+			}
+			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d returned an error%s and released the key; attempt %d ran again at %s", a.Attempt, because(a.Reason), b.Attempt, stamp(b.Started))})
+			return steps, Verdict{Code: CodeRetriedAfterError, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
+				Text: fmt.Sprintf("Send succeeded, recording failed: attempt %d returned an error%s, which under AtLeastOnce releases the key, and attempt %d ran again; if attempt %d's effect happened before its error, it happened twice. Return an error only for failures before the effect, or use AtMostOnce (an error then leaves the key indeterminate unless wrapped in idem.NotDone).",
+					a.Attempt, because(a.Reason), b.Attempt, a.Attempt)}
+		}
+	}
+	steps = append(steps, Step{q3, "no", "every earlier attempt ended saying its effect did not happen (released by idem.NotDone, or resolved as not done)"})
+	last := atts[len(atts)-1]
+	if StateOf(rec, now) == StateIndeterminate {
+		return steps, Verdict{Code: CodeIndeterminate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
+			Text: fmt.Sprintf("No second effect from idem's side so far: attempt %d lapsed without recording its outcome under at_most_once, so idem will not run it again; the key is waiting for `idem resolve %s --done|--not-done`.", last.Attempt, rec.Key)}
+	}
+	return steps, Verdict{Code: CodeNoDuplicate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
+		Text: fmt.Sprintf("%d attempts, but no second effect could come from idem's side: each earlier attempt ended saying its effect had not happened.", len(atts))}
+}
+
+// releasedBetween returns the operator decision entry between journal
+// positions from and to that released the key (resolved as not done), or
+// nil.
+func releasedBetween(j []idem.JournalEntry, from, to int) *idem.JournalEntry {
+	if j[from].Outcome == idem.OutcomeResolvedNotDone {
+		return &j[from]
+	}
+	for i := from + 1; i < to; i++ {
+		if isDecision(j, i) && j[i].Outcome == idem.OutcomeResolvedNotDone {
+			return &j[i]
+		}
+	}
+	return nil
+}
+
+func current(rec *idem.Record, s State, now time.Time) string {
+	switch s {
+	case StateInProgress:
+		return fmt.Sprintf("Attempt %d (fence %d, owner %s) is running; its lease ends at %s (in %s) unless a heartbeat extends it.", rec.Attempt, rec.Fence, rec.Owner, stamp(rec.LeaseUntil), dur(rec.LeaseUntil.Sub(now)))
+	case StateLapsed:
+		return fmt.Sprintf("Lapsed since %s: the next delivery takes over as attempt %d and runs again (at_least_once).", stamp(rec.LeaseUntil), rec.Attempt+1)
+	case StateIndeterminate:
+		return fmt.Sprintf("Indeterminate since %s: waiting for `idem resolve %s --done` (the effect happened; --result gives what duplicates get) or `--not-done` (it did not; the next delivery runs it).", stamp(rec.LeaseUntil), rec.Key)
+	case StateCompleted:
+		return fmt.Sprintf("Completed: duplicates get the stored result until %s (retention); a delivery after that runs again.", stamp(rec.ExpiresAt))
+	case StateFailed:
+		return fmt.Sprintf("Failed for good%s: duplicates get the failure until %s (retention).", because(rec.Reason), stamp(rec.ExpiresAt))
+	case StateReleased:
+		return fmt.Sprintf("Released: the next delivery runs it as attempt %d.", rec.Attempt+1)
+	}
+	return string(s)
+}
+
+func because(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%s)", reason)
+}
+
+// stamp formats a time for sentences: UTC with milliseconds.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// dur rounds d for people.
+func dur(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + dur(-d)
+	case d < time.Millisecond:
+		return d.String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	days := d / (24 * time.Hour)
+	rest := (d - days*24*time.Hour).Round(time.Hour)
+	if rest == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%s", days, strings.TrimSuffix(strings.TrimSuffix(rest.String(), "0s"), "0m"))
+}
+
+// Dur formats d the way explanations do (exported for the CLI's other
+// outputs).
+func Dur(d time.Duration) string { return dur(d) }

@@ -1,0 +1,73 @@
+// Package explain tells a key's story from its record and attempt journal,
+// and walks the "two emails, one booking" decision tree over it: was
+// completion recorded before the second attempt, did attempts overlap, was
+// there a takeover after a lapse. It reads only an [idem.Record] and the
+// store's clock, so it works the same on every store.
+package explain
+
+import (
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// State is a record's state as an operator sees it: the stored status, with
+// in_progress split by its lease.
+type State string
+
+const (
+	// StateInProgress: an attempt holds the key and its lease is running.
+	StateInProgress State = "in_progress"
+	// StateLapsed: an AtLeastOnce attempt's lease passed without an
+	// outcome; the next claim takes over and runs again.
+	StateLapsed State = "lapsed"
+	// StateIndeterminate: an AtMostOnce attempt's lease passed without an
+	// outcome; nothing runs the key again until it is resolved.
+	StateIndeterminate State = "indeterminate"
+	StateCompleted     State = "completed"
+	StateFailed        State = "failed"
+	StateReleased      State = "released"
+)
+
+// StateOf derives r's state at now (the store's clock).
+func StateOf(r *idem.Record, now time.Time) State {
+	switch r.Status {
+	case idem.StatusInProgress:
+		if !r.Lapsed(now) {
+			return StateInProgress
+		}
+		if r.Policy == idem.AtMostOnce {
+			return StateIndeterminate
+		}
+		return StateLapsed
+	case idem.StatusCompleted:
+		return StateCompleted
+	case idem.StatusFailed:
+		return StateFailed
+	case idem.StatusReleased:
+		return StateReleased
+	}
+	return State(r.Status)
+}
+
+// Stuck reports whether s needs a takeover or an operator.
+func (s State) Stuck() bool { return s == StateLapsed || s == StateIndeterminate }
+
+// Describe says in a few words what s means for the next delivery.
+func (s State) Describe() string {
+	switch s {
+	case StateInProgress:
+		return "an attempt holds the key; other deliveries get ErrInProgress until its lease ends"
+	case StateLapsed:
+		return "lapsed, next claim takes over (at_least_once: the effect may repeat)"
+	case StateIndeterminate:
+		return "indeterminate: an at_most_once attempt lapsed without recording its outcome; waiting for `idem resolve`"
+	case StateCompleted:
+		return "done; duplicates get the stored result"
+	case StateFailed:
+		return "failed for good; duplicates get the stored reason"
+	case StateReleased:
+		return "claimable at once; the next delivery runs it"
+	}
+	return string(s)
+}
