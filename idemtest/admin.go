@@ -1,0 +1,212 @@
+package idemtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// testAdmin holds the operator's calls: List, Resolve and Delete.
+func testAdmin(t *testing.T, h Harness) {
+	t.Run("list", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		// One record of each kind; "g" expires, "e" and "f" lapse.
+		mk := func(key string, p idem.Policy) idem.ClaimResult {
+			r := req(h, key)
+			r.Policy = p
+			return acquire(t, s, r)
+		}
+		a := mk("a-completed", idem.AtLeastOnce)
+		noErr(t, "Complete", s.Complete(ctx, a.Record.Key, a.Record.Fence, []byte("r"), longRetention))
+		b := mk("b-failed", idem.AtLeastOnce)
+		noErr(t, "Fail", s.Fail(ctx, b.Record.Key, b.Record.Fence, "no", longRetention))
+		c := mk("c-released", idem.AtLeastOnce)
+		noErr(t, "Release", s.Release(ctx, c.Record.Key, c.Record.Fence, "retry"))
+		e := mk("e-lapsed-at-most-once", idem.AtMostOnce)
+		f := mk("f-lapsed-at-least-once", idem.AtLeastOnce)
+		g := mk("g-expired", idem.AtLeastOnce)
+		noErr(t, "Complete", s.Complete(ctx, g.Record.Key, g.Record.Fence, []byte("r"), time.Millisecond))
+		_ = e
+		lapse(t, h, s, f.Record.Key) // claimed last, so e lapsed too
+		r := req(h, "d-running")
+		r.Lease = longRetention // still running after the others lapsed
+		acquire(t, s, r)
+
+		list := func(q idem.ListQuery) []string {
+			t.Helper()
+			recs, err := s.List(ctx, q)
+			noErr(t, fmt.Sprintf("List(%+v)", q), err)
+			return keysOf(recs)
+		}
+		wantKeys := func(q idem.ListQuery, want ...string) {
+			t.Helper()
+			if got := list(q); !slices.Equal(got, want) {
+				t.Fatalf("List(%+v) = %q, want %q", q, got, want)
+			}
+		}
+		all := []string{"a-completed", "b-failed", "c-released", "d-running", "e-lapsed-at-most-once", "f-lapsed-at-least-once"}
+		wantKeys(idem.ListQuery{}, all...)
+		wantKeys(idem.ListQuery{Status: idem.StatusCompleted}, "a-completed")
+		wantKeys(idem.ListQuery{Status: idem.StatusFailed}, "b-failed")
+		wantKeys(idem.ListQuery{Status: idem.StatusReleased}, "c-released")
+		wantKeys(idem.ListQuery{Status: idem.StatusInProgress}, "d-running", "e-lapsed-at-most-once", "f-lapsed-at-least-once")
+		wantKeys(idem.ListQuery{Stuck: true}, "e-lapsed-at-most-once", "f-lapsed-at-least-once")
+		wantKeys(idem.ListQuery{Stuck: true, Limit: 1}, "e-lapsed-at-most-once")
+		wantKeys(idem.ListQuery{Stuck: true, After: "e-lapsed-at-most-once"}, "f-lapsed-at-least-once")
+		wantKeys(idem.ListQuery{After: "b-failed"}, all[2:]...)
+		wantKeys(idem.ListQuery{After: "b"}, all[1:]...)
+		wantKeys(idem.ListQuery{Limit: 2}, all[:2]...)
+		wantKeys(idem.ListQuery{After: "b-failed", Limit: 2}, all[2:4]...)
+		wantKeys(idem.ListQuery{After: "z"})
+
+		recs, err := s.List(ctx, idem.ListQuery{Status: idem.StatusCompleted})
+		noErr(t, "List", err)
+		if len(recs) != 1 || string(recs[0].Result) != "r" || recs[0].Fence != 1 || len(recs[0].Journal) != 1 {
+			t.Fatalf("List returned %+v, want the whole record (result, fence, journal)", recs)
+		}
+	})
+
+	t.Run("list_pages", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		const n = 150
+		var want []string
+		for i := range n {
+			k := fmt.Sprintf("key-%03d", i)
+			want = append(want, k)
+			acquire(t, s, req(h, k))
+		}
+		recs, err := s.List(context.Background(), idem.ListQuery{})
+		noErr(t, "List", err)
+		if len(recs) != 100 {
+			t.Fatalf("List with Limit 0 returned %d records, want the default 100", len(recs))
+		}
+		var got []string
+		after := ""
+		for range n {
+			recs, err := s.List(context.Background(), idem.ListQuery{After: after, Limit: 40})
+			noErr(t, "List", err)
+			if len(recs) == 0 {
+				break
+			}
+			if len(recs) > 40 {
+				t.Fatalf("List with Limit 40 returned %d records", len(recs))
+			}
+			got = append(got, keysOf(recs)...)
+			after = recs[len(recs)-1].Key
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("paging with After returned %d keys %q..., want %d in order", len(got), got[:min(len(got), 3)], n)
+		}
+	})
+
+	t.Run("resolve_not_done", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		r := req(h, "k")
+		r.Policy = idem.AtMostOnce
+		cr := acquire(t, s, r)
+		lapse(t, h, s, "k")
+		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, idem.Resolution{Done: false, Reason: "no mail in the provider's log", By: "alice"})
+		noErr(t, "Resolve(not done)", err)
+		if rec.Status != idem.StatusReleased || rec.Fence != 2 || rec.Reason != "no mail in the provider's log" {
+			t.Fatalf("Resolve(not done) returned {%s, fence %d, reason %q}, want {released, 2, the reason}", rec.Status, rec.Fence, rec.Reason)
+		}
+		got := get(t, s, "k")
+		if got.Status != idem.StatusReleased || got.Fence != 2 {
+			t.Fatalf("after Resolve(not done): {%s, fence %d}, want {released, 2}", got.Status, got.Fence)
+		}
+		if j := got.Journal[len(got.Journal)-1]; j.Outcome != idem.OutcomeResolvedNotDone {
+			t.Fatalf("after Resolve(not done): journal %+v, want the last entry resolved-not-done", got.Journal)
+		}
+		wantErr(t, "stale holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		cr2 := acquire(t, s, req(h, "k"))
+		if cr2.Record.Fence != 3 || cr2.Takeover {
+			t.Fatalf("claim after Resolve(not done): fence %d takeover %v, want 3 false", cr2.Record.Fence, cr2.Takeover)
+		}
+	})
+
+	t.Run("resolve_done", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		r := req(h, "k")
+		r.Policy = idem.AtMostOnce
+		cr := acquire(t, s, r)
+		lapse(t, h, s, "k")
+		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, idem.Resolution{Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
+		noErr(t, "Resolve(done)", err)
+		n := now(t, s)
+		if rec.Status != idem.StatusCompleted || rec.Fence != 2 {
+			t.Fatalf("Resolve(done) returned {%s, fence %d}, want {completed, 2}", rec.Status, rec.Fence)
+		}
+		got := get(t, s, "k")
+		if got.Status != idem.StatusCompleted || got.Fence != 2 {
+			t.Fatalf("after Resolve(done): {%s, fence %d}, want {completed, 2}", got.Status, got.Fence)
+		}
+		wantBytes(t, "Result", got.Result, []byte("msg-id-42"))
+		wantTime(t, "ExpiresAt", got.ExpiresAt, n.Add(2*time.Hour))
+		if j := got.Journal[len(got.Journal)-1]; j.Outcome != idem.OutcomeResolvedDone {
+			t.Fatalf("after Resolve(done): journal %+v, want the last entry resolved-done", got.Journal)
+		}
+		c := claim(t, s, req(h, "k"))
+		if c.Acquired || c.Record.Status != idem.StatusCompleted {
+			t.Fatalf("claim after Resolve(done): acquired %v, found %s; want the completed record", c.Acquired, c.Record.Status)
+		}
+		wantBytes(t, "claimed Result", c.Record.Result, []byte("msg-id-42"))
+		wantErr(t, "stale holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		wantBytes(t, "Result after the stale Complete", get(t, s, "k").Result, []byte("msg-id-42"))
+	})
+
+	t.Run("resolve_running_holder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		cr := acquire(t, s, req(h, "k"))
+		_, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: false, Reason: "operator", By: "bob"})
+		noErr(t, "Resolve(fence 0) of a running attempt", err)
+		_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+		wantErr(t, "holder's Extend after Resolve", err, idem.ErrLeaseLost)
+		wantErr(t, "holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		if rec := get(t, s, "k"); rec.Status != idem.StatusReleased {
+			t.Fatalf("after the holder's refused writes: %s, want released", rec.Status)
+		}
+	})
+
+	t.Run("resolve_fence_mismatch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		cr := acquire(t, s, req(h, "k"))
+		_, err := s.Resolve(ctx, "k", cr.Record.Fence+1, idem.Resolution{Done: true, Result: []byte("x"), Retention: time.Hour})
+		wantErr(t, "Resolve with another fence", err, idem.ErrLeaseLost)
+		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || rec.Fence != 1 {
+			t.Fatalf("after a refused Resolve: {%s, fence %d}, want {in_progress, 1}", rec.Status, rec.Fence)
+		}
+		_, err = s.Resolve(ctx, "absent", 0, idem.Resolution{})
+		wantErr(t, "Resolve of an absent key", err, idem.ErrNotFound)
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		cr := acquire(t, s, req(h, "k"))
+		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), longRetention))
+		noErr(t, "Delete", s.Delete(ctx, "k"))
+		wantNotFound(t, s, "k")
+		wantErr(t, "second Delete", s.Delete(ctx, "k"), idem.ErrNotFound)
+		wantErr(t, "Delete of an absent key", s.Delete(ctx, "absent"), idem.ErrNotFound)
+		acquire(t, s, req(h, "k"))
+		// Delete works whatever the state: here in_progress.
+		noErr(t, "Delete of an in_progress record", s.Delete(ctx, "k"))
+		wantNotFound(t, s, "k")
+	})
+}

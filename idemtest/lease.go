@@ -1,0 +1,246 @@
+package idemtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// testLease holds the Store contract of leases: lapsing, abandoning,
+// takeovers under each policy, extending, and fencing stale holders.
+func testLease(t *testing.T, h Harness) {
+	t.Run("lapsed/at_least_once_takeover", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		acquire(t, s, req(h, "k"))
+		lapse(t, h, s, "k")
+		if rec := get(t, s, "k"); !rec.Lapsed(now(t, s)) {
+			t.Fatalf("after its lease passed the record is not lapsed: %s, lease until %v, now %v", rec.Status, rec.LeaseUntil, now(t, s))
+		}
+		r := req(h, "k")
+		r.Owner = "taker"
+		cr := acquire(t, s, r)
+		if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
+			t.Fatalf("claim of a lapsed key: takeover %v, fence %d, attempt %d, owner %q; want true, 2, 2, taker",
+				cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner)
+		}
+		wantTime(t, "LeaseUntil", cr.Record.LeaseUntil, cr.Now.Add(r.Lease))
+		rec := get(t, s, "k")
+		if len(rec.Journal) != 2 {
+			t.Fatalf("journal has %d entries after a takeover, want 2", len(rec.Journal))
+		}
+		if old := rec.Journal[0]; old.Fence != 1 || old.Outcome != idem.OutcomeLapsed {
+			t.Fatalf("lapsed attempt's journal entry %+v, want fence 1, outcome lapsed", old)
+		}
+		if nw := rec.Journal[1]; nw.Fence != 2 || !nw.Takeover || nw.Owner != "taker" {
+			t.Fatalf("takeover's journal entry %+v, want fence 2, takeover, owner taker", nw)
+		}
+	})
+
+	t.Run("lapsed/at_most_once_not_taken", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		r := req(h, "k")
+		r.Policy = idem.AtMostOnce
+		acquire(t, s, r)
+		lapse(t, h, s, "k")
+		// The record's policy decides, not the next caller's.
+		for _, p := range []idem.Policy{idem.AtMostOnce, idem.AtLeastOnce} {
+			r2 := req(h, "k")
+			r2.Policy = p
+			cr := claim(t, s, r2)
+			if cr.Acquired {
+				t.Fatalf("claim (%s) of a lapsed AtMostOnce key: acquired, want not acquired (indeterminate)", p)
+			}
+			if cr.Record.Status != idem.StatusInProgress || !cr.Record.Lapsed(cr.Now) || cr.Record.Fence != 1 {
+				t.Fatalf("claim (%s) of a lapsed AtMostOnce key found {%s, lapsed %v, fence %d}, want {in_progress, true, 1}",
+					p, cr.Record.Status, cr.Record.Lapsed(cr.Now), cr.Record.Fence)
+			}
+		}
+		r3 := req(h, "k")
+		r3.Policy, r3.TakeLapsed = idem.AtMostOnce, true
+		cr := acquire(t, s, r3)
+		if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 {
+			t.Fatalf("claim with TakeLapsed: takeover %v, fence %d, attempt %d; want true, 2, 2", cr.Takeover, cr.Record.Fence, cr.Record.Attempt)
+		}
+	})
+
+	t.Run("running/take_lapsed_does_not_take_a_running_lease", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		acquire(t, s, req(h, "k"))
+		r := req(h, "k")
+		r.TakeLapsed = true
+		if cr := claim(t, s, r); cr.Acquired {
+			t.Fatal("claim with TakeLapsed while the lease runs: acquired, want not acquired")
+		}
+	})
+
+	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		t.Run("abandon/"+p.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, h)
+			r := req(h, "k")
+			r.Policy = p
+			cr := acquire(t, s, r)
+			noErr(t, "Abandon", s.Abandon(context.Background(), "k", cr.Record.Fence, "connection reset after send"))
+			rec := get(t, s, "k")
+			if rec.Status != idem.StatusInProgress || !rec.Lapsed(now(t, s)) {
+				t.Fatalf("after Abandon: {%s, lapsed %v}, want {in_progress, lapsed at once}", rec.Status, rec.Lapsed(now(t, s)))
+			}
+			if rec.Reason != "connection reset after send" {
+				t.Fatalf("after Abandon: Reason %q, want the reason given", rec.Reason)
+			}
+			if j := rec.Journal[0]; j.Outcome != idem.OutcomeAbandoned {
+				t.Fatalf("after Abandon: journal outcome %q, want abandoned", j.Outcome)
+			}
+			stuck, err := s.List(context.Background(), idem.ListQuery{Stuck: true})
+			noErr(t, "List(Stuck)", err)
+			if len(stuck) != 1 || stuck[0].Key != "k" {
+				t.Fatalf("List(Stuck) after Abandon = %v, want [k]", keysOf(stuck))
+			}
+			cr2 := claim(t, s, req(h, "k"))
+			switch p {
+			case idem.AtLeastOnce:
+				if !cr2.Acquired || !cr2.Takeover || cr2.Record.Fence != 2 || cr2.Record.Attempt != 2 {
+					t.Fatalf("claim after Abandon: acquired %v, takeover %v, fence %d, attempt %d; want true, true, 2, 2",
+						cr2.Acquired, cr2.Takeover, cr2.Record.Fence, cr2.Record.Attempt)
+				}
+			case idem.AtMostOnce:
+				if cr2.Acquired {
+					t.Fatal("claim after Abandon under AtMostOnce: acquired, want not acquired")
+				}
+				r3 := req(h, "k")
+				r3.TakeLapsed = true
+				if cr3 := acquire(t, s, r3); !cr3.Takeover || cr3.Record.Fence != 2 {
+					t.Fatalf("claim with TakeLapsed after Abandon: takeover %v, fence %d; want true, 2", cr3.Takeover, cr3.Record.Fence)
+				}
+			}
+		})
+	}
+
+	t.Run("extend", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		r := req(h, "k")
+		cr := acquire(t, s, r)
+		ext := 3 * r.Lease
+		n := now(t, s)
+		until, err := s.Extend(ctx, "k", cr.Record.Fence, ext)
+		noErr(t, "Extend", err)
+		n2 := now(t, s)
+		if until.Before(n.Add(ext).Add(-time.Millisecond)) || until.After(n2.Add(ext).Add(time.Millisecond)) {
+			t.Fatalf("Extend returned %v, want the store's now + %v (between %v and %v)", until, ext, n.Add(ext), n2.Add(ext))
+		}
+		rec := get(t, s, "k")
+		wantTime(t, "LeaseUntil after Extend", rec.LeaseUntil, until)
+		wantTime(t, "journal LeaseUntil after Extend", rec.Journal[0].LeaseUntil, until)
+		if rec.ExpiresAt.Before(until) {
+			t.Fatalf("ExpiresAt %v is before the extended lease %v", rec.ExpiresAt, until)
+		}
+		// Past the first lease, before the extended one: still busy.
+		passUntil(t, h, s, cr.Record.LeaseUntil.Add(time.Millisecond))
+		if c := claim(t, s, req(h, "k")); c.Acquired {
+			t.Fatal("claim after the first lease passed but before the extended one: acquired, want busy")
+		}
+		passUntil(t, h, s, until.Add(time.Millisecond))
+		if c := claim(t, s, req(h, "k")); !c.Acquired || !c.Takeover {
+			t.Fatalf("claim after the extended lease passed: acquired %v takeover %v, want a takeover", c.Acquired, c.Takeover)
+		}
+	})
+
+	t.Run("extend_beyond_retention", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		r := req(h, "k")
+		r.Retention = r.Lease // the in_progress record expires with its lease
+		cr := acquire(t, s, r)
+		until, err := s.Extend(context.Background(), "k", cr.Record.Fence, 10*r.Lease)
+		noErr(t, "Extend", err)
+		passUntil(t, h, s, cr.Record.ExpiresAt.Add(time.Millisecond))
+		rec := get(t, s, "k") // the extended lease keeps the record
+		wantTime(t, "LeaseUntil", rec.LeaseUntil, until)
+		if c := claim(t, s, req(h, "k")); c.Acquired {
+			t.Fatal("claim while an extended lease runs past the first expiry: acquired, want busy")
+		}
+	})
+
+	t.Run("stale_holder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		old := acquire(t, s, req(h, "k"))
+		lapse(t, h, s, "k")
+		r := req(h, "k")
+		r.Owner = "new-holder"
+		acquire(t, s, r)
+		before := get(t, s, "k")
+
+		wantErr(t, "stale Complete", s.Complete(ctx, "k", old.Record.Fence, []byte("stale"), time.Hour), idem.ErrLeaseLost)
+		after := get(t, s, "k")
+		if after.Journal[0].LateFinish.IsZero() {
+			t.Fatalf("stale Complete did not set LateFinish on the stale attempt's journal entry: %+v", after.Journal[0])
+		}
+		if !after.Journal[1].LateFinish.IsZero() {
+			t.Fatalf("stale Complete set LateFinish on the new holder's entry: %+v", after.Journal[1])
+		}
+		sameExceptLate(t, "after stale Complete", after, before)
+
+		wantErr(t, "stale Release", s.Release(ctx, "k", old.Record.Fence, "stale"), idem.ErrLeaseLost)
+		wantErr(t, "stale Fail", s.Fail(ctx, "k", old.Record.Fence, "stale", time.Hour), idem.ErrLeaseLost)
+		wantErr(t, "stale Abandon", s.Abandon(ctx, "k", old.Record.Fence, "stale"), idem.ErrLeaseLost)
+		_, err := s.Extend(ctx, "k", old.Record.Fence, time.Hour)
+		wantErr(t, "stale Extend", err, idem.ErrLeaseLost)
+		// A fence from the future is refused too.
+		wantErr(t, "Complete with a future fence", s.Complete(ctx, "k", 99, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		sameExceptLate(t, "after stale writes", get(t, s, "k"), before)
+
+		// The new holder is unaffected.
+		noErr(t, "new holder's Complete", s.Complete(ctx, "k", 2, []byte("fresh"), time.Hour))
+		rec := get(t, s, "k")
+		wantBytes(t, "Result", rec.Result, []byte("fresh"))
+		if rec.Owner != "new-holder" || rec.Fence != 2 {
+			t.Fatalf("owner %q fence %d, want new-holder 2", rec.Owner, rec.Fence)
+		}
+	})
+}
+
+// sameExceptLate fails the test unless got equals want in every field that a
+// stale holder's refused write must leave alone (all but LateFinish).
+func sameExceptLate(t *testing.T, what string, got, want idem.Record) {
+	t.Helper()
+	if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.Owner != want.Owner ||
+		got.Reason != want.Reason || string(got.Result) != string(want.Result) || got.Policy != want.Policy ||
+		got.Fingerprint != want.Fingerprint || !sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) {
+		t.Fatalf("%s: record changed:\n got  %+v\n want %+v", what, brief(got), brief(want))
+	}
+	if len(got.Journal) != len(want.Journal) {
+		t.Fatalf("%s: journal has %d entries, want %d", what, len(got.Journal), len(want.Journal))
+	}
+	for i := range got.Journal {
+		g, w := got.Journal[i], want.Journal[i]
+		g.LateFinish, w.LateFinish = time.Time{}, time.Time{}
+		if g.Attempt != w.Attempt || g.Fence != w.Fence || g.Outcome != w.Outcome || g.Reason != w.Reason || g.Owner != w.Owner ||
+			!sameTime(g.Ended, w.Ended) || !sameTime(g.LeaseUntil, w.LeaseUntil) {
+			t.Fatalf("%s: journal entry %d changed:\n got  %+v\n want %+v", what, i, g, w)
+		}
+	}
+}
+
+// brief is a record without its journal, for messages.
+func brief(r idem.Record) idem.Record {
+	r.Journal = nil
+	return r
+}
+
+// keysOf returns the keys of recs, for messages and comparisons.
+func keysOf(recs []idem.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Key
+	}
+	return out
+}

@@ -1,0 +1,149 @@
+package idemtest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// testRetention holds retention: a finished record is remembered for its
+// retention and then behaves as absent, on every read, whatever the
+// backend's own TTL does; Sweep deletes expired records in batches.
+func testRetention(t *testing.T, h Harness) {
+	t.Run("completed_expires", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		ret := retention(h)
+		cr := acquire(t, s, req(h, "k"))
+		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), ret))
+		rec := get(t, s, "k")
+		passUntil(t, h, s, rec.ExpiresAt)
+		wantNotFound(t, s, "k")
+		if recs, err := s.List(ctx, idem.ListQuery{}); err != nil || len(recs) != 0 {
+			t.Fatalf("List after expiry = %v, %v; want nothing", keysOf(recs), err)
+		}
+		wantErr(t, "Delete of an expired record", s.Delete(ctx, "k"), idem.ErrNotFound)
+		_, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: true, Retention: time.Hour})
+		wantErr(t, "Resolve of an expired record", err, idem.ErrNotFound)
+
+		cr2 := acquire(t, s, req(h, "k"))
+		if cr2.Takeover {
+			t.Error("claim after expiry: Takeover = true, want false")
+		}
+		if cr2.Record.Fence != 2 {
+			t.Fatalf("claim after expiry: fence %d, want 2 (fences keep growing across expiry, so a holder from before is still refused)", cr2.Record.Fence)
+		}
+		if n := len(cr2.Record.Journal); n == 0 || !cr2.Record.Journal[n-1].AfterExpiry {
+			t.Fatalf("claim after expiry: journal %+v, want the newest entry marked AfterExpiry", cr2.Record.Journal)
+		}
+		if len(cr2.Record.Result) != 0 {
+			t.Fatalf("claim after expiry kept the old result %q", cr2.Record.Result)
+		}
+		wantErr(t, "Complete with the fence from before the expiry", s.Complete(ctx, "k", cr.Record.Fence, []byte("old"), time.Hour), idem.ErrLeaseLost)
+	})
+
+	t.Run("failed_expires", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		cr := acquire(t, s, req(h, "k"))
+		noErr(t, "Fail", s.Fail(context.Background(), "k", cr.Record.Fence, "declined", retention(h)))
+		passUntil(t, h, s, get(t, s, "k").ExpiresAt)
+		wantNotFound(t, s, "k")
+		acquire(t, s, req(h, "k"))
+	})
+
+	t.Run("in_progress_expires", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		r := req(h, "k")
+		r.Policy = idem.AtMostOnce
+		r.Retention = 2 * r.Lease
+		cr := acquire(t, s, r)
+		wantTime(t, "ExpiresAt", cr.Record.ExpiresAt, cr.Now.Add(2*r.Lease))
+		lapse(t, h, s, "k")
+		if c := claim(t, s, req(h, "k")); c.Acquired {
+			t.Fatal("lapsed AtMostOnce record before its retention: acquired, want indeterminate")
+		}
+		passUntil(t, h, s, cr.Record.ExpiresAt)
+		wantNotFound(t, s, "k")
+		c := acquire(t, s, req(h, "k"))
+		if c.Takeover {
+			t.Error("claim of an expired in_progress record: Takeover = true, want false (it is absent)")
+		}
+	})
+
+	t.Run("expiry_is_checked_on_every_call", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		cr := acquire(t, s, req(h, "k"))
+		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), retention(h)))
+		exp := get(t, s, "k").ExpiresAt
+		passUntil(t, h, s, exp.Add(-retention(h)/4))
+		get(t, s, "k") // still there a little before
+		passUntil(t, h, s, exp)
+		wantNotFound(t, s, "k") // gone exactly at ExpiresAt
+	})
+
+	t.Run("sweep", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		ret := retention(h)
+		const expired, live = 25, 5
+		for i := range expired {
+			k := fmt.Sprintf("old-%02d", i)
+			cr := acquire(t, s, req(h, k))
+			noErr(t, "Complete", s.Complete(ctx, k, cr.Record.Fence, []byte("r"), ret))
+		}
+		for i := range live {
+			k := fmt.Sprintf("live-%02d", i)
+			cr := acquire(t, s, req(h, k))
+			if i%2 == 0 {
+				noErr(t, "Complete", s.Complete(ctx, k, cr.Record.Fence, []byte("r"), longRetention))
+			}
+		}
+		passUntil(t, h, s, now(t, s).Add(ret))
+		total := 0
+		for i := 0; ; i++ {
+			n, err := s.Sweep(ctx, 10)
+			noErr(t, "Sweep", err)
+			if n > 10 {
+				t.Fatalf("Sweep(10) deleted %d records, want at most 10", n)
+			}
+			if n == 0 {
+				break
+			}
+			total += n
+			if i > expired {
+				t.Fatalf("Sweep keeps returning %d after deleting %d records", n, total)
+			}
+		}
+		if total != expired {
+			t.Fatalf("Sweep deleted %d records in all, want %d", total, expired)
+		}
+		for i := range live {
+			get(t, s, fmt.Sprintf("live-%02d", i))
+		}
+		recs, err := s.List(ctx, idem.ListQuery{})
+		noErr(t, "List", err)
+		if len(recs) != live {
+			t.Fatalf("List after Sweep = %v, want the %d live records", keysOf(recs), live)
+		}
+	})
+
+	t.Run("sweep_nothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		acquire(t, s, req(h, "k"))
+		n, err := s.Sweep(context.Background(), 100)
+		if err != nil || n != 0 {
+			t.Fatalf("Sweep with nothing expired = %d, %v; want 0, nil", n, err)
+		}
+		get(t, s, "k")
+	})
+}

@@ -1,0 +1,31 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// harness runs the suite on memstore with one fake clock per test.
+func harness() idemtest.Harness {
+	var clocks idemtest.Clocks
+	return idemtest.Harness{
+		New: func(t testing.TB) idem.Store {
+			return memstore.New(memstore.WithClock(clocks.Get(t).Now))
+		},
+		Advance: clocks.Advance,
+	}
+}
+
+func TestConformance(t *testing.T) { idemtest.TestStore(t, harness()) }
+
+// TestConformanceRealClock runs the suite on the real clock, where it sleeps
+// through short leases instead of advancing a fake clock.
+func TestConformanceRealClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sleeps through leases; skipped with -short")
+	}
+	idemtest.TestStore(t, idemtest.Harness{New: func(testing.TB) idem.Store { return memstore.New() }})
+}
