@@ -25,7 +25,15 @@ type OperationKey struct {
 func (k OperationKey) String() string { return k.s }
 
 // Err reports why the key is invalid, or nil. The error wraps [ErrInvalidKey].
-func (k OperationKey) Err() error { return k.err }
+// The zero OperationKey is invalid: it was never built.
+func (k OperationKey) Err() error {
+	if k.err == nil && k.s == "" {
+		return errZeroKey
+	}
+	return k.err
+}
+
+var errZeroKey = invalidKey("zero OperationKey (build keys with Key or RawKey)")
 
 // Key builds a key from parts, usually a name for the kind of operation and
 // the business identifiers it is about:

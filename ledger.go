@@ -95,8 +95,8 @@ func (l *Ledger) Owner() string { return l.owner }
 // A store error is wrapped in a [*StoreError] and returned: never read as an
 // outcome. The key is then left to its lease and policy.
 func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
-	if key.err != nil {
-		return Result{}, key.err
+	if err := key.Err(); err != nil {
+		return Result{}, err
 	}
 	if l.cache != nil {
 		if res, ok, err := l.fromCache(ctx, key.s, opts); ok || err != nil {

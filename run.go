@@ -59,8 +59,8 @@ func Run[T any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx co
 // database: one commits, the others then see the key completed (Replayed).
 // No heartbeat runs: the claim is invisible to others until it commits.
 func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx context.Context, tx Tx) ([]byte, error), opts ...CallOption) (Result, error) {
-	if key.err != nil {
-		return Result{}, key.err
+	if err := key.Err(); err != nil {
+		return Result{}, err
 	}
 	ts, ok := l.store.(TxStore[Tx])
 	if !ok {
