@@ -112,11 +112,11 @@ func testDo(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s)
 		type receipt struct {
-			MessageID string            `json:"message_id"`
-			Recipients []string         `json:"recipients"`
-			Cost      float64           `json:"cost"`
-			Meta      map[string]string `json:"meta"`
-			When      time.Time         `json:"when"`
+			MessageID  string            `json:"message_id"`
+			Recipients []string          `json:"recipients"`
+			Cost       float64           `json:"cost"`
+			Meta       map[string]string `json:"meta"`
+			When       time.Time         `json:"when"`
 		}
 		want := receipt{MessageID: "<8891.7@example.com>", Recipients: []string{"a@example.com", "ü@example.com"}, Cost: 0.25,
 			Meta: map[string]string{"x": "y"}, When: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)}

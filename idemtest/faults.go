@@ -1,0 +1,282 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// errInjected is the error a FaultStore injects in the suite.
+var errInjected = errors.New("idemtest: injected store failure")
+
+// wantStoreError fails the test unless err is a store failure as a user
+// must see it: a *idem.StoreError, never read as an outcome (not busy,
+// indeterminate, mismatch, failed or lease-lost).
+func wantStoreError(t testing.TB, what string, err error) *idem.StoreError {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want a store error", what)
+	}
+	for _, outcome := range []error{idem.ErrInProgress, idem.ErrIndeterminate, idem.ErrMismatch, idem.ErrFailed, idem.ErrInvalidKey} {
+		if errors.Is(err, outcome) {
+			t.Fatalf("%s: err = %v reads as the outcome %v, want a store error", what, err, outcome)
+		}
+	}
+	var se *idem.StoreError
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: err = %v (%T), want a *idem.StoreError", what, err, err)
+	}
+	return se
+}
+
+// testFaults holds store failures: closed and unreachable stores, failures
+// injected on one operation, and corrupt records.
+func testFaults(t *testing.T, h Harness) {
+	t.Run("closed", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		l := ledger(h, s)
+		var c counter
+		do(t, l, idem.Key("done"), c.fn([]byte("r")))
+		noErr(t, "Close", s.Close())
+		for _, key := range []string{"done", "new"} {
+			res, err := l.Do(context.Background(), idem.Key(key), c.fn(nil))
+			wantStoreError(t, "Do on a closed store", err)
+			wantErr(t, "Do on a closed store", err, idem.ErrClosed)
+			if res.Replayed || res.Value != nil {
+				t.Fatalf("Do on a closed store returned a result %+v", res)
+			}
+		}
+		c.want(t, 1)
+		ctx := context.Background()
+		_, err := s.Claim(ctx, req(h, "k"))
+		wantErr(t, "Claim after Close", err, idem.ErrClosed)
+		_, err = s.Get(ctx, "done")
+		wantErr(t, "Get after Close", err, idem.ErrClosed)
+		wantErr(t, "Complete after Close", s.Complete(ctx, "done", 1, nil, time.Hour), idem.ErrClosed)
+		_, err = s.Extend(ctx, "done", 1, time.Hour)
+		wantErr(t, "Extend after Close", err, idem.ErrClosed)
+		_, err = s.List(ctx, idem.ListQuery{})
+		wantErr(t, "List after Close", err, idem.ErrClosed)
+		_, err = s.Sweep(ctx, 10)
+		wantErr(t, "Sweep after Close", err, idem.ErrClosed)
+		_, err = s.Now(ctx)
+		wantErr(t, "Now after Close", err, idem.ErrClosed)
+	})
+
+	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
+		if h.Unreachable == nil {
+			t.Skip("Harness.Unreachable is not set")
+		}
+		s := h.Unreachable(t)
+		t.Cleanup(func() { _ = s.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var c counter
+		_, err := ledger(h, s).Do(ctx, idem.Key("k"), c.fn(nil))
+		wantStoreError(t, "Do on an unreachable store", err)
+		c.want(t, 0)
+		_, err = s.Get(ctx, "k")
+		if err == nil || errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Get on an unreachable store: %v, want an error that is not ErrNotFound", err)
+		}
+	})
+
+	t.Run("claim_fails", func(t *testing.T) {
+		// Powertools persistence_exception_save_inprogress_error.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		fs.Inject(OpClaim, Fault{Err: errInjected})
+		var c counter
+		_, err := ledger(h, fs).Do(context.Background(), idem.Key("k"), c.fn(nil))
+		se := wantStoreError(t, "Do whose claim fails", err)
+		wantErr(t, "Do whose claim fails", err, errInjected)
+		if se.Op != "claim" || se.Key != "k" {
+			t.Fatalf("StoreError{Op %q, Key %q}, want {claim, k}", se.Op, se.Key)
+		}
+		c.want(t, 0)
+		wantNotFound(t, s, "k")
+	})
+
+	t.Run("complete_fails", func(t *testing.T) {
+		// Powertools persistence_exception_updating: fn ran, its result
+		// could not be recorded. Not a success; the key is left to its
+		// lease and policy.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		l := ledger(h, fs)
+		fs.Inject(OpComplete, Fault{Err: errInjected})
+		var c counter
+		res, err := l.Do(context.Background(), idem.Key("k"), c.fn([]byte("sent")))
+		se := wantStoreError(t, "Do whose completion fails", err)
+		wantErr(t, "Do whose completion fails", err, errInjected)
+		if se.Op != "complete" {
+			t.Fatalf("StoreError.Op = %q, want complete", se.Op)
+		}
+		if res.Value != nil {
+			t.Fatalf("Do returned a value %q with a store error", res.Value)
+		}
+		c.want(t, 1)
+		fs.Heal(OpComplete)
+		rec := get(t, s, "k")
+		if rec.Status != idem.StatusInProgress {
+			t.Fatalf("after a failed completion: %s, want in_progress (left to its lease)", rec.Status)
+		}
+		_, err = l.Do(context.Background(), idem.Key("k"), c.fn(nil))
+		wantErr(t, "Do while the unrecorded attempt's lease runs", err, idem.ErrInProgress)
+		lapse(t, h, s, "k")
+		res = do(t, l, idem.Key("k"), c.fn([]byte("sent again")))
+		if !res.Takeover || res.Attempt != 2 {
+			t.Fatalf("Do after the lease passed: Takeover %v, Attempt %d; want a takeover, attempt 2", res.Takeover, res.Attempt)
+		}
+		c.want(t, 2)
+	})
+
+	t.Run("complete_answer_lost", func(t *testing.T) {
+		// The completion was written but its answer was lost: Do reports
+		// the store error, and the next call replays the recorded result.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		l := ledger(h, fs)
+		fs.Inject(OpComplete, Fault{Err: errInjected, After: true, Times: 1})
+		var c counter
+		_, err := l.Do(context.Background(), idem.Key("k"), c.fn([]byte("sent")))
+		wantStoreError(t, "Do whose completion answer is lost", err)
+		res := do(t, l, idem.Key("k"), c.fn(nil))
+		wantResult(t, res, []byte("sent"), true, 1, 1)
+		c.want(t, 1)
+	})
+
+	t.Run("release_fails", func(t *testing.T) {
+		// Powertools persistence_exception_deleting: fn failed and the
+		// release failed too. The caller sees both.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		l := ledger(h, fs)
+		fs.Inject(OpRelease, Fault{Err: errInjected})
+		var c counter
+		_, err := l.Do(context.Background(), idem.Key("k"), c.fail(errBoom))
+		wantErr(t, "Do whose release fails", err, errBoom)
+		wantErr(t, "Do whose release fails", err, errInjected)
+		var se *idem.StoreError
+		if !errors.As(err, &se) || se.Op != "released" && se.Op != "release" {
+			t.Fatalf("err = %v, want it to hold a *idem.StoreError for the release", err)
+		}
+		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress {
+			t.Fatalf("after a failed release: %s, want in_progress (left to its lease)", rec.Status)
+		}
+		fs.Heal(OpRelease)
+		lapse(t, h, s, "k")
+		res := do(t, l, idem.Key("k"), c.fn([]byte("ok")))
+		if !res.Takeover || res.Attempt != 2 {
+			t.Fatalf("Do after the lease passed: Takeover %v, Attempt %d; want a takeover, attempt 2", res.Takeover, res.Attempt)
+		}
+	})
+
+	t.Run("fail_and_abandon_fail", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			op     Op
+			policy idem.Policy
+			err    error
+		}{
+			{OpFail, idem.AtLeastOnce, idem.Permanent(errBoom)},
+			{OpAbandon, idem.AtMostOnce, errBoom},
+		} {
+			s := newStore(t, h)
+			fs := NewFaultStore(s)
+			fs.Inject(tc.op, Fault{Err: errInjected})
+			var c counter
+			_, err := ledger(h, fs, idem.WithPolicy(tc.policy)).Do(context.Background(), idem.Key("k"), c.fail(tc.err))
+			wantErr(t, "Do whose "+string(tc.op)+" fails", err, errBoom)
+			wantErr(t, "Do whose "+string(tc.op)+" fails", err, errInjected)
+			var se *idem.StoreError
+			if !errors.As(err, &se) {
+				t.Fatalf("Do whose %s fails: err = %v, want it to hold a *idem.StoreError", tc.op, err)
+			}
+		}
+	})
+
+	t.Run("extend_fails", func(t *testing.T) {
+		// Heartbeats cannot reach the store: once the lease has passed by
+		// the local clock, fn is cancelled and Do reports the lost lease.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		fs.Inject(OpExtend, Fault{Err: errInjected})
+		l := ledger(h, fs, idem.WithLease(hbLease))
+		var cancelledAfter time.Duration
+		start := time.Now()
+		_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+			select {
+			case <-ctx.Done():
+				cancelledAfter = time.Since(start)
+				if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+					t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("fn was not cancelled although no heartbeat reached the store")
+			}
+			return []byte("late"), nil
+		})
+		wantErr(t, "Do whose heartbeats fail", err, idem.ErrLeaseLost)
+		if cancelledAfter < hbLease-hbLease/10 {
+			t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, hbLease)
+		}
+		if fs.Calls(OpExtend) < 2 {
+			t.Fatalf("%d heartbeats, want at least 2 before giving up", fs.Calls(OpExtend))
+		}
+		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || len(rec.Result) != 0 {
+			t.Fatalf("after the lost lease: {%s, result %q}, want in_progress with nothing recorded", rec.Status, rec.Result)
+		}
+	})
+
+	t.Run("extend_fails_once", func(t *testing.T) {
+		t.Parallel()
+		fs := NewFaultStore(newStore(t, h))
+		fs.Inject(OpExtend, Fault{Err: errInjected, Times: 1})
+		l := ledger(h, fs, idem.WithLease(hbLease))
+		res, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(2 * hbLease):
+				return []byte("ok"), nil
+			}
+		})
+		noErr(t, "Do with one failed heartbeat", err)
+		wantBytes(t, "Value", res.Value, []byte("ok"))
+	})
+
+	t.Run("corrupt", func(t *testing.T) {
+		t.Parallel()
+		if h.Corrupt == nil {
+			t.Skip("Harness.Corrupt is not set")
+		}
+		s := newStore(t, h)
+		l := ledger(h, s)
+		var c counter
+		do(t, l, idem.Key("k"), c.fn([]byte("r")))
+		h.Corrupt(t, s, "k")
+		_, err := l.Do(context.Background(), idem.Key("k"), c.fn(nil))
+		wantErr(t, "Do on a corrupt record", err, idem.ErrCorrupt)
+		var ce *idem.CorruptError
+		if !errors.As(err, &ce) {
+			t.Fatalf("err = %T, want it to hold a *idem.CorruptError", err)
+		}
+		c.want(t, 1)
+		_, err = s.Get(context.Background(), "k")
+		wantErr(t, "Get of a corrupt record", err, idem.ErrCorrupt)
+		// Never read as absent: a claim does not overwrite it.
+		_, err = s.Claim(context.Background(), req(h, "k"))
+		wantErr(t, "Claim of a corrupt record", err, idem.ErrCorrupt)
+	})
+}

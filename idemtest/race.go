@@ -1,0 +1,204 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// testRace holds concurrency within one process: goroutines racing on the
+// same keys through one or several Ledgers, and racing claims on the store.
+func testRace(t *testing.T, h Harness) {
+	t.Run("do_64_goroutines_1000_keys", func(t *testing.T) {
+		t.Parallel()
+		const goroutines, keys = 64, 1000
+		s := newStore(t, h)
+		// Four ledgers, as four processes would have, share the store.
+		ls := []*idem.Ledger{
+			ledger(h, s, idem.WithOwner("p0")), ledger(h, s, idem.WithOwner("p1")),
+			ledger(h, s, idem.WithOwner("p2")), ledger(h, s, idem.WithOwner("p3")),
+		}
+		names := make([]idem.OperationKey, keys)
+		for i := range names {
+			names[i] = idem.Key("race", i)
+		}
+		var (
+			runs                     [keys]atomic.Int64
+			executed, replayed, busy atomic.Int64
+			wrongValue, otherErr     atomic.Int64
+			firstOther               atomic.Pointer[error]
+			start                    = make(chan struct{})
+			wg                       sync.WaitGroup
+		)
+		for g := range goroutines {
+			wg.Go(func() {
+				l := ls[g%len(ls)]
+				order := rand.Perm(keys)
+				<-start
+				for _, i := range order {
+					res, err := l.Do(context.Background(), names[i], func(context.Context) ([]byte, error) {
+						runs[i].Add(1)
+						return []byte(strconv.Itoa(i)), nil
+					})
+					switch {
+					case err == nil && res.Replayed:
+						replayed.Add(1)
+					case err == nil:
+						executed.Add(1)
+					case errors.Is(err, idem.ErrInProgress):
+						busy.Add(1)
+						continue
+					default:
+						otherErr.Add(1)
+						firstOther.CompareAndSwap(nil, &err)
+						continue
+					}
+					if string(res.Value) != strconv.Itoa(i) {
+						wrongValue.Add(1)
+					}
+				}
+			})
+		}
+		began := time.Now()
+		close(start)
+		wg.Wait()
+		t.Logf("%d calls in %v: %d executed, %d replayed, %d busy", goroutines*keys, time.Since(began).Round(time.Millisecond),
+			executed.Load(), replayed.Load(), busy.Load())
+		if p := firstOther.Load(); p != nil {
+			t.Fatalf("%d calls failed, first: %v", otherErr.Load(), *p)
+		}
+		for i := range runs {
+			if n := runs[i].Load(); n != 1 {
+				t.Fatalf("key %d: fn ran %d times, want exactly 1", i, n)
+			}
+		}
+		if executed.Load() != keys {
+			t.Fatalf("%d calls executed fn, want %d", executed.Load(), keys)
+		}
+		if n := executed.Load() + replayed.Load() + busy.Load(); n != goroutines*keys {
+			t.Fatalf("%d calls accounted for, want %d", n, goroutines*keys)
+		}
+		if wrongValue.Load() != 0 {
+			t.Fatalf("%d calls returned another key's value", wrongValue.Load())
+		}
+		for i := range keys {
+			if rec := get(t, s, names[i].String()); rec.Status != idem.StatusCompleted || rec.Fence != 1 {
+				t.Fatalf("key %d after the race: {%s, fence %d}, want {completed, 1}", i, rec.Status, rec.Fence)
+			}
+		}
+	})
+
+	t.Run("claim_same_new_key", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		wantOneWinner(t, s, req(h, "k"), false)
+	})
+
+	t.Run("claim_same_lapsed_key", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		acquire(t, s, req(h, "k"))
+		lapse(t, h, s, "k")
+		wantOneWinner(t, s, req(h, "k"), true)
+	})
+
+	t.Run("claim_same_released_key", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		cr := acquire(t, s, req(h, "k"))
+		noErr(t, "Release", s.Release(context.Background(), "k", cr.Record.Fence, "retry"))
+		wantOneWinner(t, s, req(h, "k"), false)
+	})
+
+	t.Run("finish_races_takeover", func(t *testing.T) {
+		// A stale holder's Complete races a takeover: either the completion
+		// lands first (the claim then sees completed) or the takeover does
+		// (the completion is refused). Never both.
+		t.Parallel()
+		s := newStore(t, h)
+		const n = 50
+		olds := make([]idem.ClaimResult, n)
+		for i := range n {
+			olds[i] = acquire(t, s, req(h, "k"+strconv.Itoa(i)))
+		}
+		lapse(t, h, s, "k"+strconv.Itoa(n-1)) // the last claimed lapses last
+		for i, old := range olds {
+			key := old.Record.Key
+			var (
+				cr       idem.ClaimResult
+				cerr, ce error
+				wg       sync.WaitGroup
+			)
+			wg.Go(func() { cr, cerr = s.Claim(context.Background(), req(h, key)) })
+			wg.Go(func() { ce = s.Complete(context.Background(), key, old.Record.Fence, []byte("old"), time.Hour) })
+			wg.Wait()
+			noErr(t, "Claim", cerr)
+			rec := get(t, s, key)
+			switch {
+			case ce == nil && !cr.Acquired:
+				if rec.Status != idem.StatusCompleted || rec.Fence != 1 {
+					t.Fatalf("completion won: record {%s, fence %d}, want {completed, 1}", rec.Status, rec.Fence)
+				}
+			case errors.Is(ce, idem.ErrLeaseLost) && cr.Acquired:
+				if rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+					t.Fatalf("takeover won: record {%s, fence %d}, want {in_progress, 2}", rec.Status, rec.Fence)
+				}
+			default:
+				t.Fatalf("race %d: Complete = %v and Claim acquired = %v: both or neither won", i, ce, cr.Acquired)
+			}
+		}
+	})
+}
+
+// wantOneWinner races 32 goroutines claiming r and fails the test unless
+// exactly one acquires it (as a takeover when takeover is set).
+func wantOneWinner(t *testing.T, s idem.Store, r idem.ClaimRequest, takeover bool) {
+	t.Helper()
+	const n = 32
+	var (
+		wg     sync.WaitGroup
+		won    atomic.Int64
+		fences sync.Map
+		start  = make(chan struct{})
+		errs   = make(chan error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			rr := r
+			rr.Owner = "racer-" + strconv.Itoa(i)
+			<-start
+			cr, err := s.Claim(context.Background(), rr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if cr.Acquired {
+				won.Add(1)
+				fences.Store(cr.Record.Fence, rr.Owner)
+				if cr.Takeover != takeover {
+					errs <- errors.New("winner's Takeover flag is wrong")
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("racing claims: %v", err)
+	}
+	if won.Load() != 1 {
+		t.Fatalf("%d of %d racing claims acquired the key, want exactly 1", won.Load(), n)
+	}
+	rec := get(t, s, r.Key)
+	if owner, ok := fences.Load(rec.Fence); !ok || owner != rec.Owner {
+		t.Fatalf("record {fence %d, owner %q} is not the winner's", rec.Fence, rec.Owner)
+	}
+}
