@@ -189,7 +189,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		case "", idem.OutcomeLapsed:
 			if e.Outcome == idem.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
-					"attempt %d's lease (last granted by its claim or a heartbeat) ran out with no outcome recorded: it crashed, hung or lost the store%s",
+					"attempt %d's lease ran out with no outcome recorded: it crashed, hung or lost the store%s",
 					e.Attempt, because(e.Reason))
 			}
 		case idem.OutcomeCompleted:
@@ -242,7 +242,7 @@ func next(atts []attempt, idx int) *attempt {
 const (
 	q1 = "Was completion recorded before the second attempt?"
 	q2 = "Did attempts overlap?"
-	q3 = "Did an attempt run again after an earlier one may have done its effect (lapsed, crashed or returned an error)?"
+	q3 = "Did an attempt run again after an earlier one may have done its effect?"
 	q0 = "Was there more than one attempt?"
 )
 
@@ -409,7 +409,7 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
 }
 
-// dur rounds d for people.
+// dur rounds d for people: "20ms", "1.5s", "59m2s", "36h", "7d", "1d12h".
 func dur(d time.Duration) string {
 	switch {
 	case d < 0:
@@ -420,15 +420,25 @@ func dur(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
 		return d.Round(10 * time.Millisecond).String()
-	case d < 48*time.Hour:
-		return d.Round(time.Second).String()
+	case d < 24*time.Hour:
+		d = d.Round(time.Second)
+		h, m, sec := d/time.Hour, (d%time.Hour)/time.Minute, (d%time.Minute)/time.Second
+		return units([]int64{int64(h), int64(m), int64(sec)}, []string{"h", "m", "s"})
 	}
-	days := d / (24 * time.Hour)
-	rest := (d - days*24*time.Hour).Round(time.Hour)
-	if rest == 0 {
-		return fmt.Sprintf("%dd", days)
+	d = d.Round(time.Hour)
+	return units([]int64{int64(d / (24 * time.Hour)), int64(d % (24 * time.Hour) / time.Hour)}, []string{"d", "h"})
+}
+
+// units writes the values with their units, from the first non-zero one,
+// leaving out zero values after it.
+func units(v []int64, u []string) string {
+	var b strings.Builder
+	for i := range v {
+		if v[i] != 0 {
+			fmt.Fprintf(&b, "%d%s", v[i], u[i])
+		}
 	}
-	return fmt.Sprintf("%dd%s", days, strings.TrimSuffix(strings.TrimSuffix(rest.String(), "0s"), "0m"))
+	return b.String()
 }
 
 // Dur formats d the way explanations do (exported for the CLI's other

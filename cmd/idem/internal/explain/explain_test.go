@@ -354,13 +354,18 @@ func TestJournalsFromTransitions(t *testing.T) {
 
 func TestDur(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		20 * time.Millisecond:               "20ms",
-		1500 * time.Millisecond:             "1.5s",
-		90 * time.Minute:                    "1h30m0s",
-		7 * 24 * time.Hour:                  "7d",
-		7*24*time.Hour + 5*time.Hour:        "7d5h",
-		-300 * time.Millisecond:             "-300ms",
-		3*24*time.Hour + 90*time.Minute + 1: "3d2h",
+		20 * time.Millisecond:                 "20ms",
+		1500 * time.Millisecond:               "1.5s",
+		90 * time.Minute:                      "1h30m",
+		36 * time.Hour:                        "1d12h",
+		time.Hour:                             "1h",
+		59*time.Minute + 2*time.Second:        "59m2s",
+		time.Minute:                           "1m",
+		7 * 24 * time.Hour:                    "7d",
+		7*24*time.Hour + 5*time.Hour:          "7d5h",
+		-300 * time.Millisecond:               "-300ms",
+		3*24*time.Hour + 90*time.Minute + 1:   "3d2h",
+		7*24*time.Hour - 500*time.Millisecond: "7d",
 	} {
 		if got := Dur(d); got != want {
 			t.Errorf("Dur(%v) = %q, want %q", d, got, want)

@@ -1,0 +1,52 @@
+// Command idem inspects and repairs the records of an idem store, explains
+// what happened to a key, and runs the receipts demo.
+//
+// Usage:
+//
+//	idem [--store URL] COMMAND [flags] [arguments]
+//
+// The store is named by --store (before or after the command), else by the
+// IDEM_STORE environment variable, else sqlite:idem.db:
+//
+//	sqlite:PATH, sqlite://PATH   the SQLite database file PATH (store/sqlitestore)
+//	mem:                         an empty in-memory store (store/memstore), for trying things
+//
+// Commands that read or repair records never create a store that does not
+// exist. Every command has --help.
+//
+//	inspect KEY          the record: status and derived state (lapsed, or
+//	                     indeterminate under at_most_once), policy, fence,
+//	                     attempt, owner, fingerprint, result preview and
+//	                     size, reason, lease and retention times, journal.
+//	                     --json prints it as JSON (result in base64).
+//	ls                   records, one line each; --status S, --stuck (lapsed
+//	                     and indeterminate keys), --limit N, --after KEY, --json
+//	                     (one object per line).
+//	release KEY          make a key claimable again; refuses a live lease
+//	                     unless --force; --fence N acts only on the attempt
+//	                     inspected.
+//	resolve KEY --done [--result S | --result-file F] [--retention D]
+//	resolve KEY --not-done
+//	                     decide a key whose attempt never finished; same
+//	                     refusals and --fence; --reason is recorded.
+//	sweep                delete expired records in batches (--batch N) until
+//	                     none are left; Ctrl-C stops between batches.
+//	explain KEY          the key's story from its journal, and the verdict of
+//	                     the "two emails, one booking" decision tree; --json.
+//	demo                 the receipts worker with redeliveries, two consumers
+//	                     and a crash between send and record, on a temporary
+//	                     SQLite store; then explain, ls --stuck and resolve.
+//	help [COMMAND]       help.
+//
+// Exit codes:
+//
+//	0    ok
+//	1    operation error: the store failed, or the command refused
+//	2    usage error
+//	3    key not found
+//	4    refused because the key's lease is live (use --force)
+//	130  interrupted (Ctrl-C)
+//
+// The store URL is opened in one place, cmd/idem/internal/storeurl, where a
+// new backend (postgres://, redis://, dynamodb://) registers its scheme.
+package main

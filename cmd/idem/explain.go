@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+
+	"github.com/idemkit/idem/cmd/idem/internal/explain"
+)
+
+var explainCmd = &command{
+	name:     "explain",
+	synopsis: "[--json] KEY",
+	summary:  `tell a key's story and answer "two emails, one booking"`,
+	help: `
+Explain tells what happened to KEY in plain words, from its record and its
+journal of attempts: who claimed it and when, how each attempt ended (result
+recorded, error, permanent failure, lease ran out), takeovers of lapsed
+attempts, attempts that finished late after losing their lease, operators'
+decisions, expiry and re-runs.
+
+Then it walks the "two emails, one booking" decision tree over that
+journal and gives its verdict:
+
+  1. Was completion recorded before the second attempt? (with idem only
+     after the completed record expired, or an operator released it)
+     yes: check the job key, table and record lifetime
+  2. Did attempts overlap? (an attempt still running after a later one took
+     over) yes: concurrent attempts; lengthen the lease / fix heartbeats
+  3. Did an attempt run again after an earlier one lapsed, crashed or
+     returned an error? yes: send succeeded, recording failed or crashed
+  otherwise: no second effect could come from idem's side.
+
+With --json it prints the story, the questions with their answers and the
+verdict (code, cause, text, attempts) as one JSON object.`,
+	exits: `  0  explained
+  1  the store failed
+  2  usage error
+  3  no record for KEY (never claimed, or expired or swept)`,
+	run: runExplain,
+}
+
+func runExplain(ctx context.Context, a *app, args []string) error {
+	fs := a.cmd.flagSet(a)
+	asJSON := fs.Bool("json", false, "print the explanation as JSON")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := keyArg(pos)
+	if err != nil {
+		return err
+	}
+	s, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	rec, now, err := getRecord(ctx, s, key)
+	if err != nil {
+		return err
+	}
+	x := explain.Explain(rec, now)
+	if *asJSON {
+		return writeJSONIndent(a.stdout, x)
+	}
+	return explain.Write(a.stdout, x, "")
+}

@@ -1,0 +1,51 @@
+package main
+
+import "context"
+
+var inspectCmd = &command{
+	name:     "inspect",
+	synopsis: "[--json] KEY",
+	summary:  "show a key's record and its journal of attempts",
+	help: `
+Inspect prints the record the store keeps for KEY: its status and derived
+state (an in_progress record whose lease has passed is "lapsed" under
+at_least_once, and the next claim takes it over, or "indeterminate" under
+at_most_once, waiting for 'idem resolve'), policy, fence, attempt, owner,
+fingerprint, a preview of the result with its size, the last reason, lease
+and retention times, and the journal of the newest attempts.
+
+KEY is the key as stored, e.g. receipt:8891:7 (what idem.Key builds).
+
+With --json it prints the record as one JSON object: snake_case fields,
+times in RFC 3339 UTC, the result in base64, the derived state in "state".`,
+	exits: `  0  the record was found
+  1  the store failed
+  2  usage error
+  3  no record for KEY (never claimed, or expired or swept)`,
+	run: runInspect,
+}
+
+func runInspect(ctx context.Context, a *app, args []string) error {
+	fs := a.cmd.flagSet(a)
+	asJSON := fs.Bool("json", false, "print the record as JSON")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	key, err := keyArg(pos)
+	if err != nil {
+		return err
+	}
+	s, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	rec, now, err := getRecord(ctx, s, key)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSONIndent(a.stdout, toJSON(&rec, now, true))
+	}
+	return writeRecord(a.stdout, &rec, now)
+}

@@ -1,0 +1,650 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// clock is a fake store clock tests move by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// backend makes a store on a fake clock for the command tests.
+type backend struct {
+	name string
+	open func(t *testing.T, now func() time.Time) idem.Store
+}
+
+var backends = []backend{
+	{"mem", func(t *testing.T, now func() time.Time) idem.Store { return memstore.New(memstore.WithClock(now)) }},
+}
+
+// env is one store under test, reachable by the commands as --store URL.
+type env struct {
+	t     *testing.T
+	store idem.Store
+	clk   *clock
+	url   string
+}
+
+var envSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newEnv(t *testing.T, b backend) *env {
+	t.Helper()
+	clk := newClock()
+	s := b.open(t, clk.Now)
+	t.Cleanup(func() { s.Close() })
+	envSeq.Lock()
+	envSeq.n++
+	name := fmt.Sprintf("test-%d", envSeq.n)
+	envSeq.Unlock()
+	storeurl.SetMem(name, s)
+	return &env{t: t, store: s, clk: clk, url: "mem:" + name}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+func idemRun(ctx context.Context, args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// run runs the command on e's store.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return idemRun(context.Background(), append([]string{"--store", e.url}, args...)...)
+}
+
+func (r result) expect(t *testing.T, code int, stdout ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d, got %s", code, r)
+	}
+	for _, s := range stdout {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("stdout lacks %q:\n%s", s, r)
+		}
+	}
+}
+
+func (r result) expectErr(t *testing.T, code int, stderr ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d, got %s", code, r)
+	}
+	for _, s := range stderr {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, r)
+		}
+	}
+}
+
+const (
+	lease     = 10 * time.Second
+	retention = time.Hour
+)
+
+func (e *env) claim(key string, p idem.Policy, owner string, l time.Duration) int64 {
+	e.t.Helper()
+	res, err := e.store.Claim(context.Background(), idem.ClaimRequest{Key: key, Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: l, Retention: retention})
+	if err != nil || !res.Acquired {
+		e.t.Fatalf("claim %s: %v %+v", key, err, res)
+	}
+	return res.Record.Fence
+}
+
+func (e *env) complete(key string, fence int64, result string, ret time.Duration) {
+	e.t.Helper()
+	if err := e.store.Complete(context.Background(), key, fence, []byte(result), ret); err != nil {
+		e.t.Fatalf("complete %s: %v", key, err)
+	}
+}
+
+func (e *env) get(key string) idem.Record {
+	e.t.Helper()
+	r, err := e.store.Get(context.Background(), key)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", key, err)
+	}
+	return r
+}
+
+// fixture fills e with one record in each state, plus the journals the
+// explain verdicts need. Afterwards the clock is at t0+1m.
+//
+//	done       completed, result "ses-1"
+//	running    in_progress, lease live
+//	lapsed     in_progress past its lease, at_least_once
+//	indet      in_progress past its lease, at_most_once
+//	failed     failed permanently
+//	released   released
+//	crash      attempt 1 lapsed, attempt 2 took over and completed
+//	overlap    as crash, and attempt 1 finished late
+//	expired    completed, expired after a minute, claimed again and completed
+//	short      completed with a retention of 30s: expired at the end
+func (e *env) fixture() {
+	ctx := context.Background()
+	e.t.Helper()
+	f := e.claim("expired", idem.AtLeastOnce, "w1", lease)
+	e.complete("expired", f, "ses-e1", 30*time.Second)
+	f = e.claim("done", idem.AtLeastOnce, "w1", lease)
+	e.complete("done", f, "ses-1", retention)
+	f = e.claim("short", idem.AtLeastOnce, "w1", lease)
+	e.complete("short", f, "ses-s", 30*time.Second)
+	e.claim("lapsed", idem.AtLeastOnce, "w1", time.Second)
+	e.claim("indet", idem.AtMostOnce, "w1", time.Second)
+	e.claim("crash", idem.AtLeastOnce, "w1", time.Second)
+	f1 := e.claim("overlap", idem.AtLeastOnce, "w1", time.Second)
+	f = e.claim("failed", idem.AtLeastOnce, "w1", lease)
+	if err := e.store.Fail(ctx, "failed", f, "card declined", retention); err != nil {
+		e.t.Fatal(err)
+	}
+	f = e.claim("released", idem.AtLeastOnce, "w1", lease)
+	if err := e.store.Release(ctx, "released", f, "smtp: connection refused"); err != nil {
+		e.t.Fatal(err)
+	}
+	e.clk.Advance(2 * time.Second)
+	f = e.claim("crash", idem.AtLeastOnce, "w2", lease)
+	e.complete("crash", f, "ses-c2", retention)
+	f2 := e.claim("overlap", idem.AtLeastOnce, "w2", lease)
+	e.clk.Advance(time.Second)
+	if err := e.store.Complete(ctx, "overlap", f1, []byte("late"), retention); !errors.Is(err, idem.ErrLeaseLost) {
+		e.t.Fatalf("late complete: %v", err)
+	}
+	e.complete("overlap", f2, "ses-o2", retention)
+	e.clk.Advance(57 * time.Second) // t0+1m: "expired" and "short" have expired
+	f = e.claim("expired", idem.AtLeastOnce, "w2", lease)
+	e.complete("expired", f, "ses-e2", retention)
+	e.claim("running", idem.AtLeastOnce, "w3", time.Hour)
+}
+
+func forEachBackend(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, b)
+			e.fixture()
+			f(t, e)
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		r := idemRun(ctx, args...)
+		r.expect(t, 0, "Usage:", "idem [--store URL] COMMAND", "Exit codes:", "4    refused because the key's lease is live (use --force)", "--store URL")
+		for _, c := range commands {
+			if !strings.Contains(r.stdout, "  "+c.name+" ") {
+				t.Errorf("%v: top-level help lacks command %s", args, c.name)
+			}
+		}
+	}
+	for _, c := range commands {
+		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}, {"--store", "mem:", c.name, "--help"}} {
+			r := idemRun(ctx, args...)
+			r.expect(t, 0, "Usage: idem [--store URL] "+c.name, "Flags:", "--store URL", "Exit codes:")
+			if r.stderr != "" {
+				t.Errorf("%v: stderr %q", args, r.stderr)
+			}
+		}
+	}
+	// Flags of each command appear in its help.
+	for cmd, flags := range map[string][]string{
+		"inspect": {"--json"},
+		"ls":      {"--status S", "--stuck", "--limit N", "--after KEY", "--json"},
+		"release": {"--fence N", "--force", "--reason TEXT"},
+		"resolve": {"--done", "--not-done", "--result STRING", "--result-file F", "--retention D", "--fence N", "--force", "--reason TEXT"},
+		"sweep":   {"--batch N", "(default 1000)"},
+		"explain": {"--json"},
+		"demo":    {"--orders N", "--seed N", "--lease D", "--keep"},
+	} {
+		idemRun(ctx, "help", cmd).expect(t, 0, flags...)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	ctx := context.Background()
+	idemRun(ctx).expectErr(t, 2, "Usage:")
+	idemRun(ctx, "frobnicate").expectErr(t, 2, `unknown command "frobnicate"`)
+	idemRun(ctx, "help", "frobnicate").expectErr(t, 2, `unknown command "frobnicate"`)
+	idemRun(ctx, "--bogus", "ls").expectErr(t, 2, "flag provided but not defined: -bogus")
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"inspect"}, "missing KEY"},
+		{[]string{"inspect", "a", "b"}, "takes one KEY"},
+		{[]string{"explain"}, "missing KEY"},
+		{[]string{"release"}, "missing KEY"},
+		{[]string{"ls", "--bogus"}, "flag provided but not defined"},
+		{[]string{"ls", "extra"}, "takes no arguments"},
+		{[]string{"ls", "--status", "weird"}, `unknown --status "weird"`},
+		{[]string{"ls", "--stuck", "--status", "completed"}, "cannot be combined"},
+		{[]string{"ls", "--limit", "-1"}, "--limit must be"},
+		{[]string{"resolve", "k"}, "--done or --not-done"},
+		{[]string{"resolve", "k", "--done", "--not-done"}, "--done or --not-done"},
+		{[]string{"resolve", "k", "--not-done", "--result", "x"}, "go with --done"},
+		{[]string{"resolve", "k", "--done", "--result", "x", "--result-file", "f"}, "exclusive"},
+		{[]string{"resolve", "k", "--done", "--retention", "soon"}, "invalid duration"},
+		{[]string{"sweep", "--batch", "0"}, "--batch must be at least 1"},
+		{[]string{"demo", "--orders", "3"}, "--orders must be at least 7"},
+	} {
+		r := idemRun(ctx, append([]string{"--store", "mem:"}, tc.args...)...)
+		r.expectErr(t, 2, tc.msg, "--help' for usage")
+	}
+	idemRun(ctx, "--store", "ftp://host/x", "ls").expectErr(t, 2, `unknown store scheme "ftp"`)
+	idemRun(ctx, "--store", "idem.db", "ls").expectErr(t, 2, "no scheme")
+	idemRun(ctx, "--store", "postgres://u:pw@h/db", "ls").expectErr(t, 2, "not built into this idem yet")
+}
+
+func TestStoreFromEnvironment(t *testing.T) {
+	e := newEnv(t, backends[0])
+	e.fixture()
+	t.Setenv("IDEM_STORE", e.url)
+	idemRun(context.Background(), "inspect", "done").expect(t, 0, "ses-1")
+	// The flag wins over the environment, before or after the command.
+	idemRun(context.Background(), "inspect", "done", "--store", "mem:").expectErr(t, 3, "no record")
+	idemRun(context.Background(), "--store", "mem:", "inspect", "done").expectErr(t, 3, "no record")
+}
+
+func TestMissingStoreFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.db")
+	t.Chdir(t.TempDir())
+	t.Setenv("IDEM_STORE", "")
+	if storeurl.Has("sqlite") {
+		idemRun(context.Background(), "--store", "sqlite:"+path, "ls").expectErr(t, 1, "no database file "+path)
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("ls created %s", path)
+		}
+		// The default store is sqlite:idem.db in the working directory.
+		idemRun(context.Background(), "ls").expectErr(t, 1, "no database file idem.db")
+	}
+}
+
+func TestInspect(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		r := e.run("inspect", "done")
+		r.expect(t, 0, "key          done", "status       completed", "state        completed", "policy       at_least_once",
+			"fence        1", "attempt      1", "owner        w1", `result       "ses-1" (5 bytes)`, "expires at", "created", "updated",
+			"journal (oldest first, times UTC on 2025-06-01)", "ATTEMPT  FENCE  OWNER  CORRELATION", "completed")
+
+		e.run("inspect", "lapsed").expect(t, 0, "status       in_progress", "lapsed, next claim takes over", "passed")
+		e.run("inspect", "indet").expect(t, 0, "status       in_progress", "indeterminate", "waiting for `idem resolve`", "at_most_once")
+		e.run("inspect", "running").expect(t, 0, "state        in_progress", "live, ends in 1h", "(running or unknown)")
+		e.run("inspect", "failed").expect(t, 0, "status       failed", "reason       card declined")
+		e.run("inspect", "crash").expect(t, 0, "takeover", "lapsed", "fence        2", "attempt      2")
+		e.run("inspect", "overlap").expect(t, 0, "late finish 10:00:03.000")
+		e.run("inspect", "expired").expect(t, 0, "after expiry")
+
+		// Flags after the key; JSON with the journal and the result in base64.
+		r = e.run("inspect", "crash", "--json")
+		r.expect(t, 0)
+		var j struct {
+			Key, Status, State, Policy string
+			Fence                      int64
+			Result                     []byte
+			ResultSize                 int `json:"result_size"`
+			Journal                    []struct {
+				Attempt  int
+				Outcome  string
+				Takeover bool
+			}
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+			t.Fatalf("%v\n%s", err, r.stdout)
+		}
+		if j.Key != "crash" || j.Status != "completed" || j.State != "completed" || j.Fence != 2 || string(j.Result) != "ses-c2" || j.ResultSize != 6 ||
+			len(j.Journal) != 2 || j.Journal[0].Outcome != "lapsed" || !j.Journal[1].Takeover {
+			t.Errorf("unexpected JSON: %+v\n%s", j, r.stdout)
+		}
+		if !strings.Contains(r.stdout, `"result": "c2VzLWMy"`) {
+			t.Errorf("result not in base64:\n%s", r.stdout)
+		}
+		e.run("inspect", "indet", "--json").expect(t, 0, `"state": "indeterminate"`, `"policy": "at_most_once"`)
+
+		e.run("inspect", "nope").expectErr(t, 3, `no record for "nope"`)
+		e.run("inspect", "short").expectErr(t, 3, "no record") // expired counts as absent
+	})
+}
+
+func TestLs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		r := e.run("ls")
+		r.expect(t, 0, "KEY", "STATE", "FENCE", "ATTEMPT", "OWNER", "UPDATED", "EXPIRES")
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		var keys []string
+		for _, l := range lines[1:] {
+			keys = append(keys, strings.Fields(l)[0])
+		}
+		want := []string{"crash", "done", "expired", "failed", "indet", "lapsed", "overlap", "released", "running"}
+		if strings.Join(keys, ",") != strings.Join(want, ",") {
+			t.Errorf("ls keys = %v, want %v (expired records are not listed)\n%s", keys, want, r.stdout)
+		}
+		if !regexp.MustCompile(`(?m)^indet\s+indeterminate\s+1\s+1\s+w1\s+`).MatchString(r.stdout) {
+			t.Errorf("indet line wrong:\n%s", r.stdout)
+		}
+		if !regexp.MustCompile(`(?m)^lapsed\s+lapsed\s+1\s+1\s+w1\s+1m ago\s+in 59m`).MatchString(r.stdout) {
+			t.Errorf("lapsed line wrong:\n%s", r.stdout)
+		}
+
+		r = e.run("ls", "--stuck")
+		r.expect(t, 0, "indet", "lapsed")
+		if n := strings.Count(strings.TrimSpace(r.stdout), "\n"); n != 2 {
+			t.Errorf("--stuck listed %d records:\n%s", n, r.stdout)
+		}
+		r = e.run("ls", "--status", "indeterminate")
+		if !strings.Contains(r.stdout, "indet") || strings.Contains(r.stdout, "lapsed ") {
+			t.Errorf("--status indeterminate:\n%s", r)
+		}
+		r = e.run("ls", "--status", "in_progress")
+		for _, k := range []string{"indet", "lapsed", "running"} {
+			if !strings.Contains(r.stdout, k) {
+				t.Errorf("--status in_progress lacks %s:\n%s", k, r)
+			}
+		}
+		if strings.Contains(r.stdout, "done") {
+			t.Errorf("--status in_progress lists done:\n%s", r)
+		}
+		e.run("ls", "--status", "failed").expect(t, 0, "failed  failed")
+		e.run("ls", "--status", "released", "--after", "released").expect(t, 0, "no records match")
+
+		r = e.run("ls", "--limit", "3")
+		r.expect(t, 0, "crash", "done", "expired", `(3 shown; more follow: idem ls --after "expired" ...)`)
+		r = e.run("ls", "--limit", "3", "--after", "expired")
+		r.expect(t, 0, "failed", "indet", "lapsed", `--after "lapsed"`)
+		if strings.Contains(r.stdout, "crash") {
+			t.Errorf("--after did not skip:\n%s", r)
+		}
+		r = e.run("ls", "--after", "overlap", "--limit", "2")
+		r.expect(t, 0, "released", "running")
+		if strings.Contains(r.stdout, "more follow") {
+			t.Errorf("claims more records after the last:\n%s", r)
+		}
+		// --limit 0 lists all, paging through the store.
+		if r := e.run("ls", "--limit", "0"); strings.Count(r.stdout, "\n") != 10 {
+			t.Errorf("--limit 0:\n%s", r)
+		}
+
+		r = e.run("ls", "--json", "--stuck")
+		r.expect(t, 0)
+		var states []string
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			var j struct{ Key, State string }
+			if err := json.Unmarshal([]byte(l), &j); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			states = append(states, j.Key+"="+j.State)
+		}
+		if strings.Join(states, " ") != "indet=indeterminate lapsed=lapsed" {
+			t.Errorf("ls --json --stuck = %v", states)
+		}
+		r = e.run("ls", "--json", "--limit", "1")
+		if !strings.Contains(r.stderr, "more records follow") || strings.Count(r.stdout, "\n") != 1 {
+			t.Errorf("ls --json --limit 1:\n%s", r)
+		}
+	})
+}
+
+func TestRelease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.run("release", "running").expectErr(t, 4, "live lease", "use --force")
+		if e.get("running").Status != idem.StatusInProgress {
+			t.Fatal("refused release changed the record")
+		}
+		e.run("release", "lapsed", "--fence", "7").expectErr(t, 1, "is at fence 1, not 7", "nothing done")
+		e.run("release", "done").expectErr(t, 1, "is completed", "--force")
+		e.run("release", "released").expect(t, 0, "already released", "nothing done")
+		e.run("release", "nope").expectErr(t, 3, "no record")
+
+		r := e.run("release", "lapsed", "--fence", "1", "--reason", "checked: never sent", "--by", "alice")
+		r.expect(t, 0, "released lapsed (was lapsed: attempt 1, owner w1, fence 1; now fence 2)", "the next delivery runs it as attempt 2")
+		rec := e.get("lapsed")
+		if rec.Status != idem.StatusReleased || rec.Fence != 2 || rec.Reason != "checked: never sent" {
+			t.Errorf("after release: %+v", rec)
+		}
+		e.run("release", "failed").expect(t, 0, "released failed (was failed")
+
+		r = e.run("release", "running", "--force")
+		r.expect(t, 0, "released running (was in_progress", "may still be running", "refused from now on")
+		if rec := e.get("running"); rec.Status != idem.StatusReleased {
+			t.Errorf("forced release: %+v", rec)
+		}
+		// The key can be claimed again at once, as the next attempt.
+		res, err := e.store.Claim(context.Background(), idem.ClaimRequest{Key: "lapsed", Owner: "w9", Lease: lease, Retention: retention})
+		if err != nil || !res.Acquired || res.Record.Attempt != 2 {
+			t.Errorf("claim after release: %v %+v", err, res)
+		}
+		e.run("release", "done", "--force", "--json").expect(t, 0, `"status": "released"`)
+	})
+}
+
+func TestResolve(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		e.run("resolve", "running", "--done").expectErr(t, 4, "live lease")
+		e.run("resolve", "done", "--not-done").expectErr(t, 1, "is completed, not in progress")
+		e.run("resolve", "nope", "--done").expectErr(t, 3, "no record")
+		e.run("resolve", "indet", "--done", "--fence", "2").expectErr(t, 1, "is at fence 1, not 2")
+
+		r := e.run("resolve", "indet", "--done", "--result", "ses-0007", "--reason", "provider log shows it", "--fence", "1", "--retention", "36h")
+		r.expect(t, 0, "resolved indet as done (was indeterminate: attempt 1, owner w1, fence 1; now fence 2)",
+			`duplicates now get the result "ses-0007" (8 bytes)`, "(in 1d12h)")
+		rec := e.get("indet")
+		now := e.clk.Now()
+		if rec.Status != idem.StatusCompleted || string(rec.Result) != "ses-0007" || rec.Reason != "provider log shows it" ||
+			!rec.ExpiresAt.Equal(now.Add(36*time.Hour)) {
+			t.Errorf("after resolve --done: %+v", rec)
+		}
+		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeResolvedDone {
+			t.Errorf("journal: %+v", rec.Journal)
+		}
+		// A duplicate now replays the decision.
+		l := idem.New(e.store, idem.WithLogger(slog.New(slog.DiscardHandler)))
+		res, err := l.Do(context.Background(), idem.RawKey("indet"), func(context.Context) ([]byte, error) { return nil, errors.New("ran") })
+		if err != nil || !res.Replayed || string(res.Value) != "ses-0007" {
+			t.Errorf("duplicate after resolve: %v %+v", err, res)
+		}
+
+		e.run("resolve", "lapsed", "--not-done").expect(t, 0, "resolved lapsed as not done", "the next delivery runs it as attempt 2")
+		if rec := e.get("lapsed"); rec.Status != idem.StatusReleased {
+			t.Errorf("after --not-done: %+v", rec)
+		}
+
+		file := filepath.Join(t.TempDir(), "result.bin")
+		os.WriteFile(file, []byte{0, 1, 2, 0xff}, 0o600)
+		e.run("resolve", "running", "--done", "--result-file", file, "--force").expect(t, 0, "hex 000102ff (4 bytes)", "may still be running")
+		if rec := e.get("running"); !bytes.Equal(rec.Result, []byte{0, 1, 2, 0xff}) || !rec.ExpiresAt.Equal(now.Add(idem.DefaultRetention)) {
+			t.Errorf("resolve --result-file: %+v", rec)
+		}
+		e.run("resolve", "done", "--done", "--result", "x", "--force", "--json").expect(t, 0, `"result": "eA=="`)
+		e.run("resolve", "released", "--done", "--result-file", filepath.Join(t.TempDir(), "missing")).expectErr(t, 1, "reading --result-file")
+	})
+}
+
+func TestSweep(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		// "short" and the first "expired" record expired at t0+30s; the
+		// second "expired" was claimed over it. Now expire more: the
+		// released record (expires with the claim's retention, 1h) and
+		// nothing else.
+		before := e.run("ls", "--limit", "0").stdout
+		r := e.run("sweep")
+		r.expect(t, 0, "swept 1 expired records in 1 batch", "no expired record left")
+		if after := e.run("ls", "--limit", "0").stdout; after != before {
+			t.Errorf("sweep changed the records that had not expired:\n%s\n%s", before, after)
+		}
+		e.run("sweep").expect(t, 0, "swept 0 expired records in 0 batches")
+
+		// Many expired records, small batches: it loops until none are left.
+		for i := range 25 {
+			k := fmt.Sprintf("bulk-%02d", i)
+			f := e.claim(k, idem.AtLeastOnce, "w", lease)
+			e.complete(k, f, "x", time.Minute)
+		}
+		e.clk.Advance(time.Minute + time.Second)
+		r = e.run("sweep", "--batch", "10", "--json")
+		r.expect(t, 0)
+		var sum sweepSummary
+		if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+			t.Fatal(err, r)
+		}
+		if sum.Deleted != 25 || sum.Batches != 3 || sum.Interrupted {
+			t.Errorf("sweep --batch 10: %+v", sum)
+		}
+		// Records still within their retention, in any state, survive.
+		for _, k := range []string{"done", "running", "lapsed", "indet", "failed", "crash", "overlap", "expired"} {
+			if _, err := e.store.Get(context.Background(), k); err != nil {
+				t.Errorf("%s: %v", k, err)
+			}
+		}
+		// Interrupted before the first batch: stops cleanly, exit 130.
+		for i := range 3 {
+			k := fmt.Sprintf("more-%d", i)
+			f := e.claim(k, idem.AtLeastOnce, "w", lease)
+			e.complete(k, f, "x", time.Second)
+		}
+		e.clk.Advance(2 * time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r = idemRun(ctx, "--store", e.url, "sweep")
+		r.expect(t, 130, "swept 0 expired records in 0 batches", "interrupted; run it again to continue")
+		e.run("sweep").expect(t, 0, "swept 3 expired records")
+	})
+}
+
+func TestExplain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		for key, want := range map[string]struct {
+			code string
+			text []string
+		}{
+			"done":    {explain.CodeSingle, []string{"one attempt", "One attempt; no second effect could come from idem's side."}},
+			"indet":   {explain.CodeIndeterminate, []string{"waiting for `idem resolve indet --done|--not-done`"}},
+			"lapsed":  {explain.CodeSingle, []string{"the next delivery takes over"}},
+			"crash":   {explain.CodeTakeover, []string{"Send succeeded, recording failed or crashed: attempt 1 lapsed without recording an outcome and attempt 2 took over", "taking over lapsed attempt 1"}},
+			"overlap": {explain.CodeOverlap, []string{"Concurrent attempts: attempt 1 outlived its lease", "was still running: it tried to record its outcome after attempt 2 took over"}},
+			"expired": {explain.CodeExpiredRerun, []string{"Check the job key, table and record lifetime: the completed record expired (retention) before the redelivery; raise retention to cover the sender's retry horizon", "after the previous record had expired"}},
+			"failed":  {explain.CodeSingle, []string{"failed permanently after 0s (card declined)"}},
+		} {
+			r := e.run("explain", key)
+			r.expect(t, 0, append(want.text, "Story (UTC, 2025-06-01):", "Two emails, one booking?", "Verdict: ", "Now: ")...)
+			r = e.run("explain", "--json", key)
+			r.expect(t, 0)
+			var x explain.Explanation
+			if err := json.Unmarshal([]byte(r.stdout), &x); err != nil {
+				t.Fatal(err, r)
+			}
+			if x.Verdict.Code != want.code || x.Key != key || len(x.Steps) == 0 || len(x.Story) == 0 {
+				t.Errorf("%s: verdict %s (want %s), %d steps, %d events", key, x.Verdict.Code, want.code, len(x.Steps), len(x.Story))
+			}
+		}
+		e.run("explain", "nope").expectErr(t, 3, "no record")
+	})
+}
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes about a second")
+	}
+	check := func(t *testing.T, r result) {
+		t.Helper()
+		r.expect(t, 0, "idem demo: the receipts worker of seed 000",
+			"20 receipt jobs", "emails sent             21  for 20 orders",
+			"crashed under at_least_once", "crashed under at_most_once",
+			"Verdict: Send succeeded, recording failed or crashed: attempt 1 lapsed without recording an outcome and attempt 2 took over",
+			"$ idem ls --stuck", "indeterminate", "as done (was indeterminate",
+			"skipped, already done")
+		if n := strings.Count(r.stdout, "\n"); n > 60 {
+			t.Errorf("the demo prints %d lines, want at most 60", n)
+		}
+		alo := regexp.MustCompile(`takeovers\s+1\s+receipt:(\d+:\d+)\n`).FindStringSubmatch(r.stdout)
+		amo := regexp.MustCompile(`indeterminate\s+\d+\s+deliveries of receipt:(\d+:\d+) refused`).FindStringSubmatch(r.stdout)
+		if alo == nil || amo == nil {
+			t.Fatalf("no takeover or no indeterminate key:\n%s", r.stdout)
+		}
+		for _, s := range []string{"$ idem explain receipt:" + alo[1], "$ idem resolve receipt:" + amo[1] + " --done"} {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("stdout lacks %q", s)
+			}
+		}
+		m := regexp.MustCompile(`sends per key \(receipt:ORDER:USER\):\n((?:  .*\n){3})`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("no sends per key:\n%s", r.stdout)
+		}
+		cells := strings.Fields(m[1])
+		if len(cells) != 20 {
+			t.Fatalf("sends per key lists %d keys: %v", len(cells), cells)
+		}
+		for _, c := range cells {
+			want := c[:strings.IndexByte(c, '=')] + "=1"
+			if strings.HasPrefix(c, alo[1]+"=") {
+				want = alo[1] + "=2"
+			}
+			if c != want {
+				t.Errorf("sends: %s, want %s", c, want)
+			}
+		}
+	}
+	t.Run("default store", func(t *testing.T) {
+		t.Setenv("IDEM_STORE", "mem:must-not-be-used")
+		check(t, idemRun(context.Background(), "demo"))
+	})
+	t.Run("mem", func(t *testing.T) {
+		check(t, idemRun(context.Background(), "--store", "mem:", "demo"))
+	})
+	t.Run("kept store, then looked at", func(t *testing.T) {
+		r := idemRun(context.Background(), "demo", "--keep", "--store", "mem:demo-kept")
+		check(t, r)
+		// The kept store holds the run's records for the other commands.
+		r2 := idemRun(context.Background(), "--store", "mem:demo-kept", "ls", "--limit", "0")
+		r2.expect(t, 0, "receipt:1003:", "receipt:1007:")
+		if n := strings.Count(r2.stdout, "\n"); n != 21 {
+			t.Errorf("ls after the demo lists %d lines:\n%s", n, r2.stdout)
+		}
+		// A second run on the same store uses fresh keys.
+		check(t, idemRun(context.Background(), "demo", "--store", "mem:demo-kept"))
+	})
+}
