@@ -44,7 +44,7 @@ func lookup(name string) *command {
 	return nil
 }
 
-const storeFlagHelp = "the store: sqlite:PATH, sqlite://PATH or mem: (default $IDEM_STORE, else " + defaultStore + ")"
+const storeFlagHelp = "the store `URL`: sqlite:PATH, sqlite://PATH or mem: (default $IDEM_STORE, else " + defaultStore + ")"
 
 // flagSet returns a FlagSet for c with the flags every command takes; the
 // command adds its own.
@@ -151,7 +151,7 @@ Global flags:
 Exit codes:
 %s
 Run 'idem help COMMAND' (or 'idem COMMAND --help') for a command's flags.
-`, storeFlagHelp, exitCodesDoc)
+`, strings.ReplaceAll(storeFlagHelp, "`", ""), exitCodesDoc)
 }
 
 const exitCodesDoc = `  0    ok

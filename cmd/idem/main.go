@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/idemkit/idem"
@@ -155,7 +154,7 @@ func (a *app) open(ctx context.Context) (idem.Store, error) {
 	}
 	s, err := storeurl.Open(ctx, a.storeURL, storeurl.Options{MustExist: true})
 	if err != nil {
-		if errors.Is(err, storeurl.ErrUnknownScheme) || strings.Contains(err.Error(), "no scheme") {
+		if errors.Is(err, storeurl.ErrUnknownScheme) || errors.Is(err, storeurl.ErrNoScheme) {
 			return nil, usagef("%v", err)
 		}
 		return nil, err

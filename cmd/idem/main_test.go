@@ -648,3 +648,52 @@ func TestDemo(t *testing.T) {
 		check(t, idemRun(context.Background(), "demo", "--store", "mem:demo-kept"))
 	})
 }
+
+func TestSweepProgressOnATerminal(t *testing.T) {
+	e := newEnv(t, backends[0])
+	for i := range 5 {
+		k := fmt.Sprintf("k%d", i)
+		f := e.claim(k, idem.AtLeastOnce, "w", lease)
+		e.complete(k, f, "x", time.Second)
+	}
+	e.clk.Advance(2 * time.Second)
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, store: e.store, cmd: sweepCmd, stderrTTY: true}
+	if err := runSweep(context.Background(), a, []string{"--batch", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errb.String(), "\r\033[Ksweeping: 2 expired records deleted in 1 batches") ||
+		!strings.Contains(errb.String(), "sweeping: 5 expired records deleted in 3 batches") ||
+		!strings.HasSuffix(errb.String(), "\r\033[K") {
+		t.Errorf("progress line: %q", errb.String())
+	}
+	if !strings.Contains(out.String(), "swept 5 expired records in 3 batches") {
+		t.Errorf("summary: %q", out.String())
+	}
+	// Not a terminal: no progress line, the summary only.
+	idemRun(context.Background(), "--store", e.url, "sweep").expectErr(t, 0)
+}
+
+func TestKeysThatLookLikeFlags(t *testing.T) {
+	e := newEnv(t, backends[0])
+	f := e.claim("-odd:key", idem.AtLeastOnce, "w", lease)
+	e.complete("-odd:key", f, "x", time.Hour)
+	e.run("inspect", "--json", "--", "-odd:key").expect(t, 0, `"key": "-odd:key"`)
+	e.run("inspect", "-odd:key").expectErr(t, 2, "flag provided but not defined")
+	e.run("inspect", "bad\x00key").expectErr(t, 2, "invalid key")
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"7d": 7 * 24 * time.Hour, "36h": 36 * time.Hour, "1d12h": 36 * time.Hour, "90s": 90 * time.Second,
+	} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "xd", "1.5d", "7 days", "1d1"} {
+		if _, err := parseDuration(in); err == nil {
+			t.Errorf("parseDuration(%q) accepted", in)
+		}
+	}
+}

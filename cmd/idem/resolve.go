@@ -38,7 +38,7 @@ Release is 'idem resolve KEY --not-done' by another name.`,
 
 var resolveCmd = &command{
 	name:     "resolve",
-	synopsis: "--done [--result STRING | --result-file F] [--retention D] | --not-done  [--fence N] [--force] [--reason TEXT] KEY",
+	synopsis: "--done [--result STRING | --result-file F] [--retention D] | --not-done [--fence N] [--force] [--reason TEXT] KEY",
 	summary:  "decide an indeterminate key: its effect happened (--done) or not (--not-done)",
 	help: `
 Resolve records an operator's decision on a key whose attempt never
@@ -73,18 +73,18 @@ type decision struct {
 	asJSON bool
 }
 
-func decisionFlags(fs *flag.FlagSet, d *decision) {
-	fs.Int64Var(&d.fence, "fence", 0, "act only if the key is still at fence `N` (the attempt you inspected)")
-	fs.BoolVar(&d.force, "force", false, "act even if the key's lease is live or the key is not in progress")
-	fs.StringVar(&d.res.Reason, "reason", "", "why, recorded in the record and its journal (`TEXT`)")
-	fs.StringVar(&d.res.By, "by", operator(), "who decides, recorded in the journal (`NAME`)")
+func decisionFlags(fs *flag.FlagSet, d *decision, force string) {
+	fs.Int64Var(&d.fence, "fence", 0, "act only if the key is still at fence `N`, the attempt you inspected")
+	fs.BoolVar(&d.force, "force", false, force)
+	fs.StringVar(&d.res.Reason, "reason", "", "record `TEXT` as the reason, in the record and its journal")
+	fs.StringVar(&d.res.By, "by", operator(), "record `NAME` in the journal as who decided")
 	fs.BoolVar(&d.asJSON, "json", false, "print the record after the change as JSON")
 }
 
 func runRelease(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
 	var d decision
-	decisionFlags(fs, &d)
+	decisionFlags(fs, &d, "release even if the key's lease is live, or the key is completed")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -107,12 +107,12 @@ func runResolve(ctx context.Context, a *app, args []string) error {
 		retention             = idem.DefaultRetention
 		resultSet, retention0 bool
 	)
-	decisionFlags(fs, &d)
+	decisionFlags(fs, &d, "resolve even if the key's lease is live, or the key is not in progress")
 	fs.BoolVar(&done, "done", false, "the effect happened: complete the key")
 	fs.BoolVar(&notDone, "not-done", false, "the effect did not happen: release the key for the next delivery")
-	fs.StringVar(&result, "result", "", "with --done: the result duplicates get (`STRING`)")
-	fs.StringVar(&resultFile, "result-file", "", "with --done: read the result from file `F` (- for standard input)")
-	fs.Var(durationValue{&retention}, "retention", "with --done: keep the completed record this long (`D`: 36h, 7d)")
+	fs.StringVar(&result, "result", "", "with --done: `STRING` is the result duplicates get")
+	fs.StringVar(&resultFile, "result-file", "", "with --done: read the result from file `F` (- reads standard input)")
+	fs.Var(durationValue{&retention}, "retention", "with --done: keep the completed record for `D` (36h, 7d)")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err

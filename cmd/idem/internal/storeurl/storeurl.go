@@ -71,15 +71,18 @@ func Has(scheme string) bool {
 }
 
 // ErrUnknownScheme is wrapped by the error for a URL whose scheme no
-// opener handles.
-var ErrUnknownScheme = errors.New("unknown store scheme")
+// opener handles, ErrNoScheme by the error for a URL without a scheme.
+var (
+	ErrUnknownScheme = errors.New("unknown store scheme")
+	ErrNoScheme      = errors.New("no scheme")
+)
 
 // Open opens the store raw names.
 func Open(ctx context.Context, raw string, o Options) (idem.Store, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "/\\.") {
-		return nil, fmt.Errorf("store %q: no scheme; name a store as sqlite:PATH (e.g. sqlite:%s) or one of the schemes: %s",
-			raw, raw, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("store %q: %w; name a store as sqlite:PATH (e.g. sqlite:%s) or one of the schemes: %s",
+			Redact(raw), ErrNoScheme, raw, strings.Join(Schemes(), ", "))
 	}
 	scheme = strings.ToLower(scheme)
 	mu.RLock()
