@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -78,7 +77,7 @@ func runLs(ctx context.Context, a *app, args []string) error {
 		it.page = min(*limit, 500)
 	}
 
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	tw := newTable(a.stdout)
 	if !*asJSON {
 		fmt.Fprintln(tw, "KEY\tSTATE\tFENCE\tATTEMPT\tOWNER\tUPDATED\tEXPIRES")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -148,10 +149,39 @@ func orDash(s string) string {
 	return s
 }
 
+// table is a tabwriter that drops the padding at the end of lines.
+type table struct {
+	w   io.Writer
+	buf bytes.Buffer
+	tw  *tabwriter.Writer
+}
+
+func newTable(w io.Writer) *table {
+	t := &table{w: w}
+	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, 2, ' ', 0)
+	return t
+}
+
+func (t *table) Write(p []byte) (int, error) { return t.tw.Write(p) }
+
+// Flush writes the rows so far.
+func (t *table) Flush() error {
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	for line := range strings.Lines(t.buf.String()) {
+		if _, err := io.WriteString(t.w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	t.buf.Reset()
+	return nil
+}
+
 // writeRecord prints r for people: its fields, then its journal.
 func writeRecord(w io.Writer, r *idem.Record, now time.Time) error {
 	st := explain.StateOf(r, now)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	f := func(name, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
 	}
@@ -203,7 +233,7 @@ func writeJournal(w io.Writer, j []idem.JournalEntry) error {
 		head += " on " + day
 	}
 	fmt.Fprintln(w, head+"):")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "  ATTEMPT\tFENCE\tOWNER\tCORRELATION\tSTARTED\tLEASE UNTIL\tENDED\tOUTCOME\tNOTES")
 	ft := func(t time.Time) string {
 		if t.IsZero() {

@@ -41,7 +41,8 @@ type Config struct {
 	// SendTime is the mail provider's latency (default 20 ms).
 	SendTime time.Duration
 	// Visibility is how long the queue waits for an ack before it
-	// redelivers a message (default 500 ms; more than Lease, as it must be).
+	// redelivers a message (default 5/3 of Lease: more than the lease, as
+	// it must be).
 	Visibility time.Duration
 	// Consumers is how many concurrent consumers (default 2).
 	Consumers int
@@ -61,7 +62,7 @@ func (c *Config) defaults() {
 		c.SendTime = 20 * time.Millisecond
 	}
 	if c.Visibility == 0 {
-		c.Visibility = 500 * time.Millisecond
+		c.Visibility = c.Lease * 5 / 3
 	}
 	if c.Consumers == 0 {
 		c.Consumers = 2

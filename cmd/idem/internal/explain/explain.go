@@ -128,8 +128,8 @@ func Explain(rec idem.Record, now time.Time) Explanation {
 		State:   StateOf(&rec, now),
 		Policy:  rec.Policy.String(),
 		Fence:   rec.Fence,
-		Now:     now,
-		Expires: rec.ExpiresAt,
+		Now:     now.UTC(),
+		Expires: rec.ExpiresAt.UTC(),
 	}
 	j := rec.Journal
 	var atts []attempt
@@ -200,10 +200,16 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned an error after %s and released the key for a retry%s", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
 		case idem.OutcomeAbandoned:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended after %s without an outcome%s: its effect may or may not have happened", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
-		case idem.OutcomeResolvedDone:
+		case idem.OutcomeResolvedDone, idem.OutcomeResolvedNotDone:
+			if e.LeaseUntil.Before(e.Ended) {
+				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
+					"attempt %d's lease ran out with no outcome recorded: it crashed, hung or lost the store", e.Attempt)
+			}
+			if e.Outcome == idem.OutcomeResolvedNotDone {
+				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s: released, the next delivery runs it", e.Attempt, because(e.Reason))
+				break
+			}
 			add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as done%s: completed with the result given", e.Attempt, because(e.Reason))
-		case idem.OutcomeResolvedNotDone:
-			add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s: released, the next delivery runs it", e.Attempt, because(e.Reason))
 		default:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended: %s%s", e.Attempt, e.Outcome, because(e.Reason))
 		}
@@ -218,6 +224,9 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		}
 	}
 	slices.SortStableFunc(ev, func(a, b Event) int { return a.At.Compare(b.At) })
+	for i := range ev {
+		ev[i].At = ev[i].At.UTC()
+	}
 	return ev
 }
 

@@ -349,6 +349,13 @@ func TestJournalsFromTransitions(t *testing.T) {
 		if x.Verdict.Code != CodeSingle || x.State != StateCompleted || x.Attempts != 1 {
 			t.Fatalf("verdict %s, state %s, %d attempts", x.Verdict.Code, x.State, x.Attempts)
 		}
+		var kinds []string
+		for _, e := range x.Story {
+			kinds = append(kinds, e.Kind)
+		}
+		if !slices.Equal(kinds, []string{"claim", "lapse", "resolve"}) || !strings.Contains(x.Story[2].Text, "resolved as done (sent per provider)") {
+			t.Errorf("story: %+v", x.Story)
+		}
 	})
 }
 
