@@ -1,0 +1,183 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Run with:
+//
+//	go test -run '^$' -bench . -benchtime 3s ./store/sqlitestore
+
+// BenchmarkClaimComplete measures durable claim+complete of new keys by 64
+// concurrent callers (whatever GOMAXPROCS is): the group commit's case. One
+// op is one Claim plus one Complete; syncs/op is the WAL syncs (commits) per
+// claim+complete.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			benchClaimComplete(b, callers)
+		})
+	}
+}
+
+func benchClaimComplete(b *testing.B, callers int) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var next atomic.Int64
+	result := []byte(`{"id":"msg_0123456789"}`)
+	before := s.Stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	start := time.Now()
+	if callers == 1 {
+		for i := 0; i < b.N; i++ {
+			claimComplete(b, s, ctx, "receipt:"+strconv.Itoa(i), result)
+		}
+	} else {
+		b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				claimComplete(b, s, ctx, "receipt:"+strconv.FormatInt(next.Add(1), 10), result)
+			}
+		})
+	}
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	st := s.Stats()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "claim+complete/s")
+	b.ReportMetric(float64(st.Commits-before.Commits)/float64(b.N), "syncs/op")
+	if n := st.Batches - before.Batches; n > 0 {
+		b.ReportMetric(float64(st.BatchedOps-before.BatchedOps)/float64(n), "ops/batch")
+	}
+}
+
+func claimComplete(b *testing.B, s *Store, ctx context.Context, key string, result []byte) {
+	res, err := s.Claim(ctx, idem.ClaimRequest{
+		Key: key, Owner: "bench", Policy: idem.AtLeastOnce,
+		Lease: 30 * time.Second, Retention: 24 * time.Hour,
+	})
+	if err != nil || !res.Acquired {
+		b.Errorf("claim %s: %v %+v", key, err, res)
+		return
+	}
+	if err := s.Complete(ctx, key, res.Record.Fence, result, 24*time.Hour); err != nil {
+		b.Errorf("complete %s: %v", key, err)
+	}
+}
+
+// cpuTime is the CPU time (user and system) this process has used: unlike
+// throughput, CPU per operation hardly changes when other processes share
+// the machine.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEngineInsert is the engine's limit on this disk with the store's
+// durability (WAL, synchronous=FULL): a one-column INSERT ... ON CONFLICT DO
+// NOTHING loop at 1, 64 and 1000 rows per commit, on one connection.
+func BenchmarkEngineInsert(b *testing.B) {
+	for _, per := range []int{1, 64, 1000} {
+		b.Run(fmt.Sprintf("rows/commit=%d", per), func(b *testing.B) {
+			db, err := sql.Open("sqlite", filepath.Join(b.TempDir(), "engine.db")+
+				"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, `CREATE TABLE t (k TEXT PRIMARY KEY) WITHOUT ROWID`); err != nil {
+				b.Fatal(err)
+			}
+			ins, err := conn.PrepareContext(ctx, `INSERT INTO t (k) VALUES (?) ON CONFLICT DO NOTHING`)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ins.Close()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; {
+				if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+					b.Fatal(err)
+				}
+				for j := 0; j < per && i < b.N; j, i = j+1, i+1 {
+					if _, err := ins.ExecContext(ctx, "key:"+strconv.Itoa(i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+		})
+	}
+}
+
+// BenchmarkReplay measures a Claim that finds its key completed (a
+// duplicate delivery), with no cache in front of the store.
+func BenchmarkReplay(b *testing.B) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const keys = 1000
+	for i := range keys {
+		claimComplete(b, s, ctx, "receipt:"+strconv.Itoa(i), []byte(`{"id":"msg_0123456789"}`))
+	}
+	r := idem.ClaimRequest{Owner: "bench", Lease: 30 * time.Second, Retention: 24 * time.Hour}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			r := r
+			r.Key = "receipt:" + strconv.Itoa(i%keys)
+			res, err := s.Claim(ctx, r)
+			if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+				b.Fatalf("replay: %v %+v", err, res)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				r := r
+				r.Key = "receipt:" + strconv.FormatInt(n.Add(1)%keys, 10)
+				res, err := s.Claim(ctx, r)
+				if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+					b.Errorf("replay: %v %+v", err, res)
+					return
+				}
+			}
+		})
+	})
+}

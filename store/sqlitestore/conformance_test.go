@@ -1,0 +1,64 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql/driver"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+func TestConformance(t *testing.T) {
+	var clocks idemtest.Clocks
+	open := func(path string) (idem.Store, error) { return Open(context.Background(), path) }
+	idemtest.TestStore(t, idemtest.Harness{
+		New: func(t testing.TB) idem.Store {
+			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), WithClock(clocks.Get(t).Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Advance: clocks.Advance,
+		Locator: func(t testing.TB) string { return filepath.Join(t.TempDir(), "shared.db") },
+		Open:    open,
+		Corrupt: func(t testing.TB, s idem.Store, key string) {
+			if _, err := s.(*Store).DB().Exec(`UPDATE idem_records SET status = 'garbled' WHERE key = ?`, key); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Unreachable: func(t testing.TB) idem.Store {
+			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"),
+				WithClock(clocks.Get(t).Now), WithBusyTimeout(100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			breakStore(t, s)
+			return s
+		},
+		Parallelism: 32,
+	})
+}
+
+// breakStore makes every read and write of s fail with the driver's or
+// SQLite's own errors, as a database that cannot be reached would: an
+// embedded database has no server to be unreachable, so its nearest
+// failure is connections that stop working. Reads go to a closed pool;
+// the writer's connection becomes read-only (SQLITE_READONLY on every
+// write). s is not closed: its errors are not ErrClosed.
+func breakStore(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := s.w.do(context.Background(), false, func(w rw, _ time.Time) error {
+		_, err := w.(*driverRW).conn.(driver.ExecerContext).ExecContext(context.Background(), "PRAGMA query_only = 1", nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,103 @@
+// Package sqlitestore is idem's embedded default [idem.Store]: the records
+// live in one SQLite database file, through modernc.org/sqlite (pure Go, no
+// cgo). It needs nothing to run beside the program.
+//
+//	store, err := sqlitestore.Open(ctx, "idem.db")
+//	if err != nil { ... }
+//	defer store.Close()
+//	l := idem.New(store)
+//
+// A [*Store] also implements [idem.BatchClaimer] (ClaimBatch: many claims in
+// one transaction) and [idem.TxStore] for *sql.Tx, so [idem.DoTx] can run
+// the caller's own writes in the same transaction as the claim and the
+// completion (see below). [Store.DB] gives access to the database, for
+// tables of the program's own in the same file.
+//
+// # Durability
+//
+// The database runs in WAL mode with synchronous=FULL: a claim, completion
+// or any other write is acknowledged to its caller only once it is in the
+// write-ahead log and the log has been synced to disk, so every
+// acknowledged write survives a process crash, an operating system crash
+// and a power loss. [WithSynchronous]([SyncNormal]) syncs only at
+// checkpoints instead; then a power loss (never a process crash) can lose
+// the last commits.
+//
+// # Group commit
+//
+// A sync costs far more than the work of a write (a disk does a few
+// thousand syncs a second). So every write of a Store goes through one
+// writer goroutine, which owns one connection: it takes all the operations
+// queued since its last commit (up to [WithMaxBatch], default 256), runs
+// them in one BEGIN IMMEDIATE ... COMMIT, and answers each caller after the
+// COMMIT. 64 concurrent callers share about one sync per batch instead of
+// paying one each; a single caller waits for its own sync as it would
+// anyway. [Store.Stats] counts operations and commits.
+//
+// Operations in a batch are independent: one whose outcome is an error
+// (ErrLeaseLost, a corrupt record) does not affect the others; if a
+// statement fails, the writer rolls the transaction back, answers that
+// operation with the error and runs the others again. If the COMMIT fails,
+// every operation of the batch gets the error: none is reported done
+// unless it is durable.
+//
+// Most of an operation's work happens before it reaches the writer, in the
+// caller's goroutine and concurrently with other callers: a read of the
+// key's record on a pool of read-only connections (WAL readers run beside
+// the writer), the decision (duplicate, busy, stale fence...), and the
+// encoding of the record to write. An outcome that writes nothing, such as
+// a duplicate delivery, is answered from that read. The write the writer
+// runs is conditional on the record being the one that was read (an INSERT
+// that does nothing if the key exists, an UPDATE of the version read); if
+// another writer changed it meanwhile, the writer decides again inside its
+// transaction. Either way every write is one atomic conditional write, as
+// the Store contract requires.
+//
+// # Several processes
+//
+// Any number of processes (and Stores) may open the same file at once.
+// SQLite's file lock serializes their writers: a writer waits for the lock
+// up to [WithBusyTimeout] (default 10 s), then fails with SQLITE_BUSY. The
+// lock is not fair: under constant load from several processes, one may get
+// most of the turns. Readers never wait for writers. The file must be on a
+// local file system (SQLite's locks do not work over NFS and similar).
+//
+// # Time
+//
+// SQLite has no clock of its own, so leases and retention run on the
+// clock of each process ([WithClock], default [time.Now]). Processes that
+// share a file are on the same host and so agree on the time. Times are
+// stored as unix microseconds, so records carry microsecond precision.
+//
+// # Transactions (DoTx)
+//
+// [Store.InTx] begins an IMMEDIATE transaction on a connection of
+// [Store.DB], claims the key in it and calls fn with the *sql.Tx. The
+// program's writes in fn and the key's completion commit together, or roll
+// back together when fn fails (the key is then as it was): an effect on the
+// program's own tables happens exactly once, whatever crashes.
+//
+//	res, err := idem.DoTx(ctx, l, idem.Key("credit", orderID),
+//		func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+//			_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ?`, amount, id)
+//			return nil, err
+//		})
+//
+// The transaction holds the database's write lock while fn runs, so every
+// other write waits: keep fn short, and make its writes through tx.
+//
+// # Schema
+//
+// The store keeps its records in the table idem_records (one row per key;
+// times in unix microseconds; the journal as JSON) and its schema version
+// in idem_migrations. Open applies the embedded migrations in one
+// transaction, so two processes opening a fresh file at once take turns.
+// Other tables in the file are the program's own.
+//
+// # Defaults
+//
+// WAL mode; synchronous=FULL ([WithSynchronous]); batches of up to 256
+// operations ([WithMaxBatch]); a busy timeout of 10 s ([WithBusyTimeout]);
+// 4 read connections ([WithReadConns]); the clock [time.Now] ([WithClock]);
+// no logging ([WithLogger]).
+package sqlitestore

@@ -1,0 +1,110 @@
+package sqlitestore
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults for the options of [Open].
+const (
+	// DefaultMaxBatch is how many operations the writer commits together at
+	// most unless [WithMaxBatch] says otherwise.
+	DefaultMaxBatch = 256
+	// DefaultBusyTimeout is how long a write waits for another connection
+	// or process to release the database's write lock unless
+	// [WithBusyTimeout] says otherwise.
+	DefaultBusyTimeout = 10 * time.Second
+)
+
+// Synchronous is SQLite's synchronous setting for the write connections: how
+// often SQLite waits for the disk. See [WithSynchronous].
+type Synchronous string
+
+const (
+	// SyncFull (the default) syncs the write-ahead log on every commit: an
+	// operation acknowledged to its caller survives a power loss or an
+	// operating system crash.
+	SyncFull Synchronous = "FULL"
+	// SyncNormal syncs only at checkpoints. A process crash loses nothing,
+	// but a power loss or an operating system crash can lose the last
+	// commits, each of which may hold many acknowledged claims and
+	// completions: a completed key may come back as absent (its effect
+	// then runs again), a claimed key as claimable.
+	SyncNormal Synchronous = "NORMAL"
+)
+
+// Option configures a [Store]; see [Open].
+type Option func(*config)
+
+type config struct {
+	clock       func() time.Time
+	sync        Synchronous
+	maxBatch    int
+	busyTimeout time.Duration
+	logger      *slog.Logger
+	readConns   int
+}
+
+func defaultConfig() config {
+	return config{
+		clock:       time.Now,
+		sync:        SyncFull,
+		maxBatch:    DefaultMaxBatch,
+		busyTimeout: DefaultBusyTimeout,
+		logger:      slog.New(slog.DiscardHandler),
+		readConns:   4,
+	}
+}
+
+// WithClock sets the store's clock, which decides every lease, retention and
+// timestamp. The default is [time.Now]. Tests pass a fake clock so that
+// leases and retention lapse without sleeping. Processes that share a
+// database file must agree on the time: they all use their own clock.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	}
+}
+
+// WithSynchronous sets how the write connections sync to disk. The default,
+// [SyncFull], makes every acknowledged claim and completion survive a power
+// loss; [SyncNormal] is faster on slow disks and loses the last commits on a
+// power loss (never on a process crash).
+func WithSynchronous(mode Synchronous) Option {
+	return func(c *config) { c.sync = mode }
+}
+
+// WithMaxBatch sets how many queued operations the writer runs in one
+// transaction, and so under one sync, at most. The default is
+// [DefaultMaxBatch] (256); n < 1 means 1, which commits every operation on
+// its own.
+func WithMaxBatch(n int) Option {
+	return func(c *config) { c.maxBatch = max(n, 1) }
+}
+
+// WithBusyTimeout sets how long a write waits for the database's write lock
+// while another connection or process holds it, before it fails with
+// SQLITE_BUSY. It is also the wait of a read that finds the database locked
+// (which in WAL mode happens only around recovery). The default is
+// [DefaultBusyTimeout] (10 s).
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) { c.busyTimeout = max(d, 0) }
+}
+
+// WithLogger sets where the store logs the few things it logs: migrations it
+// applies and write transactions that fail. The default discards them.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithReadConns sets how many connections serve reads (Get, List) at once.
+// The default is 4; n < 1 means 1.
+func WithReadConns(n int) Option {
+	return func(c *config) { c.readConns = max(n, 1) }
+}

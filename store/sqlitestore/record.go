@@ -1,0 +1,224 @@
+package sqlitestore
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// The record table's columns, in the order every statement binds and scans
+// them. The key comes last, so that an UPDATE binds the same values with
+// plain positional parameters (SET ... = ? WHERE key = ?).
+const columns = `status, policy, fence, attempt, owner, fingerprint, result, reason, ` +
+	`lease_until, expires_at, created_at, updated_at, journal, key`
+
+const numColumns = 14
+
+const (
+	// sqlInsert writes a record whose key is absent (version 1); it
+	// changes nothing if the key exists.
+	sqlInsert = `INSERT INTO idem_records (` + columns + `, version) ` +
+		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?, 1) ON CONFLICT (key) DO NOTHING`
+	// sqlUpdate overwrites a record if it still has the version given
+	// after the columns.
+	sqlUpdate = `UPDATE idem_records SET status = ?, policy = ?, fence = ?, attempt = ?, owner = ?, ` +
+		`fingerprint = ?, result = ?, reason = ?, lease_until = ?, expires_at = ?, created_at = ?, ` +
+		`updated_at = ?, journal = ?, version = version + 1 WHERE key = ? AND version = ?`
+	sqlLoad   = `SELECT ` + columns + `, version FROM idem_records WHERE key = ?`
+	sqlDelete = `DELETE FROM idem_records WHERE key = ? AND expires_at > ?`
+	sqlSweep  = `DELETE FROM idem_records WHERE key IN ` +
+		`(SELECT key FROM idem_records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`
+)
+
+// micros converts a time to the stored form: unix microseconds, or nil for
+// the zero time.
+func micros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// fromMicros is the inverse of micros.
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+// truncate gives t the precision the store keeps (microseconds, UTC), so a
+// record returned by a call equals the record read back later.
+func truncate(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.UnixMicro(t.UnixMicro()).UTC()
+}
+
+// normalize truncates every time in r to the stored precision.
+func normalize(r *idem.Record) {
+	r.LeaseUntil = truncate(r.LeaseUntil)
+	r.ExpiresAt = truncate(r.ExpiresAt)
+	r.CreatedAt = truncate(r.CreatedAt)
+	r.UpdatedAt = truncate(r.UpdatedAt)
+	for i := range r.Journal {
+		e := &r.Journal[i]
+		e.Started = truncate(e.Started)
+		e.LeaseUntil = truncate(e.LeaseUntil)
+		e.Ended = truncate(e.Ended)
+		e.LateFinish = truncate(e.LateFinish)
+	}
+}
+
+// encodeRecord returns r's column values in the order of columns, with
+// room for one more argument (the expected version of an update).
+func encodeRecord(r *idem.Record) ([]any, error) {
+	journal := "[]"
+	if len(r.Journal) > 0 {
+		b, err := json.Marshal(r.Journal)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: encoding the journal of %q: %w", r.Key, err)
+		}
+		journal = string(b)
+	}
+	var result any
+	if r.Result != nil {
+		result = r.Result
+	}
+	return append(make([]any, 0, numColumns+1),
+		string(r.Status),
+		r.Policy.String(),
+		r.Fence,
+		int64(r.Attempt),
+		r.Owner,
+		r.Fingerprint,
+		result,
+		r.Reason,
+		micros(r.LeaseUntil),
+		micros(r.ExpiresAt),
+		micros(r.CreatedAt),
+		micros(r.UpdatedAt),
+		journal,
+		r.Key,
+	), nil
+}
+
+// decodeVersioned decodes the columns of sqlLoad: a record and its version.
+func decodeVersioned(v []any) (*idem.Record, int64, error) {
+	r, err := decodeRecord(v[:numColumns])
+	if err != nil {
+		return nil, 0, err
+	}
+	ver, ok := v[numColumns].(int64)
+	if !ok {
+		return nil, 0, &idem.CorruptError{Key: r.Key, Detail: fmt.Sprintf("version is %T, not an integer", v[numColumns])}
+	}
+	return r, ver, nil
+}
+
+// decodeRecord builds a record from the column values of one row (driver
+// values: int64, string, []byte or nil). A value it cannot read makes a
+// *idem.CorruptError: a damaged row is never read as absent.
+func decodeRecord(v []any) (*idem.Record, error) {
+	var r idem.Record
+	key, ok := text(v[13])
+	if !ok {
+		return nil, &idem.CorruptError{Key: fmt.Sprint(v[13]), Detail: "key is not text"}
+	}
+	r.Key = key
+	corrupt := func(format string, args ...any) error {
+		return &idem.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
+	}
+
+	s, ok := text(v[0])
+	if !ok {
+		return nil, corrupt("status is %T, not text", v[0])
+	}
+	st, err := idem.ParseStatus(s)
+	if err != nil {
+		return nil, corrupt("unknown status %q", s)
+	}
+	r.Status = st
+
+	s, ok = text(v[1])
+	if !ok {
+		return nil, corrupt("policy is %T, not text", v[1])
+	}
+	p, err := idem.ParsePolicy(s)
+	if err != nil {
+		return nil, corrupt("unknown policy %q", s)
+	}
+	r.Policy = p
+
+	fence, ok := v[2].(int64)
+	if !ok {
+		return nil, corrupt("fence is %T, not an integer", v[2])
+	}
+	r.Fence = fence
+	attempt, ok := v[3].(int64)
+	if !ok {
+		return nil, corrupt("attempt is %T, not an integer", v[3])
+	}
+	r.Attempt = int(attempt)
+
+	if r.Owner, ok = optText(v[4]); !ok {
+		return nil, corrupt("owner is %T, not text", v[4])
+	}
+	if r.Fingerprint, ok = optText(v[5]); !ok {
+		return nil, corrupt("fingerprint is %T, not text", v[5])
+	}
+	switch x := v[6].(type) {
+	case nil:
+	case []byte:
+		r.Result = x
+	case string:
+		r.Result = []byte(x)
+	default:
+		return nil, corrupt("result is %T, not a blob", v[6])
+	}
+	if r.Reason, ok = optText(v[7]); !ok {
+		return nil, corrupt("reason is %T, not text", v[7])
+	}
+
+	for i, dst := range [...]*time.Time{&r.LeaseUntil, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt} {
+		switch x := v[8+i].(type) {
+		case nil:
+		case int64:
+			*dst = fromMicros(x)
+		default:
+			return nil, corrupt("time column %d is %T, not an integer", 8+i, v[8+i])
+		}
+	}
+
+	var j []byte
+	switch x := v[12].(type) {
+	case string:
+		j = []byte(x)
+	case []byte:
+		j = x
+	default:
+		return nil, corrupt("journal is %T, not JSON text", v[12])
+	}
+	if err := json.Unmarshal(j, &r.Journal); err != nil {
+		return nil, corrupt("journal: %v", err)
+	}
+	if len(r.Journal) == 0 {
+		r.Journal = nil
+	}
+	return &r, nil
+}
+
+func text(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case []byte:
+		return string(x), true
+	}
+	return "", false
+}
+
+func optText(v any) (string, bool) {
+	if v == nil {
+		return "", true
+	}
+	return text(v)
+}

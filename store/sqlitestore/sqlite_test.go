@@ -1,0 +1,648 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// writerQuery runs q on the writer's own connection and returns the first
+// column of its first row.
+func writerQuery(t *testing.T, s *Store, q string) any {
+	t.Helper()
+	var v any
+	err := s.w.do(context.Background(), false, func(w rw, _ time.Time) error {
+		rows, err := w.(*driverRW).conn.(driver.QueryerContext).QueryContext(context.Background(), q, nil)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		dest := make([]driver.Value, len(rows.Columns()))
+		if err := rows.Next(dest); err != nil {
+			return err
+		}
+		v = dest[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s on the writer: %v", q, err)
+	}
+	return v
+}
+
+func TestDurabilitySettings(t *testing.T) {
+	for _, tc := range []struct {
+		opts []Option
+		sync int64
+	}{
+		{nil, 2}, // FULL
+		{[]Option{WithSynchronous(SyncNormal)}, 1},
+	} {
+		s, _ := openTest(t, append(tc.opts, WithBusyTimeout(234*time.Millisecond))...)
+		var mode string
+		if err := s.DB().QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+			t.Fatalf("journal_mode on DB() = %q, %v; want wal", mode, err)
+		}
+		var sync, busy int64
+		if err := s.DB().QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != tc.sync {
+			t.Fatalf("synchronous on DB() = %d, %v; want %d", sync, err, tc.sync)
+		}
+		if err := s.DB().QueryRow(`PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != 234 {
+			t.Fatalf("busy_timeout on DB() = %d, %v; want 234", busy, err)
+		}
+		if got := writerQuery(t, s, "PRAGMA synchronous"); got != tc.sync {
+			t.Fatalf("synchronous on the writer = %v, want %d", got, tc.sync)
+		}
+		if got := writerQuery(t, s, "PRAGMA journal_mode"); got != "wal" {
+			t.Fatalf("journal_mode on the writer = %v, want wal", got)
+		}
+		if got := writerQuery(t, s, "PRAGMA busy_timeout"); got != int64(234) {
+			t.Fatalf("busy_timeout on the writer = %v, want 234", got)
+		}
+		// DB()'s transactions take the write lock at BEGIN.
+		tx, err := s.DB().Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Claim(context.Background(), req("k")); err == nil {
+			t.Fatal("a claim committed while a DB() transaction held the write lock")
+		}
+		tx.Rollback()
+	}
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), WithSynchronous("OFF")); err == nil {
+		t.Fatal("Open accepted synchronous=OFF")
+	}
+	for _, p := range []string{"", ":memory:", "file:x.db", "a?b.db"} {
+		if _, err := Open(context.Background(), p); err == nil {
+			t.Fatalf("Open(%q) succeeded", p)
+		}
+	}
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "missing", "dir", "x.db")); err == nil {
+		t.Fatal("Open in a missing directory succeeded")
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	const callers, per = 64, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			for i := range per {
+				key := fmt.Sprintf("g%d:%d", g, i)
+				res, err := s.Claim(ctx, req(key))
+				if err == nil && !res.Acquired {
+					err = fmt.Errorf("claim %s not acquired", key)
+				}
+				if err == nil {
+					err = s.Complete(ctx, key, res.Record.Fence, []byte(key), time.Hour)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	t.Logf("%+v: %.1f ops per batch, %.3f syncs per op", st, float64(st.BatchedOps)/float64(st.Batches), float64(st.Commits)/float64(st.Ops))
+	if st.Ops != 2*callers*per {
+		t.Fatalf("Ops = %d, want %d", st.Ops, 2*callers*per)
+	}
+	if st.Commits >= st.Ops/2 {
+		t.Fatalf("Commits = %d for %d ops: the writer did not batch", st.Commits, st.Ops)
+	}
+	for g := range callers {
+		for i := range per {
+			key := fmt.Sprintf("g%d:%d", g, i)
+			rec, err := s.Get(ctx, key)
+			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != key {
+				t.Fatalf("%s: %+v %v", key, rec, err)
+			}
+		}
+	}
+}
+
+// holdWriter queues an operation that blocks the writer until the returned
+// release is called, so that the operations queued meanwhile run in one
+// batch.
+func holdWriter(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	started, proceed := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.w.do(context.Background(), false, func(rw, time.Time) error {
+			close(started)
+			<-proceed
+			return nil
+		})
+	}()
+	<-started
+	return func() {
+		close(proceed)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitQueued waits until n operations wait in the writer's queue.
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.w.queue) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d operations queued, want %d", len(s.w.queue), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBatchIsolation(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	// A statement that fails inside the batch: the trigger refuses key boom.
+	if _, err := s.DB().Exec(`CREATE TRIGGER refuse_boom BEFORE INSERT ON idem_records
+		WHEN NEW.key = 'boom' BEGIN SELECT RAISE(ABORT, 'boom refused'); END`); err != nil {
+		t.Fatal(err)
+	}
+	// A stale holder whose completion is refused (and annotated) inside the
+	// batch.
+	first := mustClaim(t, s, req("stale"))
+	clk.Advance(time.Minute)
+	second := mustClaim(t, s, req("stale"))
+	if !second.Takeover {
+		t.Fatalf("no takeover: %+v", second)
+	}
+	// A key to complete in the batch.
+	c := mustClaim(t, s, req("c"))
+
+	release := holdWriter(t, s)
+	var wg sync.WaitGroup
+	results := map[string]error{}
+	var mu sync.Mutex
+	run := func(name string, f func() error) {
+		wg.Go(func() {
+			err := f()
+			mu.Lock()
+			results[name] = err
+			mu.Unlock()
+		})
+	}
+	run("boom", func() error { _, err := s.Claim(ctx, req("boom")); return err })
+	run("new", func() error { _, err := s.Claim(ctx, req("new")); return err })
+	run("stale", func() error { return s.Complete(ctx, "stale", first.Record.Fence, nil, time.Hour) })
+	run("c", func() error { return s.Complete(ctx, "c", c.Record.Fence, []byte("done"), time.Hour) })
+	waitQueued(t, s, 4)
+	before := s.Stats()
+	release()
+	wg.Wait()
+	st := s.Stats()
+
+	if err := results["boom"]; err == nil || errors.Is(err, idem.ErrCorrupt) || errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("claim of boom: %v, want the statement's error", err)
+	}
+	if err := results["new"]; err != nil {
+		t.Fatalf("claim of new: %v", err)
+	}
+	if err := results["stale"]; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
+	}
+	if err := results["c"]; err != nil {
+		t.Fatalf("complete of c: %v", err)
+	}
+	if st.Rollbacks-before.Rollbacks != 1 || st.Batches-before.Batches != 2 {
+		t.Fatalf("stats before %+v after %+v: want one rolled back and one committed batch after the held one", before, st)
+	}
+	if rec, err := s.Get(ctx, "new"); err != nil || rec.Status != idem.StatusInProgress {
+		t.Fatalf("new: %+v %v", rec, err)
+	}
+	if rec, err := s.Get(ctx, "c"); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "done" {
+		t.Fatalf("c: %+v %v", rec, err)
+	}
+	if _, err := s.Get(ctx, "boom"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("boom: %v", err)
+	}
+	rec, _ := s.Get(ctx, "stale")
+	if rec.Fence != 2 || rec.Status != idem.StatusInProgress || rec.Journal[0].LateFinish.IsZero() {
+		t.Fatalf("stale: %+v, want the takeover's record with the late finish noted", rec)
+	}
+}
+
+func TestClaimBatch(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	done := mustClaim(t, s, req("done"))
+	if err := s.Complete(ctx, "done", done.Record.Fence, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("a"), req("done"), req("a"), req("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != idem.StatusCompleted ||
+		res[2].Acquired || res[2].Record.Fence != 1 || res[2].Record.Status != idem.StatusInProgress || !res[3].Acquired {
+		t.Fatalf("ClaimBatch: %+v", res)
+	}
+	if st := s.Stats(); st.Ops != 2+4 {
+		t.Fatalf("Ops = %d, want 6", st.Ops)
+	}
+	if res, err := s.ClaimBatch(ctx, nil); err != nil || len(res) != 0 {
+		t.Fatalf("empty ClaimBatch: %v %v", res, err)
+	}
+
+	// A corrupt record fails the whole batch, and nothing of it is written.
+	if _, err := s.DB().Exec(`UPDATE idem_records SET journal = '{' WHERE key = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("c"), req("b")}); !errors.Is(err, idem.ErrCorrupt) {
+		t.Fatalf("ClaimBatch over a corrupt record: %v", err)
+	}
+	if _, err := s.Get(ctx, "c"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("c after the failed batch: %v, want ErrNotFound", err)
+	}
+}
+
+func TestCorrupt(t *testing.T) {
+	ctx := context.Background()
+	for _, damage := range []string{
+		`status = 'garbled'`,
+		`policy = 'sometimes'`,
+		`journal = '{not json'`,
+		`fence = 'x'`,
+		`expires_at = 'soon'`,
+		`result = 7`,
+	} {
+		t.Run(damage, func(t *testing.T) {
+			s, _ := openTest(t)
+			c := mustClaim(t, s, req("k"))
+			if _, err := s.DB().Exec(`UPDATE idem_records SET ` + damage + ` WHERE key = 'k'`); err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, err error) {
+				t.Helper()
+				var ce *idem.CorruptError
+				if !errors.As(err, &ce) || ce.Key != "k" || !errors.Is(err, idem.ErrCorrupt) {
+					t.Fatalf("%s: %v, want a *idem.CorruptError for k", what, err)
+				}
+			}
+			_, err := s.Get(ctx, "k")
+			check("Get", err)
+			_, err = s.Claim(ctx, req("k"))
+			check("Claim", err)
+			check("Complete", s.Complete(ctx, "k", c.Record.Fence, nil, time.Hour))
+			_, err = s.Extend(ctx, "k", c.Record.Fence, time.Minute)
+			check("Extend", err)
+			_, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: true})
+			check("Resolve", err)
+			_, err = s.List(ctx, idem.ListQuery{})
+			check("List", err)
+			_, _, err = s.InTx(ctx, req("k"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
+				t.Fatal("fn ran over a corrupt record")
+				return nil, nil
+			})
+			check("InTx", err)
+			// An operator can still delete it.
+			if err := s.Delete(ctx, "k"); err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+		})
+	}
+}
+
+func TestClosed(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	mustClaim(t, s, req("k"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("%s after Close: %v, want ErrClosed", what, err)
+		}
+	}
+	_, err := s.Claim(ctx, req("k"))
+	check("Claim", err)
+	_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req("k")})
+	check("ClaimBatch", err)
+	_, err = s.ClaimBatch(ctx, nil)
+	check("empty ClaimBatch", err)
+	check("Complete", s.Complete(ctx, "k", 1, nil, time.Hour))
+	check("Fail", s.Fail(ctx, "k", 1, "x", time.Hour))
+	check("Release", s.Release(ctx, "k", 1, "x"))
+	check("Abandon", s.Abandon(ctx, "k", 1, "x"))
+	_, err = s.Extend(ctx, "k", 1, time.Minute)
+	check("Extend", err)
+	_, err = s.Get(ctx, "k")
+	check("Get", err)
+	_, err = s.List(ctx, idem.ListQuery{})
+	check("List", err)
+	_, err = s.Resolve(ctx, "k", 0, idem.Resolution{})
+	check("Resolve", err)
+	check("Delete", s.Delete(ctx, "k"))
+	_, err = s.Sweep(ctx, 10)
+	check("Sweep", err)
+	_, err = s.Sweep(ctx, 0)
+	check("Sweep(0)", err)
+	_, err = s.Now(ctx)
+	check("Now", err)
+	_, _, err = s.InTx(ctx, req("k"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil })
+	check("InTx", err)
+}
+
+// TestCloseWhileBusy closes the store while callers are queued: each gets
+// an answer (done or ErrClosed), none hangs.
+func TestCloseWhileBusy(t *testing.T) {
+	s, _ := openTest(t)
+	release := holdWriter(t, s)
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = s.Claim(context.Background(), req("k"+strconv.Itoa(i))) })
+	}
+	waitQueued(t, s, len(errs))
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	time.Sleep(10 * time.Millisecond)
+	release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+}
+
+func TestMigrations(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	// Several stores (each with its own connections, as processes would)
+	// open the fresh file at once.
+	var wg sync.WaitGroup
+	stores := make([]*Store, 4)
+	errs := make([]error, len(stores))
+	for i := range stores {
+		wg.Go(func() { stores[i], errs[i] = Open(ctx, path) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+	}
+	mustClaim(t, stores[0], req("k"))
+	for _, s := range stores {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		t.Fatalf("migrations: %v %v", ms, err)
+	}
+	for range 2 { // reopening changes nothing
+		s, err := Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n, v int
+		if err := s.DB().QueryRow(`SELECT count(*), max(version) FROM idem_migrations WHERE component = ?`, component).Scan(&n, &v); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(ms) || v != len(ms) {
+			t.Fatalf("idem_migrations: %d rows, version %d; want %d", n, v, len(ms))
+		}
+		if rec, err := s.Get(ctx, "k"); err != nil || rec.Fence != 1 {
+			t.Fatalf("k after reopening: %+v %v", rec, err)
+		}
+		s.Close()
+	}
+	// A file migrated by a newer build is refused.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO idem_migrations VALUES (?, 999, '999_future.sql', 0)`, component); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(ctx, path); err == nil {
+		t.Fatal("Open accepted a schema newer than the build")
+	}
+}
+
+// TestHeldRecordStale: a completion that relies on the record this process
+// remembers from its claim is still refused when another process took the
+// key over meanwhile.
+func TestHeldRecordStale(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	a, err := Open(ctx, path, WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, path, WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ca := mustClaim(t, a, req("k"))
+	clk.Advance(time.Minute)
+	cb := mustClaim(t, b, req("k"))
+	if !cb.Takeover || cb.Record.Fence != 2 {
+		t.Fatalf("takeover by b: %+v", cb)
+	}
+	if _, err := a.Extend(ctx, "k", ca.Record.Fence, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale extend by a: %v", err)
+	}
+	if err := a.Complete(ctx, "k", ca.Record.Fence, []byte("a"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale complete by a: %v", err)
+	}
+	if err := b.Complete(ctx, "k", cb.Record.Fence, []byte("b"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.Get(ctx, "k")
+	if err != nil || string(rec.Result) != "b" || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() {
+		t.Fatalf("after both: %+v %v", rec, err)
+	}
+}
+
+func TestInTx(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	if _, err := s.DB().Exec(`CREATE TABLE counter (n INTEGER NOT NULL); INSERT INTO counter VALUES (0)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var n int
+		if err := s.DB().QueryRow(`SELECT n FROM counter`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	incr := func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		if _, err := tx.ExecContext(ctx, `UPDATE counter SET n = n + 1`); err != nil {
+			return nil, err
+		}
+		return []byte("counted"), nil
+	}
+
+	// An error in fn leaves both the counter and the key untouched.
+	errFn := errors.New("fn failed")
+	_, _, err := s.InTx(ctx, req("inc"), time.Hour, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		if _, err := incr(ctx, tx); err != nil {
+			return nil, err
+		}
+		return nil, errFn
+	})
+	if err != errFn {
+		t.Fatalf("InTx with a failing fn: %v, want fn's error unchanged", err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("counter after the rolled back fn: %d", n)
+	}
+	if _, err := s.Get(ctx, "inc"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("key after the rolled back fn: %v, want ErrNotFound", err)
+	}
+
+	// Two goroutines at once, then repeated calls: exactly one increment.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acquired := 0
+	for range 2 {
+		wg.Go(func() {
+			res, val, err := s.InTx(ctx, req("inc"), time.Hour, incr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if res.Acquired {
+				acquired++
+				if string(val) != "counted" || res.Record.Fence != 1 {
+					t.Errorf("acquired InTx: %+v %q", res, val)
+				}
+			} else if res.Record.Status != idem.StatusCompleted || string(res.Record.Result) != "counted" {
+				t.Errorf("second InTx: %+v", res)
+			}
+		})
+	}
+	wg.Wait()
+	for range 3 {
+		res, _, err := s.InTx(ctx, req("inc"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
+			t.Fatal("fn ran for a completed key")
+			return nil, nil
+		})
+		if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+			t.Fatalf("repeated InTx: %+v %v", res, err)
+		}
+	}
+	if acquired != 1 || count() != 1 {
+		t.Fatalf("acquired %d times, counter %d; want 1 and 1", acquired, count())
+	}
+	rec, err := s.Get(ctx, "inc")
+	if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "counted" || rec.Journal[0].Outcome != idem.OutcomeCompleted {
+		t.Fatalf("record after InTx: %+v %v", rec, err)
+	}
+
+	// Through the Ledger.
+	l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	for range 2 {
+		res, err := idem.DoTx(ctx, l, idem.Key("ledger", 1), incr)
+		if err != nil || string(res.Value) != "counted" {
+			t.Fatalf("DoTx: %+v %v", res, err)
+		}
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("counter after DoTx twice: %d, want 2", n)
+	}
+
+	// A busy key: fn is not called and nothing is written.
+	mustClaim(t, s, req("busy"))
+	res, _, err := s.InTx(ctx, req("busy"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
+		t.Fatal("fn ran for a busy key")
+		return nil, nil
+	})
+	if err != nil || res.Acquired || res.Record.Status != idem.StatusInProgress {
+		t.Fatalf("InTx on a busy key: %+v %v", res, err)
+	}
+}
+
+// TestInTxAndWriter runs InTx calls and group-committed claims at once:
+// they share the write lock without errors or long waits.
+func TestInTxAndWriter(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				key := fmt.Sprintf("tx:%d:%d", g, i)
+				if _, _, err := s.InTx(ctx, req(key), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.Claim(ctx, req("w:"+key)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("200 mixed writes took %v", d)
+	}
+	recs, err := s.List(ctx, idem.ListQuery{Limit: 1000})
+	if err != nil || len(recs) != 200 {
+		t.Fatalf("List: %d %v", len(recs), err)
+	}
+}
+
+// TestContextCanceled: a caller that gives up is answered at once, and an
+// operation whose context ended before it ran is not run.
+func TestContextCanceled(t *testing.T) {
+	s, _ := openTest(t)
+	release := holdWriter(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := s.Claim(ctx, req("k")); errc <- err }()
+	waitQueued(t, s, 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled claim: %v", err)
+	}
+	release()
+	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the canceled claim ran: %v", err)
+	}
+}

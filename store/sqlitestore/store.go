@@ -1,0 +1,481 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
+
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Store is an [idem.Store] kept in one SQLite database file. It also
+// implements [idem.BatchClaimer] and [idem.TxStore] for *sql.Tx. Open one
+// with [Open]; it is safe for concurrent use by many goroutines, and any
+// number of processes may open the same file.
+type Store struct {
+	cfg  config
+	path string
+
+	db  *sql.DB // read-write pool: DB(), InTx, migrations
+	rdb *sql.DB // read-only pool: Get, List
+
+	dbStmts *stmts    // on db, for InTx transactions
+	getStmt *sql.Stmt // on rdb
+
+	w    *writer
+	held heldRecords
+	// wlock is this process's turn at SQLite's write lock, taken by the
+	// writer for each batch and by InTx for its transaction, so that the
+	// two hand the lock over at once instead of polling for it in SQLite's
+	// busy handler (which sleeps up to 100 ms between tries). Other
+	// processes and the callers' own transactions on DB() still meet at
+	// SQLite's lock.
+	wlock chan struct{}
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	stats struct {
+		ops, commits, batches, batchedOps, rollbacks atomic.Int64
+	}
+}
+
+// Stats are counters of a [Store]'s work since it was opened.
+type Stats struct {
+	// Ops counts mutating operations that reached the database: claims
+	// (each claim of a ClaimBatch counts), completions, failures, releases,
+	// abandons, extends, resolves, deletes, sweeps and InTx calls.
+	Ops int64
+	// Commits counts committed write transactions that changed the
+	// database. Under SyncFull each costs one sync of the write-ahead log,
+	// so Commits/Ops is the syncs per operation that group commit achieved.
+	Commits int64
+	// Batches counts the transactions of the group-commit writer, and
+	// BatchedOps the operations they ran; BatchedOps/Batches is the mean
+	// batch size.
+	Batches, BatchedOps int64
+	// Rollbacks counts writer transactions rolled back because a statement
+	// failed; the batch's other operations ran again in a new transaction.
+	Rollbacks int64
+}
+
+// Open opens (creating it if needed) the SQLite database at path, applies
+// the store's migrations, and starts the store's writer. path is a file
+// name, not a URI; it must not contain '?'. ctx bounds the opening only.
+//
+// The database is put in WAL mode; the write connections use
+// synchronous=FULL unless [WithSynchronous] says otherwise, and wait
+// [DefaultBusyTimeout] for the write lock unless [WithBusyTimeout] says
+// otherwise.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case path == "" || path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("sqlitestore: open %q: path must name a database file", path)
+	case strings.ContainsRune(path, '?'):
+		return nil, fmt.Errorf("sqlitestore: open %q: path must not contain '?'", path)
+	}
+	switch cfg.sync {
+	case SyncFull, SyncNormal:
+	default:
+		return nil, fmt.Errorf("sqlitestore: unknown synchronous mode %q", cfg.sync)
+	}
+
+	s := &Store{cfg: cfg, path: path, wlock: make(chan struct{}, 1)}
+	busy := strconv.FormatInt(cfg.busyTimeout.Milliseconds(), 10)
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+busy+")")
+	q.Add("_pragma", "synchronous("+string(cfg.sync)+")")
+	q.Set("_txlock", "immediate")
+	var err error
+	if s.db, err = sql.Open("sqlite", path+"?"+q.Encode()); err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+	}
+	s.db.SetMaxIdleConns(4)
+	s.db.SetConnMaxIdleTime(time.Minute)
+
+	fail := func(err error) (*Store, error) {
+		s.closeDBs()
+		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+	}
+	if err := s.walMode(ctx); err != nil {
+		return fail(err)
+	}
+	if err := migrate(ctx, s.db, s.now(), cfg.logger); err != nil {
+		return fail(err)
+	}
+
+	rq := url.Values{}
+	rq.Add("_pragma", "busy_timeout("+busy+")")
+	rq.Add("_pragma", "query_only(1)")
+	if s.rdb, err = sql.Open("sqlite", path+"?"+rq.Encode()); err != nil {
+		return fail(err)
+	}
+	s.rdb.SetMaxOpenConns(cfg.readConns)
+	s.rdb.SetMaxIdleConns(cfg.readConns)
+	if s.getStmt, err = s.rdb.PrepareContext(ctx, sqlLoad); err != nil {
+		return fail(err)
+	}
+	if s.dbStmts, err = prepareStmts(ctx, s.db); err != nil {
+		return fail(err)
+	}
+	if s.w, err = newWriter(ctx, s); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// walMode puts the database in WAL mode, which the file keeps. Switching
+// takes an exclusive lock for which SQLite does not wait (it fails with
+// SQLITE_BUSY at once while another process opens the file too), so
+// walMode tries again until the busy timeout has passed.
+func (s *Store) walMode(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.busyTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var mode string
+		err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && strings.EqualFold(mode, "wal"):
+			return nil
+		case err == nil:
+			return fmt.Errorf("sqlitestore: the database stays in journal mode %q, not WAL", mode)
+		case !isBusy(err) || time.Now().After(deadline):
+			return fmt.Errorf("sqlitestore: setting WAL mode: %w", err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+}
+
+// closeDBs closes the pools and statements; used by Close and a failed Open.
+func (s *Store) closeDBs() error {
+	if s.getStmt != nil {
+		s.getStmt.Close()
+	}
+	if s.dbStmts != nil {
+		s.dbStmts.close()
+	}
+	var errs []error
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the writer, waits for the batch it is running, fails the
+// operations still queued with an error wrapping [idem.ErrClosed], and
+// closes the database. Every later call returns an error wrapping
+// idem.ErrClosed. Closing a closed store does nothing and returns nil.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		err = s.w.close()
+		err = errors.Join(err, s.closeDBs())
+	})
+	return err
+}
+
+// DB returns the store's read-write connection pool, so that callers can
+// keep their own tables in the same database file (and write them in the
+// claim's transaction with InTx). Its transactions begin IMMEDIATE (they
+// take the write lock at BEGIN). Do not close it; [Store.Close] does.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Path returns the database file's name as given to [Open].
+func (s *Store) Path() string { return s.path }
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Ops:        s.stats.ops.Load(),
+		Commits:    s.stats.commits.Load(),
+		Batches:    s.stats.batches.Load(),
+		BatchedOps: s.stats.batchedOps.Load(),
+		Rollbacks:  s.stats.rollbacks.Load(),
+	}
+}
+
+// lockWrites takes this process's turn at the write lock. It gives up
+// waiting after the busy timeout (SQLite's busy handler then decides) or
+// when ctx ends; unlock is a no-op then.
+func (s *Store) lockWrites(ctx context.Context) (unlock func()) {
+	select {
+	case s.wlock <- struct{}{}:
+		return s.unlockWrites
+	default:
+	}
+	t := time.NewTimer(s.cfg.busyTimeout)
+	defer t.Stop()
+	select {
+	case s.wlock <- struct{}{}:
+		return s.unlockWrites
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return func() {}
+}
+
+func (s *Store) unlockWrites() { <-s.wlock }
+
+// now reads the clock at the precision the store keeps.
+func (s *Store) now() time.Time { return truncate(s.cfg.clock()) }
+
+var errClosed = fmt.Errorf("sqlitestore: %w", idem.ErrClosed)
+
+// readErr wraps an error of the read pool, as ErrClosed if the store was
+// closed meanwhile.
+func (s *Store) readErr(op string, err error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return fmt.Errorf("sqlitestore: %s: %w", op, err)
+}
+
+// Claim implements [idem.Store]. It reads the key's record first: a
+// duplicate or a busy key is answered from that read, without a write. A
+// claim that acquires is one conditional INSERT (new key) or UPDATE in the
+// writer's next transaction, shared with the other operations queued
+// meanwhile.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	var res idem.ClaimResult
+	if err := s.apply(ctx, req.Key, false, claimM(req, &res)); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	return res, nil
+}
+
+// ClaimBatch implements [idem.BatchClaimer]: the claims run in order in one
+// write transaction, so a later request for a key sees an earlier one. If
+// any claim fails (not an outcome: a store error or a corrupt record) none
+// of them is written and the error is returned.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if len(reqs) == 0 {
+		return []idem.ClaimResult{}, nil
+	}
+	s.stats.ops.Add(int64(len(reqs)))
+	out := make([]idem.ClaimResult, len(reqs))
+	err := s.w.do(ctx, true, func(w rw, now time.Time) error {
+		for i, req := range reqs {
+			if _, _, err := applyIn(w, req.Key, claimM(req, &out[i]), now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+	return s.apply(ctx, key, true, finishM(fence, end))
+}
+
+// Complete implements [idem.Store].
+func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
+}
+
+// Fail implements [idem.Store].
+func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+}
+
+// Release implements [idem.Store].
+func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+}
+
+// Abandon implements [idem.Store].
+func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+	var until time.Time
+	if err := s.apply(ctx, key, true, extendM(fence, lease, &until)); err != nil {
+		return time.Time{}, err
+	}
+	return until, nil
+}
+
+// Resolve implements [idem.Store].
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
+	var rec idem.Record
+	if err := s.apply(ctx, key, false, resolveM(fence, r, &rec)); err != nil {
+		return idem.Record{}, err
+	}
+	return rec, nil
+}
+
+// Delete implements [idem.Store]. An expired record counts as absent
+// (ErrNotFound) and stays until Sweep deletes it.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	s.stats.ops.Add(1)
+	defer s.held.forget(key)
+	return s.w.do(ctx, false, func(w rw, now time.Time) error {
+		return remove(w, key, now)
+	})
+}
+
+// Sweep implements [idem.Store]. Deleting expired records is housekeeping
+// only: an expired record behaves as absent whether or not it was swept.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	if s.closed.Load() {
+		return 0, errClosed
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	s.stats.ops.Add(1)
+	var n int
+	err := s.w.do(ctx, false, func(w rw, now time.Time) (err error) {
+		n, err = w.sweep(now.UnixMicro(), limit)
+		return err
+	})
+	return n, err
+}
+
+// Now implements [idem.Store]: the clock given to [WithClock], at
+// microsecond precision.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return s.now(), nil
+}
+
+// Get implements [idem.Store]. It reads on the read-only pool, concurrently
+// with the writer.
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if s.closed.Load() {
+		return idem.Record{}, errClosed
+	}
+	rec, _, err := s.read(ctx, key)
+	if err != nil {
+		return idem.Record{}, err
+	}
+	if rec == nil || rec.Expired(s.now()) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return *rec, nil
+}
+
+// read reads key's row and its version on the read pool, expired or not;
+// nil if there is none.
+func (s *Store) read(ctx context.Context, key string) (*idem.Record, int64, error) {
+	var vals [numColumns + 1]any
+	var ptrs [numColumns + 1]any
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	err := s.getStmt.QueryRowContext(ctx, key).Scan(ptrs[:]...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, s.readErr("get", err)
+	}
+	return decodeVersioned(vals[:])
+}
+
+// List implements [idem.Store]. Expired records are never listed. A record
+// that cannot be decoded fails the whole call with a *idem.CorruptError
+// naming its key (so an operator can Delete it).
+func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	now := s.now().UnixMicro()
+	var b strings.Builder
+	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key > ? AND expires_at > ?`)
+	args := []any{q.After, now}
+	if q.Status != "" {
+		b.WriteString(` AND status = ?`)
+		args = append(args, string(q.Status))
+	}
+	if q.Stuck {
+		b.WriteString(` AND status = 'in_progress' AND lease_until <= ?`)
+		args = append(args, now)
+	}
+	b.WriteString(` ORDER BY key LIMIT ?`)
+	args = append(args, int64(limit))
+
+	rows, err := s.rdb.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, s.readErr("list", err)
+	}
+	defer rows.Close()
+	var vals [numColumns]any
+	var ptrs [numColumns]any
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	var out []idem.Record
+	for rows.Next() {
+		if err := rows.Scan(ptrs[:]...); err != nil {
+			return nil, s.readErr("list", err)
+		}
+		rec, err := decodeRecord(vals[:])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("list", err)
+	}
+	return out, nil
+}
+
+var (
+	_ idem.Store            = (*Store)(nil)
+	_ idem.BatchClaimer     = (*Store)(nil)
+	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
+)
