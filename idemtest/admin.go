@@ -141,9 +141,10 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Policy = idem.AtMostOnce
 		cr := acquire(t, s, r)
 		lapse(t, h, s, "k")
+		before := now(t, s)
 		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, idem.Resolution{Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
 		noErr(t, "Resolve(done)", err)
-		n := now(t, s)
+		after := now(t, s)
 		if rec.Status != idem.StatusCompleted || rec.Fence != 2 {
 			t.Fatalf("Resolve(done) returned {%s, fence %d}, want {completed, 2}", rec.Status, rec.Fence)
 		}
@@ -152,7 +153,7 @@ func testAdmin(t *testing.T, h Harness) {
 			t.Fatalf("after Resolve(done): {%s, fence %d}, want {completed, 2}", got.Status, got.Fence)
 		}
 		wantBytes(t, "Result", got.Result, []byte("msg-id-42"))
-		wantTime(t, "ExpiresAt", got.ExpiresAt, n.Add(2*time.Hour))
+		wantBetween(t, "ExpiresAt", got.ExpiresAt, before.Add(2*time.Hour), after.Add(2*time.Hour))
 		if j := got.Journal[len(got.Journal)-1]; j.Outcome != idem.OutcomeResolvedDone {
 			t.Fatalf("after Resolve(done): journal %+v, want the last entry resolved-done", got.Journal)
 		}

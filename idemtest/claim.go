@@ -65,14 +65,15 @@ func testClaim(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
 		ret := 2 * time.Hour
+		before := now(t, s)
 		noErr(t, "Complete", s.Complete(context.Background(), "k", cr.Record.Fence, []byte("result-1"), ret))
-		n := now(t, s)
+		after := now(t, s)
 		rec := get(t, s, "k")
 		if rec.Status != idem.StatusCompleted {
 			t.Fatalf("after Complete: status %s, want completed", rec.Status)
 		}
 		wantBytes(t, "Result", rec.Result, []byte("result-1"))
-		wantTime(t, "ExpiresAt", rec.ExpiresAt, n.Add(ret))
+		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(ret), after.Add(ret))
 		if rec.Fence != 1 || rec.Attempt != 1 {
 			t.Fatalf("after Complete: fence %d attempt %d, want 1 1", rec.Fence, rec.Attempt)
 		}
@@ -156,13 +157,14 @@ func testClaim(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
+		before := now(t, s)
 		noErr(t, "Fail", s.Fail(context.Background(), "k", cr.Record.Fence, "card declined", 3*time.Hour))
-		n := now(t, s)
+		after := now(t, s)
 		rec := get(t, s, "k")
 		if rec.Status != idem.StatusFailed || rec.Reason != "card declined" {
 			t.Fatalf("after Fail: {%s, %q}, want {failed, %q}", rec.Status, rec.Reason, "card declined")
 		}
-		wantTime(t, "ExpiresAt", rec.ExpiresAt, n.Add(3*time.Hour))
+		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(3*time.Hour), after.Add(3*time.Hour))
 		if rec.Journal[0].Outcome != idem.OutcomeFailed {
 			t.Fatalf("journal outcome %q, want failed", rec.Journal[0].Outcome)
 		}

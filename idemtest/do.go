@@ -18,7 +18,9 @@ func testDo(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithRetention(5*time.Hour))
 		var c counter
+		before := now(t, s)
 		res := do(t, l, idem.Key("receipt", 8891, 7), c.fn([]byte("msg-1")))
+		after := now(t, s)
 		c.want(t, 1)
 		wantResult(t, res, []byte("msg-1"), false, 1, 1)
 		if res.Takeover || res.Reconciled {
@@ -29,7 +31,7 @@ func testDo(t *testing.T, h Harness) {
 			t.Fatalf("record {%s, owner %q, fence %d, attempt %d}, want {completed, %q, 1, 1}", rec.Status, rec.Owner, rec.Fence, rec.Attempt, l.Owner())
 		}
 		wantBytes(t, "stored Result", rec.Result, []byte("msg-1"))
-		wantTime(t, "ExpiresAt", rec.ExpiresAt, now(t, s).Add(5*time.Hour))
+		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(5*time.Hour), after.Add(5*time.Hour))
 		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeCompleted || rec.Journal[0].Correlation == "" {
 			t.Fatalf("journal %+v, want one completed entry with a correlation id", rec.Journal)
 		}

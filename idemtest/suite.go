@@ -29,6 +29,7 @@ func TestStore(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("idemtest: Harness.New is required")
 	}
+	suite := t.Name()
 	t.Run("contract", func(t *testing.T) { t.Parallel(); testClaim(t, h) })
 	t.Run("lease", func(t *testing.T) { t.Parallel(); testLease(t, h) })
 	t.Run("retention", func(t *testing.T) { t.Parallel(); testRetention(t, h) })
@@ -42,7 +43,7 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("keys", func(t *testing.T) { t.Parallel(); testKeys(t, h) })
 	t.Run("faults", func(t *testing.T) { t.Parallel(); testFaults(t, h) })
 	t.Run("race", func(t *testing.T) { t.Parallel(); testRace(t, h) })
-	// t.Run("process", func(t *testing.T) { t.Parallel(); testProcess(t, h) })
+	t.Run("process", func(t *testing.T) { t.Parallel(); testProcess(t, h, suite) })
 	// t.Run("powertools", func(t *testing.T) { t.Parallel(); testPowertools(t, h) })
 }
 
@@ -210,6 +211,15 @@ func wantTime(t testing.TB, what string, got, want time.Time) {
 	t.Helper()
 	if !sameTime(got, want) {
 		t.Fatalf("%s = %v, want %v (off by %v)", what, got, want, got.Sub(want))
+	}
+}
+
+// wantBetween fails the test unless got is within [lo, hi], give or take a
+// millisecond.
+func wantBetween(t testing.TB, what string, got, lo, hi time.Time) {
+	t.Helper()
+	if got.Before(lo.Add(-time.Millisecond)) || got.After(hi.Add(time.Millisecond)) {
+		t.Fatalf("%s = %v, want between %v and %v", what, got, lo, hi)
 	}
 }
 

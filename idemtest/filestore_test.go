@@ -1,0 +1,302 @@
+//go:build unix
+
+package idemtest_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/transition"
+)
+
+// fileStore is a small idem.Store kept in a directory, one file per key,
+// each read and written under an flock of its own, so that several
+// processes can share it. It exists to run the suite's multi-process and
+// corrupt-record tests (and its sleeping path, on the real clock) inside
+// idemtest itself; it is not a product. A file is never removed (another
+// process may be waiting on its lock): an empty file is an absent record.
+type fileStore struct {
+	dir    string
+	mu     sync.Mutex // flock does not exclude goroutines of one process
+	closed atomic.Bool
+}
+
+func openFileStore(dir string) (*fileStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return &fileStore{dir: dir}, nil
+}
+
+func (s *fileStore) file(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".rec")
+}
+
+// with runs f on key's record under its file's lock and writes back the
+// record f returns when it says the record changed (nil: absent).
+func (s *fileStore) with(ctx context.Context, key string, f func(raw []byte, now time.Time) (next []byte, changed bool, err error)) error {
+	if s.closed.Load() {
+		return idem.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.withFile(s.file(key), f)
+}
+
+func (s *fileStore) withFile(path string, f func(raw []byte, now time.Time) ([]byte, bool, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fd, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	if err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	raw, err := io.ReadAll(fd)
+	if err != nil {
+		return err
+	}
+	next, changed, err := f(raw, time.Now())
+	if changed {
+		if werr := fd.Truncate(0); werr != nil {
+			return werr
+		}
+		if _, werr := fd.WriteAt(next, 0); werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+func decode(key string, raw []byte) (*idem.Record, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var r idem.Record
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, &idem.CorruptError{Key: key, Detail: err.Error()}
+	}
+	return &r, nil
+}
+
+func encode(r *idem.Record) []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// all reads every record (for List and Sweep).
+func (s *fileStore) all(ctx context.Context, f func(rec *idem.Record, now time.Time) (del bool)) error {
+	if s.closed.Load() {
+		return idem.ErrClosed
+	}
+	paths, err := filepath.Glob(filepath.Join(s.dir, "*.rec"))
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		err := s.withFile(p, func(raw []byte, now time.Time) ([]byte, bool, error) {
+			rec, err := decode(p, raw)
+			if err != nil || rec == nil {
+				return nil, false, err
+			}
+			return nil, f(rec, now), nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fileStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+	err = s.with(ctx, req.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		rec, err := decode(req.Key, raw)
+		if err != nil {
+			return nil, false, err
+		}
+		next, r := transition.Claim(rec, req, now)
+		res = r
+		if next == nil {
+			return nil, false, nil
+		}
+		return encode(next), true, nil
+	})
+	return res, err
+}
+
+func (s *fileStore) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+	return s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		rec, err := decode(key, raw)
+		if err != nil {
+			return nil, false, err
+		}
+		next, err := transition.Finish(rec, fence, end, now)
+		if next == nil {
+			return nil, false, err
+		}
+		return encode(next), true, err
+	})
+}
+
+func (s *fileStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
+}
+
+func (s *fileStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+}
+
+func (s *fileStore) Release(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+}
+
+func (s *fileStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
+	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+}
+
+func (s *fileStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
+	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		rec, err := decode(key, raw)
+		if err != nil {
+			return nil, false, err
+		}
+		next, err := transition.Extend(rec, fence, lease, now)
+		if err != nil {
+			return nil, false, err
+		}
+		until = next.LeaseUntil
+		return encode(next), true, nil
+	})
+	return until, err
+}
+
+func (s *fileStore) Get(ctx context.Context, key string) (rec idem.Record, err error) {
+	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		r, err := decode(key, raw)
+		if err != nil {
+			return nil, false, err
+		}
+		if r == nil || r.Expired(now) {
+			return nil, false, idem.ErrNotFound
+		}
+		rec = *r
+		return nil, false, nil
+	})
+	return rec, err
+}
+
+func (s *fileStore) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []idem.Record
+	err := s.all(ctx, func(r *idem.Record, now time.Time) bool {
+		if q.After != "" && r.Key <= q.After || r.Expired(now) || q.Status != "" && r.Status != q.Status || q.Stuck && !r.Lapsed(now) {
+			return false
+		}
+		out = append(out, *r)
+		return false
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}
+
+func (s *fileStore) Resolve(ctx context.Context, key string, fence int64, res idem.Resolution) (rec idem.Record, err error) {
+	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		r, err := decode(key, raw)
+		if err != nil {
+			return nil, false, err
+		}
+		next, err := transition.Resolve(r, fence, res, now)
+		if err != nil {
+			return nil, false, err
+		}
+		rec = *next
+		return encode(next), true, nil
+	})
+	return rec, err
+}
+
+func (s *fileStore) Delete(ctx context.Context, key string) error {
+	return s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		r, err := decode(key, raw)
+		if err == nil && (r == nil || r.Expired(now)) {
+			return nil, false, idem.ErrNotFound
+		}
+		return nil, true, nil
+	})
+}
+
+func (s *fileStore) Sweep(ctx context.Context, limit int) (int, error) {
+	n := 0
+	err := s.all(ctx, func(r *idem.Record, now time.Time) bool {
+		if n < limit && r.Expired(now) {
+			n++
+			return true
+		}
+		return false
+	})
+	return n, err
+}
+
+func (s *fileStore) Now(context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, idem.ErrClosed
+	}
+	return time.Now(), nil
+}
+
+func (s *fileStore) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// TestFileStore runs the suite on fileStore: real clock, separate
+// processes, corrupt records.
+func TestFileStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sleeps through leases; skipped with -short")
+	}
+	open := func(loc string) (idem.Store, error) { return openFileStore(loc) }
+	idemtest.TestStore(t, idemtest.Harness{
+		New: func(t testing.TB) idem.Store {
+			s, err := openFileStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Locator: func(t testing.TB) string { return t.TempDir() },
+		Open:    open,
+		Corrupt: func(t testing.TB, s idem.Store, key string) {
+			fs := s.(*fileStore)
+			err := fs.with(context.Background(), key, func([]byte, time.Time) ([]byte, bool, error) {
+				return []byte("{not json"), true, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
