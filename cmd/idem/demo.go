@@ -81,11 +81,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		if !*keep {
 			defer os.RemoveAll(dir)
 		}
-		if storeurl.Has("sqlite") {
-			url = "sqlite:" + filepath.Join(dir, "idem.db")
-		} else {
-			url = "mem:"
-		}
+		url = "sqlite:" + filepath.Join(dir, "idem.db")
 	}
 	if a.store == nil {
 		s, err := storeurl.Open(ctx, url, storeurl.Options{})

@@ -295,14 +295,12 @@ func TestMissingStoreFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope.db")
 	t.Chdir(t.TempDir())
 	t.Setenv("IDEM_STORE", "")
-	if storeurl.Has("sqlite") {
-		idemRun(context.Background(), "--store", "sqlite:"+path, "ls").expectErr(t, 1, "no database file "+path)
-		if _, err := os.Stat(path); err == nil {
-			t.Errorf("ls created %s", path)
-		}
-		// The default store is sqlite:idem.db in the working directory.
-		idemRun(context.Background(), "ls").expectErr(t, 1, "no database file idem.db")
+	idemRun(context.Background(), "--store", "sqlite:"+path, "ls").expectErr(t, 1, "no database file "+path)
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("ls created %s", path)
 	}
+	// The default store is sqlite:idem.db in the working directory.
+	idemRun(context.Background(), "ls").expectErr(t, 1, "no database file idem.db")
 }
 
 func TestInspect(t *testing.T) {
@@ -630,7 +628,11 @@ func TestDemo(t *testing.T) {
 	}
 	t.Run("default store", func(t *testing.T) {
 		t.Setenv("IDEM_STORE", "mem:must-not-be-used")
-		check(t, idemRun(context.Background(), "demo"))
+		r := idemRun(context.Background(), "demo")
+		check(t, r)
+		if !regexp.MustCompile(`seed 000 on sqlite:.*idem-demo-.*/idem.db\n`).MatchString(r.stdout) {
+			t.Errorf("the demo did not run on a temporary SQLite store:\n%s", r.stdout)
+		}
 	})
 	t.Run("mem", func(t *testing.T) {
 		check(t, idemRun(context.Background(), "--store", "mem:", "demo"))

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// The command tests run against SQLite too (on a fake clock, through a
+// mem:NAME alias for the store).
+func init() {
+	backends = append(backends, backend{"sqlite", func(t *testing.T, now func() time.Time) idem.Store {
+		s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), sqlitestore.WithClock(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}})
+}
+
+// TestSQLiteURL runs the commands on a database file named by --store, as
+// an operator does, on the real clock.
+func TestSQLiteURL(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	s, err := sqlitestore.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(key string, p idem.Policy, l time.Duration) int64 {
+		t.Helper()
+		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "w1", Correlation: "m-" + key, Policy: p, Lease: l, Retention: time.Hour})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %v %+v", key, err, res)
+		}
+		return res.Record.Fence
+	}
+	f := claim("receipt:1:7", idem.AtLeastOnce, time.Minute)
+	if err := s.Complete(ctx, "receipt:1:7", f, []byte("ses-1"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	f = claim("old", idem.AtLeastOnce, time.Minute)
+	if err := s.Complete(ctx, "old", f, []byte("x"), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	claim("receipt:2:7", idem.AtMostOnce, time.Millisecond)
+	claim("receipt:3:7", idem.AtLeastOnce, time.Hour)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	for _, url := range []string{"sqlite:" + path, "sqlite://" + path} {
+		r := idemRun(ctx, "--store", url, "inspect", "receipt:1:7")
+		r.expect(t, 0, `"ses-1" (5 bytes)`, "status       completed")
+	}
+	r := idemRun(ctx, "--store", "sqlite:"+path, "ls", "--stuck")
+	r.expect(t, 0, "receipt:2:7  indeterminate")
+	if strings.Contains(r.stdout, "receipt:3:7") {
+		t.Errorf("a live lease listed as stuck:\n%s", r)
+	}
+	idemRun(ctx, "--store", "sqlite:"+path, "release", "receipt:3:7").expectErr(t, 4, "live lease")
+	idemRun(ctx, "--store", "sqlite:"+path, "inspect", "old").expectErr(t, 3, "no record")
+	idemRun(ctx, "--store", "sqlite:"+path, "explain", "receipt:2:7").expect(t, 0, "waiting for `idem resolve receipt:2:7")
+	idemRun(ctx, "--store", "sqlite:"+path, "resolve", "receipt:2:7", "--not-done", "--reason", "bounced").expect(t, 0, "resolved receipt:2:7 as not done")
+	idemRun(ctx, "--store", "sqlite:"+path, "sweep").expect(t, 0, "swept 1 expired records in 1 batch")
+	r = idemRun(ctx, "--store", "sqlite:"+path, "ls", "--json")
+	r.expect(t, 0, `"key":"receipt:1:7"`, `"key":"receipt:2:7","status":"released"`, `"key":"receipt:3:7"`)
+	if strings.Count(r.stdout, "\n") != 3 {
+		t.Errorf("after sweep:\n%s", r)
+	}
+}
