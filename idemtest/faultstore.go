@@ -30,10 +30,14 @@ const (
 
 var allOps = []Op{OpClaim, OpComplete, OpFail, OpRelease, OpAbandon, OpExtend, OpGet, OpList, OpResolve, OpDelete, OpSweep, OpNow}
 
-// Fault is an error a [FaultStore] injects into calls of one [Op].
+// Fault is an error (or a delay) a [FaultStore] injects into calls of one
+// [Op].
 type Fault struct {
-	// Err is returned instead of the store's answer. Required.
+	// Err is returned instead of the store's answer. When nil the call goes
+	// through to the store, after Delay.
 	Err error
+	// Delay is waited before the call, as a slow network or disk would.
+	Delay time.Duration
 	// After calls the real store first and then returns Err anyway: the
 	// write happened but its answer was lost (a timeout after the commit).
 	// Otherwise the real store is not called.
@@ -123,6 +127,10 @@ func (f *FaultStore) fault(op Op) *Fault {
 func run(f *FaultStore, op Op, real func() error) error {
 	ft := f.fault(op)
 	if ft == nil {
+		return real()
+	}
+	time.Sleep(ft.Delay)
+	if ft.Err == nil {
 		return real()
 	}
 	if ft.After {

@@ -44,7 +44,7 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("faults", func(t *testing.T) { t.Parallel(); testFaults(t, h) })
 	t.Run("race", func(t *testing.T) { t.Parallel(); testRace(t, h) })
 	t.Run("process", func(t *testing.T) { t.Parallel(); testProcess(t, h, suite) })
-	// t.Run("powertools", func(t *testing.T) { t.Parallel(); testPowertools(t, h) })
+	t.Run("powertools", func(t *testing.T) { t.Parallel(); testPowertools(t, h) })
 }
 
 // newStore returns a fresh store from h, closed when t ends.
