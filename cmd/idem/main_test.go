@@ -638,16 +638,20 @@ func TestDemo(t *testing.T) {
 		check(t, idemRun(context.Background(), "--store", "mem:", "demo"))
 	})
 	t.Run("kept store, then looked at", func(t *testing.T) {
-		r := idemRun(context.Background(), "demo", "--keep", "--store", "mem:demo-kept")
+		envSeq.Lock()
+		envSeq.n++
+		url := fmt.Sprintf("mem:demo-kept-%d", envSeq.n)
+		envSeq.Unlock()
+		r := idemRun(context.Background(), "demo", "--keep", "--store", url)
 		check(t, r)
-		// The kept store holds the run's records for the other commands.
-		r2 := idemRun(context.Background(), "--store", "mem:demo-kept", "ls", "--limit", "0")
+		// The store holds the run's records for the other commands.
+		r2 := idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
 		r2.expect(t, 0, "receipt:1003:", "receipt:1007:")
 		if n := strings.Count(r2.stdout, "\n"); n != 21 {
 			t.Errorf("ls after the demo lists %d lines:\n%s", n, r2.stdout)
 		}
 		// A second run on the same store uses fresh keys.
-		check(t, idemRun(context.Background(), "demo", "--store", "mem:demo-kept"))
+		check(t, idemRun(context.Background(), "demo", "--store", url))
 	})
 }
 
