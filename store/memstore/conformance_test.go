@@ -29,3 +29,9 @@ func TestConformanceRealClock(t *testing.T) {
 	}
 	idemtest.TestStore(t, idemtest.Harness{New: func(testing.TB) idem.Store { return memstore.New() }})
 }
+
+// BenchmarkConformance measures memstore on the real clock (the benchmarks
+// never need time to pass).
+func BenchmarkConformance(b *testing.B) {
+	idemtest.BenchmarkStore(b, idemtest.Harness{New: func(testing.TB) idem.Store { return memstore.New() }})
+}
