@@ -134,7 +134,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 			return fn(ctx)
 		}
 	}
-	val, err := l.run(ctx, c, rec, work)
+	val, err := l.run(ctx, c, rec, work, &reconciled)
 	if err != nil {
 		return Result{}, err
 	}
@@ -240,7 +240,10 @@ func (e abandonError) Unwrap() error { return e.err }
 
 // run calls fn under the claim in rec, with heartbeats, and records what
 // happened. It returns fn's value on success.
-func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+// When *reconciled is set after fn returns, fn's value came from a Reconcile
+// hook and is recorded as a resolution, so the journal tells it apart from a
+// run.
+func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(context.Context) ([]byte, error), reconciled *bool) ([]byte, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hb := l.startHeartbeat(ctx, c, rec, cancel)
@@ -285,8 +288,15 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(con
 	}
 
 	if fnErr == nil {
-		if err := l.store.Complete(fctx, key, fence, val, c.retention); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
+		var err error
+		if *reconciled {
+			_, err = l.store.Resolve(fctx, key, fence, Resolution{Done: true, Result: val, Retention: c.retention,
+				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)"})
+		} else {
+			err = l.store.Complete(fctx, key, fence, val, c.retention)
+		}
+		if err != nil {
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
 				l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec,
 					slog.String("msg_detail", "fn finished but the key was taken over before its result was recorded; the effect may repeat"))
 				return nil, fmt.Errorf("idem: %q attempt %d (fence %d) finished after losing its lease: %w", key, rec.Attempt, fence, ErrLeaseLost)

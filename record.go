@@ -89,8 +89,16 @@ type JournalEntry struct {
 	Reason      string    `json:"r,omitempty"`
 	Takeover    bool      `json:"t,omitempty"`  // claimed over a lapsed attempt
 	AfterExpiry bool      `json:"ae,omitempty"` // claimed after an earlier record's retention passed
-	// LateFinish is when this attempt tried to record an outcome after its
-	// lease had been taken over: the attempt was still running while a later
-	// one ran, so their effects may have overlapped.
+	Policy      string    `json:"p,omitempty"`  // the claim's policy (Policy.String)
+	// LateFinish is when this attempt, after its lease had been taken over,
+	// tried to extend its lease or record an outcome: it was still running
+	// while a later attempt ran, so their effects may have overlapped.
 	LateFinish time.Time `json:"lf,omitzero"`
+	// ResolvedBy names who recorded a resolved-* outcome: an operator, or
+	// the holder's Reconcile hook.
+	ResolvedBy string `json:"rb,omitempty"`
+	// Decision marks an entry that records a resolution of a key with no
+	// open attempt: a decision, not an attempt (it repeats the attempt
+	// number of the entry before it).
+	Decision bool `json:"d,omitempty"`
 }

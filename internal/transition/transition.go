@@ -70,6 +70,7 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 		LeaseUntil:  n.LeaseUntil,
 		Takeover:    res.Takeover,
 		AfterExpiry: afterExpiry,
+		Policy:      req.Policy.String(),
 	})
 	res.Acquired = true
 	res.Record = *n
@@ -134,10 +135,16 @@ func Finish(rec *idem.Record, fence int64, end Ending, now time.Time) (*idem.Rec
 	return n, nil
 }
 
-// Extend renews the lease of the attempt holding fence.
+// Extend renews the lease of the attempt holding fence. Like Finish, on
+// idem.ErrLeaseLost it may return the stale attempt's journal entry annotated
+// with LateFinish, to store: a refused heartbeat proves the attempt was still
+// running.
 func Extend(rec *idem.Record, fence int64, lease time.Duration, now time.Time) (*idem.Record, error) {
-	if rec == nil || rec.Expired(now) || rec.Fence != fence || rec.Status != idem.StatusInProgress {
+	if rec == nil || rec.Expired(now) {
 		return nil, idem.ErrLeaseLost
+	}
+	if rec.Fence != fence || rec.Status != idem.StatusInProgress {
+		return annotateLate(rec, fence, now), idem.ErrLeaseLost
 	}
 	n := clone(rec)
 	n.LeaseUntil = now.Add(lease)
@@ -178,6 +185,7 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 		e.Ended = now
 		e.Outcome = outcome
 		e.Reason = r.Reason
+		e.ResolvedBy = r.By
 		if e.LeaseUntil.After(now) {
 			e.LeaseUntil = now
 		}
@@ -185,7 +193,7 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 		n.Journal = Append(n.Journal, idem.JournalEntry{
 			Attempt: n.Attempt, Fence: n.Fence, Owner: r.By,
 			Started: now, LeaseUntil: now, Ended: now,
-			Outcome: outcome, Reason: r.Reason,
+			Outcome: outcome, Reason: r.Reason, ResolvedBy: r.By, Decision: true,
 		})
 	}
 	return n, nil
