@@ -178,11 +178,13 @@ func (s *fileStore) Extend(ctx context.Context, key string, fence int64, lease t
 			return nil, false, err
 		}
 		next, err := transition.Extend(rec, fence, lease, now)
-		if err != nil {
+		if next == nil {
 			return nil, false, err
 		}
-		until = next.LeaseUntil
-		return encode(next), true, nil
+		if err == nil {
+			until = next.LeaseUntil
+		}
+		return encode(next), true, err
 	})
 	return until, err
 }

@@ -168,6 +168,23 @@ func testLease(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("stale_heartbeat_marks_late", func(t *testing.T) {
+		// A refused Extend proves the stale attempt was still running.
+		t.Parallel()
+		s := newStore(t, h)
+		old := acquire(t, s, req(h, "k"))
+		lapse(t, h, s, "k")
+		acquire(t, s, req(h, "k"))
+		before := get(t, s, "k")
+		_, err := s.Extend(context.Background(), "k", old.Record.Fence, time.Hour)
+		wantErr(t, "stale Extend", err, idem.ErrLeaseLost)
+		after := get(t, s, "k")
+		if after.Journal[0].LateFinish.IsZero() {
+			t.Fatalf("stale Extend did not set LateFinish on the stale attempt's journal entry: %+v", after.Journal[0])
+		}
+		sameExceptLate(t, "after stale Extend", after, before)
+	})
+
 	t.Run("stale_holder", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)

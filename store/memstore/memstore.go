@@ -141,10 +141,12 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
 		next, err := transition.Extend(sh.records[key], fence, lease, now)
+		if next != nil {
+			sh.records[key] = next // on ErrLeaseLost: the late trace
+		}
 		if err != nil {
 			return err
 		}
-		sh.records[key] = next
 		until = next.LeaseUntil
 		return nil
 	})
