@@ -280,7 +280,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(con
 			serr = l.store.Release(fctx, key, fence, reason)
 		}
 		if serr != nil {
-			_ = l.storeError(ctx, outcome, key, c, rec, serr)
+			_ = l.storeError(ctx, storeOp(outcome), key, c, rec, serr)
 		} else {
 			l.logOutcome(ctx, slog.LevelError, outcome, c, rec, slog.String("reason", reason))
 		}
@@ -329,7 +329,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(con
 			l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.String("reason", reason))
 			return nil, errors.Join(fnErr, fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, ErrLeaseLost))
 		}
-		return nil, errors.Join(fnErr, l.storeError(ctx, op, key, c, rec, serr))
+		return nil, errors.Join(fnErr, l.storeError(ctx, storeOp(op), key, c, rec, serr))
 	}
 	level := slog.LevelInfo
 	if op == "abandoned" {
@@ -337,6 +337,20 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(con
 	}
 	l.logOutcome(ctx, level, op, c, rec, slog.String("reason", reason))
 	return nil, fnErr
+}
+
+// storeOp names the Store call that records an outcome, as StoreError.Op
+// documents it.
+func storeOp(outcome string) string {
+	switch outcome {
+	case "released":
+		return "release"
+	case "failed":
+		return "fail"
+	case "abandoned":
+		return "abandon"
+	}
+	return outcome
 }
 
 func finishTimeout(lease time.Duration) time.Duration { return max(lease, 5*time.Second) }
