@@ -42,10 +42,10 @@ over and sent again), the duplicates suppressed and the busy retries, then
 indeterminate, and 'idem resolve' deciding it.
 
 It checks those numbers and exits 1 if idem did not keep its promise.`,
-	exits: `  0  the demo ran and every number was as idem promises
-  1  the store failed, or a key was sent a number of times idem does not allow
-  2  usage error
-  130  interrupted`,
+	exits: `  0    the demo ran and every number was as idem promises
+  1    the store failed, or a key was sent a number of times idem does not allow
+  2    usage error
+  130  interrupted (Ctrl-C)`,
 	run: runDemo,
 }
 

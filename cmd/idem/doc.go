@@ -28,7 +28,8 @@
 //	resolve KEY --done [--result S | --result-file F] [--retention D]
 //	resolve KEY --not-done
 //	                     decide a key whose attempt never finished; same
-//	                     refusals and --fence; --reason is recorded.
+//	                     refusals and --fence; --reason and --by (who
+//	                     decided) are recorded in the journal.
 //	sweep                delete expired records in batches (--batch N) until
 //	                     none are left; Ctrl-C stops between batches.
 //	explain KEY          the key's story from its journal, and the verdict of

@@ -12,10 +12,11 @@ var explainCmd = &command{
 	summary:  `tell a key's story and answer "two emails, one booking"`,
 	help: `
 Explain tells what happened to KEY in plain words, from its record and its
-journal of attempts: who claimed it and when, how each attempt ended (result
-recorded, error, permanent failure, lease ran out), takeovers of lapsed
-attempts, attempts that finished late after losing their lease, operators'
-decisions, expiry and re-runs.
+journal of attempts: who claimed it, when and under which policy, how each
+attempt ended (result recorded, error, idem.NotDone, permanent failure,
+lease ran out), takeovers of lapsed attempts and what a Reconcile hook
+found, attempts still running after losing their lease (a refused
+heartbeat or outcome), who resolved a key, expiry and re-runs.
 
 Then it walks the "two emails, one booking" decision tree over that
 journal and gives its verdict:
@@ -26,8 +27,11 @@ journal and gives its verdict:
   2. Did attempts overlap? (an attempt still running after a later one took
      over) yes: concurrent attempts; lengthen the lease / fix heartbeats
   3. Did an attempt run again after an earlier one lapsed, crashed or
-     returned an error? yes: send succeeded, recording failed or crashed
-  otherwise: no second effect could come from idem's side.
+     returned an error under at_least_once? yes: send succeeded, recording
+     failed or crashed
+  otherwise: no second effect could come from idem's side (an idem.NotDone
+  release under at_most_once, a resolution as not done, or a takeover whose
+  Reconcile hook found the effect done and repeated nothing).
 
 With --json it prints the story, the questions with their answers and the
 verdict (code, cause, text, attempts) as one JSON object.`,

@@ -12,7 +12,10 @@ state (an in_progress record whose lease has passed is "lapsed" under
 at_least_once, and the next claim takes it over, or "indeterminate" under
 at_most_once, waiting for 'idem resolve'), policy, fence, attempt, owner,
 fingerprint, a preview of the result with its size, the last reason, lease
-and retention times, and the journal of the newest attempts.
+and retention times, and the journal of the newest attempts: each one's
+policy, owner, correlation id, times and outcome, with notes (takeover,
+still running after a takeover, who resolved it, an operator's decision
+recorded as its own entry).
 
 KEY is the key as stored, e.g. receipt:8891:7 (what idem.Key builds).
 

@@ -308,14 +308,14 @@ func TestInspect(t *testing.T) {
 		r := e.run("inspect", "done")
 		r.expect(t, 0, "key          done", "status       completed", "state        completed", "policy       at_least_once",
 			"fence        1", "attempt      1", "owner        w1", `result       "ses-1" (5 bytes)`, "expires at", "created", "updated",
-			"journal (oldest first, times UTC on 2025-06-01)", "ATTEMPT  FENCE  OWNER  CORRELATION", "completed")
+			"journal (oldest first, times UTC on 2025-06-01)", "ATTEMPT  FENCE  POLICY         OWNER  CORRELATION", "  1        1      at_least_once  w1", "completed")
 
 		e.run("inspect", "lapsed").expect(t, 0, "status       in_progress", "lapsed, next claim takes over", "passed")
 		e.run("inspect", "indet").expect(t, 0, "status       in_progress", "indeterminate", "waiting for `idem resolve`", "at_most_once")
 		e.run("inspect", "running").expect(t, 0, "state        in_progress", "live, ends in 1h", "(running or unknown)")
 		e.run("inspect", "failed").expect(t, 0, "status       failed", "reason       card declined")
 		e.run("inspect", "crash").expect(t, 0, "takeover", "lapsed", "fence        2", "attempt      2")
-		e.run("inspect", "overlap").expect(t, 0, "late finish 10:00:03.000")
+		e.run("inspect", "overlap").expect(t, 0, "still running at 10:00:03.000 after a takeover")
 		e.run("inspect", "expired").expect(t, 0, "after expiry")
 
 		// Flags after the key; JSON with the journal and the result in base64.
@@ -563,7 +563,7 @@ func TestExplain(t *testing.T) {
 			"indet":   {explain.CodeIndeterminate, []string{"waiting for `idem resolve indet --done|--not-done`"}},
 			"lapsed":  {explain.CodeSingle, []string{"the next delivery takes over"}},
 			"crash":   {explain.CodeTakeover, []string{"Send succeeded, recording failed or crashed: attempt 1 lapsed without recording an outcome and attempt 2 took over", "taking over lapsed attempt 1"}},
-			"overlap": {explain.CodeOverlap, []string{"Concurrent attempts: attempt 1 outlived its lease", "was still running: it tried to record its outcome after attempt 2 took over"}},
+			"overlap": {explain.CodeOverlap, []string{"Concurrent attempts: attempt 1 outlived its lease", "attempt 1 was still running at 2025-06-01 10:00:03.000Z (tried to extend its lease or record an outcome) after attempt 2 took over"}},
 			"expired": {explain.CodeExpiredRerun, []string{"Check the job key, table and record lifetime: the completed record expired (retention) before the redelivery; raise retention to cover the sender's retry horizon", "after the previous record had expired"}},
 			"failed":  {explain.CodeSingle, []string{"failed permanently after 0s (card declined)"}},
 		} {
@@ -581,6 +581,94 @@ func TestExplain(t *testing.T) {
 		}
 		e.run("explain", "nope").expectErr(t, 3, "no record")
 	})
+}
+
+// TestExplainJournalFields runs explain and inspect on journals that use
+// the entries' policy, who resolved, decisions, reconciled takeovers and
+// refused heartbeats, as the stores keep them.
+func TestExplainJournalFields(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t, b)
+			// reconciled: consumer-1 dies under at_most_once; consumer-2
+			// takes over and its Reconcile hook finds the email sent.
+			e.claim("reconciled", idem.AtMostOnce, "consumer-1", time.Second)
+			// heartbeat: w1 pauses past its lease, w2 takes over, then w1's
+			// heartbeat is refused.
+			f1 := e.claim("heartbeat", idem.AtLeastOnce, "w1", time.Second)
+			// rerun: completed, released by an operator, run again.
+			f := e.claim("rerun", idem.AtLeastOnce, "w1", lease)
+			e.complete("rerun", f, "ses-r1", retention)
+			// notdone: an at_most_once attempt returns idem.NotDone, the
+			// next delivery (now at_least_once) runs it.
+			f = e.claim("notdone", idem.AtMostOnce, "w1", lease)
+			if err := e.store.Release(ctx, "notdone", f, "smtp: 421 try again later"); err != nil {
+				t.Fatal(err)
+			}
+			e.clk.Advance(2 * time.Second)
+
+			l := idem.New(e.store, idem.WithOwner("consumer-2"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+			res, err := l.Do(ctx, idem.RawKey("reconciled"), func(context.Context) ([]byte, error) {
+				return nil, errors.New("ran after the hook found it done")
+			}, idem.WithPolicy(idem.AtMostOnce), idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+				return []byte("ses-0001"), true, nil
+			}))
+			if err != nil || !res.Reconciled {
+				t.Fatalf("reconcile: %v %+v", err, res)
+			}
+			f2 := e.claim("heartbeat", idem.AtLeastOnce, "w2", lease)
+			e.clk.Advance(time.Second)
+			if _, err := e.store.Extend(ctx, "heartbeat", f1, lease); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("stale heartbeat: %v", err)
+			}
+			e.complete("heartbeat", f2, "ses-h2", retention)
+			e.run("release", "rerun", "--force", "--by", "alice", "--reason", "customer asked for a resend").expect(t, 0, "released rerun")
+			f = e.claim("rerun", idem.AtLeastOnce, "w2", lease)
+			e.complete("rerun", f, "ses-r2", retention)
+			f = e.claim("notdone", idem.AtLeastOnce, "w2", lease)
+			e.complete("notdone", f, "ses-n2", retention)
+
+			for key, want := range map[string]struct {
+				code string
+				text []string
+			}{
+				"reconciled": {explain.CodeReconciled, []string{
+					"attempt 2 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated: completed with the hook's result (recorded by consumer-2 (reconcile))",
+					"Verdict: No second effect from idem's side: attempt 2 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated"}},
+				"heartbeat": {explain.CodeOverlap, []string{
+					"attempt 1 was still running at 2025-06-01 10:00:03.000Z (tried to extend its lease or record an outcome) after attempt 2 took over",
+					"2. Did attempts overlap? yes"}},
+				"rerun": {explain.CodeReleasedRerun, []string{
+					"resolved as not done by alice (customer asked for a resend)",
+					"then an operator (alice) released the completed key"}},
+				"notdone": {explain.CodeNoDuplicate, []string{
+					"claimed by w1 under at_most_once", "attempt 1 returned idem.NotDone", "claimed by w2 under at_least_once",
+					"3. Did an attempt run again after an earlier one may have done its effect? no: attempt 1 returned idem.NotDone under at_most_once"}},
+			} {
+				r := e.run("explain", key)
+				r.expect(t, 0, want.text...)
+				if strings.Contains(r.stdout, "Verdict: Send succeeded") || (key == "reconciled" && strings.Contains(r.stdout, "twice")) {
+					t.Errorf("%s: verdict says the effect repeated:\n%s", key, r.stdout)
+				}
+				var x explain.Explanation
+				if err := json.Unmarshal([]byte(e.run("explain", "--json", key).stdout), &x); err != nil {
+					t.Fatal(err)
+				}
+				if x.Verdict.Code != want.code || x.Attempts != 2 {
+					t.Errorf("%s: verdict %s (want %s), %d attempts", key, x.Verdict.Code, want.code, x.Attempts)
+				}
+			}
+
+			e.run("inspect", "reconciled").expect(t, 0, "at_most_once  consumer-2", "resolved-done", "takeover; by consumer-2 (reconcile)")
+			e.run("inspect", "rerun").expect(t, 0, "alice", "decision, not an attempt", `reason: "customer asked for a resend"`)
+			e.run("inspect", "heartbeat").expect(t, 0, "still running at 10:00:03.000 after a takeover")
+			r := e.run("inspect", "--json", "reconciled")
+			r.expect(t, 0, `"policy": "at_most_once"`, `"resolved_by": "consumer-2 (reconcile)"`)
+			e.run("inspect", "--json", "rerun").expect(t, 0, `"decision": true`, `"resolved_by": "alice"`)
+		})
+	}
 }
 
 func TestDemo(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 var releaseCmd = &command{
 	name:     "release",
-	synopsis: "[--fence N] [--force] [--reason TEXT] KEY",
+	synopsis: "[--fence N] [--force] [--reason TEXT] [--by NAME] [--json] KEY",
 	summary:  "make a key claimable again (the next delivery runs it)",
 	help: `
 Release makes KEY claimable at once: the next delivery runs the operation
@@ -38,7 +38,7 @@ Release is 'idem resolve KEY --not-done' by another name.`,
 
 var resolveCmd = &command{
 	name:     "resolve",
-	synopsis: "--done [--result STRING | --result-file F] [--retention D] | --not-done [--fence N] [--force] [--reason TEXT] KEY",
+	synopsis: "--done [--result STRING | --result-file F] [--retention D] | --not-done [--fence N] [--force] [--reason TEXT] [--by NAME] [--json] KEY",
 	summary:  "decide an indeterminate key: its effect happened (--done) or not (--not-done)",
 	help: `
 Resolve records an operator's decision on a key whose attempt never

@@ -50,7 +50,10 @@ type journalJSON struct {
 	Reason      string    `json:"reason,omitempty"`
 	Takeover    bool      `json:"takeover,omitempty"`
 	AfterExpiry bool      `json:"after_expiry,omitempty"`
+	Policy      string    `json:"policy,omitempty"`
 	LateFinish  time.Time `json:"late_finish,omitzero"`
+	ResolvedBy  string    `json:"resolved_by,omitempty"`
+	Decision    bool      `json:"decision,omitempty"`
 }
 
 func utc(t time.Time) time.Time {
@@ -74,7 +77,7 @@ func toJSON(r *idem.Record, now time.Time, withJournal bool) recordJSON {
 				Attempt: e.Attempt, Fence: e.Fence, Owner: e.Owner, Correlation: e.Correlation,
 				Started: utc(e.Started), LeaseUntil: utc(e.LeaseUntil), Ended: utc(e.Ended),
 				Outcome: e.Outcome, Reason: e.Reason, Takeover: e.Takeover, AfterExpiry: e.AfterExpiry,
-				LateFinish: utc(e.LateFinish),
+				Policy: e.Policy, LateFinish: utc(e.LateFinish), ResolvedBy: e.ResolvedBy, Decision: e.Decision,
 			})
 		}
 	}
@@ -234,7 +237,7 @@ func writeJournal(w io.Writer, j []idem.JournalEntry) error {
 	}
 	fmt.Fprintln(w, head+"):")
 	tw := newTable(w)
-	fmt.Fprintln(tw, "  ATTEMPT\tFENCE\tOWNER\tCORRELATION\tSTARTED\tLEASE UNTIL\tENDED\tOUTCOME\tNOTES")
+	fmt.Fprintln(tw, "  ATTEMPT\tFENCE\tPOLICY\tOWNER\tCORRELATION\tSTARTED\tLEASE UNTIL\tENDED\tOUTCOME\tNOTES")
 	ft := func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -243,6 +246,9 @@ func writeJournal(w io.Writer, j []idem.JournalEntry) error {
 	}
 	for _, e := range j {
 		var notes []string
+		if e.Decision {
+			notes = append(notes, "decision, not an attempt")
+		}
 		if e.Takeover {
 			notes = append(notes, "takeover")
 		}
@@ -250,7 +256,10 @@ func writeJournal(w io.Writer, j []idem.JournalEntry) error {
 			notes = append(notes, "after expiry")
 		}
 		if !e.LateFinish.IsZero() {
-			notes = append(notes, "late finish "+ft(e.LateFinish))
+			notes = append(notes, "still running at "+ft(e.LateFinish)+" after a takeover")
+		}
+		if e.ResolvedBy != "" && !e.Decision {
+			notes = append(notes, "by "+e.ResolvedBy)
 		}
 		if e.Reason != "" {
 			notes = append(notes, "reason: "+strconv.Quote(e.Reason))
@@ -259,7 +268,7 @@ func writeJournal(w io.Writer, j []idem.JournalEntry) error {
 		if outcome == "" {
 			outcome = "(running or unknown)"
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Attempt, e.Fence, orDash(e.Owner), orDash(e.Correlation),
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Attempt, e.Fence, orDash(e.Policy), orDash(e.Owner), orDash(e.Correlation),
 			ft(e.Started), ft(e.LeaseUntil), ft(e.Ended), outcome, strings.Join(notes, "; "))
 	}
 	return tw.Flush()

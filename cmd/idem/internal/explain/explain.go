@@ -27,6 +27,9 @@ const (
 	// CodeRetriedAfterError: an attempt returned an error, the key was
 	// released and a later attempt ran again (same tree leaf).
 	CodeRetriedAfterError = "retried-after-error"
+	// CodeReconciled: an attempt took over a lapsed one and its Reconcile
+	// hook found the lapsed attempt's effect done, so nothing was repeated.
+	CodeReconciled = "reconciled"
 	// CodeIndeterminate: an AtMostOnce attempt lapsed; nothing runs the key
 	// again until it is resolved.
 	CodeIndeterminate = "indeterminate"
@@ -103,20 +106,39 @@ type attempt struct {
 	idx int // position in the journal
 }
 
-// isDecision reports whether journal entry i records an operator's (or a
-// reconciler's) resolution rather than an attempt: idem appends one when
-// the key had no open attempt to annotate. It repeats the attempt number of
-// the entry before it and has no correlation id.
-func isDecision(j []idem.JournalEntry, i int) bool {
-	e := j[i]
-	if e.Outcome != idem.OutcomeResolvedDone && e.Outcome != idem.OutcomeResolvedNotDone {
-		return false
+// isDecision reports whether e records a resolution of a key that had no
+// open attempt (an operator's decision, not an attempt): idem marks such
+// entries with Decision.
+func isDecision(e idem.JournalEntry) bool { return e.Decision }
+
+// isReconciled reports whether e is an attempt that took over a lapsed one
+// and whose Reconcile hook found the lapsed attempt's effect done: the
+// Ledger records that as a resolution by "<owner> (reconcile)" instead of
+// running fn.
+func isReconciled(e idem.JournalEntry) bool {
+	return e.Outcome == idem.OutcomeResolvedDone &&
+		(strings.HasSuffix(e.ResolvedBy, "(reconcile)") || strings.HasPrefix(e.Reason, "reconciled"))
+}
+
+// policyOf returns the policy e was claimed under: its own, else (journals
+// of stores that do not keep it) the record's.
+func policyOf(rec *idem.Record, e idem.JournalEntry) string {
+	if e.Policy != "" {
+		return e.Policy
 	}
-	if i > 0 && j[i-1].Attempt == e.Attempt {
-		return true
+	return rec.Policy.String()
+}
+
+// resolvedBy says who recorded e's resolution, as " by NAME", or "".
+func resolvedBy(e idem.JournalEntry) string {
+	by := e.ResolvedBy
+	if by == "" && e.Decision {
+		by = e.Owner
 	}
-	return e.Correlation == "" && !e.Takeover && !e.AfterExpiry &&
-		e.Started.Equal(e.Ended) && e.LeaseUntil.Equal(e.Ended)
+	if by == "" {
+		return ""
+	}
+	return " by " + by
 }
 
 // Explain tells rec's story at now (the store's clock) and walks the
@@ -134,7 +156,7 @@ func Explain(rec idem.Record, now time.Time) Explanation {
 	j := rec.Journal
 	var atts []attempt
 	for i := range j {
-		if !isDecision(j, i) {
+		if !isDecision(j[i]) {
 			atts = append(atts, attempt{j[i], i})
 		}
 	}
@@ -153,15 +175,11 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		ev = append(ev, Event{At: at, Attempt: a, Fence: f, Kind: kind, Text: fmt.Sprintf(format, args...)})
 	}
 	for i, e := range j {
-		if isDecision(j, i) {
-			who := ""
-			if e.Owner != "" {
-				who = " by " + e.Owner
-			}
+		if isDecision(e) {
 			if e.Outcome == idem.OutcomeResolvedDone {
-				add(e.Ended, 0, e.Fence, "resolve", "resolved as done%s%s: completed with the result given, replayed to duplicates", who, because(e.Reason))
+				add(e.Ended, 0, e.Fence, "resolve", "resolved as done%s%s: completed with the result given, replayed to duplicates", resolvedBy(e), because(e.Reason))
 			} else {
-				add(e.Ended, 0, e.Fence, "resolve", "resolved as not done%s%s: released, the next delivery runs it", who, because(e.Reason))
+				add(e.Ended, 0, e.Fence, "resolve", "resolved as not done%s%s: released, the next delivery runs it", resolvedBy(e), because(e.Reason))
 			}
 			continue
 		}
@@ -170,18 +188,24 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		if e.Owner != "" {
 			fmt.Fprintf(&b, " by %s", e.Owner)
 		}
+		if e.Policy != "" {
+			fmt.Fprintf(&b, " under %s", e.Policy)
+		}
 		if e.Correlation != "" {
 			fmt.Fprintf(&b, ", correlation %s", e.Correlation)
 		}
 		if e.AfterExpiry {
 			b.WriteString(", after the previous record had expired (retention passed): idem no longer remembered how earlier attempts ended")
 		}
+		// prev names the attempt a takeover took over (the journal may no
+		// longer hold it).
+		prev, over := "the lapsed attempt", "a lapsed attempt"
+		if p := previous(atts, i); p != nil {
+			prev = fmt.Sprintf("attempt %d", p.Attempt)
+			over = "lapsed " + prev
+		}
 		if e.Takeover {
-			if p := previous(atts, i); p != nil {
-				fmt.Fprintf(&b, ", taking over lapsed attempt %d", p.Attempt)
-			} else {
-				b.WriteString(", taking over a lapsed attempt")
-			}
+			fmt.Fprintf(&b, ", taking over %s", over)
 		}
 		add(e.Started, e.Attempt, e.Fence, "claim", "%s", b.String())
 
@@ -197,6 +221,10 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		case idem.OutcomeFailed:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d failed permanently after %s%s: duplicates get the failure", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
 		case idem.OutcomeReleased:
+			if policyOf(rec, e) == idem.AtMostOnce.String() {
+				add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned idem.NotDone after %s%s: under at_most_once that says its effect did not happen, and released the key for a retry", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
+				break
+			}
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned an error after %s and released the key for a retry%s", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
 		case idem.OutcomeAbandoned:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended after %s without an outcome%s: its effect may or may not have happened", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
@@ -205,11 +233,14 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
 					"attempt %d's lease ran out with no outcome recorded: it crashed, hung or lost the store", e.Attempt)
 			}
-			if e.Outcome == idem.OutcomeResolvedNotDone {
-				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s: released, the next delivery runs it", e.Attempt, because(e.Reason))
-				break
+			switch {
+			case isReconciled(e):
+				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d took over, its Reconcile hook found %s's effect done, nothing was repeated: completed with the hook's result (recorded%s)", e.Attempt, prev, resolvedBy(e))
+			case e.Outcome == idem.OutcomeResolvedNotDone:
+				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s%s: released, the next delivery runs it", e.Attempt, resolvedBy(e), because(e.Reason))
+			default:
+				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as done%s%s: completed with the result given", e.Attempt, resolvedBy(e), because(e.Reason))
 			}
-			add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as done%s: completed with the result given", e.Attempt, because(e.Reason))
 		default:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended: %s%s", e.Attempt, e.Outcome, because(e.Reason))
 		}
@@ -219,8 +250,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 				later = fmt.Sprintf("attempt %d", n.Attempt)
 			}
 			add(e.LateFinish, e.Attempt, e.Fence, "late-finish",
-				"attempt %d was still running: it tried to record its outcome after %s took over and was refused (lease lost); the two ran at the same time",
-				e.Attempt, later)
+				"%s; the store refused it (lease lost)", stillRunning(e, later))
 		}
 	}
 	slices.SortStableFunc(ev, func(a, b Event) int { return a.At.Compare(b.At) })
@@ -228,6 +258,13 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		ev[i].At = ev[i].At.UTC()
 	}
 	return ev
+}
+
+// stillRunning says what e's LateFinish proves: a refused heartbeat or a
+// refused outcome, after later took over.
+func stillRunning(e idem.JournalEntry, later string) string {
+	return fmt.Sprintf("attempt %d was still running at %s (tried to extend its lease or record an outcome) after %s took over",
+		e.Attempt, stamp(e.LateFinish), later)
 }
 
 func previous(atts []attempt, idx int) *attempt {
@@ -295,8 +332,8 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 			case op != nil:
 				v.Code = CodeReleasedRerun
 				by := ""
-				if op.Owner != "" {
-					by = " (" + op.Owner + ")"
+				if who := strings.TrimPrefix(resolvedBy(*op), " by "); who != "" {
+					by = " (" + who + ")"
 				}
 				v.Text = fmt.Sprintf("Check the job key, table and record lifetime: attempt %d completed at %s, then an operator%s released the completed key at %s%s, and attempt %d ran it again. Release a completed key only to repeat its effect on purpose.",
 					a.Attempt, stamp(a.Ended), by, stamp(op.Ended), because(op.Reason), b.Attempt)
@@ -310,15 +347,19 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 	}
 	steps = append(steps, Step{q1, "no", "no attempt started after an earlier attempt's completion was recorded"})
 
-	// 2. Did attempts overlap?
+	// 2. Did attempts overlap? An attempt whose Reconcile hook found the
+	// effect done ran no effect, so it does not overlap anything.
 	for ix := range atts {
 		a := atts[ix]
 		for jx := ix + 1; jx < len(atts); jx++ {
 			b := atts[jx]
+			if isReconciled(b.JournalEntry) {
+				continue
+			}
 			var why string
 			switch {
 			case !a.LateFinish.IsZero() && !a.LateFinish.Before(b.Started):
-				why = fmt.Sprintf("attempt %d tried to record its outcome at %s, after attempt %d took over at %s", a.Attempt, stamp(a.LateFinish), b.Attempt, stamp(b.Started))
+				why = fmt.Sprintf("%s at %s", stillRunning(a.JournalEntry, fmt.Sprintf("attempt %d", b.Attempt)), stamp(b.Started))
 			case !a.Ended.IsZero() && a.Ended.After(b.Started):
 				why = fmt.Sprintf("attempt %d ended at %s, after attempt %d started at %s", a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))
 			default:
@@ -333,11 +374,22 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 
 	// 3. Did a later attempt run after an earlier one may have done its
 	// effect?
+	var notes []string      // why each earlier attempt did not lead to a repeat
+	var reconciled *attempt // the first takeover a Reconcile hook settled
 	for jx := 1; jx < len(atts); jx++ {
 		a, b := atts[jx-1], atts[jx]
 		if op := releasedBetween(j, a.idx, b.idx); op != nil {
-			continue // an operator said a's effect did not happen
+			notes = append(notes, fmt.Sprintf("attempt %d's effect was declared not done%s%s", a.Attempt, resolvedBy(*op), because(op.Reason)))
+			continue
 		}
+		if b.Takeover && isReconciled(b.JournalEntry) {
+			notes = append(notes, fmt.Sprintf("attempt %d took over, its Reconcile hook found attempt %d's effect done, nothing was repeated", b.Attempt, a.Attempt))
+			if reconciled == nil {
+				reconciled = &atts[jx]
+			}
+			continue
+		}
+		amo := policyOf(rec, a.JournalEntry) == idem.AtMostOnce.String()
 		switch a.Outcome {
 		case "", idem.OutcomeLapsed, idem.OutcomeAbandoned:
 			if !b.Takeover {
@@ -348,23 +400,45 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 				how = "ended without recording an outcome" + because(a.Reason)
 			}
 			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d %s, and attempt %d took it over at %s", a.Attempt, how, b.Attempt, stamp(b.Started))})
-			return steps, Verdict{Code: CodeTakeover, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
+			v := Verdict{Code: CodeTakeover, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
 				Text: fmt.Sprintf("Send succeeded, recording failed or crashed: attempt %d %s and attempt %d took over (AtLeastOnce repeats the effect; use AtMostOnce or a Reconcile hook to stop that).", a.Attempt, how, b.Attempt)}
-		case idem.OutcomeReleased:
-			if rec.Policy == idem.AtMostOnce {
-				continue // under AtMostOnce only idem.NotDone releases: nothing happened
+			if amo {
+				// Only a claim with a Reconcile hook takes over an
+				// at_most_once attempt, and the hook did not find the
+				// effect done (it would have been recorded as reconciled).
+				v.Text = fmt.Sprintf("Send succeeded, recording failed or crashed: attempt %d %s under at_most_once, and attempt %d took over with a Reconcile hook (the only way to take over an at_most_once attempt) that did not find attempt %d's effect done, so it ran again; if the hook missed the effect, it happened twice. Make the hook look the effect up where it happens (the provider's log).",
+					a.Attempt, how, b.Attempt, a.Attempt)
 			}
-			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d returned an error%s and released the key; attempt %d ran again at %s", a.Attempt, because(a.Reason), b.Attempt, stamp(b.Started))})
+			return steps, v
+		case idem.OutcomeReleased:
+			if amo {
+				// Under AtMostOnce only idem.NotDone releases.
+				notes = append(notes, fmt.Sprintf("attempt %d returned idem.NotDone under at_most_once: its effect did not happen", a.Attempt))
+				continue
+			}
+			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d returned an error%s under at_least_once and released the key; attempt %d ran again at %s", a.Attempt, because(a.Reason), b.Attempt, stamp(b.Started))})
 			return steps, Verdict{Code: CodeRetriedAfterError, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
 				Text: fmt.Sprintf("Send succeeded, recording failed: attempt %d returned an error%s, which under AtLeastOnce releases the key, and attempt %d ran again; if attempt %d's effect happened before its error, it happened twice. Return an error only for failures before the effect, or use AtMostOnce (an error then leaves the key indeterminate unless wrapped in idem.NotDone).",
 					a.Attempt, because(a.Reason), b.Attempt, a.Attempt)}
+		case idem.OutcomeFailed:
+			notes = append(notes, fmt.Sprintf("attempt %d failed permanently%s", a.Attempt, because(a.Reason)))
 		}
 	}
-	steps = append(steps, Step{q3, "no", "every earlier attempt ended saying its effect did not happen (released by idem.NotDone, or resolved as not done)"})
+	why := "every earlier attempt ended saying its effect did not happen (released by idem.NotDone, or resolved as not done)"
+	if len(notes) > 0 {
+		why = strings.Join(notes, "; ")
+	}
+	steps = append(steps, Step{q3, "no", why})
 	last := atts[len(atts)-1]
 	if StateOf(rec, now) == StateIndeterminate {
 		return steps, Verdict{Code: CodeIndeterminate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
 			Text: fmt.Sprintf("No second effect from idem's side so far: attempt %d lapsed without recording its outcome under at_most_once, so idem will not run it again; the key is waiting for `idem resolve %s --done|--not-done`.", last.Attempt, rec.Key)}
+	}
+	if reconciled != nil {
+		p := previous(atts, reconciled.idx)
+		return steps, Verdict{Code: CodeReconciled, Cause: CauseNoIdemDup, Attempts: []int{p.Attempt, reconciled.Attempt},
+			Text: fmt.Sprintf("No second effect from idem's side: attempt %d took over, its Reconcile hook found attempt %d's effect done, nothing was repeated (the hook's result was recorded instead of running again). If two effects were seen anyway, check what the hook looks up.",
+				reconciled.Attempt, p.Attempt)}
 	}
 	return steps, Verdict{Code: CodeNoDuplicate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
 		Text: fmt.Sprintf("%d attempts, but no second effect could come from idem's side: each earlier attempt ended saying its effect had not happened.", len(atts))}
@@ -378,7 +452,7 @@ func releasedBetween(j []idem.JournalEntry, from, to int) *idem.JournalEntry {
 		return &j[from]
 	}
 	for i := from + 1; i < to; i++ {
-		if isDecision(j, i) && j[i].Outcome == idem.OutcomeResolvedNotDone {
+		if isDecision(j[i]) && j[i].Outcome == idem.OutcomeResolvedNotDone {
 			return &j[i]
 		}
 	}

@@ -2,14 +2,19 @@ package explain
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 var t0 = time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)
@@ -27,6 +32,8 @@ func TestExplainVerdicts(t *testing.T) {
 		state    State
 		answers  []string // the decision steps' answers, in order
 		text     []string // substrings of the verdict's text
+		notText  []string // not in the verdict's text
+		story    []string // substrings of the story's events, in order
 	}
 	cases := []tc{
 		{
@@ -85,16 +92,84 @@ func TestExplainVerdicts(t *testing.T) {
 			text:    []string{"Send succeeded, recording failed or crashed: attempt 1 lapsed without recording an outcome and attempt 2 took over (AtLeastOnce repeats the effect; use AtMostOnce or a Reconcile hook to stop that)"},
 		},
 		{
-			name: "takeover of an abandoned attempt by a reconciler",
+			name: "at_most_once takeover by a Reconcile hook that did not find the effect",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
 				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(50), Ended: at(50), Outcome: idem.OutcomeAbandoned, Reason: "smtp: connection reset"},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(50), Ended: at(50), Outcome: idem.OutcomeAbandoned, Reason: "smtp: connection reset"},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
-			text:    []string{"attempt 1 ended without recording an outcome (smtp: connection reset) and attempt 2 took over"},
+			text:    []string{"attempt 1 ended without recording an outcome (smtp: connection reset) under at_most_once, and attempt 2 took over with a Reconcile hook", "did not find attempt 1's effect done"},
+			notText: []string{"AtLeastOnce repeats"},
+		},
+		{
+			name: "takeover of an at_least_once attempt under a record now at_most_once",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
+				LeaseUntil: at(420), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+				}},
+			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "yes"},
+			text:    []string{"AtLeastOnce repeats the effect"},
+			story:   []string{"claimed by w1 under at_least_once", "lease ran out", "claimed by w2 under at_most_once, correlation m, taking over lapsed attempt 1", "attempt 2 completed"},
+		},
+		{
+			name: "reconciled takeover: the hook found the effect done",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 2, Policy: idem.AtMostOnce,
+				LeaseUntil: at(410), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w2 (reconcile)"},
+				}},
+			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"attempt 2 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated"},
+			notText: []string{"twice", "repeats", "Send succeeded"},
+			story: []string{"attempt 1 (fence 1) claimed", "lease ran out", "taking over lapsed attempt 1",
+				"attempt 2 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated: completed with the hook's result (recorded by w2 (reconcile))"},
+		},
+		{
+			name: "reconciled takeover while the lapsed attempt still ran (refused heartbeat)",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 2, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(410), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(500)},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+						Reason: "reconciled: the lapsed attempt's effect was found done"},
+				}},
+			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"nothing was repeated"},
+			story:   []string{"claimed", "lease ran out", "taking over", "Reconcile hook found attempt 1's effect done", "attempt 1 was still running at 2025-06-01 10:00:00.500Z (tried to extend its lease or record an outcome) after attempt 2 took over"},
+		},
+		{
+			name: "reconciled takeover of an attempt the journal no longer holds",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 18, Attempt: 17, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(410), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 17, Fence: 17, Owner: "w2", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w2 (reconcile)"},
+				}},
+			now: at(1000), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{17}, state: StateCompleted,
+			answers: []string{"no"},
+			story:   []string{"attempt 17 (fence 17) claimed by w2, taking over a lapsed attempt", "attempt 17 took over, its Reconcile hook found the lapsed attempt's effect done, nothing was repeated"},
+		},
+		{
+			name: "a refused heartbeat after a takeover is an overlap",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(900), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(450)},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_least_once", Started: at(400), LeaseUntil: at(900), Ended: at(900), Outcome: idem.OutcomeCompleted, Takeover: true},
+				}},
+			now: at(1000), code: CodeOverlap, cause: CauseRace, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "yes"},
+			story:   []string{"claimed", "lease ran out", "taking over", "attempt 1 was still running at 2025-06-01 10:00:00.450Z (tried to extend its lease or record an outcome) after attempt 2 took over; the store refused it (lease lost)", "attempt 2 completed"},
 		},
 		{
 			name: "overlap: late finish after takeover (verdict 2)",
@@ -137,12 +212,28 @@ func TestExplainVerdicts(t *testing.T) {
 				LeaseUntil: at(520), ExpiresAt: at(1e6),
 				Journal: []idem.JournalEntry{
 					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
-					{Attempt: 1, Fence: 2, Owner: "alice", Started: at(100), LeaseUntil: at(100), Ended: at(100), Outcome: idem.OutcomeResolvedNotDone, Reason: "resend requested"},
+					{Attempt: 1, Fence: 2, Owner: "alice", Started: at(100), LeaseUntil: at(100), Ended: at(100), Outcome: idem.OutcomeResolvedNotDone, Reason: "resend requested", ResolvedBy: "alice", Decision: true},
 					{Attempt: 2, Fence: 3, Owner: "w2", Correlation: "m2", Started: at(500), LeaseUntil: at(520), Ended: at(520), Outcome: idem.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeReleasedRerun, cause: CauseLifetime, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"yes"},
 			text:    []string{"an operator (alice) released the completed key", "(resend requested)"},
+			story:   []string{"attempt 1 (fence 1) claimed", "attempt 1 completed", "resolved as not done by alice (resend requested)", "attempt 2 (fence 3) claimed", "attempt 2 completed"},
+		},
+		{
+			name: "only the Decision field makes a decision",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
+				LeaseUntil: at(700), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					// An attempt claimed without a correlation id, resolved
+					// by an operator at once: the shape the old guess took
+					// for a decision.
+					{Attempt: 2, Fence: 2, Owner: "w2", Policy: "at_most_once", Started: at(700), LeaseUntil: at(700), Ended: at(700), Outcome: idem.OutcomeResolvedDone, Takeover: true, ResolvedBy: "bob", Reason: "provider shows it sent"},
+				}},
+			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "yes"},
+			story:   []string{"attempt 1 (fence 1) claimed", "lease ran out", "attempt 2 (fence 2) claimed by w2 under at_most_once, taking over lapsed attempt 1", "attempt 2 was resolved as done by bob (provider shows it sent)"},
 		},
 		{
 			name: "error after the effect under at_least_once",
@@ -157,7 +248,7 @@ func TestExplainVerdicts(t *testing.T) {
 			text:    []string{"attempt 1 returned an error (writing the audit row: timeout)", "attempt 2 ran again"},
 		},
 		{
-			name: "NotDone release under at_most_once",
+			name: "NotDone release under at_most_once (the record's policy)",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
 				Journal: []idem.JournalEntry{
@@ -167,6 +258,31 @@ func TestExplainVerdicts(t *testing.T) {
 			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
 			answers: []string{"no", "no", "no"},
 			text:    []string{"2 attempts, but no second effect could come from idem's side"},
+		},
+		{
+			name: "NotDone release under at_most_once, record now at_least_once",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(220), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "dial tcp: connection refused"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				}},
+			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			story:   []string{"claimed by w1 under at_most_once", "attempt 1 returned idem.NotDone after 30ms (dial tcp: connection refused): under at_most_once that says its effect did not happen", "claimed by w1 under at_least_once", "attempt 2 completed"},
+		},
+		{
+			name: "error retry under at_least_once, record now at_most_once",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
+				LeaseUntil: at(220), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "writing the audit row: timeout"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				}},
+			now: at(1000), code: CodeRetriedAfterError, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "yes"},
+			text:    []string{"attempt 1 returned an error (writing the audit row: timeout), which under AtLeastOnce releases the key"},
+			story:   []string{"claimed", "attempt 1 returned an error after 30ms and released the key for a retry (writing the audit row: timeout)", "claimed", "attempt 2 completed"},
 		},
 		{
 			name: "resolved not done, then indeterminate again",
@@ -221,6 +337,21 @@ func TestExplainVerdicts(t *testing.T) {
 					t.Errorf("verdict text %q does not contain %q", x.Verdict.Text, s)
 				}
 			}
+			for _, s := range c.notText {
+				if strings.Contains(x.Verdict.Text, s) {
+					t.Errorf("verdict text %q contains %q", x.Verdict.Text, s)
+				}
+			}
+			if c.story != nil {
+				if len(x.Story) != len(c.story) {
+					t.Errorf("story has %d events, want %d: %+v", len(x.Story), len(c.story), x.Story)
+				}
+				for i := range min(len(x.Story), len(c.story)) {
+					if !strings.Contains(x.Story[i].Text, c.story[i]) {
+						t.Errorf("story[%d] = %q, want it to contain %q", i, x.Story[i].Text, c.story[i])
+					}
+				}
+			}
 			var buf bytes.Buffer
 			if err := Write(&buf, x, ""); err != nil {
 				t.Fatal(err)
@@ -256,7 +387,7 @@ func TestStoryOrderAndWording(t *testing.T) {
 		"ran out with no outcome recorded",
 		"taking over lapsed attempt 1",
 		"attempt 2 completed after 20ms",
-		"after attempt 2 took over and was refused",
+		"attempt 1 was still running at 2025-06-01 10:00:00.450Z (tried to extend its lease or record an outcome) after attempt 2 took over; the store refused it (lease lost)",
 	} {
 		if !strings.Contains(x.Story[i].Text, s) {
 			t.Errorf("story[%d] = %q, want it to contain %q", i, x.Story[i].Text, s)
@@ -313,6 +444,38 @@ func TestJournalsFromTransitions(t *testing.T) {
 			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
 		}
 	})
+	t.Run("crash, takeover, refused heartbeat", func(t *testing.T) {
+		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
+		r, f2 := claim(r, idem.AtLeastOnce, "b", at(400))
+		next, err := transition.Extend(r, f1, lease, at(450))
+		if !errors.Is(err, idem.ErrLeaseLost) || next == nil {
+			t.Fatalf("stale heartbeat: %v, %v", next, err)
+		}
+		r = finish(next, f2, done, at(460))
+		x := Explain(*r, at(500))
+		if x.Verdict.Code != CodeOverlap {
+			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
+		}
+		if want := "attempt 1 was still running at 2025-06-01 10:00:00.450Z (tried to extend its lease or record an outcome) after attempt 2 took over at 2025-06-01 10:00:00.400Z"; x.Steps[1].Why != want {
+			t.Errorf("step 2: %q, want %q", x.Steps[1].Why, want)
+		}
+	})
+	t.Run("reconciled takeover", func(t *testing.T) {
+		r, _ := claim(nil, idem.AtMostOnce, "a", at(0))
+		next, res := transition.Claim(r, idem.ClaimRequest{Key: "k", Owner: "b", Correlation: "msg-b", Policy: idem.AtMostOnce, Lease: lease, Retention: retention, TakeLapsed: true}, at(400))
+		if !res.Acquired || !res.Takeover {
+			t.Fatalf("takeover: %+v", res)
+		}
+		r, err := transition.Resolve(next, res.Record.Fence, idem.Resolution{Done: true, Result: []byte("ses-1"), Retention: retention,
+			Reason: "reconciled: the lapsed attempt's effect was found done", By: "b (reconcile)"}, at(410))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := Explain(*r, at(500))
+		if x.Verdict.Code != CodeReconciled || x.Attempts != 2 || !slices.Equal(x.Verdict.Attempts, []int{1, 2}) {
+			t.Fatalf("verdict %s, %d attempts: %s", x.Verdict.Code, x.Attempts, x.Verdict.Text)
+		}
+	})
 	t.Run("expired then re-run", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r = finish(r, f1, done, at(20))
@@ -353,10 +516,50 @@ func TestJournalsFromTransitions(t *testing.T) {
 		for _, e := range x.Story {
 			kinds = append(kinds, e.Kind)
 		}
-		if !slices.Equal(kinds, []string{"claim", "lapse", "resolve"}) || !strings.Contains(x.Story[2].Text, "resolved as done (sent per provider)") {
+		if !slices.Equal(kinds, []string{"claim", "lapse", "resolve"}) || !strings.Contains(x.Story[2].Text, "attempt 1 was resolved as done by bob (sent per provider)") {
 			t.Errorf("story: %+v", x.Story)
 		}
 	})
+}
+
+// TestJournalsFromLedger reads journals a Ledger writes, on memstore.
+func TestJournalsFromLedger(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	s := memstore.New(memstore.WithClock(clock))
+	defer s.Close()
+	// A worker under at_most_once claims the key, sends and dies.
+	if res, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "consumer-1", Correlation: "m-1", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+		t.Fatalf("claim: %v %+v", err, res)
+	}
+	advance(2 * time.Second)
+	// The next delivery takes over; its Reconcile hook finds the email sent.
+	l := idem.New(s, idem.WithOwner("consumer-2"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	res, err := l.Do(ctx, idem.RawKey("receipt:1:7"), func(context.Context) ([]byte, error) {
+		t.Error("fn ran after the hook found the effect done")
+		return nil, nil
+	}, idem.WithPolicy(idem.AtMostOnce), idem.WithCorrelationID("m-1"), idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+		return []byte("ses-0001"), true, nil
+	}))
+	if err != nil || !res.Reconciled {
+		t.Fatalf("Do: %v %+v", err, res)
+	}
+	rec, err := s.Get(ctx, "receipt:1:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := Explain(rec, clock())
+	if x.Verdict.Code != CodeReconciled || x.Attempts != 2 {
+		t.Fatalf("verdict %s, %d attempts: %s", x.Verdict.Code, x.Attempts, x.Verdict.Text)
+	}
+	last := x.Story[len(x.Story)-1].Text
+	if !strings.Contains(last, "attempt 2 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated") ||
+		!strings.Contains(last, "by consumer-2 (reconcile)") {
+		t.Errorf("story: %q", last)
+	}
 }
 
 func TestDur(t *testing.T) {
