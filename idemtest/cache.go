@@ -53,11 +53,11 @@ func testCache(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
 		l := ledger(h, fs, idem.WithCache(16))
-		held := acquire(t, s, req(h, "k"))
+		held := hold(t, h, s, "k")
 		var c counter
 		for range 2 {
 			_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn(nil))
-			wantBusy(t, err, held.Record, lease(h))
+			wantBusy(t, err, held.Record, heldLease)
 		}
 		if n := fs.Calls(OpClaim); n != 2 {
 			t.Fatalf("two calls on an in_progress key made %d claims, want 2 (never answered from the cache)", n)

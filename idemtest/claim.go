@@ -41,7 +41,7 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("busy", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		first := acquire(t, s, req(h, "k"))
+		first := hold(t, h, s, "k")
 		other := req(h, "k")
 		other.Owner = "someone-else"
 		cr := claim(t, s, other)

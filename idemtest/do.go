@@ -68,7 +68,7 @@ func testDo(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s)
 		r := req(h, "k")
-		r.Owner = "holder"
+		r.Owner, r.Lease = "holder", heldLease
 		held := acquire(t, s, r)
 		var c counter
 		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn(nil))

@@ -75,7 +75,7 @@ func testFingerprint(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		r := req(h, "k")
 		sum := sha256.Sum256(payload)
-		r.Fingerprint = hex.EncodeToString(sum[:])
+		r.Fingerprint, r.Lease = hex.EncodeToString(sum[:]), heldLease
 		held := acquire(t, s, r)
 		var c counter
 		_, err := ledger(h, s).Do(context.Background(), idem.RawKey("k"), c.fn(nil), idem.Fingerprint(other))

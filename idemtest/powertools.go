@@ -73,10 +73,10 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("in_progress", func(t *testing.T) {
 		s := newStore(t, h)
-		held := acquire(t, s, req(h, key.String()))
+		held := hold(t, h, s, key.String())
 		var c counter
 		_, err := ledger(h, s).Do(context.Background(), key, c.fn(nil))
-		wantBusy(t, err, held.Record, lease(h))
+		wantBusy(t, err, held.Record, heldLease)
 		c.want(t, 0)
 	})
 
@@ -84,11 +84,11 @@ func testPowertools(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
 		l := ledger(h, fs, idem.WithCache(8))
-		held := acquire(t, s, req(h, key.String()))
+		held := hold(t, h, s, key.String())
 		var c counter
 		for range 2 {
 			_, err := l.Do(context.Background(), key, c.fn(nil))
-			wantBusy(t, err, held.Record, lease(h))
+			wantBusy(t, err, held.Record, heldLease)
 		}
 		if fs.Calls(OpClaim) != 2 {
 			t.Fatalf("%d claims for two calls on an in_progress key, want 2: in_progress is never cached", fs.Calls(OpClaim))
@@ -386,7 +386,7 @@ func testPowertools(t *testing.T, h Harness) {
 				wg    sync.WaitGroup
 			)
 			for i := range 8 {
-				l := ledger(h, fs, idem.WithOwner("racer-"+strconv.Itoa(i)))
+				l := ledger(h, fs, idem.WithOwner("racer-"+strconv.Itoa(i)), idem.WithLease(raceLease))
 				wg.Go(func() {
 					_, err := l.Do(context.Background(), key, func(context.Context) ([]byte, error) {
 						execs.Add(1)
@@ -459,7 +459,7 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("function_thread_safety", func(t *testing.T) {
 		s := newStore(t, h)
-		l := ledger(h, s)
+		l := ledger(h, s, idem.WithLease(raceLease))
 		const threads, keys = 16, 10
 		round := func() [keys]string {
 			var out [keys]string

@@ -144,6 +144,17 @@ func req(h Harness, key string) idem.ClaimRequest {
 	}
 }
 
+// heldLease is the lease of claims that must stay held during a test.
+const heldLease = time.Hour
+
+// hold claims key for a holder whose lease does not pass during the test.
+func hold(t testing.TB, h Harness, s idem.Store, key string) idem.ClaimResult {
+	t.Helper()
+	r := req(h, key)
+	r.Owner, r.Lease = "holder", heldLease
+	return acquire(t, s, r)
+}
+
 // claim claims r and fails the test on a store error.
 func claim(t testing.TB, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
 	t.Helper()
