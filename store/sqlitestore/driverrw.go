@@ -161,8 +161,8 @@ func (w *driverRW) load(key string) (*idem.Record, int64, error) {
 	return r, ver, err
 }
 
-func (w *driverRW) insert(args []any) (bool, error) {
-	n, err := w.exec(w.insertS, w.bind(args[:numColumns]...))
+func (w *driverRW) insert(args []any, version int64) (bool, error) {
+	n, err := w.exec(w.insertS, w.bind(append(args[:numColumns], version)...))
 	if err != nil {
 		return false, &stmtError{"insert", err}
 	}

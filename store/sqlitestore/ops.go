@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -66,6 +67,9 @@ func (s *Store) apply(ctx context.Context, key string, useHeld bool, m mutation)
 	if err != nil {
 		return err
 	}
+	if rec == nil {
+		ver = insertVersion()
+	}
 	var (
 		written *idem.Record
 		wver    int64
@@ -106,6 +110,9 @@ func applyIn(w rw, key string, m mutation, now time.Time) (*idem.Record, int64, 
 	if err != nil {
 		return nil, 0, err
 	}
+	if rec == nil {
+		ver = insertVersion()
+	}
 	ok, err := write(w, rec == nil, args, ver)
 	if err != nil {
 		return nil, 0, err
@@ -117,18 +124,25 @@ func applyIn(w rw, key string, m mutation, now time.Time) (*idem.Record, int64, 
 	return next, newVersion(rec == nil, ver), merr
 }
 
-// newVersion is the version of a record written over version ver (or
-// inserted).
+// newVersion is the version of the record written: ver itself when it was
+// inserted, ver+1 when it replaced version ver.
 func newVersion(inserted bool, ver int64) int64 {
 	if inserted {
-		return 1
+		return ver
 	}
 	return ver + 1
 }
 
+// insertVersion is the version of a row inserted for a key: random, so
+// that a key deleted and inserted again does not repeat the versions a
+// compare-and-set write may still hold from a read of the earlier row.
+func insertVersion() int64 { return rand.Int64N(1 << 62) }
+
+// write writes a record: an insert with version ver, or an update of
+// version ver.
 func write(w rw, insert bool, args []any, ver int64) (bool, error) {
 	if insert {
-		return w.insert(args)
+		return w.insert(args, ver)
 	}
 	return w.update(args, ver)
 }

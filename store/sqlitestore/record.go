@@ -17,10 +17,10 @@ const columns = `status, policy, fence, attempt, owner, fingerprint, result, rea
 const numColumns = 14
 
 const (
-	// sqlInsert writes a record whose key is absent (version 1); it
-	// changes nothing if the key exists.
+	// sqlInsert writes a record, with the version given after the
+	// columns, if its key is absent; it changes nothing if the key exists.
 	sqlInsert = `INSERT INTO idem_records (` + columns + `, version) ` +
-		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?, 1) ON CONFLICT (key) DO NOTHING`
+		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING`
 	// sqlUpdate overwrites a record if it still has the version given
 	// after the columns.
 	sqlUpdate = `UPDATE idem_records SET status = ?, policy = ?, fence = ?, attempt = ?, owner = ?, ` +
@@ -73,7 +73,7 @@ func normalize(r *idem.Record) {
 func encodeRecord(r *idem.Record) ([]any, error) {
 	journal := "[]"
 	if len(r.Journal) > 0 {
-		b, err := json.Marshal(r.Journal)
+		b, err := marshalJournal(r.Journal)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: encoding the journal of %q: %w", r.Key, err)
 		}

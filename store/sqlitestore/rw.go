@@ -17,9 +17,9 @@ type rw interface {
 	// load returns the stored record of key, expired or not, and its
 	// version; nil if there is none.
 	load(key string) (*idem.Record, int64, error)
-	// insert writes a record (args from encodeRecord) if its key is
-	// absent, and reports whether it did.
-	insert(args []any) (bool, error)
+	// insert writes a record (args from encodeRecord) with the given
+	// version if its key is absent, and reports whether it did.
+	insert(args []any, version int64) (bool, error)
 	// update overwrites a record (args from encodeRecord) if its stored
 	// version is still version, and reports whether it did.
 	update(args []any, version int64) (bool, error)
@@ -142,8 +142,8 @@ func (w *sqlRW) exec(op string, s *sql.Stmt, args []any) (bool, error) {
 	return n > 0, nil
 }
 
-func (w *sqlRW) insert(args []any) (bool, error) {
-	return w.exec("insert", w.st.insert, args)
+func (w *sqlRW) insert(args []any, version int64) (bool, error) {
+	return w.exec("insert", w.st.insert, append(args[:numColumns], version))
 }
 
 func (w *sqlRW) update(args []any, version int64) (bool, error) {

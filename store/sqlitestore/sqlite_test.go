@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -644,5 +645,50 @@ func TestContextCanceled(t *testing.T) {
 	release()
 	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("the canceled claim ran: %v", err)
+	}
+}
+
+// TestQueryPlans: the queries behind Get, List and Sweep use an index, so
+// they stay cheap on a large table.
+func TestQueryPlans(t *testing.T) {
+	s, _ := openTest(t)
+	plan := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := s.DB().Query("EXPLAIN QUERY PLAN "+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, detail)
+		}
+		return strings.Join(out, "; ")
+	}
+	for _, tc := range []struct {
+		q    string
+		args []any
+		want string
+	}{
+		{sqlLoad, []any{"k"}, "USING PRIMARY KEY (key=?)"},
+		{sqlSweep, []any{0, 10}, "INDEX idem_records_expires_at (expires_at<?)"},
+		{sqlDelete, []any{"k", 0}, "USING PRIMARY KEY (key=?)"},
+		{`SELECT key FROM idem_records WHERE key > ? AND expires_at > ? AND status = 'in_progress' AND lease_until <= ? ORDER BY key LIMIT 10`,
+			[]any{"", 0, 0}, "USING INDEX idem_records_in_progress (key>?)"},
+		{`SELECT key FROM idem_records WHERE key > ? AND expires_at > ? AND status = 'failed' ORDER BY key LIMIT 10`,
+			[]any{"", 0}, "USING INDEX idem_records_failed (key>?)"},
+		{`SELECT key FROM idem_records WHERE key > ? AND expires_at > ? AND status = 'released' ORDER BY key LIMIT 10`,
+			[]any{"", 0}, "USING INDEX idem_records_released (key>?)"},
+		{`SELECT key FROM idem_records WHERE key > ? AND expires_at > ? ORDER BY key LIMIT 10`,
+			[]any{"", 0}, "USING PRIMARY KEY (key>?)"},
+	} {
+		if got := plan(tc.q, tc.args...); !strings.Contains(got, tc.want) {
+			t.Errorf("plan of %s:\n%s\nwant it to contain %q", tc.q, got, tc.want)
+		}
 	}
 }

@@ -432,13 +432,17 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	if limit <= 0 {
 		limit = 100
 	}
+	if q.Status != "" && !q.Status.Valid() {
+		return nil, fmt.Errorf("sqlitestore: list: unknown status %q", q.Status)
+	}
 	now := s.now().UnixMicro()
 	var b strings.Builder
 	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key > ? AND expires_at > ?`)
 	args := []any{q.After, now}
+	// Statuses are literals (checked above), so that SQLite can use the
+	// partial index of each.
 	if q.Status != "" {
-		b.WriteString(` AND status = ?`)
-		args = append(args, string(q.Status))
+		b.WriteString(` AND status = '` + string(q.Status) + `'`)
 	}
 	if q.Stuck {
 		b.WriteString(` AND status = 'in_progress' AND lease_until <= ?`)

@@ -1,7 +1,7 @@
 -- 001: the record table (one row per key) and the indexes behind List and
 -- Sweep. Times are unix microseconds (NULL for a zero time); journal is the
 -- JSON of []idem.JournalEntry, oldest first; version grows with every write
--- of the row, for compare-and-set writes.
+-- of the row (from a random start), for compare-and-set writes.
 CREATE TABLE idem_records (
 	key         TEXT    NOT NULL PRIMARY KEY,
 	status      TEXT    NOT NULL,
@@ -17,11 +17,18 @@ CREATE TABLE idem_records (
 	created_at  INTEGER,
 	updated_at  INTEGER,
 	journal     TEXT    NOT NULL DEFAULT '[]',
-	version     INTEGER NOT NULL DEFAULT 1
+	version     INTEGER NOT NULL
 ) WITHOUT ROWID;
 
--- List(Status) and List(Stuck): status = ? AND key > ? ORDER BY key.
-CREATE INDEX idem_records_status_key ON idem_records (status, key);
+-- List(Status) and List(Stuck). Records are mostly completed, so List of
+-- completed records (or of any status) walks the primary key; the other
+-- statuses have small partial indexes, which cost a claim and its
+-- completion one entry in one small index instead of a place in an index
+-- of every record. (Queries name the status as a literal, so that SQLite
+-- can use them.)
+CREATE INDEX idem_records_in_progress ON idem_records (key) WHERE status = 'in_progress';
+CREATE INDEX idem_records_failed ON idem_records (key) WHERE status = 'failed';
+CREATE INDEX idem_records_released ON idem_records (key) WHERE status = 'released';
 
 -- Sweep: expires_at <= now.
 CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
