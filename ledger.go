@@ -139,6 +139,9 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 		return Result{}, err
 	}
 	res := Result{Value: val, Attempt: rec.Attempt, Fence: rec.Fence, Takeover: cr.Takeover, Reconciled: reconciled}
+	if reconciled {
+		res.Fence++ // recorded by Resolve, which bumps the fence
+	}
 	if l.cache != nil {
 		l.cache.put(rec.Key, cacheEntry{value: val, fingerprint: c.fingerprint, attempt: rec.Attempt, fence: rec.Fence, expires: start.Add(c.retention)})
 	}

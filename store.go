@@ -110,7 +110,7 @@ type Resolution struct {
 	Done      bool          // the effect happened: completed with Result
 	Result    []byte        // Done: the result to replay to duplicates
 	Reason    string        // why, recorded in the journal and the record
-	Retention time.Duration // Done: keep the record this long from now
+	Retention time.Duration // Done: keep the record this long from now; 0 means DefaultRetention
 	By        string        // who resolved it (journal owner)
 }
 

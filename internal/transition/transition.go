@@ -175,7 +175,11 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 	if r.Done {
 		n.Status = idem.StatusCompleted
 		n.Result = r.Result
-		n.ExpiresAt = now.Add(r.Retention)
+		ret := r.Retention
+		if ret <= 0 {
+			ret = idem.DefaultRetention
+		}
+		n.ExpiresAt = now.Add(ret)
 		outcome = idem.OutcomeResolvedDone
 	} else {
 		n.Status = idem.StatusReleased
