@@ -1,0 +1,159 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+// Get implements [idem.Store].
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	var raw rawRecord
+	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(raw.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err != nil {
+		return idem.Record{}, s.wrap("get", err)
+	}
+	return raw.record()
+}
+
+// List implements [idem.Store]. Records come in key order, compared byte by
+// byte. A record that cannot be decoded fails the whole call with a
+// *idem.CorruptError naming its key.
+//
+// List(Stuck) reads the partial index of in_progress rows, so it stays
+// cheap on a large table: its cost grows with the number of running and
+// lapsed attempts, not with the number of records.
+func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	args := []any{q.After, limit}
+	var sql string
+	switch {
+	case q.Stuck && q.Status != "":
+		sql = s.q.listStuckStatus
+		args = append(args, string(q.Status))
+	case q.Stuck:
+		sql = s.q.listStuck
+	case q.Status != "":
+		sql = s.q.listStatus
+		args = append(args, string(q.Status))
+	default:
+		sql = s.q.list
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, s.wrap("list", err)
+	}
+	defer rows.Close()
+	var out []idem.Record
+	for rows.Next() {
+		var raw rawRecord
+		if err := rows.Scan(raw.dest()...); err != nil {
+			return nil, s.wrap("list", err)
+		}
+		rec, err := raw.record()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list", err)
+	}
+	return out, nil
+}
+
+// Resolve implements [idem.Store]: one UPDATE that bumps the fence and
+// either annotates the journal entry of the attempt it decides or appends
+// an entry for the resolution. When it updates nothing, a second statement
+// (on this path only) tells [idem.ErrNotFound] from [idem.ErrLeaseLost].
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	var result []byte
+	if r.Done {
+		result = r.Result
+		if r.Retention <= 0 {
+			r.Retention = idem.DefaultRetention
+		}
+	}
+	var raw rawRecord
+	err := s.pool.QueryRow(ctx, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By)).
+		Scan(raw.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, s.q.exists, key).Scan(&exists); err != nil {
+			return idem.Record{}, s.wrap("resolve", err)
+		}
+		if exists {
+			return idem.Record{}, idem.ErrLeaseLost
+		}
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err != nil {
+		return idem.Record{}, s.wrap("resolve", err)
+	}
+	return raw.record()
+}
+
+// Delete implements [idem.Store].
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.delete, key)
+	if err != nil {
+		return s.wrap("delete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.ErrNotFound
+	}
+	return nil
+}
+
+// Sweep implements [idem.Store]: one DELETE of at most limit expired rows,
+// oldest first, found through the index on expires_at and locked with FOR
+// UPDATE SKIP LOCKED, so that concurrent sweepers share the work without
+// waiting for each other and a sweep never waits for a claim. Each call is
+// one short transaction holding the locks of at most limit rows; callers
+// loop until it returns 0 (a few thousand rows per call is a good size).
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.q.sweep, limit)
+	if err != nil {
+		return 0, s.wrap("sweep", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Now implements [idem.Store]: the server's clock (statement_timestamp()).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if err := s.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
+		return time.Time{}, s.wrap("now", err)
+	}
+	return now.UTC(), nil
+}

@@ -1,0 +1,218 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+// maxClaimRuns bounds how many times a claim runs again because its key
+// changed under it (see claimSQL). Each run again means another
+// transaction committed the key meanwhile, so this is reached only under
+// pathological contention.
+const maxClaimRuns = 32
+
+var errContended = errors.New("pgstore: the key kept changing under the claim")
+
+// Claim implements [idem.Store]: one INSERT ... ON CONFLICT DO UPDATE ...
+// WHERE <claimable> statement (see the package doc).
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	res, err := s.claimOne(ctx, s.pool, req)
+	if err != nil {
+		return idem.ClaimResult{}, s.wrap("claim", err)
+	}
+	return res, nil
+}
+
+func checkPolicy(p idem.Policy) error {
+	if p != idem.AtLeastOnce && p != idem.AtMostOnce {
+		return fmt.Errorf("pgstore: claim with unknown policy %v", p)
+	}
+	return nil
+}
+
+// claimOne claims req on q.
+func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := checkPolicy(req.Policy); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	args := []any{req.Key, text(req.Owner), text(req.Correlation), req.Policy.String(),
+		micros(req.Lease), micros(req.Retention), text(req.Fingerprint), req.TakeLapsed}
+	for range maxClaimRuns {
+		rows, err := q.Query(ctx, s.q.claim, args...)
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		var (
+			res   idem.ClaimResult
+			found bool
+			again bool
+		)
+		for rows.Next() {
+			r, stale, err := scanClaim(rows)
+			if err != nil {
+				rows.Close()
+				return idem.ClaimResult{}, err
+			}
+			res, found, again = r, true, stale
+		}
+		if err := rows.Err(); err != nil {
+			return idem.ClaimResult{}, err
+		}
+		if found && !again {
+			return res, nil
+		}
+	}
+	return idem.ClaimResult{}, errContended
+}
+
+// scanClaim reads one row of claimSQL. stale reports a row that was not
+// acquired although the statement's snapshot found it claimable: the claim
+// must run again.
+func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale bool, err error) {
+	var (
+		raw                 rawRecord
+		acquired, claimable bool
+		now                 time.Time
+	)
+	if err := rows.Scan(raw.dest(&acquired, &claimable, &now)...); err != nil {
+		return res, false, err
+	}
+	if !acquired && claimable {
+		return res, true, nil
+	}
+	rec, err := raw.record()
+	if err != nil {
+		return res, false, err
+	}
+	res = idem.ClaimResult{Acquired: acquired, Record: rec, Now: now.UTC()}
+	if acquired && len(rec.Journal) > 0 {
+		// The statement marked the new entry when it took over.
+		res.Takeover = rec.Journal[len(rec.Journal)-1].Takeover
+	}
+	return res, false, nil
+}
+
+// ClaimBatch implements [idem.BatchClaimer]: the requests are claimed in
+// one statement (one round trip), with the same rules as [Store.Claim].
+// Results are in request order. A key that appears more than once is
+// claimed again, after its first claim, by a further statement for each
+// repetition, so that every request sees the record as the earlier ones
+// left it. The claims of one statement commit together; if a later
+// statement fails, ClaimBatch returns the error and the keys acquired
+// before it stay claimed until their leases pass.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out, err := s.claimBatch(ctx, s.pool, reqs)
+	if err != nil {
+		return nil, s.wrap("claim batch", err)
+	}
+	return out, nil
+}
+
+func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	out := make([]idem.ClaimResult, len(reqs))
+	if len(reqs) == 1 {
+		res, err := s.claimOne(ctx, q, reqs[0])
+		if err != nil {
+			return nil, err
+		}
+		out[0] = res
+		return out, nil
+	}
+	for _, r := range reqs {
+		if err := checkPolicy(r.Policy); err != nil {
+			return nil, err
+		}
+	}
+	pending := make([]int, len(reqs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		// A round: the first pending request of each key.
+		var round, later []int
+		seen := make(map[string]bool, len(pending))
+		for _, i := range pending {
+			if seen[reqs[i].Key] {
+				later = append(later, i)
+				continue
+			}
+			seen[reqs[i].Key] = true
+			round = append(round, i)
+		}
+		if err := s.claimRound(ctx, q, reqs, round, out); err != nil {
+			return nil, err
+		}
+		pending = later
+	}
+	return out, nil
+}
+
+// claimRound claims reqs[i] for each i of round (distinct keys) in one
+// statement, and again for the keys that changed under it.
+func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult) error {
+	// Keys in byte order: concurrent batches lock their rows in the same
+	// order and cannot deadlock.
+	slices.SortFunc(round, func(a, b int) int {
+		switch {
+		case reqs[a].Key < reqs[b].Key:
+			return -1
+		case reqs[a].Key > reqs[b].Key:
+			return 1
+		}
+		return 0
+	})
+	for range maxClaimRuns {
+		n := len(round)
+		keys, owners, corrs, policies, fps := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		leases, rets, takes := make([]int64, n), make([]int64, n), make([]bool, n)
+		index := make(map[string]int, n)
+		for j, i := range round {
+			r := &reqs[i]
+			keys[j], owners[j], corrs[j], policies[j], fps[j] = r.Key, text(r.Owner), text(r.Correlation), r.Policy.String(), text(r.Fingerprint)
+			leases[j], rets[j], takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
+			index[r.Key] = i
+		}
+		rows, err := q.Query(ctx, s.q.claimBatch, keys, owners, corrs, policies, leases, rets, fps, takes)
+		if err != nil {
+			return err
+		}
+		done := make(map[string]bool, n)
+		for rows.Next() {
+			res, stale, err := scanClaim(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			if stale {
+				continue
+			}
+			i, ok := index[res.Record.Key]
+			if !ok || done[res.Record.Key] {
+				rows.Close()
+				return fmt.Errorf("pgstore: claim batch returned an unexpected row for %q", res.Record.Key)
+			}
+			done[res.Record.Key] = true
+			out[i] = res
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(done) == n {
+			return nil
+		}
+		round = slices.DeleteFunc(round, func(i int) bool { return done[reqs[i].Key] })
+	}
+	return errContended
+}

@@ -1,0 +1,51 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+// harness runs the conformance suite on stores in schemas of their own on
+// the test database: each test gets a fresh schema (dropped when it ends)
+// and a clock offset it can advance.
+func harness(t testing.TB) idemtest.Harness {
+	u := testURL(t)
+	clocks := new(testClocks)
+	return idemtest.Harness{
+		New: func(t testing.TB) idem.Store {
+			s := newTestStore(t, clocks)
+			return s
+		},
+		Advance: clocks.advance,
+		Locator: func(t testing.TB) string {
+			schema := newSchema(t)
+			loc := withParams(t, u, ParamSchema, schema)
+			s, err := Open(context.Background(), loc)
+			if err != nil {
+				t.Fatalf("Open(%q): %v", loc, err)
+			}
+			s.Close()
+			return loc
+		},
+		Open: func(loc string) (idem.Store, error) { return Open(context.Background(), loc) },
+		Corrupt: func(t testing.TB, s idem.Store, key string) {
+			ps := s.(*Store)
+			if _, err := testPool(t).Exec(context.Background(), "UPDATE "+ps.Table()+" SET status = 'bogus' WHERE key = $1", key); err != nil {
+				t.Fatalf("corrupting %q: %v", key, err)
+			}
+		},
+		Unreachable: func(t testing.TB) idem.Store {
+			s, err := Open(context.Background(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", WithMigrate(false))
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return s
+		},
+		Parallelism: 8,
+	}
+}
+
+func TestConformance(t *testing.T) { idemtest.TestStore(t, harness(t)) }

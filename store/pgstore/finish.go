@@ -1,0 +1,153 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Complete implements [idem.Store]: one UPDATE conditioned on the fence; a
+// refused (stale) holder's journal entry is annotated with its late finish
+// in the same statement.
+func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.wrap("complete", s.finish(ctx, s.pool, s.q.complete, key, fence, result, micros(retention)))
+}
+
+// Fail implements [idem.Store].
+func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.wrap("fail", s.finish(ctx, s.pool, s.q.fail, key, fence, text(reason), micros(retention)))
+}
+
+// Release implements [idem.Store].
+func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.wrap("release", s.finish(ctx, s.pool, s.q.release, key, fence, text(reason)))
+}
+
+// Abandon implements [idem.Store].
+func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	return s.wrap("abandon", s.finish(ctx, s.pool, s.q.abandon, key, fence, text(reason)))
+}
+
+// finish runs one of the finishing statements (finishSQL) on q.
+func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence int64, args ...any) error {
+	var done bool
+	if err := q.QueryRow(ctx, sql, append([]any{key, fence}, args...)...).Scan(&done); err != nil {
+		return err
+	}
+	if !done {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+	if err := s.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	var until *time.Time
+	if err := s.pool.QueryRow(ctx, s.q.extend, key, fence, micros(lease)).Scan(&until); err != nil {
+		return time.Time{}, s.wrap("extend", err)
+	}
+	if until == nil {
+		return time.Time{}, idem.ErrLeaseLost
+	}
+	return until.UTC(), nil
+}
+
+// Completion is one attempt's result for [Store.CompleteBatch].
+type Completion struct {
+	Key       string
+	Fence     int64
+	Result    []byte
+	Retention time.Duration
+}
+
+// CompleteBatch does what [Store.Complete] does for each of cs, in one
+// statement: one round trip and one commit for the whole batch, for
+// consumers that claimed a batch with [Store.ClaimBatch]. errs[i] is nil
+// when cs[i] was recorded and [idem.ErrLeaseLost] when its attempt no
+// longer held the key (its journal entry is then annotated with the late
+// finish, as Complete does). err is a store failure: then nothing was
+// recorded, unless a key appears more than once in cs (each repetition
+// takes a further statement, run after the first commits).
+func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) (errs []error, err error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(cs))
+	pending := make([]int, len(cs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		var round, later []int
+		seen := make(map[string]bool, len(pending))
+		for _, i := range pending {
+			if seen[cs[i].Key] {
+				later = append(later, i)
+				continue
+			}
+			seen[cs[i].Key] = true
+			round = append(round, i)
+		}
+		if err := s.completeRound(ctx, cs, round, errs); err != nil {
+			return nil, s.wrap("complete batch", err)
+		}
+		pending = later
+	}
+	return errs, nil
+}
+
+func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int, errs []error) error {
+	slices.SortFunc(round, func(a, b int) int {
+		switch {
+		case cs[a].Key < cs[b].Key:
+			return -1
+		case cs[a].Key > cs[b].Key:
+			return 1
+		}
+		return 0
+	})
+	n := len(round)
+	keys, fences, results, rets := make([]string, n), make([]int64, n), make([][]byte, n), make([]int64, n)
+	for j, i := range round {
+		keys[j], fences[j], results[j], rets[j] = cs[i].Key, cs[i].Fence, cs[i].Result, micros(cs[i].Retention)
+	}
+	rows, err := s.pool.Query(ctx, s.q.completeBatch, keys, fences, results, rets)
+	if err != nil {
+		return err
+	}
+	done := make(map[string]bool, n)
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return err
+		}
+		done[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, i := range round {
+		if !done[cs[i].Key] {
+			errs[i] = idem.ErrLeaseLost
+		}
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package pgstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+)
+
+// rawRecord is a row as scanned, before it is checked.
+type rawRecord struct {
+	key, status, policy, owner, fingerprint, reason string
+	fence                                           int64
+	attempt                                         int32
+	result                                          []byte
+	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
+	journal                                         []byte
+}
+
+// dest returns the scan destinations of the record columns, followed by
+// extra.
+func (r *rawRecord) dest(extra ...any) []any {
+	return append([]any{&r.key, &r.status, &r.policy, &r.fence, &r.attempt, &r.owner, &r.fingerprint, &r.result,
+		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal}, extra...)
+}
+
+// record checks the row and returns it as an idem.Record, or an
+// *idem.CorruptError: a damaged row is never read as absent.
+func (r *rawRecord) record() (idem.Record, error) {
+	corrupt := func(format string, args ...any) error {
+		return &idem.CorruptError{Key: r.key, Detail: fmt.Sprintf(format, args...)}
+	}
+	status, err := idem.ParseStatus(r.status)
+	if err != nil {
+		return idem.Record{}, corrupt("status %q is not one of in_progress, completed, failed, released", r.status)
+	}
+	policy, err := idem.ParsePolicy(r.policy)
+	if err != nil {
+		return idem.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
+	}
+	var journal []idem.JournalEntry
+	if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
+		return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
+	}
+	if err := json.Unmarshal(r.journal, &journal); err != nil {
+		return idem.Record{}, corrupt("journal: %v", err)
+	}
+	for i := range journal {
+		e := &journal[i]
+		e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
+	}
+	return idem.Record{
+		Key:         r.key,
+		Status:      status,
+		Policy:      policy,
+		Fence:       r.fence,
+		Attempt:     int(r.attempt),
+		Owner:       r.owner,
+		Fingerprint: r.fingerprint,
+		Result:      r.result,
+		Reason:      r.reason,
+		LeaseUntil:  r.leaseUntil.UTC(),
+		ExpiresAt:   r.expiresAt.UTC(),
+		CreatedAt:   r.createdAt.UTC(),
+		UpdatedAt:   r.updatedAt.UTC(),
+		Journal:     journal,
+	}, nil
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// text makes s storable in a PostgreSQL text column (and in jsonb): owners,
+// correlation ids, fingerprints and reasons come from callers and errors,
+// and may hold bytes that are not UTF-8 or NUL bytes, which PostgreSQL
+// refuses. Those are replaced with U+FFFD. Keys are never changed: a key
+// the database refuses fails the call.
+func text(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
