@@ -63,7 +63,7 @@ func benchClaimComplete(b *testing.B, callers int) {
 	st := s.Stats()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "claim+complete/s")
-	b.ReportMetric(float64(st.Commits-before.Commits)/float64(b.N), "syncs/op")
+	b.ReportMetric(float64(st.Syncs-before.Syncs)/float64(b.N), "syncs/op")
 	if n := st.Batches - before.Batches; n > 0 {
 		b.ReportMetric(float64(st.BatchedOps-before.BatchedOps)/float64(n), "ops/batch")
 	}

@@ -76,6 +76,9 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 	s.held.forget(req.Key)
 	s.stats.ops.Add(2)
 	s.stats.commits.Add(1)
+	if s.cfg.sync == SyncFull {
+		s.stats.syncs.Add(1)
+	}
 	return res, val, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -19,24 +20,37 @@ import (
 // record; it also keeps what its caller needs to answer.
 type mutation func(rec *idem.Record, now time.Time) (next *idem.Record, err error)
 
+// start says where apply gets the record its first decision is made on.
+type start int
+
+const (
+	// fromRead reads the record on the read pool.
+	fromRead start = iota
+	// fromHeld uses the in_progress record this process wrote itself, if
+	// it remembers one and it yields a write; otherwise it reads.
+	fromHeld
+	// fromAbsent assumes the key has no record, which is what a claim of a
+	// new key finds: no read, one INSERT in the writer.
+	fromAbsent
+)
+
 // apply runs m on key's record and stores the result.
 //
-// It runs m first outside the writer, on a read of the record: most
-// outcomes that write nothing (a duplicate, a busy key, a stale fence) end
-// there, concurrently with other callers, and the rest hand the writer a
-// ready-made write. That write is conditional: an INSERT that does nothing if
-// the key exists, or an UPDATE of the version that was read. If the record
-// changed in between, the writer runs m again inside its transaction, on the
-// record as it is then (applyIn). Either way the record written is m's
-// result for the record it replaces: every write is one atomic conditional
-// write.
+// It runs m first outside the writer, concurrently with other callers, on
+// the record as from says: a read (most outcomes that write nothing, a
+// duplicate, a busy key, a stale fence, end there), the record this process
+// holds, or none. The rest hand the writer a ready-made write, which is
+// conditional: an INSERT that does nothing if the key exists, or an UPDATE
+// of the version m decided on. If the record is not that one (any more),
+// the writer runs m again inside its transaction, on the record as it is
+// (applyIn). Either way the record written is m's result for the record it
+// replaces: every write is one atomic conditional write.
 //
-// When useHeld is set and this process wrote the key's in_progress record
-// itself (a claim or an extend), m runs on that record instead of a read,
-// provided it yields a write: the write's condition checks that the record
-// is still the one remembered. An outcome that writes nothing is always
-// decided on a read.
-func (s *Store) apply(ctx context.Context, key string, useHeld bool, m mutation) error {
+// An outcome that writes nothing is only ever decided on a read or inside
+// the writer's transaction, never on a remembered or assumed record.
+//
+// When dupes is set (claims), apply tells it whether the key had a record.
+func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEstimate, m mutation) error {
 	if s.closed.Load() {
 		return errClosed
 	}
@@ -48,16 +62,22 @@ func (s *Store) apply(ctx context.Context, key string, useHeld bool, m mutation)
 		next *idem.Record
 		merr error
 	)
-	if useHeld {
+	switch from {
+	case fromHeld:
 		if h, ok := s.held.get(key); ok {
 			rec, ver = h.rec, h.ver
 			next, merr = m(rec, now)
 		}
+	case fromAbsent:
+		next, merr = m(nil, now)
 	}
 	if next == nil {
 		var err error
 		if rec, ver, err = s.read(ctx, key); err != nil {
 			return err
+		}
+		if dupes != nil {
+			dupes.observe(rec != nil)
 		}
 		if next, merr = m(rec, now); next == nil {
 			return merr
@@ -79,6 +99,9 @@ func (s *Store) apply(ctx context.Context, key string, useHeld bool, m mutation)
 		if err != nil {
 			return err
 		}
+		if from == fromAbsent && dupes != nil {
+			dupes.observe(!ok)
+		}
 		if ok {
 			written, wver = next, newVersion(rec == nil, ver)
 			return merr
@@ -94,6 +117,31 @@ func (s *Store) apply(ctx context.Context, key string, useHeld bool, m mutation)
 	}
 	return err
 }
+
+// dupEstimate follows the share of recent claims that found a record for
+// their key, so that Claim can start where it is cheapest: with an INSERT
+// when keys are mostly new (the common case: one read saved per claim),
+// with a read when they mostly exist (a flood of duplicates is then
+// answered from reads, without the writer). Either start is correct; the
+// estimate only decides the cost.
+type dupEstimate struct {
+	share atomic.Int64 // ×dupOne; a moving average over about 16 claims
+}
+
+const dupOne = 1 << 16
+
+func (d *dupEstimate) observe(found bool) {
+	target := int64(0)
+	if found {
+		target = dupOne
+	}
+	old := d.share.Load()
+	d.share.Store(old + (target-old)/16) // racy updates only blur the average
+}
+
+// readFirst reports whether more than a quarter of recent claims found a
+// record.
+func (d *dupEstimate) readFirst() bool { return d.share.Load() > dupOne/4 }
 
 // applyIn runs m on key's record inside a write transaction and stores the
 // result. It returns the record it wrote (nil if none) and its version.

@@ -123,12 +123,15 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	t.Logf("%+v: %.1f ops per batch, %.3f syncs per op", st, float64(st.BatchedOps)/float64(st.Batches), float64(st.Commits)/float64(st.Ops))
+	t.Logf("%+v: %.1f ops per batch, %.3f syncs per op", st, float64(st.BatchedOps)/float64(st.Batches), float64(st.Syncs)/float64(st.Ops))
 	if st.Ops != 2*callers*per {
 		t.Fatalf("Ops = %d, want %d", st.Ops, 2*callers*per)
 	}
-	if st.Commits >= st.Ops/2 {
-		t.Fatalf("Commits = %d for %d ops: the writer did not batch", st.Commits, st.Ops)
+	if st.Syncs >= st.Ops/4 {
+		t.Fatalf("Syncs = %d for %d ops: the writer did not group the syncs", st.Syncs, st.Ops)
+	}
+	if st.Commits != st.Syncs || st.Batches < st.Commits {
+		t.Fatalf("stats %+v: every commit of the writer syncs once under SyncFull", st)
 	}
 	for g := range callers {
 		for i := range per {

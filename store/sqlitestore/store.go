@@ -33,8 +33,9 @@ type Store struct {
 	dbStmts *stmts    // on db, for InTx transactions
 	getStmt *sql.Stmt // on rdb
 
-	w    *writer
-	held heldRecords
+	w     *writer
+	held  heldRecords
+	dupes dupEstimate
 	// wlock is this process's turn at SQLite's write lock, taken by the
 	// writer for each batch and by InTx for its transaction, so that the
 	// two hand the lock over at once instead of polling for it in SQLite's
@@ -47,20 +48,25 @@ type Store struct {
 	closed    atomic.Bool
 
 	stats struct {
-		ops, commits, batches, batchedOps, rollbacks atomic.Int64
+		ops, commits, syncs, batches, batchedOps, rollbacks atomic.Int64
 	}
 }
 
 // Stats are counters of a [Store]'s work since it was opened.
 type Stats struct {
-	// Ops counts mutating operations that reached the database: claims
-	// (each claim of a ClaimBatch counts), completions, failures, releases,
-	// abandons, extends, resolves, deletes, sweeps and InTx calls.
+	// Ops counts mutating calls: claims (each claim of a ClaimBatch
+	// counts), completions, failures, releases, abandons, extends,
+	// resolves, deletes, sweeps, and InTx calls (as two: the claim and the
+	// completion). A call answered without a write (a duplicate, a busy
+	// key) counts too.
 	Ops int64
 	// Commits counts committed write transactions that changed the
-	// database. Under SyncFull each costs one sync of the write-ahead log,
-	// so Commits/Ops is the syncs per operation that group commit achieved.
+	// database.
 	Commits int64
+	// Syncs counts the syncs of the write-ahead log that made commits
+	// durable (none under SyncNormal). Group commit shares one sync among
+	// many operations: Syncs/Ops is the syncs per operation.
+	Syncs int64
 	// Batches counts the transactions of the group-commit writer, and
 	// BatchedOps the operations they ran; BatchedOps/Batches is the mean
 	// batch size.
@@ -220,6 +226,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Ops:        s.stats.ops.Load(),
 		Commits:    s.stats.commits.Load(),
+		Syncs:      s.stats.syncs.Load(),
 		Batches:    s.stats.batches.Load(),
 		BatchedOps: s.stats.batchedOps.Load(),
 		Rollbacks:  s.stats.rollbacks.Load(),
@@ -262,14 +269,19 @@ func (s *Store) readErr(op string, err error) error {
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
 
-// Claim implements [idem.Store]. It reads the key's record first: a
-// duplicate or a busy key is answered from that read, without a write. A
-// claim that acquires is one conditional INSERT (new key) or UPDATE in the
-// writer's next transaction, shared with the other operations queued
-// meanwhile.
+// Claim implements [idem.Store]. A claim of a new key is one INSERT ... ON
+// CONFLICT DO NOTHING in the writer's next transaction, shared with the
+// other operations queued meanwhile; if the key has a record, the writer
+// reads it and decides in the same transaction. While many claims find
+// their key's record (a flood of duplicates), Claim reads first instead,
+// and answers a duplicate or a busy key from that read without the writer.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
 	var res idem.ClaimResult
-	if err := s.apply(ctx, req.Key, false, claimM(req, &res)); err != nil {
+	from := fromAbsent
+	if s.dupes.readFirst() {
+		from = fromRead
+	}
+	if err := s.apply(ctx, req.Key, from, &s.dupes, claimM(req, &res)); err != nil {
 		return idem.ClaimResult{}, err
 	}
 	return res, nil
@@ -303,7 +315,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 }
 
 func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
-	return s.apply(ctx, key, true, finishM(fence, end))
+	return s.apply(ctx, key, fromHeld, nil, finishM(fence, end))
 }
 
 // Complete implements [idem.Store].
@@ -329,7 +341,7 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
 	var until time.Time
-	if err := s.apply(ctx, key, true, extendM(fence, lease, &until)); err != nil {
+	if err := s.apply(ctx, key, fromHeld, nil, extendM(fence, lease, &until)); err != nil {
 		return time.Time{}, err
 	}
 	return until, nil
@@ -338,7 +350,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 // Resolve implements [idem.Store].
 func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
 	var rec idem.Record
-	if err := s.apply(ctx, key, false, resolveM(fence, r, &rec)); err != nil {
+	if err := s.apply(ctx, key, fromRead, nil, resolveM(fence, r, &rec)); err != nil {
 		return idem.Record{}, err
 	}
 	return rec, nil

@@ -238,6 +238,9 @@ func (w *writer) runBatch(batch []*op) {
 		s.stats.batchedOps.Add(int64(len(batch)))
 		if w.rw.wrote {
 			s.stats.commits.Add(1)
+			if s.cfg.sync == SyncFull {
+				s.stats.syncs.Add(1) // the COMMIT synced the log
+			}
 		}
 		for _, o := range batch {
 			o.finish(o.err)
