@@ -44,7 +44,7 @@ func lookup(name string) *command {
 	return nil
 }
 
-const storeFlagHelp = "the store `URL`: sqlite:PATH, sqlite://PATH or mem: (default $IDEM_STORE, else " + defaultStore + ")"
+const storeFlagHelp = "the store `URL`: sqlite:PATH, postgres://USER:PASSWORD@HOST/DB or mem: (default $IDEM_STORE, else " + defaultStore + ")"
 
 // flagSet returns a FlagSet for c with the flags every command takes; the
 // command adds its own.
@@ -148,11 +148,23 @@ Global flags:
                (also accepted after the command)
   -h, --help   show help
 
+Stores:
+%s
 Exit codes:
 %s
 Run 'idem help COMMAND' (or 'idem COMMAND --help') for a command's flags.
-`, strings.ReplaceAll(storeFlagHelp, "`", ""), exitCodesDoc)
+`, strings.ReplaceAll(storeFlagHelp, "`", ""), storesDoc, exitCodesDoc)
 }
+
+// storesDoc lists the store URLs (doc.go and docs/cli.md say the same).
+const storesDoc = `  sqlite:PATH, sqlite://PATH   the SQLite database file PATH
+  postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=...&idem_schema=S&idem_table=T
+  postgresql://...             the PostgreSQL table S.T (default: idem_records
+                               in the search_path); other parameters are pgx's
+  mem:                         an empty in-memory store, for trying things
+  Commands other than demo never create a store: a missing database file or
+  table is an error.
+`
 
 const exitCodesDoc = `  0    ok
   1    operation error: the store failed, or the command refused

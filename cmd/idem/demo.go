@@ -22,8 +22,9 @@ var demoCmd = &command{
 	help: `
 Demo runs the receipts worker of "Preventing Duplicate Sends" on a fresh
 embedded store (SQLite in a temporary directory, removed afterwards; an
-explicit --store uses that store instead, and IDEM_STORE is ignored here so
-the demo never writes to your real store by accident):
+explicit --store uses that store instead, creating its PostgreSQL table if
+missing, and IDEM_STORE is ignored here so the demo never writes to your
+real store by accident):
 
   - a queue of receipt jobs, each delivered 1 to 3 times (the broker
     redelivering a message, the upstream enqueueing the job again under a
@@ -84,7 +85,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		url = "sqlite:" + filepath.Join(dir, "idem.db")
 	}
 	if a.store == nil {
-		s, err := storeurl.Open(ctx, url, storeurl.Options{})
+		s, err := a.stores.Open(ctx, url, storeurl.Options{})
 		if err != nil {
 			return err
 		}

@@ -9,10 +9,15 @@
 // IDEM_STORE environment variable, else sqlite:idem.db:
 //
 //	sqlite:PATH, sqlite://PATH   the SQLite database file PATH (store/sqlitestore)
+//	postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=disable&idem_schema=S&idem_table=T
+//	postgresql://...             the PostgreSQL table S.T (store/pgstore; default
+//	                             idem_records in the connection's search_path);
+//	                             other parameters are pgx's (sslmode, pool_max_conns, ...)
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
 // Commands that read or repair records never create a store that does not
-// exist. Every command has --help.
+// exist: a missing SQLite file, or a missing PostgreSQL table, is an error
+// (exit 1). Every command has --help.
 //
 //	inspect KEY          the record: status and derived state (lapsed, or
 //	                     indeterminate under at_most_once), policy, fence,
@@ -36,7 +41,9 @@
 //	                     the "two emails, one booking" decision tree; --json.
 //	demo                 the receipts worker with redeliveries, two consumers
 //	                     and a crash between send and record, on a temporary
-//	                     SQLite store; then explain, ls --stuck and resolve.
+//	                     SQLite store (or on --store, creating a PostgreSQL
+//	                     table if missing); then explain, ls --stuck and
+//	                     resolve.
 //	help [COMMAND]       help.
 //
 // Exit codes:
@@ -48,6 +55,7 @@
 //	4    refused because the key's lease is live (use --force)
 //	130  interrupted (Ctrl-C)
 //
-// The store URL is opened in one place, cmd/idem/internal/storeurl, where a
-// new backend (postgres://, redis://, dynamodb://) registers its scheme.
+// The store URL is opened in one place, cmd/idem/internal/storeurl, whose
+// constructor names the scheme of each backend built in; a new backend
+// (redis://, dynamodb://) is one more scheme there.
 package main

@@ -29,7 +29,7 @@ const defaultStore = "sqlite:idem.db"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, storeurl.New(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -38,6 +38,7 @@ func main() {
 // works on.
 type app struct {
 	stdout, stderr io.Writer
+	stores         *storeurl.Openers // opens --store
 	storeURL       string
 	storeExplicit  bool       // --store was given (IDEM_STORE and the default are not)
 	store          idem.Store // opened on first use, or given (the demo)
@@ -47,9 +48,10 @@ type app struct {
 }
 
 // run is the whole command, in process: it parses args (without the
-// program name), runs the command and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, stderrTTY: isTerminal(stderr)}
+// program name), runs the command on the store stores opens and returns
+// the exit code.
+func run(ctx context.Context, stores *storeurl.Openers, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, stores: stores, stderrTTY: isTerminal(stderr)}
 	a.storeURL = os.Getenv("IDEM_STORE")
 	if a.storeURL == "" {
 		a.storeURL = defaultStore
@@ -152,7 +154,7 @@ func (a *app) open(ctx context.Context) (idem.Store, error) {
 	if a.store != nil {
 		return a.store, nil
 	}
-	s, err := storeurl.Open(ctx, a.storeURL, storeurl.Options{MustExist: true})
+	s, err := a.stores.Open(ctx, a.storeURL, storeurl.Options{MustExist: true})
 	if err != nil {
 		if errors.Is(err, storeurl.ErrUnknownScheme) || errors.Is(err, storeurl.ErrNoScheme) {
 			return nil, usagef("%v", err)

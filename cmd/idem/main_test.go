@@ -23,8 +23,9 @@ import (
 
 // clock is a fake store clock tests move by hand.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu    sync.Mutex
+	t     time.Time
+	onSet func(time.Time) // if set, called with the new time by Advance (under mu)
 }
 
 func newClock() *clock { return &clock{t: time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)} }
@@ -39,42 +40,49 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	if c.onSet != nil {
+		c.onSet(c.t)
+	}
 }
 
-// backend makes a store on a fake clock for the command tests.
+// backend makes a store on a fake clock for the command tests. open returns
+// the store and the --store URL the commands open it by, or "" for a
+// mem:NAME alias of the store.
 type backend struct {
 	name string
-	open func(t *testing.T, now func() time.Time) idem.Store
+	open func(t *testing.T, clk *clock) (idem.Store, string)
 }
 
-var backends = []backend{
-	{"mem", func(t *testing.T, now func() time.Time) idem.Store { return memstore.New(memstore.WithClock(now)) }},
+// backends are the stores the command tests run on. A backend whose
+// server is not configured skips the test (see postgres_test.go).
+func backends() []backend {
+	return []backend{{"mem", openMem}, {"sqlite", openSQLite}, {"postgres", openPostgres}}
+}
+
+func openMem(t *testing.T, clk *clock) (idem.Store, string) {
+	return memstore.New(memstore.WithClock(clk.Now)), ""
 }
 
 // env is one store under test, reachable by the commands as --store URL.
 type env struct {
-	t     *testing.T
-	store idem.Store
-	clk   *clock
-	url   string
-}
-
-var envSeq struct {
-	sync.Mutex
-	n int
+	t      *testing.T
+	store  idem.Store
+	clk    *clock
+	url    string
+	stores *storeurl.Openers // the commands' openers, holding the mem:NAME alias
 }
 
 func newEnv(t *testing.T, b backend) *env {
 	t.Helper()
 	clk := newClock()
-	s := b.open(t, clk.Now)
+	s, url := b.open(t, clk)
 	t.Cleanup(func() { s.Close() })
-	envSeq.Lock()
-	envSeq.n++
-	name := fmt.Sprintf("test-%d", envSeq.n)
-	envSeq.Unlock()
-	storeurl.SetMem(name, s)
-	return &env{t: t, store: s, clk: clk, url: "mem:" + name}
+	stores := storeurl.New()
+	if url == "" {
+		url = "mem:test"
+		stores.SetMem("test", s)
+	}
+	return &env{t: t, store: s, clk: clk, url: url, stores: stores}
 }
 
 type result struct {
@@ -86,16 +94,23 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
+// idemRun runs the command as a process of its own does.
 func idemRun(ctx context.Context, args ...string) result {
+	return runWith(ctx, storeurl.New(), args...)
+}
+
+// runWith runs the command with stores, which may hold stores of earlier
+// runs (mem:NAME).
+func runWith(ctx context.Context, stores *storeurl.Openers, args ...string) result {
 	var out, errb bytes.Buffer
-	code := run(ctx, args, &out, &errb)
+	code := run(ctx, stores, args, &out, &errb)
 	return result{code, out.String(), errb.String()}
 }
 
 // run runs the command on e's store.
 func (e *env) run(args ...string) result {
 	e.t.Helper()
-	return idemRun(context.Background(), append([]string{"--store", e.url}, args...)...)
+	return runWith(context.Background(), e.stores, append([]string{"--store", e.url}, args...)...)
 }
 
 func (r result) expect(t *testing.T, code int, stdout ...string) {
@@ -202,7 +217,7 @@ func (e *env) fixture() {
 }
 
 func forEachBackend(t *testing.T, f func(t *testing.T, e *env)) {
-	for _, b := range backends {
+	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b)
@@ -216,7 +231,8 @@ func TestHelp(t *testing.T) {
 	ctx := context.Background()
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		r := idemRun(ctx, args...)
-		r.expect(t, 0, "Usage:", "idem [--store URL] COMMAND", "Exit codes:", "4    refused because the key's lease is live (use --force)", "--store URL")
+		r.expect(t, 0, "Usage:", "idem [--store URL] COMMAND", "Exit codes:", "4    refused because the key's lease is live (use --force)", "--store URL",
+			"Stores:", "sqlite:PATH, sqlite://PATH", "postgres://USER:PASSWORD@HOST:PORT/DB", "idem_table=T", "postgresql://", "mem:")
 		for _, c := range commands {
 			if !strings.Contains(r.stdout, "  "+c.name+" ") {
 				t.Errorf("%v: top-level help lacks command %s", args, c.name)
@@ -278,17 +294,21 @@ func TestUsageErrors(t *testing.T) {
 	}
 	idemRun(ctx, "--store", "ftp://host/x", "ls").expectErr(t, 2, `unknown store scheme "ftp"`)
 	idemRun(ctx, "--store", "idem.db", "ls").expectErr(t, 2, "no scheme")
-	idemRun(ctx, "--store", "postgres://u:pw@h/db", "ls").expectErr(t, 2, "not built into this idem yet")
+	r := idemRun(ctx, "--store", "redis://u:pw@h/0", "ls")
+	r.expectErr(t, 2, `store "redis://u:xxxxx@h/0": unknown store scheme "redis": its store is not built into this idem yet (available: mem, postgres, postgresql, sqlite)`)
+	if strings.Contains(r.stderr, "pw") {
+		t.Errorf("the password is printed:\n%s", r)
+	}
 }
 
 func TestStoreFromEnvironment(t *testing.T) {
-	e := newEnv(t, backends[0])
+	e := newEnv(t, backends()[0])
 	e.fixture()
 	t.Setenv("IDEM_STORE", e.url)
-	idemRun(context.Background(), "inspect", "done").expect(t, 0, "ses-1")
+	runWith(context.Background(), e.stores, "inspect", "done").expect(t, 0, "ses-1")
 	// The flag wins over the environment, before or after the command.
-	idemRun(context.Background(), "inspect", "done", "--store", "mem:").expectErr(t, 3, "no record")
-	idemRun(context.Background(), "--store", "mem:", "inspect", "done").expectErr(t, 3, "no record")
+	runWith(context.Background(), e.stores, "inspect", "done", "--store", "mem:").expectErr(t, 3, "no record")
+	runWith(context.Background(), e.stores, "--store", "mem:", "inspect", "done").expectErr(t, 3, "no record")
 }
 
 func TestMissingStoreFile(t *testing.T) {
@@ -547,7 +567,9 @@ func TestSweep(t *testing.T) {
 		e.clk.Advance(2 * time.Second)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		r = idemRun(ctx, "--store", e.url, "sweep")
+		var out, errb bytes.Buffer
+		a := &app{stdout: &out, stderr: &errb, store: e.store, cmd: sweepCmd}
+		r = result{a.exit(runSweep(ctx, a, nil)), out.String(), errb.String()}
 		r.expect(t, 130, "swept 0 expired records in 0 batches", "interrupted; run it again to continue")
 		e.run("sweep").expect(t, 0, "swept 3 expired records")
 	})
@@ -587,7 +609,7 @@ func TestExplain(t *testing.T) {
 // the entries' policy, who resolved, decisions, reconciled takeovers and
 // refused heartbeats, as the stores keep them.
 func TestExplainJournalFields(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -726,25 +748,33 @@ func TestDemo(t *testing.T) {
 		check(t, idemRun(context.Background(), "--store", "mem:", "demo"))
 	})
 	t.Run("kept store, then looked at", func(t *testing.T) {
-		envSeq.Lock()
-		envSeq.n++
-		url := fmt.Sprintf("mem:demo-kept-%d", envSeq.n)
-		envSeq.Unlock()
-		r := idemRun(context.Background(), "demo", "--keep", "--store", url)
+		stores := storeurl.New()
+		url := "mem:demo-kept"
+		r := runWith(context.Background(), stores, "demo", "--keep", "--store", url)
 		check(t, r)
 		// The store holds the run's records for the other commands.
-		r2 := idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
+		r2 := runWith(context.Background(), stores, "--store", url, "ls", "--limit", "0")
 		r2.expect(t, 0, "receipt:1003:", "receipt:1007:")
 		if n := strings.Count(r2.stdout, "\n"); n != 21 {
 			t.Errorf("ls after the demo lists %d lines:\n%s", n, r2.stdout)
 		}
 		// A second run on the same store uses fresh keys.
-		check(t, idemRun(context.Background(), "demo", "--store", url))
+		check(t, runWith(context.Background(), stores, "demo", "--store", url))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := postgresURL(t, newPostgresSchema(t), "demo_keys")
+		check(t, idemRun(context.Background(), "--store", url, "demo"))
+		// The demo created the table; the other commands find its records.
+		r := idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
+		r.expect(t, 0, "receipt:1003:", "receipt:1007:")
+		if n := strings.Count(r.stdout, "\n"); n != 21 {
+			t.Errorf("ls after the demo lists %d lines:\n%s", n, r.stdout)
+		}
 	})
 }
 
 func TestSweepProgressOnATerminal(t *testing.T) {
-	e := newEnv(t, backends[0])
+	e := newEnv(t, backends()[0])
 	for i := range 5 {
 		k := fmt.Sprintf("k%d", i)
 		f := e.claim(k, idem.AtLeastOnce, "w", lease)
@@ -765,11 +795,11 @@ func TestSweepProgressOnATerminal(t *testing.T) {
 		t.Errorf("summary: %q", out.String())
 	}
 	// Not a terminal: no progress line, the summary only.
-	idemRun(context.Background(), "--store", e.url, "sweep").expectErr(t, 0)
+	e.run("sweep").expectErr(t, 0)
 }
 
 func TestKeysThatLookLikeFlags(t *testing.T) {
-	e := newEnv(t, backends[0])
+	e := newEnv(t, backends()[0])
 	f := e.claim("-odd:key", idem.AtLeastOnce, "w", lease)
 	e.complete("-odd:key", f, "x", time.Hour)
 	e.run("inspect", "--json", "--", "-odd:key").expect(t, 0, `"key": "-odd:key"`)

@@ -11,16 +11,14 @@ import (
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
-// The command tests run against SQLite too (on a fake clock, through a
-// mem:NAME alias for the store).
-func init() {
-	backends = append(backends, backend{"sqlite", func(t *testing.T, now func() time.Time) idem.Store {
-		s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), sqlitestore.WithClock(now))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}})
+// openSQLite is the SQLite backend of the command tests: a database file
+// on a fake clock, reached through a mem:NAME alias for the store.
+func openSQLite(t *testing.T, clk *clock) (idem.Store, string) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), sqlitestore.WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ""
 }
 
 // TestSQLiteURL runs the commands on a database file named by --store, as

@@ -2,41 +2,33 @@ package storeurl
 
 import (
 	"context"
-	"sync"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func init() { Register("mem", openMem) }
-
-var (
-	memMu    sync.Mutex
-	memNamed = map[string]idem.Store{}
-)
-
-// SetMem makes "mem:NAME" open s for the rest of the process (tests put a
+// SetMem makes "mem:NAME" open s for as long as o lives (tests put a
 // memstore with a fake clock there). Closing what Open returns for it does
 // not close s.
-func SetMem(name string, s idem.Store) {
-	memMu.Lock()
-	defer memMu.Unlock()
-	memNamed[name] = s
+func (o *Openers) SetMem(name string, s idem.Store) {
+	o.memMu.Lock()
+	defer o.memMu.Unlock()
+	o.memNamed[name] = s
 }
 
 // openMem opens "mem:" (a new, empty store every time: it forgets
 // everything when the command exits) or "mem:NAME" (one store per name and
-// process).
-func openMem(_ context.Context, _, rest string, _ Options) (idem.Store, error) {
+// Openers, which the command makes once per process).
+func (o *Openers) openMem(_ context.Context, _, rest string, _ Options) (idem.Store, error) {
 	if rest == "" || rest == "//" {
 		return memstore.New(), nil
 	}
-	memMu.Lock()
-	defer memMu.Unlock()
-	s, ok := memNamed[rest]
+	o.memMu.Lock()
+	defer o.memMu.Unlock()
+	s, ok := o.memNamed[rest]
 	if !ok {
 		s = memstore.New()
-		memNamed[rest] = s
+		o.memNamed[rest] = s
 	}
 	return shared{s}, nil
 }

@@ -12,8 +12,6 @@ import (
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
-func init() { Register("sqlite", openSQLite) }
-
 // SQLitePath returns the database file a sqlite URL names: "sqlite:PATH",
 // "sqlite://PATH" (relative) or "sqlite:///PATH" (absolute).
 func SQLitePath(rest string) string {

@@ -12,7 +12,7 @@ func TestOpenSQLiteErrors(t *testing.T) {
 		"sqlite:":                      "no database file",
 		"sqlite:/nonexistent/dir/x.db": "no database file /nonexistent/dir/x.db",
 	} {
-		s, err := Open(context.Background(), raw, Options{MustExist: true})
+		s, err := New().Open(context.Background(), raw, Options{MustExist: true})
 		if err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", raw)
@@ -25,12 +25,13 @@ func TestOpenSQLiteErrors(t *testing.T) {
 func TestOpenSQLite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
+	o := New()
 	for _, raw := range []string{
 		"sqlite:" + filepath.Join(dir, "a.db"),
 		"sqlite://" + filepath.Join(dir, "b.db"), // absolute: sqlite:///tmp/...
 		"SQLite:" + filepath.Join(dir, "c.db"),
 	} {
-		s, err := Open(ctx, raw, Options{})
+		s, err := o.Open(ctx, raw, Options{})
 		if err != nil {
 			t.Fatalf("Open(%q): %v", raw, err)
 		}
@@ -39,7 +40,7 @@ func TestOpenSQLite(t *testing.T) {
 		}
 		s.Close()
 		// Now it exists, MustExist opens it.
-		s, err = Open(ctx, raw, Options{MustExist: true})
+		s, err = o.Open(ctx, raw, Options{MustExist: true})
 		if err != nil {
 			t.Fatalf("Open(%q, MustExist): %v", raw, err)
 		}

@@ -1,16 +1,20 @@
 // Package storeurl opens an idem.Store named by a URL, the one place where
-// the idem command turns `--store` into a store. A scheme registers an
-// [Opener]; adding a backend (postgres://, redis://, dynamodb://) is one more
-// file that calls [Register].
+// the idem command turns `--store` into a store. [New] returns the
+// [Openers] of the schemes built into the command; adding a backend
+// (redis://, dynamodb://) is one more opener named in New.
 //
 //	sqlite:PATH, sqlite://PATH   store/sqlitestore on the database file PATH
-//	mem:, mem:NAME               store/memstore; NAME shares one store per process
+//	postgres://..., postgresql://...
+//	                             store/pgstore on the PostgreSQL database the URL names
+//	mem:, mem:NAME               store/memstore; NAME shares one store per Openers
 package storeurl
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -26,47 +30,53 @@ type Options struct {
 	MustExist bool
 }
 
-// Opener opens the store that rest names; rest is the URL after
+// opener opens the store that rest names; rest is the URL after
 // "scheme:" (for "sqlite:///var/idem.db", "///var/idem.db"), and raw the
-// whole URL for schemes that parse it themselves.
-type Opener func(ctx context.Context, raw, rest string, o Options) (idem.Store, error)
+// whole URL as given, for schemes that parse it themselves.
+type opener func(ctx context.Context, raw, rest string, o Options) (idem.Store, error)
 
-var (
-	mu      sync.RWMutex
-	openers = map[string]Opener{}
-)
+// Openers open the stores of the schemes built into the command. The
+// in-memory stores named "mem:NAME" live in it: one store per name for as
+// long as the Openers (the command makes one per run; tests share one
+// between runs). Make one with [New]; it is safe for concurrent use.
+type Openers struct {
+	schemes map[string]opener
 
-// planned are schemes the design names whose stores are not built yet.
-var planned = []string{"postgres", "postgresql", "redis", "rediss", "dynamodb"}
-
-// Register makes scheme (lower case, without ':') open with o. It panics if
-// the scheme is registered twice.
-func Register(scheme string, o Opener) {
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := openers[scheme]; dup {
-		panic("storeurl: scheme registered twice: " + scheme)
-	}
-	openers[scheme] = o
+	memMu    sync.Mutex
+	memNamed map[string]idem.Store
 }
 
-// Schemes returns the registered schemes, sorted.
-func Schemes() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	s := make([]string, 0, len(openers))
-	for k := range openers {
-		s = append(s, k)
+// New returns the openers of the built-in schemes, with no named
+// in-memory store yet.
+func New() *Openers {
+	o := &Openers{memNamed: map[string]idem.Store{}}
+	o.schemes = map[string]opener{
+		"mem":        o.openMem,
+		"sqlite":     openSQLite,
+		"postgres":   openPostgres,
+		"postgresql": openPostgres,
 	}
-	slices.Sort(s)
-	return s
+	return o
 }
 
-// Has reports whether scheme is registered.
-func Has(scheme string) bool {
-	mu.RLock()
-	defer mu.RUnlock()
-	_, ok := openers[scheme]
+// planned reports whether scheme is one the design names whose store is
+// not built yet.
+func planned(scheme string) bool {
+	switch scheme {
+	case "redis", "rediss", "dynamodb":
+		return true
+	}
+	return false
+}
+
+// Schemes returns the schemes o opens, sorted.
+func (o *Openers) Schemes() []string {
+	return slices.Sorted(maps.Keys(o.schemes))
+}
+
+// Has reports whether o opens scheme (lower case, without ':').
+func (o *Openers) Has(scheme string) bool {
+	_, ok := o.schemes[scheme]
 	return ok
 }
 
@@ -78,42 +88,56 @@ var (
 )
 
 // Open opens the store raw names.
-func Open(ctx context.Context, raw string, o Options) (idem.Store, error) {
+func (o *Openers) Open(ctx context.Context, raw string, opts Options) (idem.Store, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "/\\.") {
 		return nil, fmt.Errorf("store %q: %w; name a store as sqlite:PATH (e.g. sqlite:%s) or one of the schemes: %s",
-			Redact(raw), ErrNoScheme, raw, strings.Join(Schemes(), ", "))
+			Redact(raw), ErrNoScheme, Redact(raw), strings.Join(o.Schemes(), ", "))
 	}
 	scheme = strings.ToLower(scheme)
-	mu.RLock()
-	op := openers[scheme]
-	mu.RUnlock()
+	op := o.schemes[scheme]
 	if op == nil {
-		if slices.Contains(planned, scheme) {
+		if planned(scheme) {
 			return nil, fmt.Errorf("store %q: %w %q: its store is not built into this idem yet (available: %s)",
-				Redact(raw), ErrUnknownScheme, scheme, strings.Join(Schemes(), ", "))
+				Redact(raw), ErrUnknownScheme, scheme, strings.Join(o.Schemes(), ", "))
 		}
-		return nil, fmt.Errorf("store %q: %w %q (available: %s)", Redact(raw), ErrUnknownScheme, scheme, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("store %q: %w %q (available: %s)", Redact(raw), ErrUnknownScheme, scheme, strings.Join(o.Schemes(), ", "))
 	}
-	return op(ctx, raw, rest, o)
+	return op(ctx, raw, rest, opts)
 }
 
-// Redact returns raw with a password in its user info replaced by "xxxxx",
-// for messages.
+// Redact returns raw with a password replaced by "xxxxx", for messages:
+// the one in its user info, and a "password" query parameter.
 func Redact(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw
 	}
-	host, path, _ := strings.Cut(rest, "/")
+	host, path := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		host, path = rest[:i], rest[i:]
+	}
 	if at := strings.LastIndexByte(host, '@'); at >= 0 {
 		if user, _, hasPass := strings.Cut(host[:at], ":"); hasPass {
 			host = user + ":xxxxx" + host[at:]
 		}
 	}
-	out := scheme + "://" + host
-	if path != "" || strings.Contains(rest, "/") {
-		out += "/" + path
+	return scheme + "://" + host + redactQuery(path)
+}
+
+// redactQuery replaces the value of a "password" parameter in the query
+// of path (after '?'), keeping the rest as written.
+func redactQuery(path string) string {
+	p, query, ok := strings.Cut(path, "?")
+	if !ok {
+		return path
 	}
-	return out
+	params := strings.Split(query, "&")
+	for i, kv := range params {
+		k, _, _ := strings.Cut(kv, "=")
+		if uk, err := url.QueryUnescape(k); err == nil && strings.EqualFold(uk, "password") {
+			params[i] = k + "=xxxxx"
+		}
+	}
+	return p + "?" + strings.Join(params, "&")
 }

@@ -12,12 +12,21 @@ import (
 
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
+	o := New()
 	for raw, want := range map[string]string{
-		"idem.db":                     "no scheme; name a store as sqlite:PATH (e.g. sqlite:idem.db)",
-		"ftp://x":                     `unknown store scheme "ftp"`,
-		"postgres://u:secret@db/idem": "not built into this idem yet",
+		"idem.db":                       "no scheme; name a store as sqlite:PATH (e.g. sqlite:idem.db) or one of the schemes: mem, postgres, postgresql, sqlite",
+		"ftp://x":                       `unknown store scheme "ftp" (available: mem, postgres, postgresql, sqlite)`,
+		"redis://u:secret@cache/0":      `unknown store scheme "redis": its store is not built into this idem yet`,
+		"rediss://u:secret@cache/0":     "not built into this idem yet",
+		"DynamoDB://table":              `unknown store scheme "dynamodb": its store is not built into this idem yet`,
+		"postgres:db":                   "not a URL; write postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+		"postgres://u:secret@h:port/db": `store "postgres://u:xxxxx@h:port/db": pgstore: cannot parse`,
+		"postgres://u:secret@h/db?idem_migrate=maybe": `idem_migrate="maybe": want true or false`,
+		// Nothing listens on port 1: the MustExist check fails to connect.
+		"postgres://u:secret@127.0.0.1:1/db?connect_timeout=5":          `store "postgres://u:xxxxx@127.0.0.1:1/db?connect_timeout=5": `,
+		"postgresql://u@127.0.0.1:1/db?password=secret&sslmode=disable": `store "postgresql://u@127.0.0.1:1/db?password=xxxxx&sslmode=disable": `,
 	} {
-		s, err := Open(ctx, raw, Options{MustExist: true})
+		s, err := o.Open(ctx, raw, Options{MustExist: true})
 		if err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", raw)
@@ -30,14 +39,31 @@ func TestOpenErrors(t *testing.T) {
 			t.Errorf("Open(%q) leaks the password: %v", raw, err)
 		}
 	}
-	if _, err := Open(ctx, "nope:x", Options{}); !errors.Is(err, ErrUnknownScheme) {
+	if _, err := o.Open(ctx, "nope:x", Options{}); !errors.Is(err, ErrUnknownScheme) {
 		t.Errorf("unknown scheme error %v does not wrap ErrUnknownScheme", err)
+	}
+	if _, err := o.Open(ctx, "redis://h", Options{}); !errors.Is(err, ErrUnknownScheme) {
+		t.Errorf("planned scheme error %v does not wrap ErrUnknownScheme", err)
+	}
+	if _, err := o.Open(ctx, "x.db", Options{}); !errors.Is(err, ErrNoScheme) {
+		t.Errorf("no scheme error %v does not wrap ErrNoScheme", err)
+	}
+}
+
+func TestSchemes(t *testing.T) {
+	o := New()
+	if got := strings.Join(o.Schemes(), " "); got != "mem postgres postgresql sqlite" {
+		t.Errorf("Schemes() = %s", got)
+	}
+	if !o.Has("postgresql") || o.Has("redis") || o.Has("") {
+		t.Error("Has is wrong")
 	}
 }
 
 func TestOpenMem(t *testing.T) {
 	ctx := context.Background()
-	a, err := Open(ctx, "mem:", Options{})
+	o := New()
+	a, err := o.Open(ctx, "mem:", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +73,8 @@ func TestOpenMem(t *testing.T) {
 	}
 
 	ms := memstore.New()
-	SetMem("storeurl-test", ms)
-	b, err := Open(ctx, "mem:storeurl-test", Options{MustExist: true})
+	o.SetMem("storeurl-test", ms)
+	b, err := o.Open(ctx, "mem:storeurl-test", Options{MustExist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +85,36 @@ func TestOpenMem(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Closing what Open returned leaves the shared store open.
-	c, _ := Open(ctx, "mem:storeurl-test", Options{})
+	c, _ := o.Open(ctx, "mem:storeurl-test", Options{})
 	if _, err := c.Get(ctx, "k"); err != nil {
 		t.Errorf("shared mem store lost its record: %v", err)
+	}
+	// A name not set yet is a new store, the same for every Open.
+	d, _ := o.Open(ctx, "mem:other", Options{})
+	if _, err := d.Claim(ctx, idem.ClaimRequest{Key: "k2", Owner: "o", Lease: 1e9, Retention: 1e9}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := o.Open(ctx, "mem:other", Options{})
+	if _, err := e.Get(ctx, "k2"); err != nil {
+		t.Errorf("mem:other forgot its record: %v", err)
+	}
+	// Named stores belong to their Openers.
+	f, _ := New().Open(ctx, "mem:storeurl-test", Options{})
+	if _, err := f.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("another Openers shares mem:storeurl-test: %v", err)
 	}
 }
 
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
-		"postgres://u:pw@h:5432/db?x=1": "postgres://u:xxxxx@h:5432/db?x=1",
-		"redis://h:6379/0":              "redis://h:6379/0",
-		"sqlite:idem.db":                "sqlite:idem.db",
+		"postgres://u:pw@h:5432/db?x=1":                     "postgres://u:xxxxx@h:5432/db?x=1",
+		"redis://h:6379/0":                                  "redis://h:6379/0",
+		"sqlite:idem.db":                                    "sqlite:idem.db",
+		"postgres://u@h/db?sslmode=disable&password=pw&x=1": "postgres://u@h/db?sslmode=disable&password=xxxxx&x=1",
+		"postgres://u:p@ss@h/db?PassWord=pw":                "postgres://u:xxxxx@h/db?PassWord=xxxxx",
+		"postgres://h?password=pw":                          "postgres://h?password=xxxxx",
+		"postgres://u:pw@h":                                 "postgres://u:xxxxx@h",
+		"postgres://":                                       "postgres://",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
