@@ -27,16 +27,15 @@ type command struct {
 	run      func(ctx context.Context, a *app, args []string) error
 }
 
-var commands []*command
-
-func init() {
-	commands = []*command{
-		inspectCmd, lsCmd, releaseCmd, resolveCmd, sweepCmd, explainCmd, demoCmd,
-	}
+// allCommands lists the subcommands in the order help shows them. It is a
+// function, not a variable, because the commands' run functions refer back
+// to this list (help).
+func allCommands() []*command {
+	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, sweepCmd, explainCmd, demoCmd}
 }
 
 func lookup(name string) *command {
-	for _, c := range commands {
+	for _, c := range allCommands() {
 		if c.name == name {
 			return c
 		}
@@ -138,7 +137,7 @@ Usage:
 
 Commands:
 `)
-	for _, c := range commands {
+	for _, c := range allCommands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "show help for a command: idem help COMMAND")

@@ -233,13 +233,13 @@ func TestHelp(t *testing.T) {
 		r := idemRun(ctx, args...)
 		r.expect(t, 0, "Usage:", "idem [--store URL] COMMAND", "Exit codes:", "4    refused because the key's lease is live (use --force)", "--store URL",
 			"Stores:", "sqlite:PATH, sqlite://PATH", "postgres://USER:PASSWORD@HOST:PORT/DB", "idem_table=T", "postgresql://", "mem:")
-		for _, c := range commands {
+		for _, c := range allCommands() {
 			if !strings.Contains(r.stdout, "  "+c.name+" ") {
 				t.Errorf("%v: top-level help lacks command %s", args, c.name)
 			}
 		}
 	}
-	for _, c := range commands {
+	for _, c := range allCommands() {
 		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}, {"--store", "mem:", c.name, "--help"}} {
 			r := idemRun(ctx, args...)
 			r.expect(t, 0, "Usage: idem [--store URL] "+c.name, "Flags:", "--store URL", "Exit codes:")
