@@ -57,7 +57,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 			again bool
 		)
 		for rows.Next() {
-			r, stale, err := scanClaim(rows)
+			r, stale, err := scanClaim(rows, func(string) *idem.ClaimRequest { return &req })
 			if err != nil {
 				rows.Close()
 				return idem.ClaimResult{}, err
@@ -74,10 +74,12 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 	return idem.ClaimResult{}, errContended
 }
 
-// scanClaim reads one row of claimSQL. stale reports a row that was not
-// acquired although the statement's snapshot found it claimable: the claim
-// must run again.
-func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale bool, err error) {
+// scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
+// row that was not acquired although the statement's snapshot found it
+// claimable: the claim must run again. reqFor returns the request of a
+// key, for the journal of a new key (which the statement does not send
+// back).
+func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res idem.ClaimResult, stale bool, err error) {
 	var (
 		raw                 rawRecord
 		acquired, claimable bool
@@ -88,6 +90,21 @@ func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale bool, err error) {
 	}
 	if !acquired && claimable {
 		return res, true, nil
+	}
+	if acquired && raw.journal == nil {
+		req := reqFor(raw.key)
+		if req == nil {
+			return res, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q", raw.key)
+		}
+		raw.entries = []idem.JournalEntry{{
+			Attempt:     1,
+			Fence:       1,
+			Owner:       text(req.Owner),
+			Correlation: text(req.Correlation),
+			Started:     now.UTC(),
+			LeaseUntil:  raw.leaseUntil.UTC(),
+			Policy:      req.Policy.String(),
+		}}
 	}
 	rec, err := raw.record()
 	if err != nil {
@@ -190,7 +207,12 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		}
 		done := make(map[string]bool, n)
 		for rows.Next() {
-			res, stale, err := scanClaim(rows)
+			res, stale, err := scanClaim(rows, func(key string) *idem.ClaimRequest {
+				if i, ok := index[key]; ok {
+					return &reqs[i]
+				}
+				return nil
+			})
 			if err != nil {
 				rows.Close()
 				return err

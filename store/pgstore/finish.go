@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
 )
 
 // Complete implements [idem.Store]: one UPDATE conditioned on the fence; a
@@ -42,16 +45,29 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 	return s.wrap("abandon", s.finish(ctx, s.pool, s.q.abandon, key, fence, text(reason)))
 }
 
-// finish runs one of the finishing statements (finishSQL) on q.
+// finish runs one of the finishing statements (finishSQL) on q. When it
+// updates nothing, the attempt no longer holds the key: a second statement
+// annotates its journal entry with the late finish.
 func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence int64, args ...any) error {
-	var done bool
-	if err := q.QueryRow(ctx, sql, append([]any{key, fence}, args...)...).Scan(&done); err != nil {
+	tag, err := q.Exec(ctx, sql, append([]any{key, fence}, args...)...)
+	if err != nil {
 		return err
 	}
-	if !done {
-		return idem.ErrLeaseLost
+	if tag.RowsAffected() == 0 {
+		return s.late(ctx, q, key, fence)
 	}
 	return nil
+}
+
+// late annotates the journal entry of fence, which no longer holds key,
+// and returns idem.ErrLeaseLost (or the error that prevented the
+// annotation: the caller learns of the lost lease either way, as a store
+// error at worst).
+func (s *Store) late(ctx context.Context, q querier, key string, fence int64) error {
+	if _, err := q.Exec(ctx, s.q.late, key, fence); err != nil {
+		return fmt.Errorf("%w (annotating the late finish failed: %w)", idem.ErrLeaseLost, err)
+	}
+	return idem.ErrLeaseLost
 }
 
 // Extend implements [idem.Store].
@@ -59,12 +75,13 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	var until *time.Time
-	if err := s.pool.QueryRow(ctx, s.q.extend, key, fence, micros(lease)).Scan(&until); err != nil {
-		return time.Time{}, s.wrap("extend", err)
+	var until time.Time
+	err := s.pool.QueryRow(ctx, s.q.extend, key, fence, micros(lease)).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, s.wrap("extend", s.late(ctx, s.pool, key, fence))
 	}
-	if until == nil {
-		return time.Time{}, idem.ErrLeaseLost
+	if err != nil {
+		return time.Time{}, s.wrap("extend", err)
 	}
 	return until.UTC(), nil
 }

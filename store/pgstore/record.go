@@ -19,6 +19,9 @@ type rawRecord struct {
 	result                                          []byte
 	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
 	journal                                         []byte
+	// entries, when set, is the journal already decoded (a new key's
+	// claim, whose one entry the caller knows); journal is then not read.
+	entries []idem.JournalEntry
 }
 
 // dest returns the scan destinations of the record columns, followed by
@@ -42,16 +45,18 @@ func (r *rawRecord) record() (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
 	}
-	var journal []idem.JournalEntry
-	if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
-		return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
-	}
-	if err := json.Unmarshal(r.journal, &journal); err != nil {
-		return idem.Record{}, corrupt("journal: %v", err)
-	}
-	for i := range journal {
-		e := &journal[i]
-		e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
+	journal := r.entries
+	if journal == nil {
+		if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
+			return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
+		}
+		if err := json.Unmarshal(r.journal, &journal); err != nil {
+			return idem.Record{}, corrupt("journal: %v", err)
+		}
+		for i := range journal {
+			e := &journal[i]
+			e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
+		}
 	}
 	return idem.Record{
 		Key:         r.key,

@@ -8,23 +8,25 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// The store's SQL. Every call is one statement; the state machine of
+// The store's SQL. Every call is one statement (a refused finish takes a
+// second one to annotate the journal); the state machine of
 // internal/transition is written here in SQL, over the columns of one row:
 //
-//   - c, the first CTE of every statement, reads the clock once:
-//     statement_timestamp() (plus a test offset, see withClockTable). It is
-//     now() for a statement of its own and the statement's start inside a
-//     transaction (InTx), so the completion at the end of a long fn gets its
-//     own time. The clock is evaluated once, so every time a statement
-//     writes is the same instant.
+//   - The clock is statement_timestamp() (plus a test offset, see
+//     withClockTable): now() for a statement of its own, and the
+//     statement's start inside a transaction (InTx), so that the completion
+//     at the end of a long fn gets its own time. It is stable within a
+//     statement, so every time a statement writes is the same instant.
+//     Hot statements use the expression inline; the others read it once in
+//     a CTE c.
 //   - Durations are passed as microseconds (bigint) and multiplied by
 //     interval '1 microsecond'.
-//   - The journal is jsonb, manipulated with jsonb_set, || and
+//   - The journal is jsonb, manipulated with jsonb_set, ||, - and
 //     jsonb_path_query_array; its entries keep the json field names of
 //     idem.JournalEntry, so records decode with encoding/json.
 
-// recordColumns are the columns of a record, in the order scanRecord reads
-// them.
+// recordColumns are the columns of a record, in the order rawRecord.dest
+// reads them.
 var recordColumns = []string{"key", "status", "policy", "fence", "attempt", "owner", "fingerprint", "result",
 	"reason", "lease_until", "expires_at", "created_at", "updated_at", "journal"}
 
@@ -43,6 +45,15 @@ func cols(alias string) string {
 }
 
 const us = "interval '1 microsecond'"
+
+// live is the condition "the row t has not expired at now" in the WHERE of
+// the statements that find rows by key. It is written so that the planner
+// cannot match it to the index on expires_at: right after a burst of
+// inserts the table's statistics are stale, and the planner would
+// otherwise combine a scan of every live row's expires_at with the key
+// lookup (a BitmapAnd), turning a lookup of one key into a scan of the
+// table's recent rows. The key alone decides the plan.
+func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 
 // trimJournal keeps the newest idem.MaxJournal entries of the array j.
 func trimJournal(j string) string {
@@ -72,8 +83,8 @@ func patchEntry(j, pick string, match, patch func(e string) string) string {
 }
 
 // patchFenceEntry patches the last entry of fence f: the newest entry in
-// the usual case (a fast path without unnesting the array), else found by
-// patchEntry.
+// the usual case (a fast path that does not unnest the array), else the
+// one patchEntry finds.
 func patchFenceEntry(j, f string, patch func(e string) string) string {
 	return fmt.Sprintf(`CASE WHEN %[1]s -> -1 -> 'f' = to_jsonb(%[2]s) THEN jsonb_set(%[1]s, '{-1}', %[3]s) ELSE %[4]s END`,
 		j, f, patch("("+j+" -> -1)"),
@@ -85,24 +96,76 @@ func reasonPatch(reason string) string {
 	return fmt.Sprintf(`CASE WHEN %[1]s <> '' THEN jsonb_build_object('r', %[1]s) ELSE '{}'::jsonb END`, reason)
 }
 
-// claimInputScalar is the claim's input for one request: $1 key, $2 owner,
-// $3 correlation, $4 policy, $5 lease (µs), $6 retention (µs), $7
-// fingerprint, $8 take lapsed.
-const claimInputScalar = `SELECT $1::text AS key, $2::text AS owner, $3::text AS corr, $4::text AS policy,
-		$5::bigint AS lease, $6::bigint AS ret, $7::text AS fp, $8::boolean AS take`
+// claimIn names the inputs of a claim statement: SQL expressions for one
+// request's fields.
+type claimIn struct {
+	key, owner, corr, policy, lease, ret, fp string
+	take                                     string // in the ON CONFLICT ... WHERE
+}
 
-// claimInputBatch is the claim's input for many requests (distinct keys),
-// the same parameters as arrays.
-const claimInputBatch = `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
-		$5::bigint[], $6::bigint[], $7::text[], $8::boolean[]) AS u(key, owner, corr, policy, lease, ret, fp, take)`
+// newRow is the row a claim inserts for a new key; now is the clock.
+func newRow(in claimIn, now string) string {
+	return in.key + `, 'in_progress', ` + in.policy + `, 1, 1, ` + in.owner + `, ` + in.fp + `, NULL, '',
+		` + now + ` + ` + in.lease + ` * ` + us + `, ` + now + ` + greatest(` + in.lease + `, ` + in.ret + `) * ` + us + `, ` + now + `, ` + now + `,
+		jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('a', 1, 'f', 1,
+			'o', nullif(` + in.owner + `, ''), 'c', nullif(` + in.corr + `, ''), 's', ` + now + `,
+			'l', ` + now + ` + ` + in.lease + ` * ` + us + `, 'p', ` + in.policy + `)))`
+}
 
-// claimSQL is the claim: one INSERT ... ON CONFLICT (key) DO UPDATE ...
-// WHERE <claimable> RETURNING for the requests of input (distinct keys),
-// plus, for the keys it did not acquire, the rows as the statement's
-// snapshot found them. Each result row is a record, acquired, claimable
-// (for a row not acquired: whether the snapshot's row was claimable, which
-// means it changed under the statement and the claim must run again), and
-// the statement's clock.
+// onConflict is the claim's ON CONFLICT clause: when the existing row t is
+// claimable at now (excluded.created_at, the clock), it becomes the new
+// attempt's, continuing its fence and attempt numbers, reason and journal
+// (the new entry is the inserted row's, numbered, marked as a takeover or
+// as after expiry; a takeover marks the lapsed attempt's entry).
+func onConflict(in claimIn) string {
+	const now = "excluded.created_at"
+	return `ON CONFLICT (key) DO UPDATE SET
+		status = 'in_progress',
+		policy = excluded.policy,
+		fence = t.fence + 1,
+		attempt = t.attempt + 1,
+		owner = excluded.owner,
+		fingerprint = excluded.fingerprint,
+		result = NULL,
+		lease_until = excluded.lease_until,
+		expires_at = excluded.expires_at,
+		created_at = CASE WHEN t.expires_at <= ` + now + ` THEN ` + now + ` ELSE t.created_at END,
+		updated_at = ` + now + `,
+		journal = ` + trimJournal(`
+			CASE
+				WHEN jsonb_typeof(t.journal) <> 'array' THEN '[]'::jsonb
+				WHEN t.status = 'in_progress' AND t.expires_at > `+now+`
+					AND t.journal -> -1 -> 'f' = to_jsonb(t.fence)
+					AND jsonb_typeof(t.journal -> -1) = 'object'
+					AND coalesce(t.journal -> -1 ->> 'x', '') = ''
+				THEN jsonb_set(t.journal, '{-1,x}', '"`+idem.OutcomeLapsed+`"')
+				ELSE t.journal
+			END || ((excluded.journal -> 0) || jsonb_build_object('a', t.attempt + 1, 'f', t.fence + 1) ||
+				CASE
+					WHEN t.expires_at <= `+now+` THEN '{"ae": true}'::jsonb
+					WHEN t.status = 'in_progress' THEN '{"t": true}'::jsonb
+					ELSE '{}'::jsonb
+				END)`) + `
+	WHERE ` + claimable("t", now, in.take)
+}
+
+// claimReturning are the claim's result columns for an acquired row: the
+// record (without the journal of a row the INSERT inserted, xmax = 0: the
+// caller knows its one entry), acquired, claimable, and the clock.
+func claimReturning(ins, now string) string {
+	c := cols(ins)
+	c = strings.TrimSuffix(c, ins+".journal") + "CASE WHEN " + ins + ".inserted THEN NULL ELSE " + ins + ".journal END"
+	return c + ", true, false, " + now
+}
+
+// claimSQL is the claim of one key: $1 key, $2 owner, $3 correlation, $4
+// policy, $5 lease (µs), $6 retention (µs), $7 fingerprint, $8 take lapsed.
+// One INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <claimable>
+// RETURNING; when it returns nothing (the key was not claimable), the row
+// as the statement's snapshot found it. Each result row is a record,
+// acquired, claimable (for a row not acquired: whether the snapshot's row
+// was claimable, which means that it changed under the statement, and the
+// claim must run again), and the statement's clock.
 //
 // Concurrency (READ COMMITTED): the INSERT either inserts the key or, on a
 // conflict, locks the row's latest committed version, waiting for a
@@ -117,121 +180,114 @@ const claimInputBatch = `SELECT * FROM unnest($1::text[], $2::text[], $3::text[]
 // column (or a missing row) and runs the claim again, with a new snapshot.
 // Any other snapshot row is a true answer as of the statement's start
 // (for example "busy" for a holder that completed a moment later).
-func claimSQL(table, now, input string) string {
+func claimSQL(table, now string) string {
+	in := claimIn{key: "$1::text", owner: "$2::text", corr: "$3::text", policy: "$4::text",
+		lease: "$5::bigint", ret: "$6::bigint", fp: "$7::text", take: "$8::boolean"}
+	return `WITH ins AS (
+	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
+	VALUES (` + newRow(in, now) + `)
+	` + onConflict(in) + `
+	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
+)
+SELECT ` + claimReturning("ins", now) + ` FROM ins
+UNION ALL
+SELECT ` + cols("t") + `, false, ` + claimable("t", now, "$8::boolean") + `, ` + now + `
+FROM ` + table + ` AS t
+WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
+}
+
+// claimBatchSQL is claimSQL for many requests with distinct keys: the same
+// parameters as arrays, claimed in key order (so that concurrent batches
+// lock their rows in the same order and cannot deadlock), in one INSERT.
+// The fallback runs only when some key was not acquired, and finds their
+// rows by primary key (key = ANY: the planner looks them up by key
+// whatever its statistics say).
+func claimBatchSQL(table, now string) string {
+	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
+		lease: "r.lease", ret: "r.ret", fp: "r.fp", take: "(SELECT r.take FROM r WHERE r.key = t.key)"}
 	return `WITH c AS (SELECT ` + now + ` AS now),
-r AS (` + input + `),
+r AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::boolean[])
+	AS u(key, owner, corr, policy, lease, ret, fp, take)),
 ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	SELECT r.key, 'in_progress', r.policy, 1, 1, r.owner, r.fp, NULL, '',
-		c.now + r.lease * ` + us + `, c.now + greatest(r.lease, r.ret) * ` + us + `, c.now, c.now,
-		jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('a', 1, 'f', 1,
-			'o', nullif(r.owner, ''), 'c', nullif(r.corr, ''), 's', c.now, 'l', c.now + r.lease * ` + us + `,
-			'p', r.policy)))
+	SELECT ` + newRow(in, "c.now") + `
 	FROM r, c
 	ORDER BY r.key COLLATE "C"
-	ON CONFLICT (key) DO UPDATE SET
-		status = 'in_progress',
-		policy = excluded.policy,
-		fence = t.fence + 1,
-		attempt = t.attempt + 1,
-		owner = excluded.owner,
-		fingerprint = excluded.fingerprint,
-		result = NULL,
-		lease_until = excluded.lease_until,
-		expires_at = excluded.expires_at,
-		created_at = CASE WHEN t.expires_at <= excluded.created_at THEN excluded.created_at ELSE t.created_at END,
-		updated_at = excluded.updated_at,
-		journal = ` + trimJournal(`
-			CASE
-				WHEN jsonb_typeof(t.journal) <> 'array' THEN '[]'::jsonb
-				-- A takeover marks the lapsed attempt's entry.
-				WHEN t.status = 'in_progress' AND t.expires_at > excluded.created_at
-					AND t.journal -> -1 -> 'f' = to_jsonb(t.fence)
-					AND jsonb_typeof(t.journal -> -1) = 'object'
-					AND coalesce(t.journal -> -1 ->> 'x', '') = ''
-				THEN jsonb_set(t.journal, '{-1,x}', '"`+idem.OutcomeLapsed+`"')
-				ELSE t.journal
-			END || ((excluded.journal -> 0) || jsonb_build_object('a', t.attempt + 1, 'f', t.fence + 1) ||
-				CASE
-					WHEN t.expires_at <= excluded.created_at THEN '{"ae": true}'::jsonb
-					WHEN t.status = 'in_progress' THEN '{"t": true}'::jsonb
-					ELSE '{}'::jsonb
-				END)`) + `
-	WHERE ` + claimable("t", "excluded.created_at", "(SELECT r.take FROM r WHERE r.key = t.key)") + `
-	RETURNING ` + cols("t") + `
+	` + onConflict(in) + `
+	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
-SELECT ` + cols("ins") + `, true, false, c.now FROM ins, c
+SELECT ` + claimReturning("ins", "c.now") + ` FROM ins, c
 UNION ALL
 SELECT ` + cols("t") + `, false, ` + claimable("t", "c.now", "r.take") + `, c.now
 FROM ` + table + ` AS t JOIN r ON r.key = t.key CROSS JOIN c
-WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`
+WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
+	AND t.key = ANY ($1::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`
 }
 
 // ending is how finishSQL ends an attempt.
 type ending struct {
 	status  idem.Status
 	outcome string
-	set     string // more assignments, with $3 (result or reason) and $4 (retention, µs)
-	reason  string // the journal entry's reason
+	set     func(now string) string // more assignments, with $3 (result or reason) and $4 (retention, µs)
+	reason  string                  // the journal entry's reason
 }
 
 var (
 	endComplete = ending{idem.StatusCompleted, idem.OutcomeCompleted,
-		"result = $3::bytea, expires_at = c.now + $4::bigint * " + us, "''"}
+		func(now string) string { return "result = $3::bytea, expires_at = " + now + " + $4::bigint * " + us }, "''"}
 	endFail = ending{idem.StatusFailed, idem.OutcomeFailed,
-		"reason = $3::text, expires_at = c.now + $4::bigint * " + us, "$3::text"}
-	endRelease = ending{idem.StatusReleased, idem.OutcomeReleased, "reason = $3::text", "$3::text"}
-	endAbandon = ending{idem.StatusInProgress, idem.OutcomeAbandoned, "reason = $3::text", "$3::text"}
+		func(now string) string { return "reason = $3::text, expires_at = " + now + " + $4::bigint * " + us }, "$3::text"}
+	endRelease = ending{idem.StatusReleased, idem.OutcomeReleased,
+		func(string) string { return "reason = $3::text" }, "$3::text"}
+	endAbandon = ending{idem.StatusInProgress, idem.OutcomeAbandoned,
+		func(string) string { return "reason = $3::text" }, "$3::text"}
 )
 
 // finishSQL ends the attempt holding fence $2 of key $1 (transition.Finish):
-// one UPDATE conditioned on the fence, the status and the expiry. When it
-// updates nothing, the second data-modifying CTE annotates the stale
-// attempt's journal entry with its late finish (transition.annotateLate),
-// in the same statement. It returns whether the attempt ended.
+// one UPDATE conditioned on the fence, the status and the expiry, that
+// also records the outcome in the attempt's journal entry. It updates no
+// row when the attempt no longer holds the key; lateSQL then annotates
+// the stale attempt's entry.
 //
-// Both UPDATEs re-check their conditions on the row's latest version if a
-// concurrent writer changed it (READ COMMITTED); the second runs only when
-// the first updated nothing, so they never write the same row.
+// Under READ COMMITTED an UPDATE that finds the row locked by a concurrent
+// writer waits for it and re-checks its WHERE on the new version: a
+// takeover that commits first makes the stale holder's UPDATE match
+// nothing.
 func finishSQL(table, now string, e ending) string {
-	return `WITH c AS (SELECT ` + now + ` AS now),
-fin AS (
-	UPDATE ` + table + ` AS t SET
-		status = '` + string(e.status) + `', lease_until = c.now, updated_at = c.now, ` + e.set + `,
-		journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
-		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s') || %s",
-			x, e.outcome, reasonPatch(e.reason))
+	return `UPDATE ` + table + ` AS t SET
+	status = '` + string(e.status) + `', lease_until = ` + now + `, updated_at = ` + now + `, ` + e.set(now) + `,
+	journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
+		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', %s, 'l', %s, 'x', '%s') || %s",
+			x, now, now, e.outcome, reasonPatch(e.reason))
 	}) + `
-	FROM c
-	WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND t.expires_at > c.now
-	RETURNING 1
-),
-` + lateCTE(table, "$1", "$2::bigint", "NOT EXISTS (SELECT 1 FROM fin)") + `
-SELECT EXISTS (SELECT 1 FROM fin)`
+WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now)
 }
 
-// lateCTE is the CTE "late" that annotates a stale attempt's entry (fence
-// f of key k) with LateFinish, when cond holds.
-func lateCTE(table, k, f, cond string) string {
+// lateSQL annotates the journal entry of a stale attempt (fence $2 of key
+// $1: not ended, not yet annotated) with the time it tried to finish or
+// heartbeat after losing the key (transition.annotateLate). It runs only
+// after a finishing statement or a heartbeat was refused.
+func lateSQL(table, now string) string {
 	match := func(e string) string {
-		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(%[2]s) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e, f)
+		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb($2::bigint) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
 	}
-	return `late AS (
-	UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", match, func(x string) string {
-		return x + " || jsonb_build_object('lf', c.now)"
+	return `UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", match, func(x string) string {
+		return x + " || jsonb_build_object('lf', " + now + ")"
 	}) + `
-	FROM c
-	WHERE t.key = ` + k + ` AND ` + cond + ` AND t.expires_at > c.now
-		AND (t.fence <> ` + f + ` OR t.status <> 'in_progress')
-		AND jsonb_typeof(t.journal) = 'array'
-		AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e) WHERE ` + match("j.e") + `)
-	RETURNING 1
-)`
+WHERE t.key = $1 AND ` + live(now) + `
+	AND (t.fence <> $2 OR t.status <> 'in_progress')
+	AND jsonb_typeof(t.journal) = 'array'
+	AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e) WHERE ` + match("j.e") + `)`
 }
 
 // completeBatchSQL completes many attempts (distinct keys): $1 keys, $2
 // fences, $3 results, $4 retentions (µs). It returns the keys completed.
+// The second UPDATE annotates the stale attempts among them (their rows are
+// not the first's, so no row is written twice).
 func completeBatchSQL(table, now string) string {
+	match := func(e string) string {
+		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
+	}
 	return `WITH c AS (SELECT ` + now + ` AS now),
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[]) AS u(key, fence, result, ret)),
 fin AS (
@@ -242,54 +298,48 @@ fin AS (
 		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
 	}) + `
 	FROM r, c
-	WHERE t.key = r.key AND t.fence = r.fence AND t.status = 'in_progress' AND t.expires_at > c.now
+	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND t.fence = r.fence AND t.status = 'in_progress' AND ` + live("c.now") + `
 	RETURNING t.key
 ),
 late AS (
-	UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", func(e string) string {
-		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
-	}, func(x string) string { return x + " || jsonb_build_object('lf', c.now)" }) + `
+	UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", match, func(x string) string {
+		return x + " || jsonb_build_object('lf', c.now)"
+	}) + `
 	FROM r, c
-	WHERE t.key = r.key AND NOT EXISTS (SELECT 1 FROM fin WHERE fin.key = r.key) AND t.expires_at > c.now
+	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND NOT EXISTS (SELECT 1 FROM fin WHERE fin.key = r.key)
+		AND ` + live("c.now") + `
 		AND (t.fence <> r.fence OR t.status <> 'in_progress')
 		AND jsonb_typeof(t.journal) = 'array'
-		AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e)
-			WHERE j.e -> 'f' = to_jsonb(r.fence) AND NOT j.e ? 'e' AND NOT j.e ? 'lf')
+		AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e) WHERE ` + match("j.e") + `)
 	RETURNING 1
 )
 SELECT key FROM fin`
 }
 
 // extendSQL renews the lease of fence $2 of key $1 to now + $3 µs
-// (transition.Extend) and returns the new LeaseUntil, or NULL when the
-// attempt no longer holds the key; then, like finishSQL, it annotates the
-// stale attempt's journal entry with LateFinish: a refused heartbeat proves
-// the attempt was still running.
+// (transition.Extend) and returns the new LeaseUntil; no row when the
+// attempt no longer holds the key (lateSQL then annotates its entry: a
+// refused heartbeat proves the attempt was still running).
 func extendSQL(table, now string) string {
-	return `WITH c AS (SELECT ` + now + ` AS now),
-fin AS (
-	UPDATE ` + table + ` AS t SET
-		lease_until = c.now + $3::bigint * ` + us + `,
-		expires_at = greatest(t.expires_at, c.now + $3::bigint * ` + us + `),
-		updated_at = c.now,
-		journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
-		return x + " || jsonb_build_object('l', c.now + $3::bigint * " + us + ")"
+	until := now + " + $3::bigint * " + us
+	return `UPDATE ` + table + ` AS t SET
+	lease_until = ` + until + `,
+	expires_at = greatest(t.expires_at, ` + until + `),
+	updated_at = ` + now + `,
+	journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
+		return x + " || jsonb_build_object('l', " + until + ")"
 	}) + `
-	FROM c
-	WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND t.expires_at > c.now
-	RETURNING t.lease_until
-),
-` + lateCTE(table, "$1", "$2::bigint", "NOT EXISTS (SELECT 1 FROM fin)") + `
-SELECT (SELECT lease_until FROM fin)`
+WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now) + `
+RETURNING t.lease_until`
 }
 
 // resolveSQL applies an operator's decision (transition.Resolve): $1 key,
 // $2 fence (0: any), $3 done, $4 result, $5 reason, $6 retention (µs), $7
 // by. It returns the record; no row means absent, expired or another
-// fence (the caller tells which with existsSQL).
+// fence (the caller tells which with the exists statement).
 func resolveSQL(table, now string) string {
 	outcome := `CASE WHEN $3::boolean THEN '` + idem.OutcomeResolvedDone + `' ELSE '` + idem.OutcomeResolvedNotDone + `' END`
-	lastOfFence := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(t.journal) WITH ORDINALITY AS j(e, o)
+	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(t.journal) WITH ORDINALITY AS j(e, o)
 			WHERE j.e -> 'f' = to_jsonb(t.fence) ORDER BY j.o DESC LIMIT 1)`
 	return `WITH c AS (SELECT ` + now + ` AS now)
 UPDATE ` + table + ` AS t SET
@@ -301,21 +351,22 @@ UPDATE ` + table + ` AS t SET
 	result = CASE WHEN $3::boolean THEN $4::bytea END,
 	expires_at = CASE WHEN $3::boolean THEN c.now + $6::bigint * ` + us + ` ELSE t.expires_at END,
 	journal = CASE
-		WHEN jsonb_typeof(t.journal) = 'array' AND ` + lastOfFence + ` IS TRUE
-		-- The attempt of the current fence has no outcome yet: this is it.
+		-- The attempt of the current fence has no outcome yet: this decides it.
+		WHEN jsonb_typeof(t.journal) = 'array' AND ` + openEntry + ` IS TRUE
 		THEN ` + patchFenceEntry("t.journal", "t.fence", func(x string) string {
 		return fmt.Sprintf(`(%[1]s - 'r' - 'rb') || jsonb_build_object('e', c.now, 'x', %[2]s) || %[3]s ||
 				CASE WHEN $7::text <> '' THEN jsonb_build_object('rb', $7::text) ELSE '{}'::jsonb END ||
 				CASE WHEN (%[1]s ->> 'l')::timestamptz > c.now THEN jsonb_build_object('l', c.now) ELSE '{}'::jsonb END`,
 			x, outcome, reasonPatch("$5::text"))
 	}) + `
+		-- Otherwise the decision gets an entry of its own.
 		ELSE ` + trimJournal(`CASE WHEN jsonb_typeof(t.journal) = 'array' THEN t.journal ELSE '[]'::jsonb END ||
 			jsonb_strip_nulls(jsonb_build_object('a', t.attempt, 'f', t.fence + 1, 'o', nullif($7::text, ''),
 				's', c.now, 'l', c.now, 'e', c.now, 'x', `+outcome+`, 'r', nullif($5::text, ''),
 				'rb', nullif($7::text, ''), 'd', true))`) + `
 	END
 FROM c
-WHERE t.key = $1 AND t.expires_at > c.now AND ($2::bigint = 0 OR t.fence = $2::bigint)
+WHERE t.key = $1 AND ` + live("c.now") + ` AND ($2::bigint = 0 OR t.fence = $2::bigint)
 RETURNING ` + cols("t")
 }
 
@@ -323,7 +374,8 @@ RETURNING ` + cols("t")
 // clock.
 type queries struct {
 	now, claim, claimBatch                                    string
-	complete, fail, release, abandon, extend, completeBatch   string
+	complete, fail, release, abandon, late, extend            string
+	completeBatch                                             string
 	get, exists, list, listStatus, listStuck, listStuckStatus string
 	resolve, delete, sweep                                    string
 }
@@ -333,34 +385,35 @@ func newQueries(table, clockTable string) queries {
 	if clockTable != "" {
 		now = "(statement_timestamp() + (SELECT off FROM " + clockTable + "))"
 	}
-	with := "WITH c AS (SELECT " + now + " AS now)\n"
 	list := func(where string) string {
-		return with + "SELECT " + cols("t") + " FROM " + table + " AS t, c\nWHERE t.expires_at > c.now AND t.key > $1" +
+		return "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE " + live(now) + " AND t.key > $1" +
 			where + "\nORDER BY t.key LIMIT $2"
 	}
-	const stuck = " AND t.status = 'in_progress' AND t.lease_until <= c.now"
+	stuck := " AND t.status = 'in_progress' AND t.lease_until <= " + now
 	return queries{
-		now:             with + "SELECT c.now FROM c",
-		claim:           claimSQL(table, now, claimInputScalar),
-		claimBatch:      claimSQL(table, now, claimInputBatch),
+		now:             "SELECT " + now,
+		claim:           claimSQL(table, now),
+		claimBatch:      claimBatchSQL(table, now),
 		complete:        finishSQL(table, now, endComplete),
 		fail:            finishSQL(table, now, endFail),
 		release:         finishSQL(table, now, endRelease),
 		abandon:         finishSQL(table, now, endAbandon),
+		late:            lateSQL(table, now),
 		extend:          extendSQL(table, now),
 		completeBatch:   completeBatchSQL(table, now),
-		get:             with + "SELECT " + cols("t") + " FROM " + table + " AS t, c\nWHERE t.key = $1 AND t.expires_at > c.now",
-		exists:          with + "SELECT EXISTS (SELECT 1 FROM " + table + " AS t, c WHERE t.key = $1 AND t.expires_at > c.now)",
+		get:             "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE t.key = $1 AND " + live(now),
+		exists:          "SELECT EXISTS (SELECT 1 FROM " + table + " AS t WHERE t.key = $1 AND " + live(now) + ")",
 		list:            list(""),
 		listStatus:      list(" AND t.status = $3"),
 		listStuck:       list(stuck),
 		listStuckStatus: list(stuck + " AND t.status = $3"),
 		resolve:         resolveSQL(table, now),
-		delete:          with + "DELETE FROM " + table + " AS t USING c WHERE t.key = $1 AND t.expires_at > c.now",
-		// Bounded batches: lock at most $1 expired rows, oldest first,
-		// skipping rows another sweeper (or a claim) holds, and delete them
-		// by ctid (a TID scan, no second index lookup).
-		sweep: with + "DELETE FROM " + table + " AS t USING c\nWHERE t.ctid = ANY (ARRAY(\n\tSELECT s.ctid FROM " + table +
+		delete:          "DELETE FROM " + table + " AS t WHERE t.key = $1 AND " + live(now),
+		// Bounded batches: lock at most $1 expired rows, oldest first
+		// (the index on expires_at), skipping rows another sweeper (or a
+		// claim) holds, and delete them by ctid (a TID scan, no second
+		// index lookup).
+		sweep: "WITH c AS (SELECT " + now + " AS now)\nDELETE FROM " + table + " AS t USING c\nWHERE t.ctid = ANY (ARRAY(\n\tSELECT s.ctid FROM " + table +
 			" AS s, c WHERE s.expires_at <= c.now ORDER BY s.expires_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED))\n" +
 			"AND t.expires_at <= c.now",
 	}

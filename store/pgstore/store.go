@@ -154,7 +154,13 @@ func (s *Store) wrap(op string, err error) error {
 		return errClosed
 	}
 	var ce *idem.CorruptError
-	if errors.As(err, &ce) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
+	if errors.As(err, &ce) || errors.Is(err, idem.ErrNotFound) {
+		return err
+	}
+	if errors.Is(err, idem.ErrLeaseLost) {
+		if err != idem.ErrLeaseLost {
+			return fmt.Errorf("pgstore: %s: %w", op, err)
+		}
 		return err
 	}
 	var pe *pgconn.PgError
@@ -167,6 +173,7 @@ func (s *Store) wrap(op string, err error) error {
 
 // querier runs the store's statements: the pool, or a transaction.
 type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

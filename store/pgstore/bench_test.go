@@ -1,0 +1,215 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The benchmarks compare with pgbench running one single-row
+// INSERT ... ON CONFLICT DO NOTHING per transaction at the same number of
+// clients and the server's synchronous_commit (see the package doc):
+//
+//	echo 'INSERT INTO bench_k VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;' > ins.sql
+//	psql -c 'CREATE TABLE IF NOT EXISTS bench_k (k text PRIMARY KEY)' test
+//	pgbench -n -f ins.sql -c 8 -j 2 -T 10 test
+//	pgbench -n -f ins.sql -c 64 -j 2 -T 10 test
+//
+//	IDEM_TEST_POSTGRES=... go test -run '^$' -bench . -benchtime 10s ./store/pgstore/
+
+// callers are the concurrencies the benchmarks run at.
+var callers = []int{8, 64}
+
+// benchStore returns a store in a fresh schema on a pool of its own with
+// one connection per caller.
+func benchStore(b *testing.B, conns int) *Store {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = int32(conns)
+	cfg.MinConns = int32(conns)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	s, err := New(context.Background(), pool, WithSchema(newSchema(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// runCallers runs body from n goroutines (b.SetParallelism rounds to a
+// multiple of GOMAXPROCS) and reports ops/s and, with perOp keys per
+// operation, keys/s.
+func runCallers(b *testing.B, n, perOp int, body func(pb *testing.PB, keys *keyGen)) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((n + procs - 1) / procs)
+	var prefix atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) { body(pb, newKeyGen(&prefix)) })
+	b.StopTimer()
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "ops/s")
+		b.ReportMetric(float64(b.N*perOp)/s, "keys/s")
+	}
+}
+
+// BenchmarkClaimComplete: Claim then Complete of a new key, one pair per
+// op: two statements, two commits.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, n := range callers {
+		b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
+			s := benchStore(b, n)
+			ctx := context.Background()
+			runCallers(b, n, 1, func(pb *testing.PB, keys *keyGen) {
+				r := benchRequest()
+				result := []byte("result")
+				for pb.Next() {
+					r.Key = keys.next()
+					cr, err := s.Claim(ctx, r)
+					if err != nil || !cr.Acquired {
+						b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
+						return
+					}
+					if err := s.Complete(ctx, r.Key, cr.Record.Fence, result, time.Hour); err != nil {
+						b.Errorf("Complete: %v", err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkClaimBatch10: ClaimBatch of 10 new keys, one batch per op:
+// alone (claim-only: one statement, one commit per 10 keys), then
+// completed with CompleteBatch (two statements, two commits), or with
+// Complete for each key (eleven).
+func BenchmarkClaimBatch10(b *testing.B) {
+	const size = 10
+	for _, mode := range []string{"claim-only", "complete-batch", "complete-each"} {
+		for _, n := range callers {
+			b.Run(fmt.Sprintf("%s/callers=%d", mode, n), func(b *testing.B) {
+				s := benchStore(b, n)
+				ctx := context.Background()
+				runCallers(b, n, size, func(pb *testing.PB, keys *keyGen) {
+					reqs := make([]idem.ClaimRequest, size)
+					cs := make([]Completion, size)
+					for i := range reqs {
+						reqs[i] = benchRequest()
+					}
+					for pb.Next() {
+						for i := range reqs {
+							reqs[i].Key = keys.next()
+						}
+						res, err := s.ClaimBatch(ctx, reqs)
+						if err != nil {
+							b.Errorf("ClaimBatch: %v", err)
+							return
+						}
+						for i, r := range res {
+							if !r.Acquired {
+								b.Errorf("ClaimBatch: %q not acquired", r.Record.Key)
+								return
+							}
+							cs[i] = Completion{Key: r.Record.Key, Fence: r.Record.Fence, Result: []byte("result"), Retention: time.Hour}
+						}
+						switch mode {
+						case "claim-only":
+							continue
+						case "complete-each":
+							for _, c := range cs {
+								if err := s.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention); err != nil {
+									b.Errorf("Complete: %v", err)
+									return
+								}
+							}
+							continue
+						}
+						errs, err := s.CompleteBatch(ctx, cs)
+						if err != nil {
+							b.Errorf("CompleteBatch: %v", err)
+							return
+						}
+						for _, err := range errs {
+							if err != nil {
+								b.Errorf("CompleteBatch: %v", err)
+								return
+							}
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkClaim: Claim of a new key alone (one statement, one commit),
+// the figure to hold against pgbench's single-row insert.
+func BenchmarkClaim(b *testing.B) {
+	for _, n := range callers {
+		b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
+			s := benchStore(b, n)
+			ctx := context.Background()
+			runCallers(b, n, 1, func(pb *testing.PB, keys *keyGen) {
+				r := benchRequest()
+				for pb.Next() {
+					r.Key = keys.next()
+					if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
+						b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkConformance runs idemtest's benchmarks on the store.
+func BenchmarkConformance(b *testing.B) {
+	h := harness(b)
+	h.New = func(t testing.TB) idem.Store { return benchStore(t.(*testing.B), 16) }
+	idemtest.BenchmarkStore(b, h)
+}
+
+func benchRequest() idem.ClaimRequest {
+	return idem.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+}
+
+// keyGen makes keys no other goroutine makes.
+type keyGen struct {
+	buf []byte
+	pre int
+	n   int
+}
+
+func newKeyGen(prefix *atomic.Int64) *keyGen {
+	g := &keyGen{buf: make([]byte, 0, 48)}
+	g.buf = append(g.buf, "bench:"...)
+	g.buf = strconv.AppendInt(g.buf, time.Now().UnixNano(), 36)
+	g.buf = append(g.buf, ':')
+	g.buf = strconv.AppendInt(g.buf, prefix.Add(1), 10)
+	g.buf = append(g.buf, ':')
+	g.pre = len(g.buf)
+	return g
+}
+
+func (g *keyGen) next() string {
+	g.n++
+	g.buf = strconv.AppendInt(g.buf[:g.pre], int64(g.n), 10)
+	return string(g.buf)
+}
