@@ -42,16 +42,29 @@
 // unless it is durable.
 //
 // Most of an operation's work happens before it reaches the writer, in the
-// caller's goroutine and concurrently with other callers: a read of the
-// key's record on a pool of read-only connections (WAL readers run beside
-// the writer), the decision (duplicate, busy, stale fence...), and the
-// encoding of the record to write. An outcome that writes nothing, such as
-// a duplicate delivery, is answered from that read. The write the writer
-// runs is conditional on the record being the one that was read (an INSERT
-// that does nothing if the key exists, an UPDATE of the version read); if
-// another writer changed it meanwhile, the writer decides again inside its
-// transaction. Either way every write is one atomic conditional write, as
-// the Store contract requires.
+// caller's goroutine and concurrently with other callers: the decision
+// (acquired, duplicate, busy, stale fence...) by the record state machine
+// that every idem store shares, and the encoding of the record to write.
+// The writer only runs the resulting write, which is conditional on the
+// record it was decided on: an INSERT ... ON CONFLICT DO NOTHING for a key
+// that had none, an UPDATE ... WHERE version = ? otherwise (every row
+// carries a version that changes with each write, also one made outside
+// the store). If the record was not that one, the writer decides again
+// inside its transaction. Either way every write is one atomic conditional
+// write, as the Store contract requires. So:
+//
+//   - A claim of a new key is one INSERT. While many claims find their key
+//     already recorded (a flood of duplicate deliveries), claims read the
+//     record first instead, on a pool of read-only connections (WAL readers
+//     run beside the writer), and a duplicate or a busy key is answered
+//     from that read without the writer.
+//   - Complete, Fail, Release, Abandon and Extend of an attempt this
+//     process claimed decide on the record the claim wrote (no read) and
+//     are one UPDATE; if another process changed the record meanwhile (a
+//     takeover), the UPDATE finds another version and the writer decides
+//     on the current record.
+//   - An outcome that writes nothing is decided only on a read or inside
+//     the writer's transaction.
 //
 // # Several processes
 //

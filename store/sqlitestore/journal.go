@@ -48,7 +48,7 @@ func marshalJournal(j []idem.JournalEntry) ([]byte, error) {
 			return json.Marshal(j) // its error: a year MarshalJSON refuses
 		}
 	}
-	return appendJournal(make([]byte, 0, 160*len(j)+2), j), nil
+	return appendJournal(make([]byte, 0, 256*len(j)+2), j), nil
 }
 
 // timeOK reports whether time.Time's MarshalJSON accepts t.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/idemkit/idem"
 )
@@ -77,7 +78,7 @@ func encodeRecord(r *idem.Record) ([]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: encoding the journal of %q: %w", r.Key, err)
 		}
-		journal = string(b)
+		journal = unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
 	}
 	var result any
 	if r.Result != nil {
