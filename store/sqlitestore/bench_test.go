@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -23,22 +24,31 @@ import (
 // concurrent callers (whatever GOMAXPROCS is): the group commit's case. One
 // op is one Claim plus one Complete; syncs/op is the WAL syncs (commits) per
 // claim+complete.
+//
+// keys=seq are "receipt:N" from a counter (new keys land next to each
+// other, like order numbers); keys=random are random hex (every insert
+// lands on another page, so each commit writes more pages).
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, callers := range []int{1, 64} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			benchClaimComplete(b, callers)
+		b.Run(fmt.Sprintf("callers=%d/keys=seq", callers), func(b *testing.B) {
+			var next atomic.Int64
+			benchClaimComplete(b, callers, func() string { return "receipt:" + strconv.FormatInt(next.Add(1), 10) })
 		})
 	}
+	b.Run("callers=64/keys=random", func(b *testing.B) {
+		benchClaimComplete(b, 64, func() string {
+			return "receipt:" + strconv.FormatUint(rand.Uint64(), 16)
+		})
+	})
 }
 
-func benchClaimComplete(b *testing.B, callers int) {
+func benchClaimComplete(b *testing.B, callers int, key func() string) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	var next atomic.Int64
 	result := []byte(`{"id":"msg_0123456789"}`)
 	before := s.Stats()
 	b.ReportAllocs()
@@ -47,13 +57,13 @@ func benchClaimComplete(b *testing.B, callers int) {
 	start := time.Now()
 	if callers == 1 {
 		for i := 0; i < b.N; i++ {
-			claimComplete(b, s, ctx, "receipt:"+strconv.Itoa(i), result)
+			claimComplete(b, s, ctx, key(), result)
 		}
 	} else {
 		b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				claimComplete(b, s, ctx, "receipt:"+strconv.FormatInt(next.Add(1), 10), result)
+				claimComplete(b, s, ctx, key(), result)
 			}
 		})
 	}

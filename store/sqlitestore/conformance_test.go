@@ -11,10 +11,16 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { idemtest.TestStore(t, harness()) }
+
+// BenchmarkConformance runs idemtest's benchmarks (keys spread over many
+// prefixes, so commits touch more pages than BenchmarkClaimComplete's).
+func BenchmarkConformance(b *testing.B) { idemtest.BenchmarkStore(b, harness()) }
+
+func harness() idemtest.Harness {
 	var clocks idemtest.Clocks
 	open := func(path string) (idem.Store, error) { return Open(context.Background(), path) }
-	idemtest.TestStore(t, idemtest.Harness{
+	return idemtest.Harness{
 		New: func(t testing.TB) idem.Store {
 			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), WithClock(clocks.Get(t).Now))
 			if err != nil {
@@ -39,8 +45,9 @@ func TestConformance(t *testing.T) {
 			breakStore(t, s)
 			return s
 		},
+		// The writer waits on the disk: measure it with many callers.
 		Parallelism: 32,
-	})
+	}
 }
 
 // breakStore makes every read and write of s fail with the driver's or
