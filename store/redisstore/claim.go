@@ -1,0 +1,240 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// Claim implements [idem.Store]: one script (one round trip) that reads
+// the key's hash and writes it only if the key is claimable. A new key
+// costs the script an EXISTS and an HSET; it sends back only the server's
+// time, and the store builds the record it wrote.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := checkPolicy(req.Policy); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	v, err := s.eval(ctx, scriptClaim, req.Key, s.claimArgs(req))
+	if err != nil && v == nil {
+		return idem.ClaimResult{}, s.wrap("claim", req.Key, err)
+	}
+	res, derr := claimResult(req, v)
+	if err != nil { // not replicated
+		if derr == nil && res.Acquired {
+			s.undo(req.Key, res.Record.Fence)
+		}
+		return idem.ClaimResult{}, s.wrap("claim", req.Key, err)
+	}
+	if derr != nil {
+		return idem.ClaimResult{}, s.wrap("claim", req.Key, derr)
+	}
+	return res, nil
+}
+
+// undo releases a claim that WAIT could not confirm, so that the key is
+// not left to lapse (and, under AtMostOnce, to become indeterminate) for an
+// attempt that never ran. Best effort: its errors are dropped.
+func (s *Store) undo(key string, fence int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(key)},
+		s.args(fence, string(idem.StatusReleased), "idem: the claim was not acknowledged by enough replicas", int64(0))...).Result()
+}
+
+func checkPolicy(p idem.Policy) error {
+	if p != idem.AtLeastOnce && p != idem.AtMostOnce {
+		return fmt.Errorf("redisstore: claim with unknown policy %v", p)
+	}
+	return nil
+}
+
+func (s *Store) claimArgs(req idem.ClaimRequest) []any {
+	take := "0"
+	if req.TakeLapsed {
+		take = "1"
+	}
+	return s.args(req.Owner, req.Correlation, req.Policy.String(), micros(req.Lease), micros(req.Retention), req.Fingerprint, take)
+}
+
+// claimResult reads the claim script's answer.
+func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
+	a, code, err := reply(v)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	now, err := replyTime(a, 1)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	res := idem.ClaimResult{Now: now}
+	switch code {
+	case 1:
+		// A new record, made of the request: what the script wrote.
+		lease := time.Duration(micros(req.Lease)) * time.Microsecond
+		ret := time.Duration(micros(req.Retention)) * time.Microsecond
+		lu := now.Add(lease)
+		res.Acquired = true
+		res.Record = idem.Record{
+			Key:         req.Key,
+			Status:      idem.StatusInProgress,
+			Policy:      req.Policy,
+			Fence:       1,
+			Attempt:     1,
+			Owner:       req.Owner,
+			Fingerprint: req.Fingerprint,
+			LeaseUntil:  lu,
+			ExpiresAt:   now.Add(max(lease, ret)),
+			CreatedAt:   now,
+			UpdatedAt:   now,
+			Journal: []idem.JournalEntry{{
+				Attempt: 1, Fence: 1, Owner: req.Owner, Correlation: req.Correlation,
+				Started: now, LeaseUntil: lu, Policy: req.Policy.String(),
+			}},
+		}
+		return res, nil
+	case 0, 2, 3:
+		h, err := replyHash(a, 2)
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		if res.Record, err = decode(req.Key, h); err != nil {
+			return idem.ClaimResult{}, err
+		}
+		res.Acquired = code != 0
+		res.Takeover = code == 3
+		return res, nil
+	case -1:
+		return idem.ClaimResult{}, replyCorrupt(req.Key, a)
+	}
+	return idem.ClaimResult{}, fmt.Errorf("redisstore: unexpected claim reply %v", v)
+}
+
+// ClaimBatch implements [idem.BatchClaimer]: the claims are pipelined, one
+// script per request, all sent in one round trip (one per cluster node
+// with [WithWait] on Redis Cluster). Results are in request order. Each
+// claim is atomic on its own, with the same rules as [Store.Claim]; a key
+// that appears twice is claimed twice, in order, so the second finds the
+// first's claim. If the connection fails mid-batch, ClaimBatch returns the
+// error, and the keys acquired before it stay claimed until their leases
+// pass.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	for _, r := range reqs {
+		if err := checkPolicy(r.Policy); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]idem.ClaimResult, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	args := make([][]any, len(reqs))
+	for i, r := range reqs {
+		args[i] = s.claimArgs(r)
+	}
+	groups, err := s.batchGroups(ctx, reqs)
+	if err != nil {
+		return nil, s.wrap("claim batch", "", err)
+	}
+	var notReplicated error
+	for c, idx := range groups {
+		if err := s.claimGroup(ctx, c, reqs, idx, args, out); err != nil {
+			var nr *NotReplicatedError
+			if !errors.As(err, &nr) {
+				return nil, s.wrap("claim batch", "", err)
+			}
+			notReplicated = err
+		}
+	}
+	if notReplicated != nil {
+		for _, r := range out {
+			if r.Acquired {
+				s.undo(r.Record.Key, r.Record.Fence)
+			}
+		}
+		return nil, s.wrap("claim batch", "", notReplicated)
+	}
+	return out, nil
+}
+
+// batchGroups splits a batch by the client that must run it: the store's
+// client for all, unless WAIT must follow the writes on each cluster
+// node's connection.
+func (s *Store) batchGroups(ctx context.Context, reqs []idem.ClaimRequest) (map[scripter][]int, error) {
+	all := make([]int, len(reqs))
+	for i := range all {
+		all[i] = i
+	}
+	cc, ok := s.client.(*redis.ClusterClient)
+	if s.cfg.waitReplicas == 0 || !ok {
+		return map[scripter][]int{s.client: all}, nil
+	}
+	groups := map[scripter][]int{}
+	byNode := map[*redis.Client]scripter{}
+	for _, i := range all {
+		m, err := cc.MasterForKey(ctx, s.rkey(reqs[i].Key))
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := byNode[m]; !ok {
+			byNode[m] = m
+		}
+		groups[byNode[m]] = append(groups[byNode[m]], i)
+	}
+	return groups, nil
+}
+
+// claimGroup pipelines the claims idx of reqs on c and fills out.
+func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimRequest, idx []int, args [][]any, out []idem.ClaimResult) error {
+	var waitErr error
+	for try := 0; len(idx) > 0; try++ {
+		if try == 2 {
+			return errors.New("redisstore: the server keeps forgetting the store's scripts")
+		}
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(idx))
+		for j, i := range idx {
+			cmds[j] = scriptClaim.EvalSha(ctx, pipe, []string{s.rkey(reqs[i].Key)}, args[i]...)
+		}
+		var w *redis.Cmd
+		if s.cfg.waitReplicas > 0 {
+			w = pipe.Do(ctx, "wait", s.cfg.waitReplicas, s.cfg.waitTimeout.Milliseconds())
+		}
+		_, _ = pipe.Exec(ctx)
+		var again []int
+		for j, i := range idx {
+			v, err := cmds[j].Result()
+			if isNoScript(err) {
+				again = append(again, i)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if out[i], err = claimResult(reqs[i], v); err != nil {
+				return err
+			}
+		}
+		if w != nil {
+			if err := s.replicated(w); err != nil {
+				waitErr = err
+			}
+		}
+		if len(again) > 0 {
+			if err := scriptClaim.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		idx = again
+	}
+	return waitErr
+}

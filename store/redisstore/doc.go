@@ -1,0 +1,117 @@
+// Package redisstore is an idem.Store kept in Redis 7 (go-redis v9): one
+// hash per key, every call one Lua script (one round trip), leases and
+// retention on the server's clock.
+//
+//	s, err := redisstore.Open(ctx, "redis://127.0.0.1:6379/0?idem_prefix=billing:")
+//	l := idem.New(s)
+//
+// # Layout
+//
+// The record of key k is the hash named prefix+k ([WithPrefix], default
+// "idem:"), with one field per [idem.Record] field; times are unix
+// microseconds of the server's clock. The journal is a JSON array in one
+// field, with the JSON names of [idem.JournalEntry] and its times as RFC
+// 3339 strings in UTC, exactly as encoding/json writes a time.Time, so
+// json.Unmarshal reads it as it is (the scripts format them; the tests
+// check the round trip).
+//
+// # Scripts
+//
+// Every call that writes is one Lua script, run with EVALSHA (loaded once
+// per server; go-redis falls back to EVAL if the server forgot it). A
+// script reads the hash, decides by the same rules as the other stores
+// (internal/transition), and writes in the same atomic step: Redis runs
+// one script at a time, so no other write can slip between the read and
+// the write. The clock is Redis TIME, read inside the script (Redis 7
+// replicates scripts by their effects), so workers with skewed clocks
+// agree on leases. Each script touches one key, passed as KEYS[1], so the
+// store works on Redis Cluster as it is.
+//
+// A claim of a new key is the cheap path: EXISTS, then one HSET and a
+// PEXPIREAT; the script answers with the server's time only, and the store
+// builds the record it wrote. [Store.ClaimBatch] pipelines one script per
+// key in one round trip.
+//
+// # Expiry
+//
+// Every script checks the record's ExpiresAt against the server's clock:
+// an expired record behaves as absent whether or not Redis has dropped
+// the hash yet. Redis drops it by itself (PEXPIREAT) [WithKeepExpired]
+// after ExpiresAt (default 24 hours). Until then the store remembers the
+// key's fence and attempt numbers, so that a claim after the expiry
+// continues them and a holder from before the expiry is still refused.
+// [Store.Sweep] deletes expired records before Redis does.
+//
+// # Retries and call ids
+//
+// go-redis retries a command whose connection failed (by default 3 times,
+// on a new connection). For a script that writes, the failure may have hit
+// after Redis ran it: the retry would then find the record its own first
+// run made, and report the key busy, or the lease lost. So every write
+// carries a call id, unique per call, that the script stores with its
+// write; a script that finds its own call id answers what its first run
+// did. Retries are therefore safe, and [Open] keeps them. (One case
+// remains: if another client writes the key between the first run and the
+// retry, which only a Release or an Abandon allow, the retry reports
+// [idem.ErrLeaseLost] for a release that happened.) A call whose context
+// ends, or whose retries run out, returns an error: a store error, never
+// an outcome, and the key is left to its lease and policy.
+//
+// # When Redis loses acknowledged writes
+//
+// Redis answers a write before it is on disk or on a replica. With
+// persistence off, with appendonly no (snapshots only), or with
+// appendfsync everysec (the common setting: up to a second of writes lost
+// in a crash), and on a failover to an asynchronous replica (the writes it
+// had not received yet), writes that callers were told about are lost.
+// What that means for idem, by the write that is lost:
+//
+//   - A lost completion (or failure, or release): the key is in_progress
+//     again, with the lease of the attempt that finished. When the lease
+//     passes, AtLeastOnce takes it over and runs fn again: the effect is
+//     repeated (a duplicate, logged as a takeover). AtMostOnce reports
+//     the key indeterminate until an operator (or a Reconcile hook)
+//     resolves it: nothing is repeated, nothing is lost silently.
+//   - A lost claim (the record is absent again, or as it was before the
+//     claim): the next delivery claims the key while the first holder is
+//     still running, so two attempts run, and the second may get the same
+//     fence number as the first. Under both policies the effect may happen
+//     twice: AtMostOnce's guarantee does not survive the loss of a claim.
+//   - A lost heartbeat (Extend): the lease ends earlier than the holder
+//     thinks; under AtLeastOnce another attempt may take over while it
+//     runs. The holder's next heartbeat or completion is refused.
+//   - A lost resolution or deletion: the decision is undone; the key is
+//     indeterminate (or present) again.
+//
+// A lost write never makes a key look completed when it was not: a
+// duplicate is only ever given a result that fn returned.
+//
+// So: AtLeastOnce (the Ledger's default) on a Redis that loses writes
+// degrades to more duplicates, which AtLeastOnce users accept anyway. For
+// AtMostOnce where a second effect is not acceptable (payments, emails that
+// must not be sent twice), the claim must be durable before fn runs:
+// run Redis with appendonly yes and appendfsync always (Redis then writes
+// and fsyncs the AOF before it answers), and with replicas use [WithWait]
+// so that a write is acknowledged only once the replicas have it (WAIT
+// narrows the failover window; Redis does not promise that a failover
+// keeps every write WAIT confirmed). [Store.Durability] reports what the
+// server is configured to do, so that a program can refuse to start on a
+// server that loses writes.
+//
+// # Defaults
+//
+// The defaults are the safe ones where a choice is safe everywhere: expiry
+// checked in every script, fences kept for 24 hours past expiry, retries
+// made safe by call ids, context deadlines honored by the clients Open
+// makes. WAIT is off by default, because a server without replicas would
+// refuse every write with it; durability is the server's configuration,
+// which the store reports but does not change.
+//
+// # Costs
+//
+// Claim, Complete, Fail, Release, Abandon, Extend, Get, Resolve and
+// Delete are each one script on one key: O(1), plus the journal (at most
+// [idem.MaxJournal] entries) for the scripts that edit it. List and Sweep
+// SCAN the keys under the prefix (see [Store.List]): their cost grows with
+// the number of records, so they are for operators, not for a hot path.
+package redisstore

@@ -1,0 +1,166 @@
+package redisstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// decode reads the flat HGETALL answer of key's hash. A hash it cannot read
+// is an *idem.CorruptError: never absent, never an outcome.
+func decode(key string, flat []any) (idem.Record, error) {
+	corrupt := func(format string, args ...any) (idem.Record, error) {
+		return idem.Record{}, &idem.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
+	}
+	if len(flat)%2 != 0 {
+		return corrupt("odd hash reply")
+	}
+	rec := idem.Record{Key: key}
+	var (
+		have       int
+		st, po, js string
+	)
+	const (
+		hSt = 1 << iota
+		hPo
+		hF
+		hA
+		hLu
+		hEx
+		hC
+		hU
+		hJ
+		hAll = hSt | hPo | hF | hA | hLu | hEx | hC | hU | hJ
+	)
+	num := func(field, v string, bit int) (int64, error) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s %q is not a number", field, v)
+		}
+		have |= bit
+		return n, nil
+	}
+	for i := 0; i < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		v, ok := flat[i+1].(string)
+		if !ok {
+			return corrupt("field %q is not a string", f)
+		}
+		var (
+			n   int64
+			err error
+		)
+		switch f {
+		case "st":
+			st, have = v, have|hSt
+		case "po":
+			po, have = v, have|hPo
+		case "f":
+			n, err = num("fence", v, hF)
+			rec.Fence = n
+		case "a":
+			n, err = num("attempt", v, hA)
+			rec.Attempt = int(n)
+		case "o":
+			rec.Owner = v
+		case "fp":
+			rec.Fingerprint = v
+		case "r":
+			if v != "" {
+				rec.Result = []byte(v)
+			}
+		case "rs":
+			rec.Reason = v
+		case "lu":
+			n, err = num("lease", v, hLu)
+			rec.LeaseUntil = fromMicros(n)
+		case "ex":
+			n, err = num("expiry", v, hEx)
+			rec.ExpiresAt = fromMicros(n)
+		case "c":
+			n, err = num("creation time", v, hC)
+			rec.CreatedAt = fromMicros(n)
+		case "u":
+			n, err = num("update time", v, hU)
+			rec.UpdatedAt = fromMicros(n)
+		case "j":
+			js, have = v, have|hJ
+		}
+		if err != nil {
+			return corrupt("%v", err)
+		}
+	}
+	if have != hAll {
+		return corrupt("fields missing from the hash (%d fields)", len(flat)/2)
+	}
+	var err error
+	if rec.Status, err = idem.ParseStatus(st); err != nil {
+		return corrupt("status %q is not one of in_progress, completed, failed, released", st)
+	}
+	if rec.Policy, err = idem.ParsePolicy(po); err != nil {
+		return corrupt("policy %q is not at_least_once or at_most_once", po)
+	}
+	if len(js) == 0 || js[0] != '[' {
+		return corrupt("journal is not a JSON array: %.60q", js)
+	}
+	if err := json.Unmarshal([]byte(js), &rec.Journal); err != nil {
+		return corrupt("journal: %v", err)
+	}
+	return rec, nil
+}
+
+// fromMicros is the UTC time of unix microseconds.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// reply reads a script's answer: an array whose first element is a code.
+func reply(v any) ([]any, int64, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) == 0 {
+		return nil, 0, fmt.Errorf("redisstore: unexpected script reply %v", v)
+	}
+	code, ok := a[0].(int64)
+	if !ok {
+		return nil, 0, fmt.Errorf("redisstore: unexpected script reply %v", v)
+	}
+	return a, code, nil
+}
+
+// replyTime reads the time (unix microseconds as a decimal string) at a[i].
+func replyTime(a []any, i int) (time.Time, error) {
+	if i >= len(a) {
+		return time.Time{}, fmt.Errorf("redisstore: script reply too short: %v", a)
+	}
+	s, _ := a[i].(string)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisstore: bad time %v in a script reply", a[i])
+	}
+	return fromMicros(n), nil
+}
+
+// replyHash reads the hash (a flat HGETALL array) at a[i].
+func replyHash(a []any, i int) ([]any, error) {
+	if i >= len(a) {
+		return nil, fmt.Errorf("redisstore: script reply too short: %v", a)
+	}
+	h, ok := a[i].([]any)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: bad hash %v in a script reply", a[i])
+	}
+	return h, nil
+}
+
+// replyCorrupt is the error of a script that found key's record unreadable
+// ({-1, now, why}).
+func replyCorrupt(key string, a []any) error {
+	why := "unreadable record"
+	if len(a) > 2 {
+		if s, ok := a[2].(string); ok {
+			why = s
+		}
+	}
+	return &idem.CorruptError{Key: key, Detail: why}
+}
