@@ -70,6 +70,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 		if found && !again {
 			return res, nil
 		}
+		s.reruns.Add(1)
 	}
 	return idem.ClaimResult{}, errContended
 }
@@ -235,6 +236,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 			return nil
 		}
 		round = slices.DeleteFunc(round, func(i int) bool { return done[reqs[i].Key] })
+		s.reruns.Add(1)
 	}
 	return errContended
 }

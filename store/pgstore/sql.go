@@ -63,9 +63,13 @@ func trimJournal(j string) string {
 // claimable is the claim condition on the row t at now (transition.Claim):
 // expired (absent), or released, or in_progress with a lapsed lease that
 // may be taken over (at_least_once, or take and at_most_once). A row whose
-// status, policy or journal is damaged is not claimable unless it expired.
+// status, policy or journal (not an array of objects) is damaged is not
+// claimable unless it expired. (Damage inside a journal entry, a field of
+// the wrong type, is found only when the row is decoded: a claim may take
+// such a row over and then report it corrupt; fn never runs on it.)
 func claimable(t, now, take string) string {
-	return fmt.Sprintf(`(%[1]s.expires_at <= %[2]s OR (jsonb_typeof(%[1]s.journal) = 'array' AND (
+	return fmt.Sprintf(`(%[1]s.expires_at <= %[2]s OR (jsonb_typeof(%[1]s.journal) = 'array'
+		AND NOT jsonb_path_exists(%[1]s.journal, '$[*] ? (@.type() != "object")') AND (
 		%[1]s.status = 'released' OR (%[1]s.status = 'in_progress' AND %[1]s.lease_until <= %[2]s AND (
 			%[1]s.policy = 'at_least_once' OR (%[1]s.policy = 'at_most_once' AND %[3]s))))))`, t, now, take)
 }
@@ -409,13 +413,13 @@ func newQueries(table, clockTable string) queries {
 		listStuckStatus: list(stuck + " AND t.status = $3"),
 		resolve:         resolveSQL(table, now),
 		delete:          "DELETE FROM " + table + " AS t WHERE t.key = $1 AND " + live(now),
-		// Bounded batches: lock at most $1 expired rows, oldest first
-		// (the index on expires_at), skipping rows another sweeper (or a
-		// claim) holds, and delete them by ctid (a TID scan, no second
-		// index lookup).
-		sweep: "WITH c AS (SELECT " + now + " AS now)\nDELETE FROM " + table + " AS t USING c\nWHERE t.ctid = ANY (ARRAY(\n\tSELECT s.ctid FROM " + table +
-			" AS s, c WHERE s.expires_at <= c.now ORDER BY s.expires_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED))\n" +
-			"AND t.expires_at <= c.now",
+		// Bounded batches: lock at most $1 expired rows, oldest first (an
+		// index range scan on expires_at that stops at the first live
+		// row: the clock must be an index condition here, not a join with
+		// a CTE), skipping rows another sweeper or a claim holds, and
+		// delete them by ctid (a TID scan, no second index lookup).
+		sweep: "DELETE FROM " + table + " AS t\nWHERE t.ctid = ANY (ARRAY(\n\tSELECT s.ctid FROM " + table + " AS s WHERE s.expires_at <= " + now +
+			"\n\tORDER BY s.expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))\nAND t.expires_at <= " + now,
 	}
 }
 

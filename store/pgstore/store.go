@@ -23,6 +23,9 @@ type Store struct {
 	names   names
 	q       queries
 	closed  atomic.Bool
+	// reruns counts claims that ran again because their key changed
+	// under them (see claimSQL), for tests.
+	reruns atomic.Int64
 }
 
 var (

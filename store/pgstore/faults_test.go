@@ -1,0 +1,362 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// faultStore is a store on a pool of its own with one connection, named
+// by a unique application_name, so that a test can find its backend in
+// pg_stat_activity and terminate it.
+type faultStore struct {
+	*Store
+	app    string
+	clocks *testClocks
+}
+
+func newFaultStore(t *testing.T) *faultStore {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	app := "idemtest-fault-" + hex.EncodeToString(b[:])
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clocks := new(testClocks)
+	schema := newSchema(t)
+	s, err := New(context.Background(), pool, WithSchema(schema), withClockTable(clocks.get(t, schema)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &faultStore{Store: s, app: app, clocks: clocks}
+}
+
+// lock begins a transaction on another connection that locks key's row
+// (FOR UPDATE), so that the store's next write of the key waits for it.
+// It returns a function that rolls the transaction back.
+func (f *faultStore) lock(t *testing.T, key string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := testPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k string
+	if err := tx.QueryRow(ctx, "SELECT key FROM "+f.Table()+" WHERE key = $1 FOR UPDATE", key).Scan(&k); err != nil {
+		tx.Rollback(ctx)
+		t.Fatalf("locking %q: %v", key, err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			tx.Rollback(ctx)
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// killWaiting waits until the store's backend waits for a lock, and
+// terminates it with pg_terminate_backend, as an operator or a failover
+// would.
+func (f *faultStore) killWaiting(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var pid int32
+		err := testPool(t).QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock' AND state = 'active'`, f.app).Scan(&pid)
+		if err == nil {
+			var ok bool
+			if err := testPool(t).QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+				t.Fatalf("pg_terminate_backend(%d): %v %v", pid, ok, err)
+			}
+			return
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store's statement never waited for the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func faultLedger(s idem.Store, p idem.Policy) *idem.Ledger {
+	return idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOwner("fault"),
+		idem.WithPolicy(p), idem.WithLease(30*time.Second))
+}
+
+// wantStoreError fails unless err is a store error that no caller can read
+// as an outcome.
+func wantStoreError(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want a store error", what)
+	}
+	for _, outcome := range []error{idem.ErrInProgress, idem.ErrIndeterminate, idem.ErrMismatch, idem.ErrFailed,
+		idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt} {
+		if errors.Is(err, outcome) {
+			t.Fatalf("%s: err = %v reads as the outcome %v, want a store error", what, err, outcome)
+		}
+	}
+	var se *idem.StoreError
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: err = %v (%T), want a *idem.StoreError", what, err, err)
+	}
+}
+
+// TestKillMidClaim terminates the store's connection while its claim waits
+// for the row (a lapsed attempt that the claim would take over under
+// AtLeastOnce): the caller gets a store error and fn does not run; the
+// record is as it was, and the next claim behaves by the policy.
+func TestKillMidClaim(t *testing.T) {
+	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			f := newFaultStore(t)
+			ctx := context.Background()
+			l := faultLedger(f, p)
+			key := idem.Key("kill", "claim")
+
+			// An attempt that never finished, lapsed.
+			first, err := f.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: p, Lease: time.Second, Retention: time.Hour})
+			if err != nil || !first.Acquired {
+				t.Fatalf("first claim: %+v, %v", first, err)
+			}
+			f.clocks.advance(t, 2*time.Second)
+
+			release := f.lock(t, key.String())
+			var ran atomic.Int64
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("x"), nil })
+				done <- err
+			}()
+			f.killWaiting(t)
+			err = <-done
+			wantStoreError(t, "Do whose claim's connection was terminated", err)
+			if n := ran.Load(); n != 0 {
+				t.Fatalf("fn ran %d times after a failed claim", n)
+			}
+			release()
+
+			rec, err := f.Get(ctx, key.String())
+			if err != nil {
+				t.Fatalf("Get after the kill: %v", err)
+			}
+			if rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Owner != "crashed" || len(rec.Journal) != 1 {
+				t.Fatalf("after the kill: {%s, fence %d, owner %q, %d entries}, want the lapsed attempt untouched",
+					rec.Status, rec.Fence, rec.Owner, len(rec.Journal))
+			}
+			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("second"), nil })
+			switch p {
+			case idem.AtLeastOnce:
+				if err != nil || !res.Takeover || res.Fence != 2 || ran.Load() != 1 {
+					t.Fatalf("Do after the kill: %+v, %v (fn ran %d); want a takeover at fence 2", res, err, ran.Load())
+				}
+			case idem.AtMostOnce:
+				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 0 {
+					t.Fatalf("Do after the kill: %v (fn ran %d); want ErrIndeterminate", err, ran.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestKillMidComplete terminates the store's connection while the
+// completion waits for the row: fn ran once, the caller gets a store error
+// (not a success), the record stays in_progress, duplicates are busy, and
+// once the lease passes the policy decides.
+func TestKillMidComplete(t *testing.T) {
+	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			f := newFaultStore(t)
+			ctx := context.Background()
+			l := faultLedger(f, p)
+			key := idem.Key("kill", "complete")
+
+			var ran atomic.Int64
+			inside := make(chan struct{})
+			proceed := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) {
+					ran.Add(1)
+					close(inside)
+					<-proceed
+					return []byte("sent"), nil
+				})
+				done <- err
+			}()
+			<-inside
+			release := f.lock(t, key.String())
+			close(proceed)
+			f.killWaiting(t)
+			err := <-done
+			wantStoreError(t, "Do whose completion's connection was terminated", err)
+			release()
+
+			rec, err := f.Get(ctx, key.String())
+			if err != nil {
+				t.Fatalf("Get after the kill: %v", err)
+			}
+			if rec.Status != idem.StatusInProgress || rec.Fence != 1 || len(rec.Result) != 0 {
+				t.Fatalf("after the kill: {%s, fence %d, result %q}, want in_progress at fence 1, nothing recorded", rec.Status, rec.Fence, rec.Result)
+			}
+			_, err = l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return nil, nil })
+			if !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("Do while the unrecorded attempt's lease runs: %v, want ErrInProgress", err)
+			}
+			f.clocks.advance(t, time.Minute)
+			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("again"), nil })
+			switch p {
+			case idem.AtLeastOnce:
+				if err != nil || !res.Takeover || res.Attempt != 2 || ran.Load() != 2 {
+					t.Fatalf("Do after the lease passed: %+v, %v (fn ran %d); want a takeover, attempt 2", res, err, ran.Load())
+				}
+			case idem.AtMostOnce:
+				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 1 {
+					t.Fatalf("Do after the lease passed: %v (fn ran %d); want ErrIndeterminate", err, ran.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestContextCancelledMidClaim cancels the context of a claim that waits
+// for the row: the claim returns promptly with the context's error, the
+// statement is cancelled on the server, and nothing is written.
+func TestContextCancelledMidClaim(t *testing.T) {
+	t.Parallel()
+	f := newFaultStore(t)
+	ctx := context.Background()
+	r := idem.ClaimRequest{Key: "k", Owner: "first", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
+	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired {
+		t.Fatalf("first claim: %+v, %v", cr, err)
+	}
+	if err := f.Release(ctx, "k", 1, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	release := f.lock(t, "k")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		r.Owner = "second"
+		_, err := f.Claim(cctx, r)
+		done <- err
+	}()
+	// Wait until the claim waits for the lock, then cancel it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		testPool(t).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", f.app).Scan(&n)
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited for the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Claim with a cancelled context: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Claim did not return after its context was cancelled")
+	}
+	t.Logf("Claim returned %v after the cancel", time.Since(start).Round(time.Millisecond))
+	// pgx cancels the statement on the server (a CancelRequest, sent as it
+	// closes the connection). Until that lands the statement still waits,
+	// and would complete if the lock were released: an error is never an
+	// outcome. Once it has landed, nothing was written.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		testPool(t).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", f.app).Scan(&n)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cancelled claim still waits on the server")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release()
+	rec, err := f.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 {
+		t.Fatalf("after the cancelled claim: %+v, %v; want the released record at fence 1", rec, err)
+	}
+	// An already cancelled context does not reach the database.
+	if _, err := f.Claim(cctx, r); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with a cancelled context: %v", err)
+	}
+	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired || cr.Record.Fence != 2 {
+		t.Fatalf("claim after the cancel: %+v, %v; want acquired at fence 2", cr, err)
+	}
+}
+
+// TestClosed checks that every call of a closed store, including InTx and
+// the database/sql adapter's, returns an error wrapping idem.ErrClosed.
+func TestClosed(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	sq := SQL(s)
+	if err := sq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := context.Background()
+	r := idem.ClaimRequest{Key: "k", Policy: idem.AtLeastOnce, Lease: time.Second}
+	calls := map[string]error{}
+	_, calls["Claim"] = s.Claim(ctx, r)
+	_, calls["ClaimBatch"] = s.ClaimBatch(ctx, []idem.ClaimRequest{r, r})
+	calls["Complete"] = s.Complete(ctx, "k", 1, nil, time.Hour)
+	_, calls["CompleteBatch"] = s.CompleteBatch(ctx, []Completion{{Key: "k", Fence: 1}})
+	calls["Fail"] = s.Fail(ctx, "k", 1, "", time.Hour)
+	calls["Release"] = s.Release(ctx, "k", 1, "")
+	calls["Abandon"] = s.Abandon(ctx, "k", 1, "")
+	_, calls["Extend"] = s.Extend(ctx, "k", 1, time.Hour)
+	_, calls["Get"] = s.Get(ctx, "k")
+	_, calls["List"] = s.List(ctx, idem.ListQuery{})
+	_, calls["Resolve"] = s.Resolve(ctx, "k", 0, idem.Resolution{})
+	calls["Delete"] = s.Delete(ctx, "k")
+	_, calls["Sweep"] = s.Sweep(ctx, 10)
+	_, calls["Now"] = s.Now(ctx)
+	calls["Migrate"] = s.Migrate(ctx)
+	_, _, calls["InTx"] = s.InTx(ctx, r, time.Hour, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
+	_, _, calls["SQL.InTx"] = sq.InTx(ctx, r, time.Hour, nil)
+	for name, err := range calls {
+		if !errors.Is(err, idem.ErrClosed) {
+			t.Errorf("%s on a closed store: %v, want ErrClosed", name, err)
+		}
+	}
+}

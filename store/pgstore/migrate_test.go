@@ -1,0 +1,176 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+func claimNew(t *testing.T, s idem.Store, key string) idem.ClaimResult {
+	t.Helper()
+	cr, err := s.Claim(context.Background(), idem.ClaimRequest{Key: key, Owner: "o", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatalf("Claim(%q): %v", key, err)
+	}
+	return cr
+}
+
+// TestMigrateConcurrentOpeners: processes opening a new store at the same
+// time all succeed, and the migrations run once.
+func TestMigrateConcurrentOpeners(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	loc := withParams(t, testURL(t), ParamSchema, schema)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			s, err := Open(context.Background(), loc)
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Open: %v", err)
+	}
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, maxV int
+	err = testPool(t).QueryRow(context.Background(), "SELECT count(*), max(version) FROM "+
+		pgx.Identifier{schema, DefaultTable + "_migrations"}.Sanitize()).Scan(&n, &maxV)
+	if err != nil || n != len(ms) || maxV != len(ms) {
+		t.Fatalf("migrations table: %d rows, version %d, %v; want %d", n, maxV, err, len(ms))
+	}
+}
+
+// TestMigrateOff: without migrations the store does not touch the
+// database until used, and a missing table is an error that names it.
+func TestMigrateOff(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	ctx := context.Background()
+	s, err := Open(ctx, testURL(t), WithSchema(schema), WithMigrate(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Policy: idem.AtLeastOnce, Lease: time.Minute})
+	if !errors.Is(err, errNoTable) || !strings.Contains(err.Error(), schema) {
+		t.Fatalf("Claim on a missing table: %v, want an error naming the table", err)
+	}
+	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get on a missing table: %v, want an error that is not ErrNotFound", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if cr := claimNew(t, s, "k"); !cr.Acquired {
+		t.Fatal("claim after Migrate: not acquired")
+	}
+}
+
+// TestURLParams: the schema, table and migration switch can be named in
+// the URL (for the idem command's --store) and in keyword/value form; the
+// options of Open take precedence.
+func TestURLParams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := newSchema(t)
+	u := testURL(t)
+
+	a, err := Open(ctx, withParams(t, u, ParamSchema, schema, ParamTable, "billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if want := (pgx.Identifier{schema, "billing"}).Sanitize(); a.Table() != want {
+		t.Fatalf("Table() = %s, want %s", a.Table(), want)
+	}
+	b, err := Open(ctx, withParams(t, u, ParamSchema, schema, ParamTable, "billing"), WithTable("emails"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !strings.HasSuffix(b.Table(), `"emails"`) {
+		t.Fatalf("WithTable did not take precedence over the URL: %s", b.Table())
+	}
+	// Two tables in one schema are two stores.
+	if !claimNew(t, a, "k").Acquired || !claimNew(t, b, "k").Acquired {
+		t.Fatal("the same key in two tables: not acquired in both")
+	}
+
+	// Keyword/value form.
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := p.User.Password()
+	dsn := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable %s=%s %s=kv",
+		p.Hostname(), p.Port(), p.User.Username(), pw, strings.TrimPrefix(p.Path, "/"), ParamSchema, schema, ParamTable)
+	c, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("Open(keyword/value): %v", err)
+	}
+	defer c.Close()
+	if !strings.HasSuffix(c.Table(), `"kv"`) || !claimNew(t, c, "k").Acquired {
+		t.Fatalf("keyword/value store on %s", c.Table())
+	}
+
+	// idem_migrate=false: nothing is created.
+	d, err := Open(ctx, withParams(t, u, ParamSchema, schema, ParamTable, "never", ParamMigrate, "false"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Get(ctx, "k"); !errors.Is(err, errNoTable) {
+		t.Fatalf("Get with idem_migrate=false: %v, want the missing table", err)
+	}
+	if _, err := Open(ctx, withParams(t, u, ParamMigrate, "maybe")); err == nil {
+		t.Fatal("Open with idem_migrate=maybe: no error")
+	}
+	if _, err := Open(ctx, "postgres://%zz"); err == nil {
+		t.Fatal("Open of a bad URL: no error")
+	}
+}
+
+// TestSearchPath: without WithSchema the table is made and used in the
+// first schema of the connection's search_path.
+func TestSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := newSchema(t)
+	if _, err := testPool(t).Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, withParams(t, testURL(t), "search_path", schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Table() != `"`+DefaultTable+`"` {
+		t.Fatalf("Table() = %s", s.Table())
+	}
+	claimNew(t, s, "k")
+	var n int
+	if err := testPool(t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, DefaultTable}.Sanitize()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the record is not in %s.%s: %d, %v", schema, DefaultTable, n, err)
+	}
+}

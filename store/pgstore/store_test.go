@@ -1,0 +1,379 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+func req(key string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Owner: "o", Correlation: "c", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+}
+
+// TestCorruptRows: a row whose status, policy or journal cannot be decoded
+// is reported as corrupt by every read, and a claim never overwrites it
+// until it expires.
+func TestCorruptRows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, set string }{
+		{"status", "status = 'done'"},
+		{"policy", "policy = 'exactly_once'"},
+		{"journal_object", `journal = '{"a": 1}'`},
+		{"journal_elements", `journal = '[1, "x"]'`},
+		{"journal_types", `journal = '[{"a": "one", "f": 1}]'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clocks := new(testClocks)
+			s := newTestStore(t, clocks)
+			ctx := context.Background()
+			for _, key := range []string{"k", "lapsed"} {
+				cr := claimNew(t, s, key)
+				if key == "k" {
+					if err := s.Complete(ctx, key, cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if _, err := s.Pool().Exec(ctx, "UPDATE "+s.Table()+" SET "+tc.set); err != nil {
+				t.Fatal(err)
+			}
+			clocks.advance(t, 2*time.Minute) // "lapsed" is lapsed, still not expired
+			var ce *idem.CorruptError
+			for _, key := range []string{"k", "lapsed"} {
+				_, err := s.Get(ctx, key)
+				if !errors.As(err, &ce) || ce.Key != key {
+					t.Fatalf("Get(%q) of a corrupt row: %v, want a *CorruptError for it", key, err)
+				}
+				_, err = s.Claim(ctx, req(key))
+				if !errors.Is(err, idem.ErrCorrupt) {
+					t.Fatalf("Claim(%q) of a corrupt row: %v, want ErrCorrupt", key, err)
+				}
+				_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req(key), req("other-" + key)})
+				if !errors.Is(err, idem.ErrCorrupt) {
+					t.Fatalf("ClaimBatch with a corrupt row: %v, want ErrCorrupt", err)
+				}
+			}
+			if _, err := s.List(ctx, idem.ListQuery{}); !errors.Is(err, idem.ErrCorrupt) {
+				t.Fatalf("List over a corrupt row: %v, want ErrCorrupt", err)
+			}
+			var n int
+			s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Table()+" WHERE fence <> 1 AND key IN ('k', 'lapsed')").Scan(&n)
+			if n != 0 && tc.name != "journal_types" {
+				t.Fatal("a claim overwrote a corrupt row")
+			}
+			if tc.name == "journal_elements" || tc.name == "journal_types" {
+				return // an expired row keeps its journal: still corrupt
+			}
+			clocks.advance(t, 2*time.Hour) // expired: absent, claimable
+			cr := claimNew(t, s, "k")
+			if !cr.Acquired || cr.Record.Fence != 2 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+				t.Fatalf("claim of an expired corrupt row: %+v", cr)
+			}
+		})
+	}
+}
+
+// TestClaimRace: goroutines claiming the same new keys at once; each key
+// is acquired exactly once, and every other claim finds the winner's
+// record (never nothing, even when its snapshot predates the winner's
+// commit).
+func TestClaimRace(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	const goroutines, keys = 16, 200
+	var (
+		mu       sync.Mutex
+		acquired = map[string]int{}
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for _, i := range rand.Perm(keys) {
+				r := req(fmt.Sprintf("race-%d", i))
+				r.Owner = fmt.Sprint(g)
+				cr, err := s.Claim(context.Background(), r)
+				if err != nil {
+					t.Errorf("Claim: %v", err)
+					return
+				}
+				if !cr.Acquired && (cr.Record.Key != r.Key || cr.Record.Status != idem.StatusInProgress || cr.Record.Fence != 1) {
+					t.Errorf("Claim not acquired found %+v, want the winner's in_progress record", cr.Record)
+				}
+				if cr.Acquired {
+					mu.Lock()
+					acquired[r.Key]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("%d claims ran again because their key changed under them", s.reruns.Load())
+	for i := range keys {
+		if n := acquired[fmt.Sprintf("race-%d", i)]; n != 1 {
+			t.Fatalf("key %d acquired %d times", i, n)
+		}
+	}
+}
+
+// TestTakeoverRace: claims racing for one lapsed attempt; exactly one
+// takes it over, and the journal says so once.
+func TestTakeoverRace(t *testing.T) {
+	t.Parallel()
+	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			clocks := new(testClocks)
+			s := newTestStore(t, clocks)
+			ctx := context.Background()
+			r := req("k")
+			r.Policy = p
+			claimNew(t, s, "k")
+			if p == idem.AtMostOnce {
+				if _, err := s.Pool().Exec(ctx, "UPDATE "+s.Table()+" SET policy = 'at_most_once'"); err != nil {
+					t.Fatal(err)
+				}
+				r.TakeLapsed = true
+			}
+			clocks.advance(t, 2*time.Minute)
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				winners int
+			)
+			for range 16 {
+				wg.Go(func() {
+					cr, err := s.Claim(ctx, r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if cr.Acquired {
+						winners++
+						if !cr.Takeover || cr.Record.Fence != 2 {
+							t.Errorf("winner: takeover %v fence %d", cr.Takeover, cr.Record.Fence)
+						}
+					} else if cr.Record.Fence != 2 {
+						t.Errorf("loser found fence %d, want the winner's 2", cr.Record.Fence)
+					}
+				})
+			}
+			wg.Wait()
+			if winners != 1 {
+				t.Fatalf("%d claims took the lapsed attempt over, want 1", winners)
+			}
+			rec, err := s.Get(ctx, "k")
+			if err != nil || len(rec.Journal) != 2 || rec.Journal[0].Outcome != idem.OutcomeLapsed || !rec.Journal[1].Takeover {
+				t.Fatalf("journal after the race: %+v, %v", rec.Journal, err)
+			}
+		})
+	}
+}
+
+// TestClaimBatchRace: batches of the same keys in different orders, at
+// once: no deadlock, each key acquired once.
+func TestClaimBatchRace(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	const goroutines, keys = 8, 50
+	var (
+		mu       sync.Mutex
+		acquired = map[string]int{}
+		wg       sync.WaitGroup
+	)
+	for range goroutines {
+		wg.Go(func() {
+			var reqs []idem.ClaimRequest
+			for _, i := range rand.Perm(keys) {
+				reqs = append(reqs, req(fmt.Sprintf("batch-%d", i)))
+			}
+			res, err := s.ClaimBatch(context.Background(), reqs)
+			if err != nil {
+				t.Errorf("ClaimBatch: %v", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, r := range res {
+				if r.Record.Key != reqs[i].Key {
+					t.Errorf("result %d is for %q, want %q", i, r.Record.Key, reqs[i].Key)
+				}
+				if r.Acquired {
+					acquired[r.Record.Key]++
+				} else if r.Record.Status != idem.StatusInProgress {
+					t.Errorf("not acquired, found %s", r.Record.Status)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d batch rounds ran again because keys changed under them", s.reruns.Load())
+	for i := range keys {
+		if n := acquired[fmt.Sprintf("batch-%d", i)]; n != 1 {
+			t.Fatalf("key %d acquired %d times", i, n)
+		}
+	}
+}
+
+// TestCompleteBatch: per-key outcomes, stale attempts annotated, keys
+// given twice.
+func TestCompleteBatch(t *testing.T) {
+	t.Parallel()
+	clocks := new(testClocks)
+	s := newTestStore(t, clocks)
+	ctx := context.Background()
+	a, b := claimNew(t, s, "a"), claimNew(t, s, "b")
+	r := req("stale")
+	r.Lease = time.Second
+	if _, err := s.Claim(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	clocks.advance(t, 2*time.Second)
+	claimNew(t, s, "stale") // takes over: fence 2
+	errs, err := s.CompleteBatch(ctx, []Completion{
+		{Key: "a", Fence: a.Record.Fence, Result: []byte("ra"), Retention: time.Hour},
+		{Key: "stale", Fence: 1, Result: []byte("late"), Retention: time.Hour},
+		{Key: "absent", Fence: 1, Retention: time.Hour},
+		{Key: "b", Fence: b.Record.Fence, Result: []byte("rb"), Retention: 2 * time.Hour},
+		{Key: "a", Fence: a.Record.Fence, Result: []byte("again"), Retention: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, idem.ErrLeaseLost, idem.ErrLeaseLost, nil, idem.ErrLeaseLost}
+	for i := range want {
+		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
+			t.Fatalf("errs[%d] = %v, want %v", i, errs[i], want[i])
+		}
+	}
+	now, _ := s.Now(ctx)
+	for key, res := range map[string]string{"a": "ra", "b": "rb"} {
+		rec, err := s.Get(ctx, key)
+		if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != res || rec.Journal[0].Outcome != idem.OutcomeCompleted {
+			t.Fatalf("%q after CompleteBatch: %+v, %v", key, rec, err)
+		}
+		if key == "b" && rec.ExpiresAt.Sub(now) < 119*time.Minute {
+			t.Fatalf("b expires at %v, want 2h from %v", rec.ExpiresAt, now)
+		}
+	}
+	rec, _ := s.Get(ctx, "stale")
+	if rec.Status != idem.StatusInProgress || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
+		t.Fatalf("stale key after CompleteBatch: %+v", rec)
+	}
+	if errs, err := s.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
+		t.Fatalf("CompleteBatch(nil) = %v, %v", errs, err)
+	}
+}
+
+// TestJournalTrim: the journal keeps the newest idem.MaxJournal attempts.
+func TestJournalTrim(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	const attempts = idem.MaxJournal + 5
+	for i := 1; i <= attempts; i++ {
+		cr := claimNew(t, s, "k")
+		if !cr.Acquired || cr.Record.Attempt != i {
+			t.Fatalf("claim %d: %+v", i, cr)
+		}
+		if err := s.Release(ctx, "k", cr.Record.Fence, fmt.Sprint("try ", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Journal) != idem.MaxJournal || rec.Journal[0].Attempt != attempts-idem.MaxJournal+1 || rec.Journal[idem.MaxJournal-1].Attempt != attempts {
+		t.Fatalf("journal of %d entries from attempt %d to %d, want the newest %d", len(rec.Journal),
+			rec.Journal[0].Attempt, rec.Journal[len(rec.Journal)-1].Attempt, idem.MaxJournal)
+	}
+	for _, e := range rec.Journal {
+		if e.Outcome != idem.OutcomeReleased || e.Reason != fmt.Sprint("try ", e.Attempt) || e.Policy != "at_least_once" {
+			t.Fatalf("entry %+v", e)
+		}
+	}
+}
+
+// TestTextSanitized: owners, correlation ids and reasons that PostgreSQL
+// text cannot hold (NUL, bytes that are not UTF-8) are stored with U+FFFD
+// instead of failing the call.
+func TestTextSanitized(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	r := req("k")
+	r.Owner, r.Correlation = "own\x00er", "corr\xff"
+	cr, err := s.Claim(ctx, r)
+	if err != nil || !cr.Acquired {
+		t.Fatalf("Claim: %+v, %v", cr, err)
+	}
+	if err := s.Release(ctx, "k", cr.Record.Fence, "bad \xfe\x00 reason"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Owner != "own\uFFFDer" || rec.Reason != "bad \uFFFD\uFFFD reason" || rec.Journal[0].Correlation != "corr\uFFFD" {
+		t.Fatalf("record %+v, %v", rec, err)
+	}
+	// Keys are never changed: a key PostgreSQL cannot hold is an error.
+	if _, err := s.Claim(ctx, req("k\x00")); err == nil {
+		t.Fatal("Claim of a key with a NUL byte: no error")
+	}
+}
+
+// TestResolveDefaultRetention: Resolve(done) without a retention keeps the
+// record for idem.DefaultRetention.
+func TestResolveDefaultRetention(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	claimNew(t, s, "k")
+	rec, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := s.Now(ctx)
+	if d := rec.ExpiresAt.Sub(now); d < idem.DefaultRetention-time.Minute || d > idem.DefaultRetention {
+		t.Fatalf("ExpiresAt in %v, want %v", d, idem.DefaultRetention)
+	}
+	if j := rec.Journal[0]; j.Outcome != idem.OutcomeResolvedDone || j.ResolvedBy != "alice" || j.Reason != "checked" {
+		t.Fatalf("journal %+v", rec.Journal)
+	}
+	// A second decision gets an entry of its own.
+	rec, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: false, Reason: "undo", By: "bob"})
+	if err != nil || len(rec.Journal) != 2 || !rec.Journal[1].Decision || rec.Journal[1].ResolvedBy != "bob" || rec.Journal[1].Fence != 3 {
+		t.Fatalf("second Resolve: %+v, %v", rec.Journal, err)
+	}
+}
+
+// TestServerClock: the store's clock is the server's.
+func TestServerClock(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), testURL(t), WithSchema(newSchema(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now, err := s.Now(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(now); d < -time.Second || d > time.Second {
+		t.Fatalf("Now() is %v off this machine's clock (the server runs here)", d)
+	}
+	if now.Location() != time.UTC {
+		t.Fatalf("Now() in %v, want UTC", now.Location())
+	}
+}
