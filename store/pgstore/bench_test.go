@@ -213,3 +213,29 @@ func (g *keyGen) next() string {
 	g.buf = strconv.AppendInt(g.buf[:g.pre], int64(g.n), 10)
 	return string(g.buf)
 }
+
+// BenchmarkSweep: Sweep(5000) in a loop over expired records, one op per
+// record deleted.
+func BenchmarkSweep(b *testing.B) {
+	s := benchStore(b, 4)
+	fill(b, s, "old-", b.N, idem.StatusCompleted, -time.Hour, -time.Hour)
+	fill(b, s, "live-", 1000, idem.StatusCompleted, time.Hour, 0)
+	ctx := context.Background()
+	b.ResetTimer()
+	total := 0
+	for {
+		n, err := s.Sweep(ctx, 5000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	b.StopTimer()
+	if total != b.N {
+		b.Fatalf("swept %d, want %d", total, b.N)
+	}
+	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "rows/s")
+}

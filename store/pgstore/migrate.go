@@ -186,4 +186,7 @@ func currentVersion(ctx context.Context, pool *pgxpool.Pool, n names) (int, erro
 	return v, err
 }
 
-var errNoTable = errors.New("pgstore: the record table does not exist")
+// ErrNoTable is wrapped by the error of a call on a store whose table does
+// not exist: opened with [WithMigrate](false) before the migrations ran, or
+// with a mistyped schema or table name.
+var ErrNoTable = errors.New("pgstore: the record table does not exist")

@@ -70,7 +70,7 @@ func TestMigrateOff(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Policy: idem.AtLeastOnce, Lease: time.Minute})
-	if !errors.Is(err, errNoTable) || !strings.Contains(err.Error(), schema) {
+	if !errors.Is(err, ErrNoTable) || !strings.Contains(err.Error(), schema) {
 		t.Fatalf("Claim on a missing table: %v, want an error naming the table", err)
 	}
 	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, idem.ErrNotFound) {
@@ -140,7 +140,7 @@ func TestURLParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if _, err := d.Get(ctx, "k"); !errors.Is(err, errNoTable) {
+	if _, err := d.Get(ctx, "k"); !errors.Is(err, ErrNoTable) {
 		t.Fatalf("Get with idem_migrate=false: %v, want the missing table", err)
 	}
 	if _, err := Open(ctx, withParams(t, u, ParamMigrate, "maybe")); err == nil {

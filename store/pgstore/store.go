@@ -53,8 +53,10 @@ const (
 // (e.g. ...?idem_table=billing_keys) set the options of the same names;
 // options passed to Open take precedence over them.
 //
-// The pool connects on first use: with migrations off, Open succeeds
-// without reaching the server. [Store.Close] closes the pool.
+// The pool's sessions use READ COMMITTED (default_transaction_isolation)
+// unless the URL says otherwise. The pool connects on first use: with
+// migrations off, Open succeeds without reaching the server.
+// [Store.Close] closes the pool.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -77,6 +79,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		}
 		fromURL = append(fromURL, WithMigrate(b))
 		delete(rp, ParamMigrate)
+	}
+	// The store's statements rely on READ COMMITTED (see claimSQL); a
+	// database whose default is stricter would turn racing claims into
+	// serialization failures.
+	if _, ok := rp["default_transaction_isolation"]; !ok {
+		rp["default_transaction_isolation"] = "read committed"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -168,8 +176,8 @@ func (s *Store) wrap(op string, err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-		return fmt.Errorf("pgstore: %s: %w %s (open the store with migrations on, or run Store.Migrate): %w",
-			op, errNoTable, s.names.qtable, err)
+		return fmt.Errorf("%w: %s (open the store with migrations on, or run Store.Migrate); %s: %w",
+			ErrNoTable, s.names.qtable, op, err)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
 }
