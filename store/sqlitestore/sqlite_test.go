@@ -70,6 +70,10 @@ func TestDurabilitySettings(t *testing.T) {
 		if got := writerQuery(t, s, "PRAGMA busy_timeout"); got != int64(234) {
 			t.Fatalf("busy_timeout on the writer = %v, want 234", got)
 		}
+		mustClaim(t, s, req("synced"))
+		if st := s.Stats(); (st.Syncs > 0) != (tc.sync == 2) || st.Commits != 1 {
+			t.Fatalf("stats after one claim: %+v", st)
+		}
 		// DB()'s transactions take the write lock at BEGIN.
 		tx, err := s.DB().Begin()
 		if err != nil {
@@ -693,5 +697,44 @@ func TestQueryPlans(t *testing.T) {
 		if got := plan(tc.q, tc.args...); !strings.Contains(got, tc.want) {
 			t.Errorf("plan of %s:\n%s\nwant it to contain %q", tc.q, got, tc.want)
 		}
+	}
+}
+
+// TestClaimStart: claims of new keys go straight to the writer (no read);
+// during a flood of duplicates, claims read first and answer from the read,
+// without the writer.
+func TestClaimStart(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	for i := range 20 {
+		c := mustClaim(t, s, req(fmt.Sprint("k", i)))
+		if err := s.Complete(ctx, c.Record.Key, c.Record.Fence, []byte("r"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.dupes.readFirst() {
+		t.Fatal("new keys made claims read first")
+	}
+	before := s.Stats()
+	for i := range 200 {
+		res := mustClaim(t, s, req(fmt.Sprint("k", i%20)))
+		if res.Acquired || res.Record.Status != idem.StatusCompleted || string(res.Record.Result) != "r" {
+			t.Fatalf("duplicate claim: %+v", res)
+		}
+	}
+	if !s.dupes.readFirst() {
+		t.Fatal("a flood of duplicates did not make claims read first")
+	}
+	if n := s.Stats().BatchedOps - before.BatchedOps; n > 20 {
+		t.Fatalf("%d of 200 duplicate claims went through the writer", n)
+	}
+	// Back to new keys: claims go back to the writer first, and stay right.
+	for i := range 40 {
+		if res := mustClaim(t, s, req(fmt.Sprint("new", i))); !res.Acquired {
+			t.Fatalf("new key not acquired: %+v", res)
+		}
+	}
+	if s.dupes.readFirst() {
+		t.Fatal("claims still read first after 40 new keys")
 	}
 }
