@@ -129,18 +129,18 @@ func (w *driverRW) queryRow(st driver.Stmt, args []driver.NamedValue, n int) (bo
 	return err == nil, err
 }
 
-func (w *driverRW) begin() error {
-	_, err := w.exec(w.beginS, nil)
-	return err
-}
+// begin, commit and rollback do not go through exec: the rows-affected
+// count the driver reports for them is the last INSERT, UPDATE or DELETE's
+// (sqlite3_changes), which must not mark the batch as having written.
 
-func (w *driverRW) commit() error {
-	_, err := w.exec(w.commitS, nil)
-	return err
-}
+func (w *driverRW) begin() error { return w.control(w.beginS) }
 
-func (w *driverRW) rollback() error {
-	_, err := w.exec(w.rollbackS, nil)
+func (w *driverRW) commit() error { return w.control(w.commitS) }
+
+func (w *driverRW) rollback() error { return w.control(w.rollbackS) }
+
+func (w *driverRW) control(st driver.Stmt) error {
+	_, err := st.(driver.StmtExecContext).ExecContext(bg, nil)
 	return err
 }
 
