@@ -20,8 +20,8 @@ func decode(key string, flat []any) (idem.Record, error) {
 	}
 	rec := idem.Record{Key: key}
 	var (
-		have       int
-		st, po, js string
+		have               int
+		st, po, js, cr, jx string
 	)
 	const (
 		hSt = 1 << iota
@@ -33,7 +33,7 @@ func decode(key string, flat []any) (idem.Record, error) {
 		hC
 		hU
 		hJ
-		hAll = hSt | hPo | hF | hA | hLu | hEx | hC | hU | hJ
+		hAll = hSt | hPo | hF | hA | hLu | hEx | hC | hU
 	)
 	num := func(field, v string, bit int) (int64, error) {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -88,12 +88,16 @@ func decode(key string, flat []any) (idem.Record, error) {
 			rec.UpdatedAt = fromMicros(n)
 		case "j":
 			js, have = v, have|hJ
+		case "cr":
+			cr = v
+		case "jx":
+			jx = v
 		}
 		if err != nil {
 			return corrupt("%v", err)
 		}
 	}
-	if have != hAll {
+	if have&hAll != hAll {
 		return corrupt("fields missing from the hash (%d fields)", len(flat)/2)
 	}
 	var err error
@@ -103,6 +107,10 @@ func decode(key string, flat []any) (idem.Record, error) {
 	if rec.Policy, err = idem.ParsePolicy(po); err != nil {
 		return corrupt("policy %q is not at_least_once or at_most_once", po)
 	}
+	if have&hJ == 0 {
+		rec.Journal = []idem.JournalEntry{implicitEntry(&rec, po, cr, jx)}
+		return rec, nil
+	}
 	if len(js) == 0 || js[0] != '[' {
 		return corrupt("journal is not a JSON array: %.60q", js)
 	}
@@ -110,6 +118,22 @@ func decode(key string, flat []any) (idem.Record, error) {
 		return corrupt("journal: %v", err)
 	}
 	return rec, nil
+}
+
+// implicitEntry is the one journal entry of a record whose hash has no
+// journal field: the entry its other fields say (see scripts.go).
+func implicitEntry(rec *idem.Record, policy, corr, outcome string) idem.JournalEntry {
+	e := idem.JournalEntry{
+		Attempt: rec.Attempt, Fence: rec.Fence, Owner: rec.Owner, Correlation: corr,
+		Started: rec.CreatedAt, LeaseUntil: rec.LeaseUntil, Policy: policy,
+	}
+	if outcome != "" {
+		e.Outcome, e.Ended = outcome, rec.UpdatedAt
+		if outcome != idem.OutcomeCompleted {
+			e.Reason = rec.Reason
+		}
+	}
+	return e
 }
 
 // fromMicros is the UTC time of unix microseconds.
@@ -128,17 +152,20 @@ func reply(v any) ([]any, int64, error) {
 	return a, code, nil
 }
 
-// replyTime reads the time (unix microseconds as a decimal string) at a[i].
+// replyTime reads the time (unix microseconds, an integer) at a[i].
 func replyTime(a []any, i int) (time.Time, error) {
 	if i >= len(a) {
 		return time.Time{}, fmt.Errorf("redisstore: script reply too short: %v", a)
 	}
-	s, _ := a[i].(string)
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("redisstore: bad time %v in a script reply", a[i])
+	switch v := a[i].(type) {
+	case int64:
+		return fromMicros(v), nil
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return fromMicros(n), nil
+		}
 	}
-	return fromMicros(n), nil
+	return time.Time{}, fmt.Errorf("redisstore: bad time %v in a script reply", a[i])
 }
 
 // replyHash reads the hash (a flat HGETALL array) at a[i].

@@ -17,10 +17,28 @@ import "github.com/redis/go-redis/v9"
 //	ex  expires at (retention), unix microseconds
 //	c   created at, unix microseconds
 //	u   updated at, unix microseconds
+//	n   the call id of the last write (see below)
 //	j   journal: a JSON array of idem.JournalEntry, with its JSON names
 //	    and its times as RFC 3339 strings in UTC (what encoding/json makes
 //	    of a time.Time), so json.Unmarshal reads it as it is
-//	n   the call id of the last write (see below)
+//
+// A record whose whole history is one attempt of a fresh key (claimed,
+// heartbeated, finished: the common life) has no j: its journal is the
+// one entry that the other fields already say, with two more fields:
+//
+//	cr  the claim's correlation id
+//	jx  the entry's outcome once it has one (completed, failed, released,
+//	    abandoned)
+//
+// That entry is {a: a, f: f, o: o, c: cr, s: c, l: lu, p: po} and, once
+// jx is set, {x: jx, e: u, r: rs unless jx is completed}. Every write
+// keeps those equalities or writes j instead (the first claim over an
+// existing record, a heartbeat after an abandon, a resolution), so the
+// scripts on the hot path neither format times nor touch JSON, and the
+// hash of such a record stays small enough for Redis's compact (listpack)
+// encoding. The store builds the entry when it reads the record
+// (record.go); the scripts build it (implicit, below) before they edit
+// the journal.
 //
 // Every script takes the one key it touches as KEYS[1] (Redis Cluster
 // routes it; no script touches a second key) and starts its ARGV with:
@@ -36,52 +54,66 @@ import "github.com/redis/go-redis/v9"
 // answer was lost) finds its own id and answers what the first run did,
 // instead of reporting the record its first run made as someone else's
 // (busy, lease lost).
+//
+// Each script is laid out fast path first: the header (the clock) and the
+// common case, written inline; the helper functions below are defined
+// (Lua makes a closure per local function on every run) only on the paths
+// that need them.
+//
+// Lua numbers are doubles: unix microseconds (about 2^51 today) are exact.
+// Numbers are handed to redis.call as numbers, which Redis formats as
+// integers ("%.17g" in 7.0, fpconv in 7.2+: plain digits below 10^21), and
+// returned as integer replies; tostring (14 digits) is never used on them.
 
-// prelude holds what every script shares. Lua numbers are doubles: unix
-// microseconds (about 2^51 today) are exact, and every number written to
-// Redis or formatted goes through string.format('%d'), never tostring
-// (which keeps 14 digits).
-const prelude = `
+// header starts every script: the key and the store's clock.
+const header = `
 local K = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 local extra = tonumber(ARGV[2])
+`
 
-local function d(x) return string.format('%d', x) end
-
--- fmt formats unix microseconds as encoding/json formats a UTC time.Time
--- (RFC 3339 with the fraction's trailing zeros dropped), by Howard
--- Hinnant's civil_from_days.
-local function fmt(us)
-  local s = math.floor(us / 1000000)
-  local frac = us - s * 1000000
-  if frac < 0 then s = s - 1; frac = frac + 1000000 end
-  if frac >= 1000000 then s = s + 1; frac = frac - 1000000 end
-  local days = math.floor(s / 86400)
-  local sod = s - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
-  local mon = mp + 3
-  if mon > 12 then mon = mon - 12 end
-  local y = yoe + era * 400
-  if mon <= 2 then y = y + 1 end
-  local hh = math.floor(sod / 3600)
-  local mm = math.floor((sod - hh * 3600) / 60)
-  local ss = sod - hh * 3600 - mm * 60
-  local out = string.format('%04d-%02d-%02dT%02d:%02d:%02d', y, mon, day, hh, mm, ss)
-  if frac > 0 then
-    out = out .. '.' .. (string.gsub(string.format('%06d', frac), '0+$', ''))
-  end
-  return out .. 'Z'
-end
+// helpers is what the slow paths share.
+const helpers = `
+local floor = math.floor
 
 local function expireat(ex)
-  redis.call('PEXPIREAT', K, d(math.floor((ex + extra + 999) / 1000)))
+  redis.call('PEXPIREAT', K, floor((ex + extra + 999) / 1000))
+end
+
+-- fmt formats unix microseconds as encoding/json formats a UTC time.Time:
+-- RFC 3339, the fraction's trailing zeros dropped (Howard Hinnant's
+-- civil_from_days, in exact integer arithmetic on doubles).
+local cdays, cdate
+local function fmt(us)
+  local frac = us % 1000000
+  local s = (us - frac) / 1000000
+  local sod = s % 86400
+  local days = (s - sod) / 86400
+  if days ~= cdays then
+    local z = days + 719468
+    local doe = z % 146097
+    local era = (z - doe) / 146097
+    local a = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524 - (doe - doe % 146096) / 146096
+    local yoe = (a - a % 365) / 365
+    local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
+    local b = 5 * doy + 2
+    local mp = (b - b % 153) / 153
+    local c = 153 * mp + 2
+    local day = doy - (c - c % 5) / 5 + 1
+    local mon, y = mp + 3, yoe + era * 400
+    if mon > 12 then mon = mon - 12; y = y + 1 end
+    cdays, cdate = days, string.format('%04d-%02d-%02dT', y, mon, day)
+  end
+  local ss = sod % 60
+  local m = (sod - ss) / 60
+  local mm = m % 60
+  local hh = (m - mm) / 60
+  if frac == 0 then return string.format('%s%02d:%02d:%02dZ', cdate, hh, mm, ss) end
+  local w = 6
+  while frac % 10 == 0 do frac = frac / 10; w = w - 1 end
+  if w == 6 then return string.format('%s%02d:%02d:%02d.%06dZ', cdate, hh, mm, ss, frac) end
+  return string.format('%s%02d:%02d:%02d.%0' .. w .. 'dZ', cdate, hh, mm, ss, frac)
 end
 
 local function load()
@@ -93,17 +125,47 @@ end
 
 local statuses = {in_progress = true, completed = true, failed = true, released = true}
 
--- journal decodes the journal; nil if it is not a JSON array.
+local function corrupt(why) return {-1, now, why} end
+
+-- journal decodes an explicit journal; nil if it is not a JSON array.
 local function journal(s)
-  if type(s) ~= 'string' or string.sub(s, 1, 1) ~= '[' then return nil end
+  if string.sub(s, 1, 1) ~= '[' then return nil end
   local ok, j = pcall(cjson.decode, s)
   if not ok or type(j) ~= 'table' then return nil end
   return j
 end
 
+-- implicit builds the journal of a record without j (see above); nil if
+-- its fields cannot be read.
+local function implicit(h)
+  local a, f, c, lu, u = tonumber(h.a), tonumber(h.f), tonumber(h.c), tonumber(h.lu), tonumber(h.u)
+  if not (a and f and c and lu and u) then return nil end
+  local e = {a = a, f = f, s = fmt(c), l = fmt(lu), p = h.po}
+  if h.o and h.o ~= '' then e.o = h.o end
+  if h.cr and h.cr ~= '' then e.c = h.cr end
+  local x = h.jx
+  if x and x ~= '' then
+    e.x, e.e = x, fmt(u)
+    if x ~= 'completed' and h.rs and h.rs ~= '' then e.r = h.rs end
+  end
+  return {e}
+end
+
+-- journalOf returns the record's journal, explicit or implicit.
+local function journalOf(h)
+  if h.j then return journal(h.j) end
+  return implicit(h)
+end
+
 local function encode(j)
   if #j == 0 then return '[]' end
   return cjson.encode(j)
+end
+
+-- setJournal writes j and drops the fields of the implicit journal.
+local function setJournal(h, j)
+  redis.call('HSET', K, 'j', encode(j))
+  if not h.j then redis.call('HDEL', K, 'cr', 'jx') end
 end
 
 local function trim(j)
@@ -118,7 +180,21 @@ local function entry(j, f)
   return nil
 end
 
-local function corrupt(why) return {-1, d(now), why} end
+-- late marks the open entry of a stale attempt (fence f) that tried to
+-- write after its lease was taken: it was still running.
+local function late(h, f)
+  if not h.j then return end -- the one implicit entry is the record's own fence
+  local j = journal(h.j)
+  if not j then return end
+  for i = 1, #j do
+    local e = j[i]
+    if e.f == f and e.e == nil and e.lf == nil then
+      e.lf = fmt(now)
+      redis.call('HSET', K, 'j', encode(j))
+      return
+    end
+  end
+end
 `
 
 // claimScript claims KEYS[1].
@@ -131,31 +207,28 @@ local function corrupt(why) return {-1, d(now), why} end
 // {2, now, hash} when it acquired an existing record, {3, now, hash} when
 // that was a takeover, {0, now, hash} when not acquired (the record as
 // found), {-1, now, why} for a record it cannot read (left alone).
-const claimScript = prelude + `
+const claimScript = header + `
 local id, owner, corr, policy = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local lease, ret = tonumber(ARGV[7]), tonumber(ARGV[8])
 local lu = now + lease
 local ex = now + math.max(lease, ret)
 
 if redis.call('EXISTS', K) == 0 then
-  local j = '[{"a":1,"f":1'
-  if owner ~= '' then j = j .. ',"o":' .. cjson.encode(owner) end
-  if corr ~= '' then j = j .. ',"c":' .. cjson.encode(corr) end
-  j = j .. ',"s":"' .. fmt(now) .. '","l":"' .. fmt(lu) .. '","p":"' .. policy .. '"}]'
-  local sn = d(now)
-  redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', '1', 'a', '1', 'o', owner,
-    'fp', ARGV[9], 'lu', d(lu), 'ex', d(ex), 'c', sn, 'u', sn, 'j', j, 'n', id)
-  expireat(ex)
-  return {1, sn}
+  redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', 1, 'a', 1, 'o', owner, 'cr', corr,
+    'fp', ARGV[9], 'lu', lu, 'ex', ex, 'c', now, 'u', now, 'n', id)
+  redis.call('PEXPIREAT', K, math.floor((ex + extra + 999) / 1000))
+  return {1, now}
 end
-
+` + helpers + `
 local h, flat = load()
 if h.n == id then
   -- This call ran before and acquired the key; its answer was lost.
-  local j = journal(h.j)
   local code = 2
-  if j and #j > 0 and j[#j].t then code = 3 end
-  return {code, d(now), flat}
+  if h.j then
+    local j = journal(h.j)
+    if j and #j > 0 and j[#j].t then code = 3 end
+  end
+  return {code, now, flat}
 end
 local rex = tonumber(h.ex)
 if not rex then return corrupt('expiry is not a number') end
@@ -163,11 +236,11 @@ local expired = now >= rex
 local takeover = false
 if not expired then
   local st = h.st
-  if st == 'completed' or st == 'failed' then return {0, d(now), flat} end
+  if st == 'completed' or st == 'failed' then return {0, now, flat} end
   if st == 'in_progress' then
     local rlu = tonumber(h.lu)
     if not rlu then return corrupt('lease is not a number') end
-    if now < rlu or (h.po ~= 'at_least_once' and ARGV[10] ~= '1') then return {0, d(now), flat} end
+    if now < rlu or (h.po ~= 'at_least_once' and ARGV[10] ~= '1') then return {0, now, flat} end
     takeover = true
   elseif st ~= 'released' then
     return corrupt('unknown status')
@@ -175,7 +248,7 @@ if not expired then
 end
 local f, a = tonumber(h.f), tonumber(h.a)
 if not f or not a then return corrupt('fence or attempt is not a number') end
-local j = journal(h.j)
+local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 local created = now
 if not expired then
@@ -194,51 +267,43 @@ if takeover then e.t = true end
 if expired then e.ae = true end
 j[#j + 1] = e
 trim(j)
-local sn = d(now)
-redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', d(f), 'a', d(a), 'o', owner,
-  'fp', ARGV[9], 'r', '', 'lu', d(lu), 'ex', d(ex), 'c', d(created), 'u', sn, 'j', encode(j), 'n', id)
+redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', f, 'a', a, 'o', owner,
+  'fp', ARGV[9], 'r', '', 'lu', lu, 'ex', ex, 'c', created, 'u', now, 'n', id)
+setJournal(h, j)
 expireat(ex)
 local code = 2
 if takeover then code = 3 end
-return {code, sn, redis.call('HGETALL', K)}
+return {code, now, redis.call('HGETALL', K)}
 `
 
-// checkHeld is shared by the scripts that end or extend the attempt
-// holding fence ARGV[4]: it reads the record and returns it with its
-// journal when the attempt still holds it, or the answer to return:
-// {0} lease lost (after marking the stale attempt's late finish when the
-// record is another attempt's), {-1, now, why} corrupt, {2, ...} when
-// this very call ran before (see the call id).
-const checkHeld = `
+// heldHeader is shared by the scripts that end or extend the attempt
+// holding fence ARGV[4]. It reads what they decide on and answers at once
+// when this very call ran before ({2, lease until}), when the key is
+// absent or expired ({0}), or when the record cannot be read. After it,
+// held says whether the attempt still holds the key, and implicit whether
+// the record's journal is the implicit one (see above).
+const heldHeader = header + `
 local id, fence = ARGV[3], tonumber(ARGV[4])
-local function held()
-  local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'lu')
-  local st, rf, rex, rj, rn, rlu = v[1], v[2], v[3], v[4], v[5], v[6]
-  if not st and not rf and not rex and not rj then
-    if redis.call('EXISTS', K) == 0 then return nil, {0} end
-  end
-  if rn == id then return nil, {2, rlu} end
-  rex = tonumber(rex)
-  if not rex then return nil, corrupt('expiry is not a number') end
-  if now >= rex then return nil, {0} end
-  rf = tonumber(rf)
-  if not rf then return nil, corrupt('fence is not a number') end
-  if not statuses[st] then return nil, corrupt('unknown status') end
-  local j = journal(rj)
-  if not j then return nil, corrupt('journal is not a JSON array') end
-  if rf ~= fence or st ~= 'in_progress' then
-    for i = 1, #j do
-      local e = j[i]
-      if e.f == fence and e.e == nil and e.lf == nil then
-        e.lf = fmt(now)
-        redis.call('HSET', K, 'j', encode(j))
-        break
-      end
-    end
-    return nil, {0}
-  end
-  return {ex = rex, j = j}, nil
+local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'jx', 'lu')
+local st, rf, rex, rj, rjx = v[1], v[2], v[3], v[4], v[6]
+if v[5] == id then return {2, tonumber(v[7])} end
+if not st and not rf and not rex then
+  if redis.call('EXISTS', K) == 0 then return {0} end
 end
+rex = tonumber(rex)
+if not rex then return {-1, now, 'expiry is not a number'} end
+if now >= rex then return {0} end
+rf = tonumber(rf)
+if not rf then return {-1, now, 'fence is not a number'} end
+if st ~= 'in_progress' and st ~= 'completed' and st ~= 'failed' and st ~= 'released' then
+  return {-1, now, 'unknown status'}
+end
+local held = rf == fence and st == 'in_progress'
+local implicit_open = not rj and (not rjx or rjx == '')
+-- A refused call finds the implicit journal's one entry under the
+-- record's own fence, closed unless the record is in progress: nothing
+-- to mark late.
+if not held and not rj then return {0} end
 `
 
 // finishScript ends the attempt holding the fence.
@@ -247,38 +312,54 @@ end
 //	released, or in_progress to abandon), [6] result (completed) or
 //	reason, [7] retention µs (completed, failed)
 //
-// Returns {1} done, {2} done by an earlier run of this call, {0} lease
-// lost, {-1, now, why} corrupt.
-const finishScript = prelude + checkHeld + `
-local rec, answer = held()
-if not rec then return answer end
+// Returns {1} done, {2, ...} done by an earlier run of this call, {0}
+// lease lost, {-1, now, why} corrupt.
+const finishScript = heldHeader + `
 local status, payload = ARGV[5], ARGV[6]
-local sn = d(now)
-local e = entry(rec.j, fence)
-local outcome, reason = nil, payload
-if status == 'completed' then
-  outcome, reason = 'completed', ''
-  local ex = now + tonumber(ARGV[7])
-  redis.call('HSET', K, 'st', status, 'r', payload, 'ex', d(ex))
-  expireat(ex)
-elseif status == 'failed' then
-  outcome = 'failed'
-  local ex = now + tonumber(ARGV[7])
-  redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', d(ex))
-  expireat(ex)
-elseif status == 'released' then
-  outcome = 'released'
-  redis.call('HSET', K, 'st', status, 'rs', payload)
-else
-  outcome = 'abandoned'
-  redis.call('HSET', K, 'rs', payload)
+local outcome = status
+if status == 'in_progress' then outcome = 'abandoned' end
+local nex
+if status == 'completed' or status == 'failed' then nex = now + tonumber(ARGV[7]) end
+
+if held and not rj then
+  -- The implicit journal stays implicit: its entry ends now (e = u, l = lu).
+  if status == 'completed' then
+    redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex, 'lu', now, 'u', now, 'jx', outcome, 'n', id)
+  elseif status == 'in_progress' then
+    redis.call('HSET', K, 'rs', payload, 'lu', now, 'u', now, 'jx', outcome, 'n', id)
+  elseif nex then
+    redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex, 'lu', now, 'u', now, 'jx', outcome, 'n', id)
+  else
+    redis.call('HSET', K, 'st', status, 'rs', payload, 'lu', now, 'u', now, 'jx', outcome, 'n', id)
+  end
+  if nex then redis.call('PEXPIREAT', K, math.floor((nex + extra + 999) / 1000)) end
+  return {1}
 end
+` + helpers + `
+local h = load()
+if not held then
+  late(h, fence)
+  return {0}
+end
+local j = journal(h.j)
+if not j then return corrupt('journal is not a JSON array') end
+local e = entry(j, fence)
 if e then
   local ts = fmt(now)
   e.e, e.l, e.x = ts, ts, outcome
-  if reason ~= '' then e.r = reason else e.r = nil end
+  if status ~= 'completed' and payload ~= '' then e.r = payload else e.r = nil end
 end
-redis.call('HSET', K, 'lu', sn, 'u', sn, 'j', encode(rec.j), 'n', id)
+if status == 'completed' then
+  redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex)
+elseif status == 'in_progress' then
+  redis.call('HSET', K, 'rs', payload)
+elseif nex then
+  redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex)
+else
+  redis.call('HSET', K, 'st', status, 'rs', payload)
+end
+redis.call('HSET', K, 'lu', now, 'u', now, 'j', encode(j), 'n', id)
+if nex then expireat(nex) end
 return {1}
 `
 
@@ -288,18 +369,35 @@ return {1}
 //
 // Returns {1, lease until}, {2, lease until} when an earlier run of this
 // call did it, {0} lease lost, {-1, now, why} corrupt.
-const extendScript = prelude + checkHeld + `
-local rec, answer = held()
-if not rec then return answer end
+const extendScript = heldHeader + `
 local lu = now + tonumber(ARGV[5])
-local e = entry(rec.j, fence)
+if held and implicit_open then
+  -- The implicit journal stays implicit: its entry's lease is lu.
+  if rex < lu then
+    redis.call('HSET', K, 'ex', lu, 'lu', lu, 'u', now, 'n', id)
+    redis.call('PEXPIREAT', K, math.floor((lu + extra + 999) / 1000))
+  else
+    redis.call('HSET', K, 'lu', lu, 'u', now, 'n', id)
+  end
+  return {1, lu}
+end
+` + helpers + `
+local h = load()
+if not held then
+  late(h, fence)
+  return {0}
+end
+local j = journalOf(h)
+if not j then return corrupt('journal is not a JSON array') end
+local e = entry(j, fence)
 if e then e.l = fmt(lu) end
-if rec.ex < lu then
-  redis.call('HSET', K, 'ex', d(lu))
+if rex < lu then
+  redis.call('HSET', K, 'ex', lu)
   expireat(lu)
 end
-redis.call('HSET', K, 'lu', d(lu), 'u', d(now), 'j', encode(rec.j), 'n', id)
-return {1, d(lu)}
+redis.call('HSET', K, 'lu', lu, 'u', now, 'n', id)
+setJournal(h, j)
+return {1, lu}
 `
 
 // resolveScript applies an operator's (or a reconciler's) decision.
@@ -309,10 +407,10 @@ return {1, d(lu)}
 //
 // Returns {1, now, hash} resolved, {0} not found, {2} lease lost (another
 // fence), {-1, now, why} corrupt.
-const resolveScript = prelude + `
+const resolveScript = header + helpers + `
 local id, fence = ARGV[3], tonumber(ARGV[4])
 local h, flat = load()
-if h.n == id then return {1, d(now), flat} end
+if h.n == id then return {1, now, flat} end
 if #flat == 0 then return {0} end
 local rex = tonumber(h.ex)
 if not rex then return corrupt('expiry is not a number') end
@@ -320,16 +418,15 @@ if now >= rex then return {0} end
 local f, a, rlu = tonumber(h.f), tonumber(h.a), tonumber(h.lu)
 if not f or not a or not rlu then return corrupt('fence, attempt or lease is not a number') end
 if not statuses[h.st] then return corrupt('unknown status') end
-local j = journal(h.j)
+local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 if fence ~= 0 and f ~= fence then return {2} end
 local done, reason, by = ARGV[5] == '1', ARGV[7], ARGV[9]
-local sn = d(now)
 local outcome = 'resolved-not-done'
 if done then
   outcome = 'resolved-done'
   local ex = now + tonumber(ARGV[8])
-  redis.call('HSET', K, 'st', 'completed', 'r', ARGV[6], 'ex', d(ex))
+  redis.call('HSET', K, 'st', 'completed', 'r', ARGV[6], 'ex', ex)
   expireat(ex)
 else
   redis.call('HSET', K, 'st', 'released', 'r', '')
@@ -349,19 +446,20 @@ else
   j[#j + 1] = n
   trim(j)
 end
-redis.call('HSET', K, 'f', d(f + 1), 'u', sn, 'lu', sn, 'rs', reason, 'j', encode(j), 'n', id)
-return {1, sn, redis.call('HGETALL', K)}
+redis.call('HSET', K, 'f', f + 1, 'u', now, 'lu', now, 'rs', reason, 'n', id)
+setJournal(h, j)
+return {1, now, redis.call('HGETALL', K)}
 `
 
 // getScript reads the record with the store's clock: {now, hash}.
-const getScript = prelude + `
-return {d(now), redis.call('HGETALL', K)}
+const getScript = header + `
+return {now, redis.call('HGETALL', K)}
 `
 
 // deleteScript deletes a record that has not expired: 1 deleted, 0 absent
 // or expired. A record whose expiry cannot be read is deleted (deleting
 // is how an operator gets rid of a corrupt record).
-const deleteScript = prelude + `
+const deleteScript = header + `
 local ex = redis.call('HGET', K, 'ex')
 if not ex then
   if redis.call('EXISTS', K) == 0 then return 0 end
@@ -375,7 +473,7 @@ return 1
 
 // sweepScript deletes a record whose retention has passed: 1 deleted, 0
 // not (absent, live, or without a readable expiry).
-const sweepScript = prelude + `
+const sweepScript = header + `
 local ex = tonumber(redis.call('HGET', K, 'ex'))
 if ex and now >= ex then
   redis.call('DEL', K)

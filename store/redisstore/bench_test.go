@@ -1,0 +1,184 @@
+package redisstore
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The benchmarks run 50 concurrent callers, unpipelined, and are compared
+// with redis-benchmark's SET NX PX of random keys at 50 clients, run
+// back to back in the same session (the engine's limit on this machine):
+//
+//	redis-benchmark -h 127.0.0.1 -p 6379 -c 50 -n 200000 -r 1000000 -P 1 -q SET __rand_int__ v NX PX 60000
+//	IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 go test -run '^$' -bench 'Claim|RawSetNX' -benchtime 100000x ./store/redisstore/
+//
+// Targets: Claim ≥ 0.8× and Claim+Complete (two round trips) ≥ 0.4×
+// redis-benchmark's rate.
+
+// callers is the number of concurrent callers of the benchmarks.
+const callers = 50
+
+// benchStore returns a store under a fresh prefix on a client of its own
+// with one connection per caller.
+func benchStore(b *testing.B) *Store {
+	b.Helper()
+	o, err := redis.ParseURL(testURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.PoolSize = callers
+	o.MinIdleConns = callers
+	o.PipelinePoolSize = callers
+	o.ContextTimeoutEnabled = true
+	client := redis.NewClient(o)
+	b.Cleanup(func() { client.Close() })
+	s := New(client, WithPrefix(newPrefix(b)))
+	if err := s.Ping(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// runCallers runs body from callers goroutines and reports ops/s (and,
+// with perOp keys per operation, keys/s).
+func runCallers(b *testing.B, perOp int, body func(pb *testing.PB, keys *keyGen)) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((callers + procs - 1) / procs)
+	var prefix atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) { body(pb, newKeyGen(&prefix)) })
+	b.StopTimer()
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "ops/s")
+		if perOp > 1 {
+			b.ReportMetric(float64(b.N*perOp)/s, "keys/s")
+		}
+	}
+}
+
+func benchRequest() idem.ClaimRequest {
+	return idem.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+}
+
+// BenchmarkClaim: Claim of a new key, one script, one round trip.
+func BenchmarkClaim(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	runCallers(b, 1, func(pb *testing.PB, keys *keyGen) {
+		r := benchRequest()
+		for pb.Next() {
+			r.Key = keys.next()
+			if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
+				b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkClaimComplete: Claim then Complete of a new key, one pair per
+// op: two scripts, two round trips.
+func BenchmarkClaimComplete(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	result := []byte("result")
+	runCallers(b, 1, func(pb *testing.PB, keys *keyGen) {
+		r := benchRequest()
+		for pb.Next() {
+			r.Key = keys.next()
+			cr, err := s.Claim(ctx, r)
+			if err != nil || !cr.Acquired {
+				b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
+				return
+			}
+			if err := s.Complete(ctx, r.Key, cr.Record.Fence, result, time.Hour); err != nil {
+				b.Errorf("Complete: %v", err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkClaimBatch10: ClaimBatch of 10 new keys, one pipeline per op.
+func BenchmarkClaimBatch10(b *testing.B) {
+	const size = 10
+	s := benchStore(b)
+	ctx := context.Background()
+	runCallers(b, size, func(pb *testing.PB, keys *keyGen) {
+		reqs := make([]idem.ClaimRequest, size)
+		for i := range reqs {
+			reqs[i] = benchRequest()
+		}
+		for pb.Next() {
+			for i := range reqs {
+				reqs[i].Key = keys.next()
+			}
+			res, err := s.ClaimBatch(ctx, reqs)
+			if err != nil {
+				b.Errorf("ClaimBatch: %v", err)
+				return
+			}
+			for _, r := range res {
+				if !r.Acquired {
+					b.Errorf("ClaimBatch: %q not acquired", r.Record.Key)
+					return
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkRawSetNX: SET key v NX PX 60000 of a new key through the same
+// client, for the cost of go-redis and of this process beside
+// redis-benchmark's figure.
+func BenchmarkRawSetNX(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	runCallers(b, 1, func(pb *testing.PB, keys *keyGen) {
+		for pb.Next() {
+			if err := s.client.SetNX(ctx, s.rkey(keys.next()), "v", time.Minute).Err(); err != nil {
+				b.Errorf("SET NX: %v", err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkConformance runs idemtest's benchmarks on the store.
+func BenchmarkConformance(b *testing.B) {
+	h := harness(b, nil)
+	h.New = func(t testing.TB) idem.Store { return benchStore(t.(*testing.B)) }
+	idemtest.BenchmarkStore(b, h)
+}
+
+// keyGen makes keys no other goroutine makes.
+type keyGen struct {
+	buf []byte
+	pre int
+	n   int
+}
+
+func newKeyGen(prefix *atomic.Int64) *keyGen {
+	g := &keyGen{buf: make([]byte, 0, 48)}
+	g.buf = append(g.buf, "bench:"...)
+	g.buf = strconv.AppendInt(g.buf, prefix.Add(1), 10)
+	g.buf = append(g.buf, ':')
+	g.pre = len(g.buf)
+	return g
+}
+
+func (g *keyGen) next() string {
+	g.n++
+	g.buf = strconv.AppendInt(g.buf[:g.pre], int64(g.n), 10)
+	return string(g.buf)
+}
