@@ -116,6 +116,13 @@ local function fmt(us)
   return string.format('%s%02d:%02d:%02d.%0' .. w .. 'dZ', cdate, hh, mm, ss, frac)
 end
 
+-- num reads a stored integer strictly (Lua's tonumber also takes 1e5,
+-- 0x10 and 1.5, which the store would not read back).
+local function num(s)
+  if type(s) == 'string' and string.find(s, '^%-?%d+$') then return tonumber(s) end
+  return nil
+end
+
 local function load()
   local flat = redis.call('HGETALL', K)
   local h = {}
@@ -138,7 +145,7 @@ end
 -- implicit builds the journal of a record without j (see above); nil if
 -- its fields cannot be read.
 local function implicit(h)
-  local a, f, c, lu, u = tonumber(h.a), tonumber(h.f), tonumber(h.c), tonumber(h.lu), tonumber(h.u)
+  local a, f, c, lu, u = num(h.a), num(h.f), num(h.c), num(h.lu), num(h.u)
   if not (a and f and c and lu and u) then return nil end
   local e = {a = a, f = f, s = fmt(c), l = fmt(lu), p = h.po}
   if h.o and h.o ~= '' then e.o = h.o end
@@ -230,7 +237,7 @@ if h.n == id then
   end
   return {code, now, flat}
 end
-local rex = tonumber(h.ex)
+local rex = num(h.ex)
 if not rex then return corrupt('expiry is not a number') end
 local expired = now >= rex
 local takeover = false
@@ -238,7 +245,7 @@ if not expired then
   local st = h.st
   if st == 'completed' or st == 'failed' then return {0, now, flat} end
   if st == 'in_progress' then
-    local rlu = tonumber(h.lu)
+    local rlu = num(h.lu)
     if not rlu then return corrupt('lease is not a number') end
     if now < rlu or (h.po ~= 'at_least_once' and ARGV[10] ~= '1') then return {0, now, flat} end
     takeover = true
@@ -246,13 +253,13 @@ if not expired then
     return corrupt('unknown status')
   end
 end
-local f, a = tonumber(h.f), tonumber(h.a)
+local f, a = num(h.f), num(h.a)
 if not f or not a then return corrupt('fence or attempt is not a number') end
 local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 local created = now
 if not expired then
-  created = tonumber(h.c)
+  created = num(h.c)
   if not created then return corrupt('creation time is not a number') end
 end
 if takeover and #j > 0 then
@@ -412,10 +419,10 @@ local id, fence = ARGV[3], tonumber(ARGV[4])
 local h, flat = load()
 if h.n == id then return {1, now, flat} end
 if #flat == 0 then return {0} end
-local rex = tonumber(h.ex)
+local rex = num(h.ex)
 if not rex then return corrupt('expiry is not a number') end
 if now >= rex then return {0} end
-local f, a, rlu = tonumber(h.f), tonumber(h.a), tonumber(h.lu)
+local f, a, rlu = num(h.f), num(h.a), num(h.lu)
 if not f or not a or not rlu then return corrupt('fence, attempt or lease is not a number') end
 if not statuses[h.st] then return corrupt('unknown status') end
 local j = journalOf(h)

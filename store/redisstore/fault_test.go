@@ -1,0 +1,400 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// The fault tests break the connection of a store call while it is in
+// flight, in the two places it can break:
+//
+//   - before Redis runs the script: CLIENT KILL of the store's connection
+//     while the server holds the call (CLIENT PAUSE WRITE, for a moment);
+//   - after Redis ran it, before the answer arrives: a proxy between the
+//     store and Redis that drops the answer and closes the connection.
+//
+// Each runs with go-redis's retries off (the caller gets an error, never
+// an outcome, and the record is consistent: the next claim follows the
+// policy) and on (the call is run again on a new connection, and the
+// call id makes it answer the truth).
+
+// faultStore returns a store on a client of its own with one connection,
+// through addr (the test server's address, or a proxy's), sharing t's
+// clock with clocks.
+func faultStore(t *testing.T, clocks *testClocks, addr, prefix string, retries bool) *Store {
+	t.Helper()
+	o, err := redis.ParseURL(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Addr = addr
+	o.PoolSize, o.MinIdleConns, o.PipelinePoolSize = 1, 0, 1
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	if retries {
+		o.MaxRetries = 3
+	}
+	client := redis.NewClient(o)
+	s := New(client, WithPrefix(prefix))
+	s.own = true
+	s.clock = clocks.get(t)
+	t.Cleanup(func() { s.Close() })
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func serverAddr(t *testing.T) string {
+	o, err := redis.ParseURL(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Addr
+}
+
+// wantStoreErr fails the test unless err is an error that no caller could
+// read as an outcome.
+func wantStoreErr(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want a store error", what)
+	}
+	for _, outcome := range []error{idem.ErrInProgress, idem.ErrIndeterminate, idem.ErrMismatch, idem.ErrFailed,
+		idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt} {
+		if errors.Is(err, outcome) {
+			t.Fatalf("%s: err = %v reads as the outcome %v", what, err, outcome)
+		}
+	}
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// killDuringCall runs call on s (a store with one connection) and kills
+// that connection while Redis holds the call, before it runs: it pauses
+// the server's writes (CLIENT PAUSE WRITE) for the moment it takes, so
+// other users of the server wait a few milliseconds.
+func killDuringCall(t *testing.T, s *Store, call func() error) error {
+	t.Helper()
+	ctx := context.Background()
+	admin := testClient(t)
+	id, err := s.client.(*redis.Client).ClientID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 5000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			_ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err()
+		}
+	}
+	defer unpause()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	deadline := time.Now().Add(4 * time.Second)
+	for {
+		info, err := admin.Do(ctx, "CLIENT", "LIST", "ID", id).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "flags=b") && strings.Contains(info, "cmd=evalsha") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store's call never reached the paused server: %s", info)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// With retries, the call comes back on a new connection, held by the
+	// pause too: let it run.
+	time.Sleep(20 * time.Millisecond)
+	unpause()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not return after its connection was killed")
+		return nil
+	}
+}
+
+func TestFaultClientKill(t *testing.T) {
+	testURL(t)
+	for _, retries := range []bool{false, true} {
+		name := "no_retries"
+		if retries {
+			name = "retries"
+		}
+		t.Run(name+"/claim", func(t *testing.T) {
+			clocks := new(testClocks)
+			prefix := newPrefix(t)
+			s := faultStore(t, clocks, serverAddr(t), prefix, retries)
+			check := New(testClient(t), WithPrefix(prefix))
+			check.clock = clocks.get(t)
+			var cr idem.ClaimResult
+			err := killDuringCall(t, s, func() (err error) {
+				cr, err = s.Claim(context.Background(), idem.ClaimRequest{Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour})
+				return err
+			})
+			if !retries {
+				wantStoreErr(t, "Claim whose connection was killed", err)
+				// Killed before it ran: the key is as it was.
+				if _, err := check.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+					t.Fatalf("after the killed claim: Get = %v, want ErrNotFound", err)
+				}
+				var n atomic.Int32
+				res, err := idem.New(check, idem.WithLogger(quiet)).Do(context.Background(), idem.Key("k"),
+					func(context.Context) ([]byte, error) { n.Add(1); return []byte("ok"), nil })
+				if err != nil || res.Attempt != 1 || n.Load() != 1 {
+					t.Fatalf("Do after the killed claim: %+v, %v (fn ran %d times)", res, err, n.Load())
+				}
+				return
+			}
+			if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
+				t.Fatalf("Claim retried after its connection was killed: %+v, %v; want acquired, fence 1", cr, err)
+			}
+			if rec, err := check.Get(context.Background(), "k"); err != nil || rec.Fence != 1 || rec.Owner != "killed" {
+				t.Fatalf("after the retried claim: %+v, %v", brief(rec), err)
+			}
+		})
+		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
+				clocks := new(testClocks)
+				prefix := newPrefix(t)
+				s := faultStore(t, clocks, serverAddr(t), prefix, retries)
+				check := New(testClient(t), WithPrefix(prefix))
+				check.clock = clocks.get(t)
+				ctx := context.Background()
+				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				if err != nil || !cr.Acquired {
+					t.Fatal(cr, err)
+				}
+				err = killDuringCall(t, s, func() error { return s.Complete(ctx, "k", cr.Record.Fence, []byte("sent"), time.Hour) })
+				if retries {
+					if err != nil {
+						t.Fatalf("Complete retried after its connection was killed: %v", err)
+					}
+					if rec, err := check.Get(ctx, "k"); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "sent" {
+						t.Fatalf("after the retried completion: %+v, %v", brief(rec), err)
+					}
+					return
+				}
+				wantStoreErr(t, "Complete whose connection was killed", err)
+				followsPolicy(t, clocks, check, p, cr.Record)
+			})
+		}
+	}
+}
+
+// followsPolicy checks the record of "k" after a completion that did not
+// happen: in progress under its lease, busy until it lapses, then taken
+// over (AtLeastOnce) or indeterminate (AtMostOnce).
+func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p idem.Policy, held idem.Record) {
+	t.Helper()
+	ctx := context.Background()
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != held.Fence || len(rec.Result) != 0 {
+		t.Fatalf("after the failed completion: %+v, %v; want the claim as it was", brief(rec), err)
+	}
+	l := idem.New(s, idem.WithLogger(quiet), idem.WithPolicy(p), idem.WithOwner("next"))
+	var n atomic.Int32
+	fn := func(context.Context) ([]byte, error) { n.Add(1); return []byte("again"), nil }
+	if _, err := l.Do(ctx, idem.Key("k"), fn); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("Do while the lease runs: %v, want ErrInProgress", err)
+	}
+	clocks.advance(t, time.Until(rec.LeaseUntil)+time.Minute)
+	res, err := l.Do(ctx, idem.Key("k"), fn)
+	switch p {
+	case idem.AtLeastOnce:
+		if err != nil || !res.Takeover || res.Fence != held.Fence+1 || n.Load() != 1 {
+			t.Fatalf("Do after the lease passed: %+v, %v; want a takeover with fence %d", res, err, held.Fence+1)
+		}
+	case idem.AtMostOnce:
+		if !errors.Is(err, idem.ErrIndeterminate) || n.Load() != 0 {
+			t.Fatalf("Do after the lease passed: %v (fn ran %d times), want ErrIndeterminate", err, n.Load())
+		}
+	}
+}
+
+// proxy forwards connections to a Redis server; armed, it drops the next
+// answer the server sends and closes that connection.
+type proxy struct {
+	ln     net.Listener
+	target string
+	drop   atomic.Int32
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
+		p.wg.Go(func() {
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 {
+					if p.drop.Load() > 0 && p.drop.Add(-1) >= 0 {
+						s.Close()
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+func TestFaultAnswerLost(t *testing.T) {
+	testURL(t)
+	for _, retries := range []bool{false, true} {
+		name := "no_retries"
+		if retries {
+			name = "retries"
+		}
+		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+			t.Run(name+"/claim/"+p.String(), func(t *testing.T) {
+				t.Parallel()
+				clocks := new(testClocks)
+				prefix := newPrefix(t)
+				px := startProxy(t, serverAddr(t))
+				s := faultStore(t, clocks, px.addr(), prefix, retries)
+				check := New(testClient(t), WithPrefix(prefix))
+				check.clock = clocks.get(t)
+				ctx := context.Background()
+				px.drop.Store(1)
+				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				if retries {
+					if err != nil || !cr.Acquired || cr.Takeover || cr.Record.Fence != 1 || cr.Record.Owner != "lost" {
+						t.Fatalf("Claim whose first answer was lost, retried: %+v, %v; want acquired, fence 1", cr, err)
+					}
+					return
+				}
+				wantStoreErr(t, "Claim whose answer was lost", err)
+				// It ran: the claim holds the key, and nobody runs it.
+				followsPolicy(t, clocks, check, p, idem.Record{Fence: 1})
+			})
+			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
+				t.Parallel()
+				clocks := new(testClocks)
+				prefix := newPrefix(t)
+				px := startProxy(t, serverAddr(t))
+				s := faultStore(t, clocks, px.addr(), prefix, retries)
+				check := New(testClient(t), WithPrefix(prefix))
+				check.clock = clocks.get(t)
+				ctx := context.Background()
+				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				if err != nil || !cr.Acquired {
+					t.Fatal(cr, err)
+				}
+				px.drop.Store(1)
+				err = s.Complete(ctx, "k", cr.Record.Fence, []byte("sent"), time.Hour)
+				if retries {
+					if err != nil {
+						t.Fatalf("Complete whose first answer was lost, retried: %v; want nil (it completed)", err)
+					}
+				} else {
+					wantStoreErr(t, "Complete whose answer was lost", err)
+				}
+				// It ran: duplicates get the result.
+				var n atomic.Int32
+				res, err := idem.New(check, idem.WithLogger(quiet), idem.WithPolicy(p)).Do(ctx, idem.Key("k"),
+					func(context.Context) ([]byte, error) { n.Add(1); return nil, nil })
+				if err != nil || !res.Replayed || string(res.Value) != "sent" || n.Load() != 0 {
+					t.Fatalf("Do after the completion: %+v, %v; want the result replayed", res, err)
+				}
+			})
+		}
+		t.Run(name+"/extend_and_release", func(t *testing.T) {
+			t.Parallel()
+			clocks := new(testClocks)
+			px := startProxy(t, serverAddr(t))
+			s := faultStore(t, clocks, px.addr(), newPrefix(t), retries)
+			ctx := context.Background()
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
+			if err != nil || !cr.Acquired {
+				t.Fatal(cr, err)
+			}
+			px.drop.Store(1)
+			until, err := s.Extend(ctx, "k", cr.Record.Fence, time.Hour)
+			if retries != (err == nil) || (err == nil && until.Before(cr.Now.Add(time.Hour))) {
+				t.Fatalf("Extend whose first answer was lost: %v, %v", until, err)
+			}
+			if !retries {
+				wantStoreErr(t, "Extend whose answer was lost", err)
+			}
+			_ = s.client.Ping(ctx).Err() // a new connection, so that the next drop hits the release
+			px.drop.Store(1)
+			err = s.Release(ctx, "k", cr.Record.Fence, "retry")
+			if retries != (err == nil) {
+				t.Fatalf("Release whose first answer was lost: %v", err)
+			}
+			if !retries {
+				wantStoreErr(t, "Release whose answer was lost", err)
+			}
+			rec, err := s.Get(ctx, "k")
+			if err != nil || rec.Status != idem.StatusReleased || rec.Reason != "retry" {
+				t.Fatalf("after the release: %+v, %v", brief(rec), err)
+			}
+		})
+	}
+}

@@ -1,0 +1,398 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	prefix := newPrefix(t)
+	u, _ := url.Parse(withPrefixURL(t, prefix))
+	q := u.Query()
+	q.Set(ParamKeepExpired, "90m")
+	q.Set(ParamWaitReplicas, "0")
+	q.Set("pool_size", "3")
+	u.RawQuery = q.Encode()
+	s, err := Open(ctx, u.String())
+	if err != nil {
+		t.Fatalf("Open(%s): %v", u, err)
+	}
+	defer s.Close()
+	if s.Prefix() != prefix || s.cfg.keepExpired != 90*time.Minute {
+		t.Fatalf("Open: prefix %q keep %v, want %q 90m", s.Prefix(), s.cfg.keepExpired, prefix)
+	}
+	if o := s.client.(*redis.Client).Options(); o.PoolSize != 3 || !o.ContextTimeoutEnabled {
+		t.Fatalf("Open: pool size %d, context timeouts %v; want the URL's 3, and true", o.PoolSize, o.ContextTimeoutEnabled)
+	}
+	// Options passed to Open win over the URL's.
+	s2, err := Open(ctx, u.String(), WithPrefix(prefix+"x:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Prefix() != prefix+"x:" {
+		t.Fatalf("Open with WithPrefix: prefix %q", s2.Prefix())
+	}
+	noErr(t, s2.Close())
+	noErr(t, s2.Close()) // idempotent
+	if _, err := s2.Get(ctx, "k"); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+
+	for _, bad := range []string{
+		"redis://127.0.0.1:6379/0?" + ParamKeepExpired + "=soon",
+		"redis://127.0.0.1:6379/0?" + ParamWaitReplicas + "=x",
+		"redis://127.0.0.1:6379/0?" + ParamWaitReplicas + "=1&" + ParamWaitTimeout + "=-1s",
+		"redis://127.0.0.1:6379/0?nonsense=1",
+		"http://127.0.0.1:6379/",
+	} {
+		if s, err := Open(ctx, bad); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded, want an error", bad)
+		}
+	}
+	if s, err := Open(ctx, "redis://127.0.0.1:1/0?dial_timeout=200ms"); err == nil {
+		s.Close()
+		t.Error("Open of an unreachable server succeeded")
+	} else if errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Open of an unreachable server: %v", err)
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCorrupt damages each part of a hash the store reads: every call on
+// the key reports an *idem.CorruptError and writes nothing, but Delete,
+// which is how an operator removes it.
+func TestCorrupt(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		kv   []string // fields to set
+		del  string   // a field to delete
+	}{
+		{name: "status", kv: []string{"st", "bogus"}},
+		{name: "policy", kv: []string{"po", "sometimes"}},
+		{name: "fence", kv: []string{"f", "x1"}},
+		{name: "expiry", kv: []string{"ex", "soon"}},
+		{name: "lease", kv: []string{"lu", "1e5"}}, // a number to Lua's tonumber, not to the store
+		{name: "journal", kv: []string{"j", "{not json"}},
+		{name: "journal_not_array", kv: []string{"j", `{"a":1}`}},
+		{name: "journal_bad_time", kv: []string{"j", `[{"a":1,"f":1,"s":"yesterday","l":"2030-01-01T00:00:00Z"}]`}},
+		{name: "missing_status", del: "st"},
+		{name: "missing_fence", del: "f"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestStore(t, nil)
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			noErr(t, err)
+			if tc.name == "journal_bad_time" || strings.HasPrefix(tc.name, "journal") {
+				// Give the record an explicit journal first, then damage it.
+				_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+				noErr(t, err)
+			}
+			c := testClient(t)
+			if tc.kv != nil {
+				noErr(t, c.HSet(ctx, s.rkey("k"), tc.kv).Err())
+			}
+			if tc.del != "" {
+				noErr(t, c.HDel(ctx, s.rkey("k"), tc.del).Err())
+			}
+			before, _ := c.HGetAll(ctx, s.rkey("k")).Result()
+			wantCorrupt := func(what string, err error) {
+				t.Helper()
+				var ce *idem.CorruptError
+				if !errors.As(err, &ce) || ce.Key != "k" {
+					t.Fatalf("%s of a record with a damaged %s: %v, want *idem.CorruptError for k", what, tc.name, err)
+				}
+			}
+			_, err = s.Get(ctx, "k")
+			wantCorrupt("Get", err)
+			_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour, TakeLapsed: true})
+			wantCorrupt("Claim", err)
+			_, err = s.List(ctx, idem.ListQuery{})
+			wantCorrupt("List", err)
+			_, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: true})
+			wantCorrupt("Resolve", err)
+			switch tc.name {
+			case "policy", "lease", "journal_bad_time":
+				// The scripts do not need these to end the attempt; the
+				// store refuses to read them.
+			default:
+				wantCorrupt("Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour))
+				_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+				wantCorrupt("Extend", err)
+				after, _ := c.HGetAll(ctx, s.rkey("k")).Result()
+				if fmt.Sprint(after) != fmt.Sprint(before) {
+					t.Fatalf("a call on a damaged record wrote it:\n before %v\n after  %v", before, after)
+				}
+			}
+			noErr(t, s.Delete(ctx, "k"))
+			if _, err := s.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("Get after deleting the damaged record: %v", err)
+			}
+		})
+	}
+	t.Run("wrong_type", func(t *testing.T) {
+		s := newTestStore(t, nil)
+		noErr(t, testClient(t).Set(ctx, s.rkey("k"), "a string", time.Hour).Err())
+		_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		if err == nil || errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Claim of a key that is not a hash: %v, want an error", err)
+		}
+	})
+}
+
+// TestCallID runs a write twice with the same call id, as a client's
+// retry does: the second run answers what the first did.
+func TestCallID(t *testing.T) {
+	s := newTestStore(t, nil)
+	ctx := context.Background()
+	keys := []string{s.rkey("k")}
+	req := idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	args := s.claimArgs(req)
+	for i := range 2 {
+		v, err := scriptClaim.Run(ctx, s.client, keys, args...).Result()
+		noErr(t, err)
+		cr, err := claimResult(req, v)
+		if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
+			t.Fatalf("claim run %d: %+v, %v; want acquired, fence 1", i, cr, err)
+		}
+	}
+	fargs := s.args(int64(1), string(idem.StatusCompleted), []byte("r"), micros(time.Hour))
+	for i := range 2 {
+		v, err := scriptFinish.Run(ctx, s.client, keys, fargs...).Result()
+		noErr(t, err)
+		if a, code, _ := reply(v); code != 1 && code != 2 {
+			t.Fatalf("complete run %d: %v", i, a)
+		}
+	}
+	// Another call with the same fence is refused.
+	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("a second completion: %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestKeepExpired holds what Redis keeps after a record expires, on the
+// real clock.
+func TestKeepExpired(t *testing.T) {
+	ctx := context.Background()
+	c := testClient(t)
+	for _, keep := range []time.Duration{0, time.Hour} {
+		t.Run(keep.String(), func(t *testing.T) {
+			s := newTestStore(t, nil, WithKeepExpired(keep))
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			noErr(t, err)
+			noErr(t, s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), 50*time.Millisecond))
+			ttl, err := c.PTTL(ctx, s.rkey("k")).Result()
+			noErr(t, err)
+			if ttl <= keep || ttl > keep+time.Second {
+				t.Fatalf("PTTL after a completion with 50ms retention: %v, want about %v", ttl, keep+50*time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if _, err := s.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("Get after the retention: %v, want ErrNotFound", err)
+			}
+			exists, err := c.Exists(ctx, s.rkey("k")).Result()
+			noErr(t, err)
+			cr, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			noErr(t, err)
+			if keep == 0 {
+				if exists != 0 || cr.Record.Fence != 1 {
+					t.Fatalf("keep 0: the hash exists %v, the next claim has fence %d; want gone, 1", exists == 1, cr.Record.Fence)
+				}
+				return
+			}
+			if exists != 1 || cr.Record.Fence != 2 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+				t.Fatalf("keep 1h: the hash exists %v, the next claim has fence %d; want kept, 2 (after expiry)", exists == 1, cr.Record.Fence)
+			}
+		})
+	}
+}
+
+// TestWait uses WAIT on a server the test expects to have no replicas:
+// every write reports that it was not replicated, and a claim that was
+// acquired is released again.
+func TestWait(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, nil, WithWait(1, 20*time.Millisecond))
+	d, err := s.Durability(ctx)
+	if err != nil {
+		t.Skipf("CONFIG is not available: %v", err)
+	}
+	if d.Replicas > 0 {
+		t.Skipf("the test server has %d replicas", d.Replicas)
+	}
+	req := idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	_, err = s.Claim(ctx, req)
+	var nr *NotReplicatedError
+	if !errors.As(err, &nr) || nr.Want != 1 || nr.Got != 0 {
+		t.Fatalf("Claim with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
+	}
+	wantStoreErr(t, "Claim not replicated", err)
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("after an unconfirmed claim: %+v, %v; want it released", brief(rec), err)
+	}
+	_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req, {Key: "k2", Lease: time.Minute, Retention: time.Hour}})
+	if !errors.As(err, &nr) {
+		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v", err)
+	}
+	if rec, err := s.Get(ctx, "k2"); err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("after an unconfirmed batch claim: %+v, %v; want it released", brief(rec), err)
+	}
+
+	// With WAIT 0 replicas nothing changes.
+	s0 := New(s.client, WithPrefix(s.Prefix()), WithWait(0, time.Second))
+	cr, err := s0.Claim(ctx, req)
+	if err != nil || !cr.Acquired {
+		t.Fatal(cr, err)
+	}
+	err = s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour)
+	if !errors.As(err, &nr) {
+		t.Fatalf("Complete with WAIT 1 and no replica: %v", err)
+	}
+	if rec, _ := s.Get(ctx, "k"); rec.Status != idem.StatusCompleted {
+		t.Fatalf("the unconfirmed completion is on the primary: %s", rec.Status)
+	}
+}
+
+func TestDurability(t *testing.T) {
+	s := newTestStore(t, nil)
+	d, err := s.Durability(context.Background())
+	if err != nil {
+		t.Skipf("CONFIG is not available: %v", err)
+	}
+	if d.Role == "" || (d.AppendFsync != "always" && d.AppendFsync != "everysec" && d.AppendFsync != "no") {
+		t.Fatalf("Durability = %+v", d)
+	}
+	t.Logf("test server: %v", d)
+	if (Durability{AppendOnly: true, AppendFsync: "everysec"}).Durable() || !(Durability{AppendOnly: true, AppendFsync: "always"}).Durable() {
+		t.Fatal("Durable is wrong")
+	}
+}
+
+// countHook counts the round trips a client makes.
+type countHook struct{ single, pipelines atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.single.Add(1); return next(ctx, cmd) }
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.pipelines.Add(1); return next(ctx, cmds) }
+}
+
+// TestRoundTrips counts the round trips of the store's calls.
+func TestRoundTrips(t *testing.T) {
+	o, err := redis.ParseURL(testURL(t))
+	noErr(t, err)
+	client := redis.NewClient(o)
+	defer client.Close()
+	s := New(client, WithPrefix(newPrefix(t)))
+	ctx := context.Background()
+	noErr(t, s.Ping(ctx))
+	reqs := make([]idem.ClaimRequest, 10)
+	for i := range reqs {
+		reqs[i] = idem.ClaimRequest{Key: fmt.Sprint("warm", i), Lease: time.Minute, Retention: time.Hour}
+	}
+	_, err = s.ClaimBatch(ctx, reqs) // connects the pipeline pool's connection
+	noErr(t, err)
+	h := new(countHook)
+	client.AddHook(h)
+	for i := range reqs {
+		reqs[i].Key = fmt.Sprint("k", i)
+	}
+	res, err := s.ClaimBatch(ctx, reqs)
+	noErr(t, err)
+	if h.pipelines.Load() != 1 || h.single.Load() != 0 {
+		t.Fatalf("ClaimBatch of 10 keys: %d pipelines and %d commands, want one pipeline", h.pipelines.Load(), h.single.Load())
+	}
+	h.pipelines.Store(0)
+	for _, call := range []func() error{
+		func() error { _, err := s.Claim(ctx, idem.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour}); return err },
+		func() error { _, err := s.Extend(ctx, "k0", res[0].Record.Fence, time.Minute); return err },
+		func() error { return s.Complete(ctx, "k0", res[0].Record.Fence, []byte("r"), time.Hour) },
+		func() error { return s.Release(ctx, "k1", res[1].Record.Fence, "") },
+		func() error { _, err := s.Claim(ctx, idem.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour}); return err },
+		func() error { _, err := s.Get(ctx, "k0"); return err },
+		func() error { _, err := s.Resolve(ctx, "k2", 0, idem.Resolution{}); return err },
+		func() error { return s.Delete(ctx, "k3") },
+	} {
+		h.single.Store(0)
+		noErr(t, call())
+		if h.single.Load() != 1 || h.pipelines.Load() != 0 {
+			t.Fatalf("a call made %d commands and %d pipelines, want one command", h.single.Load(), h.pipelines.Load())
+		}
+	}
+}
+
+// TestPrefixes checks that stores under different prefixes on one server
+// do not see each other's records, whatever the keys and prefixes hold.
+func TestPrefixes(t *testing.T) {
+	ctx := context.Background()
+	a := newTestStore(t, nil)
+	b := New(testClient(t), WithPrefix(newPrefix(t)+"*?[x]\\"))
+	for _, s := range []*Store{a, b} {
+		for _, k := range []string{"k", "*", "a:b"} {
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: s.Prefix(), Lease: time.Minute, Retention: time.Hour})
+			noErr(t, err)
+			if s == b {
+				noErr(t, s.Complete(ctx, k, cr.Record.Fence, nil, time.Millisecond))
+			}
+		}
+	}
+	recs, err := a.List(ctx, idem.ListQuery{})
+	noErr(t, err)
+	if len(recs) != 3 {
+		t.Fatalf("List under %q: %d records, want 3", a.Prefix(), len(recs))
+	}
+	for _, r := range recs {
+		if r.Owner != a.Prefix() {
+			t.Fatalf("List under %q returned %q of %q", a.Prefix(), r.Key, r.Owner)
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // b's records expire
+	if n, err := a.Sweep(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("Sweep under %q: %d, %v; want 0 (its records are live; the expired ones are another prefix's)", a.Prefix(), n, err)
+	}
+	if n, err := b.Sweep(ctx, 100); err != nil || n != 3 {
+		t.Fatalf("Sweep under %q: %d, %v; want 3", b.Prefix(), n, err)
+	}
+}
+
+// TestContext checks that a call with an ended context does not reach the
+// server and says why.
+func TestContext(t *testing.T) {
+	s := newTestStore(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with a cancelled context: %v", err)
+	}
+	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the cancelled claim reached the server: %v", err)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer dcancel()
+	time.Sleep(time.Millisecond)
+	if err := s.Complete(dctx, "k", 1, nil, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Complete past its deadline: %v", err)
+	}
+}
