@@ -325,11 +325,17 @@ func TestRoundTrips(t *testing.T) {
 	}
 	h.pipelines.Store(0)
 	for _, call := range []func() error{
-		func() error { _, err := s.Claim(ctx, idem.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour}); return err },
+		func() error {
+			_, err := s.Claim(ctx, idem.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour})
+			return err
+		},
 		func() error { _, err := s.Extend(ctx, "k0", res[0].Record.Fence, time.Minute); return err },
 		func() error { return s.Complete(ctx, "k0", res[0].Record.Fence, []byte("r"), time.Hour) },
 		func() error { return s.Release(ctx, "k1", res[1].Record.Fence, "") },
-		func() error { _, err := s.Claim(ctx, idem.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour}); return err },
+		func() error {
+			_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour})
+			return err
+		},
 		func() error { _, err := s.Get(ctx, "k0"); return err },
 		func() error { _, err := s.Resolve(ctx, "k2", 0, idem.Resolution{}); return err },
 		func() error { return s.Delete(ctx, "k3") },
