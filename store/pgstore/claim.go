@@ -93,9 +93,11 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 		return res, true, nil
 	}
 	if acquired && raw.journal == nil {
+		// The INSERT inserted the row (xmax = 0): a new key, whose journal
+		// is the one entry of the request.
 		req := reqFor(raw.key)
-		if req == nil {
-			return res, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q", raw.key)
+		if req == nil || raw.fence != 1 || raw.attempt != 1 {
+			return res, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 		}
 		raw.entries = []idem.JournalEntry{{
 			Attempt:     1,
