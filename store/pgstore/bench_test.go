@@ -23,7 +23,12 @@ import (
 //	pgbench -n -f ins.sql -c 8 -j 2 -T 10 test
 //	pgbench -n -f ins.sql -c 64 -j 2 -T 10 test
 //
-//	IDEM_TEST_POSTGRES=... go test -run '^$' -bench . -benchtime 10s ./store/pgstore/
+//	IDEM_TEST_POSTGRES=... go test -run '^$' -bench 'ClaimComplete|ClaimBatch10' -benchtime 10s ./store/pgstore/
+//
+// pgbench's rate on a small machine moves by a factor of two from one run
+// to the next (the disk's flush latency, other load), so run the two
+// alternately, each concurrency's pgbench just before and after its
+// benchmarks, and compare each benchmark with the runs around it.
 
 // callers are the concurrencies the benchmarks run at.
 var callers = []int{8, 64}

@@ -197,10 +197,13 @@
 //
 // # Performance
 //
-// On a 2-core machine with PostgreSQL 15 at synchronous_commit=on, an
-// unbatched claim+complete of a new key (two statements, two commits)
-// runs at about 0.3 to 0.5 times the rate of pgbench's single-row INSERT
-// ... ON CONFLICT DO NOTHING at the same number of clients, and a batch
-// claim of 10 keys at 2 to 4 times that rate in keys; see bench_test.go
-// for the benchmarks and the pgbench commands.
+// Measured on a 2-core machine running both PostgreSQL 15
+// (synchronous_commit=on) and the benchmark, in runs interleaved with
+// pgbench's single-row INSERT ... ON CONFLICT DO NOTHING at the same
+// number of clients: an unbatched claim+complete of a new key (two
+// statements, two commits) ran at 0.30 to 0.59 times pgbench's rate at 8
+// clients and 0.31 to 0.48 times at 64, where the machine is CPU-bound; a
+// ClaimBatch of 10 keys at 2.5 to 6 times pgbench's rate in keys, and a
+// ClaimBatch followed by a CompleteBatch of the 10 at 1.2 to 3.3 times.
+// The spread is the machine's; see bench_test.go for the commands.
 package pgstore
