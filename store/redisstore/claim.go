@@ -56,11 +56,12 @@ func checkPolicy(p idem.Policy) error {
 }
 
 func (s *Store) claimArgs(req idem.ClaimRequest) []any {
-	take := "0"
+	take := argTake[0]
 	if req.TakeLapsed {
-		take = "1"
+		take = argTake[1]
 	}
-	return s.args(req.Owner, req.Correlation, req.Policy.String(), micros(req.Lease), micros(req.Retention), req.Fingerprint, take)
+	// The policy was checked: 0 or 1.
+	return append(s.argsCap(7), req.Owner, req.Correlation, argPolicy[req.Policy], micros(req.Lease), micros(req.Retention), req.Fingerprint, take)
 }
 
 // claimResult reads the claim script's answer.

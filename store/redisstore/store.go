@@ -32,6 +32,7 @@ type Store struct {
 
 	idBase string // random; call ids are idBase + a sequence number
 	seq    atomic.Uint64
+	extra0 any // ARGV[2] without a clock offset, boxed once
 }
 
 var (
@@ -142,7 +143,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Store{client: client, cfg: cfg, idBase: hex.EncodeToString(b[:]) + ":"}
+	return &Store{client: client, cfg: cfg, idBase: hex.EncodeToString(b[:]) + ":", extra0: cfg.keepExpired.Microseconds()}
 }
 
 // Client returns the store's Redis client.
@@ -224,17 +225,38 @@ func (s *Store) offset() int64 {
 // args returns the arguments every script starts with (see scripts.go),
 // then a fresh call id, then more.
 func (s *Store) args(more ...any) []any {
-	off := s.offset()
-	a := make([]any, 0, 3+len(more))
-	a = append(a, off, s.cfg.keepExpired.Microseconds()-off, s.callID())
-	return append(a, more...)
+	return append(s.argsCap(len(more)), more...)
+}
+
+// argsCap is args with room for n more, for callers that append them.
+func (s *Store) argsCap(n int) []any {
+	a := make([]any, 3, 3+n)
+	a[0], a[1] = s.clockArgs()
+	a[2] = s.callID()
+	return a
 }
 
 // readArgs returns the arguments of a script that does not write.
 func (s *Store) readArgs() []any {
-	off := s.offset()
-	return []any{off, s.cfg.keepExpired.Microseconds() - off}
+	off, extra := s.clockArgs()
+	return []any{off, extra}
 }
+
+// clockArgs returns ARGV[1] and ARGV[2] of every script.
+func (s *Store) clockArgs() (off, extra any) {
+	o := s.offset()
+	if o == 0 {
+		return argZero, s.extra0
+	}
+	return o, s.cfg.keepExpired.Microseconds() - o
+}
+
+// Arguments boxed once.
+var (
+	argZero   any = int64(0)
+	argTake       = [2]any{"0", "1"}
+	argPolicy     = [2]any{idem.AtLeastOnce.String(), idem.AtMostOnce.String()}
+)
 
 // callID returns an id no other call of any store makes.
 func (s *Store) callID() string {
