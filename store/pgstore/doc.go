@@ -55,10 +55,11 @@
 // A claim is one statement:
 //
 //	WITH ins AS (
-//		INSERT INTO t VALUES (<a new in_progress record, fence 1, attempt 1>)
+//		INSERT INTO t SELECT <a new in_progress record, fence 1, attempt 1>
+//		WHERE NOT EXISTS (SELECT 1 FROM t WHERE key = $1 AND NOT <claimable>)
 //		ON CONFLICT (key) DO UPDATE SET <fence+1, attempt+1, new owner, lease,
 //			journal: the lapsed entry marked, the new one appended, trimmed>
-//		WHERE t.expires_at <= now OR t.status = 'released'
+//		WHERE <claimable>: t.expires_at <= now OR t.status = 'released'
 //			OR (t.status = 'in_progress' AND t.lease_until <= now
 //			    AND (t.policy = 'at_least_once' OR $take_lapsed))
 //		RETURNING t.*, t.xmax = 0 AS inserted)
@@ -70,6 +71,13 @@
 // kept in the new journal entry; a new key's entry is not sent back (the
 // caller knows it: xmax = 0 tells an insert from an update, as in River's
 // unique insert).
+//
+// A key the statement's snapshot shows as not claimable (a duplicate of a
+// completed or failed key, a busy or an indeterminate one) is not inserted
+// at all: the statement only reads, takes no row lock, writes no WAL, and
+// its commit waits for no flush, so duplicates are cheap and do not queue
+// behind each other. (ON CONFLICT DO UPDATE locks the conflicting row even
+// when its WHERE is false.)
 //
 // Concurrency, under READ COMMITTED (which the store's own transactions
 // and, unless the URL says otherwise, the sessions of Open's pool use):
@@ -86,9 +94,10 @@
 // claimable. The statement returns, for that row, whether it is claimable
 // by the same rule, and the store runs the claim again (with a new
 // snapshot) in exactly those cases: the only second round trip, taken
-// only under contention on the key. Any other row the snapshot returns is
-// a true answer as of the statement's start (for example "busy" for a
-// holder that completed a moment later).
+// only under contention on the key (a few claims in a thousand when 16
+// goroutines race for the same new keys, TestClaimRace). Any other row
+// the snapshot returns is a true answer as of the statement's start (for
+// example "busy" for a holder that completed a moment later).
 //
 // [Store.ClaimBatch] claims many keys in one such statement, with the
 // requests as arrays (unnest), inserted in key order so that concurrent

@@ -129,9 +129,10 @@ func wantStoreError(t *testing.T, what string, err error) {
 }
 
 // TestKillMidClaim terminates the store's connection while its claim waits
-// for the row (a lapsed attempt that the claim would take over under
-// AtLeastOnce): the caller gets a store error and fn does not run; the
-// record is as it was, and the next claim behaves by the policy.
+// for the row (a lapsed attempt that the claim would take over: under
+// AtLeastOnce, or under AtMostOnce with a Reconcile hook): the caller gets
+// a store error and neither the hook nor fn runs; the record is as it was,
+// and the next claim behaves by the policy.
 func TestKillMidClaim(t *testing.T) {
 	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
@@ -151,8 +152,17 @@ func TestKillMidClaim(t *testing.T) {
 			release := f.lock(t, key.String())
 			var ran atomic.Int64
 			done := make(chan error, 1)
+			// Under AtMostOnce only a caller with a Reconcile hook takes a
+			// lapsed attempt over (a claim with TakeLapsed); a claim that
+			// cannot take the key writes nothing and waits for nothing.
+			var opts []idem.CallOption
+			if p == idem.AtMostOnce {
+				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+					return nil, false, nil
+				}))
+			}
 			go func() {
-				_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("x"), nil })
+				_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("x"), nil }, opts...)
 				done <- err
 			}()
 			f.killWaiting(t)
@@ -359,4 +369,33 @@ func TestClosed(t *testing.T) {
 			t.Errorf("%s on a closed store: %v, want ErrClosed", name, err)
 		}
 	}
+}
+
+// TestDuplicateDoesNotLock: a claim that finds the key not claimable
+// (completed, busy) writes nothing and takes no row lock, so it answers at
+// once even while another transaction holds the row.
+func TestDuplicateDoesNotLock(t *testing.T) {
+	t.Parallel()
+	f := newFaultStore(t)
+	ctx := context.Background()
+	done := claimNew(t, f, "done")
+	if err := f.Complete(ctx, "done", done.Record.Fence, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	claimNew(t, f, "busy")
+	var before string
+	testPool(t).QueryRow(ctx, "SELECT string_agg(xmin::text || '/' || xmax::text, ',' ORDER BY key) FROM "+f.Table()).Scan(&before)
+	f.lock(t, "done")
+	f.lock(t, "busy")
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	for _, key := range []string{"done", "busy"} {
+		cr, err := f.Claim(cctx, req(key))
+		if err != nil || cr.Acquired {
+			t.Fatalf("Claim(%q) while another transaction holds the row: %+v, %v; want an answer at once", key, cr, err)
+		}
+	}
+	var after string
+	testPool(t).QueryRow(ctx, "SELECT string_agg(xmin::text || '/' || xmax::text, ',' ORDER BY key) FROM "+f.Table()).Scan(&after)
+	t.Logf("rows (xmin/xmax) before %s, after %s", before, after)
 }

@@ -164,32 +164,39 @@ func claimReturning(ins, now string) string {
 
 // claimSQL is the claim of one key: $1 key, $2 owner, $3 correlation, $4
 // policy, $5 lease (µs), $6 retention (µs), $7 fingerprint, $8 take lapsed.
-// One INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <claimable>
-// RETURNING; when it returns nothing (the key was not claimable), the row
-// as the statement's snapshot found it. Each result row is a record,
-// acquired, claimable (for a row not acquired: whether the snapshot's row
-// was claimable, which means that it changed under the statement, and the
-// claim must run again), and the statement's clock.
+//
+// It first reads the key's row from the statement's snapshot, without
+// locking it. If that row is not claimable (a duplicate of a completed or
+// failed key, a busy or indeterminate one), the statement writes nothing
+// and returns it: a duplicate costs a read, no row lock, no WAL and no
+// commit flush, and duplicates of one key do not queue behind each other.
+// Otherwise (absent, expired, released, lapsed and takeable) it runs the
+// claim proper: one INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
+// <claimable> RETURNING. Each result row is a record, acquired, claimable
+// (for a row not acquired: whether the snapshot's row was claimable, which
+// means that it changed under the statement and the claim must run again),
+// and the statement's clock.
 //
 // Concurrency (READ COMMITTED): the INSERT either inserts the key or, on a
 // conflict, locks the row's latest committed version, waiting for a
 // concurrent writer of the key to finish, and evaluates the WHERE on that
 // version; the DO UPDATE reads t.* from it. So an acquired claim is always
 // decided on the latest row, never on a stale one. When the WHERE is false,
-// nothing is written and RETURNING gives nothing; the fallback SELECT then
-// reads the row from the statement's snapshot, which is older than the
-// version the WHERE saw if another transaction committed the key in
-// between. That version was not claimable; the snapshot's may have been
-// (or absent). The caller detects exactly that case from the claimable
-// column (or a missing row) and runs the claim again, with a new snapshot.
-// Any other snapshot row is a true answer as of the statement's start
-// (for example "busy" for a holder that completed a moment later).
+// the row is left as it is (locked until the statement's transaction
+// ends) and RETURNING gives nothing; the snapshot's row (or
+// its absence) is then older than the version the WHERE rejected: another
+// transaction committed the key in between. The caller detects exactly
+// that case (a claimable or missing row, not acquired) and runs the claim
+// again, with a new snapshot. A snapshot row that is not claimable is a
+// true answer as of the statement's start (for example "busy" for a
+// holder that completed a moment later).
 func claimSQL(table, now string) string {
 	in := claimIn{key: "$1::text", owner: "$2::text", corr: "$3::text", policy: "$4::text",
 		lease: "$5::bigint", ret: "$6::bigint", fp: "$7::text", take: "$8::boolean"}
 	return `WITH ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	VALUES (` + newRow(in, now) + `)
+	SELECT ` + newRow(in, now) + `
+	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean") + `)
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
@@ -201,11 +208,11 @@ WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 }
 
 // claimBatchSQL is claimSQL for many requests with distinct keys: the same
-// parameters as arrays, claimed in key order (so that concurrent batches
-// lock their rows in the same order and cannot deadlock), in one INSERT.
-// The fallback runs only when some key was not acquired, and finds their
-// rows by primary key (key = ANY: the planner looks them up by key
-// whatever its statistics say).
+// parameters as arrays, the claimable keys claimed in key order (so that
+// concurrent batches lock their rows in the same order and cannot
+// deadlock) in one INSERT. The rows of the keys not acquired are read only
+// when there are some, by primary key (key = ANY: the planner looks them
+// up by key whatever its statistics say).
 func claimBatchSQL(table, now string) string {
 	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp", take: "(SELECT r.take FROM r WHERE r.key = t.key)"}
@@ -216,6 +223,7 @@ ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
 	SELECT ` + newRow(in, "c.now") + `
 	FROM r, c
+	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
 	ORDER BY r.key COLLATE "C"
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
