@@ -13,7 +13,16 @@
 // field, with the JSON names of [idem.JournalEntry] and its times as RFC
 // 3339 strings in UTC, exactly as encoding/json writes a time.Time, so
 // json.Unmarshal reads it as it is (the scripts format them; the tests
-// check the round trip).
+// check the round trip). A record whose history is a single attempt of a
+// fresh key (claimed, extended, finished: the common life) has no journal
+// field yet: its one entry is what its other fields say, plus the claim's
+// correlation id and the entry's outcome in two small fields, and the
+// store builds it when it reads the record. The scripts on the hot path
+// therefore neither format times nor parse JSON, and such a record stays
+// in Redis's compact hash encoding (listpack; about 300 bytes with a short
+// result). The first write that needs more (a second attempt, a takeover,
+// a resolution) writes the journal field. The field names are listed in
+// scripts.go.
 //
 // # Scripts
 //
@@ -52,8 +61,10 @@
 // write; a script that finds its own call id answers what its first run
 // did. Retries are therefore safe, and [Open] keeps them. (One case
 // remains: if another client writes the key between the first run and the
-// retry, which only a Release or an Abandon allow, the retry reports
-// [idem.ErrLeaseLost] for a release that happened.) A call whose context
+// retry, which a Release or an Abandon allows at once and a claim's lease
+// only once it has passed, the retry answers by the record it finds: an
+// [idem.ErrLeaseLost] for a release that happened, a busy key for a claim
+// whose lease ran out meanwhile.) A call whose context
 // ends, or whose retries run out, returns an error: a store error, never
 // an outcome, and the key is left to its lease and policy.
 //
@@ -107,11 +118,21 @@
 // refuse every write with it; durability is the server's configuration,
 // which the store reports but does not change.
 //
+// # Connections
+//
+// Each call takes one connection from the client's pool for one round
+// trip; [Store.ClaimBatch] takes one from go-redis's pipeline pool. Size
+// the pools for the number of concurrent callers: go-redis's defaults are
+// 10 connections per CPU (pool_size) and 10 pipeline connections
+// (pipeline_pool_size), both URL parameters of [Open].
+//
 // # Costs
 //
 // Claim, Complete, Fail, Release, Abandon, Extend, Get, Resolve and
 // Delete are each one script on one key: O(1), plus the journal (at most
-// [idem.MaxJournal] entries) for the scripts that edit it. List and Sweep
+// [idem.MaxJournal] entries) for the scripts that edit it. A claim of a new
+// key costs Redis TIME, EXISTS, one HSET of 12 fields and a PEXPIREAT;
+// a completion TIME, one HMGET, one HSET and a PEXPIREAT. List and Sweep
 // SCAN the keys under the prefix (see [Store.List]): their cost grows with
 // the number of records, so they are for operators, not for a hot path.
 package redisstore

@@ -67,7 +67,9 @@ func WithKeepExpired(d time.Duration) Option {
 // WAIT makes a write survive the failover of the primary to an
 // acknowledging replica; it does not make it durable on disk (see the
 // package doc). replicas 0 (the default) sends no WAIT. With WAIT, a
-// primary whose replicas are down refuses to confirm any write.
+// primary whose replicas are down refuses to confirm any write. timeout
+// (default 1s when not positive) must be shorter than the client's read
+// timeout and than the deadlines of the callers' contexts.
 func WithWait(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.waitReplicas = max(replicas, 0)

@@ -121,11 +121,15 @@ func decode(key string, flat []any) (idem.Record, error) {
 }
 
 // implicitEntry is the one journal entry of a record whose hash has no
-// journal field: the entry its other fields say (see scripts.go).
+// journal field: the entry its other fields say (see scripts.go). Its
+// outcome is the jx field, or else the status unless in_progress.
 func implicitEntry(rec *idem.Record, policy, corr, outcome string) idem.JournalEntry {
 	e := idem.JournalEntry{
 		Attempt: rec.Attempt, Fence: rec.Fence, Owner: rec.Owner, Correlation: corr,
 		Started: rec.CreatedAt, LeaseUntil: rec.LeaseUntil, Policy: policy,
+	}
+	if outcome == "" && rec.Status != idem.StatusInProgress {
+		outcome = string(rec.Status)
 	}
 	if outcome != "" {
 		e.Outcome, e.Ended = outcome, rec.UpdatedAt

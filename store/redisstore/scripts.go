@@ -27,11 +27,13 @@ import "github.com/redis/go-redis/v9"
 // one entry that the other fields already say, with two more fields:
 //
 //	cr  the claim's correlation id
-//	jx  the entry's outcome once it has one (completed, failed, released,
-//	    abandoned)
+//	jx  the entry's outcome where the status does not say it: abandoned
+//	    (an in_progress record whose attempt ended), or the outcome of an
+//	    abandoned attempt that finished after all
 //
-// That entry is {a: a, f: f, o: o, c: cr, s: c, l: lu, p: po} and, once
-// jx is set, {x: jx, e: u, r: rs unless jx is completed}. Every write
+// That entry is {a: a, f: f, o: o, c: cr, s: c, l: lu, p: po} and, once it
+// has an outcome x (jx if set, else the status unless in_progress),
+// {x: x, e: u, r: rs unless x is completed}. Every write
 // keeps those equalities or writes j instead (the first claim over an
 // existing record, a heartbeat after an abandon, a resolution), so the
 // scripts on the hot path neither format times nor touch JSON, and the
@@ -160,6 +162,7 @@ local function implicit(h)
   if h.o and h.o ~= '' then e.o = h.o end
   if h.cr and h.cr ~= '' then e.c = h.cr end
   local x = h.jx
+  if (not x or x == '') and h.st ~= 'in_progress' then x = h.st end
   if x and x ~= '' then
     e.x, e.e = x, fmt(u)
     if x ~= 'completed' and h.rs and h.rs ~= '' then e.r = h.rs end
@@ -300,9 +303,9 @@ return {code, now, redis.call('HGETALL', K)}
 // the record's journal is the implicit one (see above).
 const heldHeader = header + `
 local id, fence = ARGV[3], tonumber(ARGV[4])
-local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'jx', 'lu')
+local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'jx')
 local st, rf, rex, rj, rjx = v[1], v[2], v[3], v[4], v[6]
-if v[5] == id then return {2, tonumber(v[7])} end
+if v[5] == id then return {2, tonumber(redis.call('HGET', K, 'lu'))} end
 if not st and not rf and not rex then
   if redis.call('EXISTS', K) == 0 then return {0} end
 end
@@ -338,16 +341,18 @@ local nex
 if status == 'completed' or status == 'failed' then nex = now + tonumber(ARGV[7]) end
 
 if held and not rj then
-  -- The implicit journal stays implicit: its entry ends now (e = u, l = lu).
+  -- The implicit journal stays implicit: its entry ends now (e = u, l = lu),
+  -- with the status as its outcome, or jx where the status does not say it.
   if status == 'completed' then
-    redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex, 'lu', sn, 'u', sn, 'jx', outcome, 'n', id)
+    redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
   elseif status == 'in_progress' then
     redis.call('HSET', K, 'rs', payload, 'lu', sn, 'u', sn, 'jx', outcome, 'n', id)
   elseif nex then
-    redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex, 'lu', sn, 'u', sn, 'jx', outcome, 'n', id)
+    redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
   else
-    redis.call('HSET', K, 'st', status, 'rs', payload, 'lu', sn, 'u', sn, 'jx', outcome, 'n', id)
+    redis.call('HSET', K, 'st', status, 'rs', payload, 'lu', sn, 'u', sn, 'n', id)
   end
+  if status ~= 'in_progress' and rjx and rjx ~= '' then redis.call('HDEL', K, 'jx') end
   if nex then redis.call('PEXPIREAT', K, math.floor((nex + extra + 999) / 1000)) end
   return {1}
 end

@@ -272,6 +272,7 @@ type NotReplicatedError struct {
 	Err       error // WAIT's own error, if it failed
 }
 
+// Error describes the shortfall.
 func (e *NotReplicatedError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("redisstore: WAIT for %d replicas failed: %v", e.Want, e.Err)
@@ -279,6 +280,7 @@ func (e *NotReplicatedError) Error() string {
 	return fmt.Sprintf("redisstore: the write reached %d of the %d replicas WAIT asks for", e.Got, e.Want)
 }
 
+// Unwrap returns WAIT's own error, if it failed.
 func (e *NotReplicatedError) Unwrap() error { return e.Err }
 
 // eval runs script on key. With WithWait, it sends WAIT after the script
