@@ -210,9 +210,9 @@ WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 // claimBatchSQL is claimSQL for many requests with distinct keys: the same
 // parameters as arrays, the claimable keys claimed in key order (so that
 // concurrent batches lock their rows in the same order and cannot
-// deadlock) in one INSERT. The rows of the keys not acquired are read only
-// when there are some, by primary key (key = ANY: the planner looks them
-// up by key whatever its statistics say).
+// deadlock) in one INSERT. The keys' rows are read by primary key (key =
+// ANY: the planner looks them up by key whatever its statistics say, never
+// scanning the table), the second time only for keys not acquired.
 func claimBatchSQL(table, now string) string {
 	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp", take: "(SELECT r.take FROM r WHERE r.key = t.key)"}
@@ -223,7 +223,8 @@ ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
 	SELECT ` + newRow(in, "c.now") + `
 	FROM r, c
-	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
+	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x
+		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
 	ORDER BY r.key COLLATE "C"
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted

@@ -278,6 +278,19 @@ func TestPlans(t *testing.T) {
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) || strings.Contains(plan, "Bitmap") {
 		t.Errorf("Complete does not look the key up by key alone:\n%s", plan)
 	}
+	for _, keys := range []string{"'burst-1','burst-2','new-1'", "'new-2','new-3','new-4'"} {
+		plan = explain(t, s, s.q.claimBatch, "text[], text[], text[], text[], bigint[], bigint[], text[], boolean[]",
+			"ARRAY["+keys+"], ARRAY['o','o','o'], ARRAY['c','c','c'], ARRAY['at_least_once','at_least_once','at_least_once'], "+
+				"ARRAY[1000000,1000000,1000000]::bigint[], ARRAY[1000000,1000000,1000000]::bigint[], ARRAY['','',''], ARRAY[false,false,false]")
+		if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
+			t.Errorf("ClaimBatch does not look the keys up by key alone:\n%s", plan)
+		}
+	}
+	plan = explain(t, s, s.q.claim, "text, text, text, text, bigint, bigint, text, boolean",
+		"'burst-7', 'o', 'c', 'at_least_once', 1000000, 1000000, '', false")
+	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
+		t.Errorf("Claim does not look the key up by key alone:\n%s", plan)
+	}
 	plan = explain(t, s, s.q.completeBatch, "text[], bigint[], bytea[], bigint[]",
 		"ARRAY['burst-1','burst-2'], ARRAY[1,1]::bigint[], ARRAY['r','r']::bytea[], ARRAY[1000000,1000000]::bigint[]")
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
