@@ -34,7 +34,17 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 		}
 	}
 
-	n := &idem.Record{Key: req.Key, CreatedAt: now}
+	var n *idem.Record
+	if rec == nil {
+		// A new key's record and its first journal entry share one
+		// allocation: the common case, on every store's hot path.
+		b := new(recordWithEntry)
+		n = &b.rec
+		n.Journal = b.entry[:0:1]
+	} else {
+		n = new(idem.Record)
+	}
+	n.Key, n.CreatedAt = req.Key, now
 	afterExpiry := false
 	if rec != nil {
 		// Keep fence and numbering growing even across expiry, so a holder
@@ -224,7 +234,20 @@ func entry(r *idem.Record, fence int64) *idem.JournalEntry {
 }
 
 func clone(r *idem.Record) *idem.Record {
+	if len(r.Journal) == 1 {
+		b := new(recordWithEntry)
+		b.rec = *r
+		b.entry[0] = r.Journal[0]
+		b.rec.Journal = b.entry[:1:1]
+		return &b.rec
+	}
 	n := *r
 	n.Journal = append([]idem.JournalEntry(nil), r.Journal...)
 	return &n
+}
+
+// recordWithEntry holds a record and a one-entry journal in one allocation.
+type recordWithEntry struct {
+	rec   idem.Record
+	entry [1]idem.JournalEntry
 }
