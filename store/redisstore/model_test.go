@@ -19,6 +19,7 @@ import (
 // ahead of it by the real time the test takes, so durations and advances
 // are whole minutes, far from the boundaries that real time could cross.
 func TestModel(t *testing.T) {
+	testURL(t)
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()

@@ -49,11 +49,11 @@ const (
 	ParamWaitTimeout  = "idem_wait_timeout"  // a time.Duration, as WithWait's timeout (default 1s)
 )
 
-// Open connects to the Redis server url names, with a client (and a
+// Open connects to the Redis server rawURL names, with a client (and a
 // connection pool) of its own, checks that the server answers, and loads
 // the store's scripts. ctx bounds the opening only.
 //
-// url is anything redis.ParseURL accepts
+// rawURL is anything redis.ParseURL accepts
 // (redis://user:password@host:6379/0?pool_size=64&dial_timeout=3s,
 // rediss:// for TLS, unix:///path/redis.sock?db=0), plus the parameters
 // [ParamPrefix], [ParamKeepExpired], [ParamWaitReplicas] and

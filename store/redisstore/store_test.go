@@ -79,6 +79,7 @@ func noErr(t *testing.T, err error) {
 // the key reports an *idem.CorruptError and writes nothing, but Delete,
 // which is how an operator removes it.
 func TestCorrupt(t *testing.T) {
+	testURL(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
