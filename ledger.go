@@ -134,7 +134,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 			return fn(ctx)
 		}
 	}
-	val, err := l.run(ctx, c, rec, work, &reconciled)
+	val, err := l.run(ctx, c, rec, start, work, &reconciled)
 	if err != nil {
 		return Result{}, err
 	}
@@ -143,7 +143,8 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 		res.Fence++ // recorded by Resolve, which bumps the fence
 	}
 	if l.cache != nil {
-		l.cache.put(rec.Key, cacheEntry{value: val, fingerprint: c.fingerprint, attempt: rec.Attempt, fence: rec.Fence, expires: start.Add(c.retention)})
+		// A copy: the caller owns the fresh Value and may change it.
+		l.cache.put(rec.Key, cacheEntry{value: append([]byte(nil), val...), fingerprint: c.fingerprint, attempt: res.Attempt, fence: res.Fence, expires: start.Add(c.retention)})
 	}
 	outcome := "executed"
 	if reconciled {
@@ -246,10 +247,16 @@ func (e abandonError) Unwrap() error { return e.err }
 // When *reconciled is set after fn returns, fn's value came from a Reconcile
 // hook and is recorded as a resolution, so the journal tells it apart from a
 // run.
-func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, fn func(context.Context) ([]byte, error), reconciled *bool) ([]byte, error) {
+//
+// claimed is a local time taken before the claim was sent: the store's lease
+// ends no earlier than claimed+lease.
+func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed time.Time, fn func(context.Context) ([]byte, error), reconciled *bool) ([]byte, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	hb := l.startHeartbeat(ctx, c, rec, cancel)
+	hb := l.startHeartbeat(ctx, c, rec, claimed, cancel)
+	// If fn ends its goroutine (runtime.Goexit, t.Fatal) the heartbeat must
+	// stop, so the lease lapses as after a crash.
+	defer hb.stop()
 	val, fnErr, panicked, panicVal := call(runCtx, fn)
 	lost := hb.stop()
 
@@ -377,7 +384,7 @@ type heartbeat struct {
 	once sync.Once
 }
 
-func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, cancel context.CancelCauseFunc) *heartbeat {
+func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, claimed time.Time, cancel context.CancelCauseFunc) *heartbeat {
 	h := &heartbeat{done: make(chan struct{}), quit: make(chan struct{})}
 	lease := c.lease
 	interval := max(lease/3, time.Millisecond)
@@ -386,12 +393,19 @@ func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, 
 		defer close(h.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		// Local estimate of when the lease ends; the store's own end is no
-		// earlier, because the store granted it after we asked.
-		deadline := time.Now().Add(lease)
+		// The lease as this process must assume it: it ends at the last
+		// grant's request time plus the lease (the store granted it no
+		// earlier). If no extension succeeds by then, another attempt may
+		// own the key: fn is cancelled at that moment, not at the next tick.
+		expiry := time.NewTimer(time.Until(claimed.Add(lease)))
+		defer expiry.Stop()
+		var lastErr error
 		for {
 			select {
 			case <-h.quit:
+				return
+			case <-expiry.C:
+				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, lastErr), cancel)
 				return
 			case <-t.C:
 			}
@@ -400,18 +414,15 @@ func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, 
 			_, err := l.store.Extend(ectx, rec.Key, rec.Fence, lease)
 			ecancel()
 			if err == nil {
-				deadline = asked.Add(lease)
+				expiry.Reset(time.Until(asked.Add(lease)))
 				continue
 			}
 			if errors.Is(err, ErrLeaseLost) {
 				h.fail(ErrLeaseLost, cancel)
 				return
 			}
+			lastErr = err
 			l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", err))
-			if !time.Now().Before(deadline) {
-				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err), cancel)
-				return
-			}
 		}
 	}()
 	return h

@@ -89,6 +89,7 @@ type ClaimResult struct {
 	// The earlier attempt may have done part or all of its effect.
 	Takeover bool
 	// Record is the record after the claim when Acquired, otherwise as found.
+	// Its Journal may share memory with the store: read it, never modify it.
 	Record Record
 	// Now is the store's clock at the claim.
 	Now time.Time
