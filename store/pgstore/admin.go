@@ -15,7 +15,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	var raw rawRecord
-	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(raw.dest()...)
+	err := s.queryRow(ctx, s.pool, s.q.get, key).Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}
@@ -54,7 +54,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	default:
 		sql = s.q.list
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.query(ctx, s.pool, sql, args...)
 	if err != nil {
 		return nil, s.wrap("list", err)
 	}
@@ -93,11 +93,11 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 		}
 	}
 	var raw rawRecord
-	err := s.pool.QueryRow(ctx, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By)).
+	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By)).
 		Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
-		if err := s.pool.QueryRow(ctx, s.q.exists, key).Scan(&exists); err != nil {
+		if err := s.queryRow(ctx, s.pool, s.q.exists, key).Scan(&exists); err != nil {
 			return idem.Record{}, s.wrap("resolve", err)
 		}
 		if exists {
@@ -116,7 +116,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.delete, key)
+	tag, err := s.exec(ctx, s.pool, s.q.delete, key)
 	if err != nil {
 		return s.wrap("delete", err)
 	}
@@ -139,7 +139,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.q.sweep, limit)
+	tag, err := s.exec(ctx, s.pool, s.q.sweep, limit)
 	if err != nil {
 		return 0, s.wrap("sweep", err)
 	}

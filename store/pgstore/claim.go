@@ -47,7 +47,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 	args := []any{req.Key, text(req.Owner), text(req.Correlation), req.Policy.String(),
 		micros(req.Lease), micros(req.Retention), text(req.Fingerprint), req.TakeLapsed}
 	for range maxClaimRuns {
-		rows, err := q.Query(ctx, s.q.claim, args...)
+		rows, err := s.query(ctx, q, s.q.claim, args...)
 		if err != nil {
 			return idem.ClaimResult{}, err
 		}
@@ -204,7 +204,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 			leases[j], rets[j], takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
 			index[r.Key] = i
 		}
-		rows, err := q.Query(ctx, s.q.claimBatch, keys, owners, corrs, policies, leases, rets, fps, takes)
+		rows, err := s.query(ctx, q, s.q.claimBatch, keys, owners, corrs, policies, leases, rets, fps, takes)
 		if err != nil {
 			return err
 		}

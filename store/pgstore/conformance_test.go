@@ -48,4 +48,23 @@ func harness(t testing.TB) idemtest.Harness {
 	}
 }
 
+// TestConformance runs the suite on young tables: every statement is
+// planned for its execution (see plans.go).
 func TestConformance(t *testing.T) { idemtest.TestStore(t, harness(t)) }
+
+// TestConformanceCachedPlans runs the suite with the cached statements a
+// large table uses.
+func TestConformanceCachedPlans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite again with cached plans; skipped with -short")
+	}
+	h := harness(t)
+	clocks := new(testClocks)
+	h.New = func(t testing.TB) idem.Store {
+		s := newTestStore(t, clocks)
+		s.warm.Store(true)
+		return s
+	}
+	h.Advance = clocks.advance
+	idemtest.TestStore(t, h)
+}

@@ -29,7 +29,7 @@
 // [Store.Migrate] from that step; a call on a missing table then fails
 // with an error wrapping [ErrNoTable].
 //
-// The table (see migrations/001_records.sql):
+// The table (see the migrations directory):
 //
 //	key text COLLATE "C" PRIMARY KEY       byte order, as Go compares strings
 //	status, policy text                    checked on every read
@@ -39,6 +39,7 @@
 //	journal jsonb                          []idem.JournalEntry, its json names
 //	index (expires_at)                     Sweep
 //	index (key) WHERE status = 'in_progress'   List(Stuck): `idem ls --stuck`
+//	autovacuum at 2% dead rows; vacuum_truncate = false (see below)
 //
 // # Time
 //
@@ -194,6 +195,14 @@
 //     within a cycle, and keep maintenance_work_mem large enough for one
 //     cycle's dead row ids (6 bytes each: 28 MB here) so that each index
 //     is scanned once per vacuum.
+//   - Migration 002 sets vacuum_truncate = false: vacuum does not give
+//     the emptied end of the table back to the file system (new claims
+//     reuse it), so it never takes the ACCESS EXCLUSIVE lock that
+//     truncation needs, a stall for every call on the table. To shrink
+//     the file after a one-off spike, run VACUUM (TRUNCATE) by hand.
+//   - A new table is planned afresh on every call while it is small, so
+//     that no connection caches a plan that scans a table that has since
+//     grown (see plans.go); cached plans take over once it is large.
 //   - The size is claim rate × retention: retention is the knob. It must
 //     cover the senders' retry horizon (webhook senders retry for about
 //     three days), not much more.

@@ -49,7 +49,7 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 // updates nothing, the attempt no longer holds the key: a second statement
 // annotates its journal entry with the late finish.
 func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence int64, args ...any) error {
-	tag, err := q.Exec(ctx, sql, append([]any{key, fence}, args...)...)
+	tag, err := s.exec(ctx, q, sql, append([]any{key, fence}, args...)...)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence in
 // annotation: the caller learns of the lost lease either way, as a store
 // error at worst).
 func (s *Store) late(ctx context.Context, q querier, key string, fence int64) error {
-	if _, err := q.Exec(ctx, s.q.late, key, fence); err != nil {
+	if _, err := s.exec(ctx, q, s.q.late, key, fence); err != nil {
 		return fmt.Errorf("%w (annotating the late finish failed: %w)", idem.ErrLeaseLost, err)
 	}
 	return idem.ErrLeaseLost
@@ -76,7 +76,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 		return time.Time{}, err
 	}
 	var until time.Time
-	err := s.pool.QueryRow(ctx, s.q.extend, key, fence, micros(lease)).Scan(&until)
+	err := s.queryRow(ctx, s.pool, s.q.extend, key, fence, micros(lease)).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, s.wrap("extend", s.late(ctx, s.pool, key, fence))
 	}
@@ -145,7 +145,7 @@ func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int,
 	for j, i := range round {
 		keys[j], fences[j], results[j], rets[j] = cs[i].Key, cs[i].Fence, cs[i].Result, micros(cs[i].Retention)
 	}
-	rows, err := s.pool.Query(ctx, s.q.completeBatch, keys, fences, results, rets)
+	rows, err := s.query(ctx, s.pool, s.q.completeBatch, keys, fences, results, rets)
 	if err != nil {
 		return err
 	}

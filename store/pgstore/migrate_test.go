@@ -174,3 +174,38 @@ func TestSearchPath(t *testing.T) {
 		t.Fatalf("the record is not in %s.%s: %d, %v", schema, DefaultTable, n, err)
 	}
 }
+
+// TestMigrateUpgrade: a table at an older version gets the newer
+// migrations when a store opens it.
+func TestMigrateUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := newSchema(t)
+	s, err := Open(ctx, testURL(t), WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	claimNew(t, s, "k")
+	versions := pgx.Identifier{schema, DefaultTable + "_migrations"}.Sanitize()
+	// Back to version 1.
+	if _, err := s.Pool().Exec(ctx, "ALTER TABLE "+s.Table()+" RESET (vacuum_truncate); DELETE FROM "+versions+" WHERE version >= 2"); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, testURL(t), WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	var opts []string
+	var v int
+	if err := s.Pool().QueryRow(ctx, "SELECT reloptions, (SELECT max(version) FROM "+versions+") FROM pg_class WHERE oid = $1::regclass", s.Table()).Scan(&opts, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v < 2 || !strings.Contains(strings.Join(opts, ","), "vacuum_truncate=false") {
+		t.Fatalf("after reopening: version %d, reloptions %v", v, opts)
+	}
+	if rec, err := s2.Get(ctx, "k"); err != nil || rec.Fence != 1 {
+		t.Fatalf("the record after the upgrade: %+v, %v", rec, err)
+	}
+}

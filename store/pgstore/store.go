@@ -23,6 +23,10 @@ type Store struct {
 	names   names
 	q       queries
 	closed  atomic.Bool
+	// warm is set once the table is large enough for cached plans;
+	// warmCheck is when to look at its size next (see plans.go).
+	warm      atomic.Bool
+	warmCheck atomic.Int64
 	// reruns counts claims that ran again because their key changed
 	// under them (see claimSQL), for tests.
 	reruns atomic.Int64

@@ -297,3 +297,29 @@ func TestPlans(t *testing.T) {
 		t.Errorf("CompleteBatch does not look the keys up by key alone:\n%s", plan)
 	}
 }
+
+// TestWarmPlans: a young table's statements are planned for each
+// execution; once the table is large, the store uses cached statements.
+func TestWarmPlans(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	claimNew(t, s, "k")
+	if s.warm.Load() {
+		t.Fatal("a new table is warm")
+	}
+	fill(t, s, "bulk-", 10000, idem.StatusCompleted, time.Hour, 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.warm.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not switch to cached plans on a large table")
+		}
+		if _, err := s.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if cr := claimNew(t, s, "k2"); !cr.Acquired {
+		t.Fatal("claim with cached plans: not acquired")
+	}
+}
