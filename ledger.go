@@ -395,17 +395,12 @@ func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, 
 		defer t.Stop()
 		// The lease as this process must assume it: it ends at the last
 		// grant's request time plus the lease (the store granted it no
-		// earlier). If no extension succeeds by then, another attempt may
-		// own the key: fn is cancelled at that moment, not at the next tick.
-		expiry := time.NewTimer(time.Until(claimed.Add(lease)))
-		defer expiry.Stop()
-		var lastErr error
+		// earlier). When an extension fails after that, another attempt may
+		// own the key: fn is cancelled.
+		deadline := claimed.Add(lease)
 		for {
 			select {
 			case <-h.quit:
-				return
-			case <-expiry.C:
-				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, lastErr), cancel)
 				return
 			case <-t.C:
 			}
@@ -414,15 +409,18 @@ func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, 
 			_, err := l.store.Extend(ectx, rec.Key, rec.Fence, lease)
 			ecancel()
 			if err == nil {
-				expiry.Reset(time.Until(asked.Add(lease)))
+				deadline = asked.Add(lease)
 				continue
 			}
 			if errors.Is(err, ErrLeaseLost) {
 				h.fail(ErrLeaseLost, cancel)
 				return
 			}
-			lastErr = err
 			l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", err))
+			if !time.Now().Before(deadline) {
+				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err), cancel)
+				return
+			}
 		}
 	}()
 	return h
