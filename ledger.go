@@ -121,7 +121,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	}
 	var reconciled bool
 	work := fn
-	if cr.Takeover && c.reconcile != nil {
+	if c.reconcile != nil && (cr.Takeover || releasedWithError(rec)) {
 		work = func(ctx context.Context) ([]byte, error) {
 			v, done, err := c.reconcile(ctx, lapsedOf(rec))
 			if err != nil {
@@ -443,13 +443,32 @@ func (h *heartbeat) stop() error {
 
 func lapsedOf(rec Record) Lapsed {
 	// The journal's newest entry is this claim; the one before it is the
-	// attempt that lapsed.
-	lp := Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason}
+	// attempt that lapsed (or was released with an error).
+	lp := Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason, Outcome: OutcomeLapsed}
 	if n := len(rec.Journal); n >= 2 {
 		e := rec.Journal[n-2]
 		lp.Fence, lp.Attempt, lp.Owner, lp.Correlation, lp.Started = e.Fence, e.Attempt, e.Owner, e.Correlation, e.Started
+		if e.Outcome != "" {
+			lp.Outcome = e.Outcome
+		}
+		if e.Reason != "" {
+			lp.Reason = e.Reason
+		}
 	}
 	return lp
+}
+
+// releasedWithError reports whether the attempt before the one rec holds
+// released the key with an error: it failed, perhaps after its effect (the
+// "throw after the send" of a handler), so a Reconcile hook is asked before
+// fn runs again.
+func releasedWithError(rec Record) bool {
+	n := len(rec.Journal)
+	if n < 2 {
+		return false
+	}
+	e := rec.Journal[n-2]
+	return e.Outcome == OutcomeReleased && e.Reason != ""
 }
 
 func newCorrelationID() string {

@@ -136,16 +136,21 @@ func WithCorrelationID(id string) CallOption {
 	return callOption(func(c *callConfig) { c.correlation = id })
 }
 
-// Lapsed describes an attempt that started and never recorded its outcome,
-// as given to a [ReconcileFunc].
+// Lapsed describes, for a [ReconcileFunc], an earlier attempt that may have
+// done its effect without recording it: one that started and never recorded
+// its outcome (its lease lapsed, or it abandoned the key), or one that
+// released the key with an error (it may have failed after its effect).
 type Lapsed struct {
 	Key         string
-	Fence       int64 // the lapsed attempt's fence
+	Fence       int64 // the earlier attempt's fence
 	Attempt     int
 	Owner       string
 	Correlation string
 	Started     time.Time
-	Reason      string // the error it reported before abandoning, if any
+	Reason      string // the error it reported, if any
+	// Outcome is the earlier attempt's journal outcome: OutcomeLapsed,
+	// OutcomeAbandoned or OutcomeReleased.
+	Outcome string
 }
 
 // ReconcileFunc decides a lapsed attempt by asking the world whether its
@@ -156,8 +161,12 @@ type Lapsed struct {
 type ReconcileFunc func(ctx context.Context, lapsed Lapsed) (result []byte, done bool, err error)
 
 // WithReconcile sets a hook that runs before fn whenever a call takes over a
-// lapsed attempt, under either policy: with it, an [AtMostOnce] key that would
-// be indeterminate is claimed and reconciled instead.
+// lapsed attempt, under either policy, and whenever the previous attempt
+// released the key with an error (under [AtLeastOnce] a handler that fails
+// after its effect releases the key; the hook keeps the effect from
+// repeating). With it, an [AtMostOnce] key that would be indeterminate is
+// claimed and reconciled instead. The hook is not called for a fresh key or
+// after a release without an error.
 func WithReconcile(fn ReconcileFunc) CallOption {
 	return callOption(func(c *callConfig) { c.reconcile = fn })
 }

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,6 +162,43 @@ func testPolicy(t *testing.T, h Harness) {
 		_, err = l.Do(context.Background(), idem.RawKey("k"), c.fn(nil))
 		wantErr(t, "Do without the hook after it failed", err, idem.ErrIndeterminate)
 		c.want(t, 0)
+	})
+
+	// A handler that fails after its effect ("throw after the send") releases
+	// the key under AtLeastOnce; the hook is asked before fn runs again.
+	t.Run("reconcile/after_release_with_error", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		l := ledger(h, s) // AtLeastOnce
+		var c counter
+		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fail(errBoom), idem.WithCorrelationID("corr-1"))
+		wantErr(t, "first Do", err, errBoom)
+		var got []idem.Lapsed
+		hook := idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+			got = append(got, lp)
+			return []byte("found"), true, nil
+		})
+		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent-again")), hook)
+		c.want(t, 1) // the first, failing call only
+		if !res.Reconciled || res.Takeover || res.Replayed {
+			t.Fatalf("Do after a release with an error: Reconciled %v, Takeover %v, Replayed %v; want true, false, false", res.Reconciled, res.Takeover, res.Replayed)
+		}
+		wantBytes(t, "Value", res.Value, []byte("found"))
+		if len(got) != 1 || got[0].Outcome != idem.OutcomeReleased || got[0].Attempt != 1 || got[0].Correlation != "corr-1" || !strings.Contains(got[0].Reason, errBoom.Error()) {
+			t.Fatalf("hook got %+v, want one call about attempt 1 (released, corr-1, reason %q)", got, errBoom)
+		}
+		if rec := get(t, s, "k"); rec.Status != idem.StatusCompleted {
+			t.Fatalf("after reconcile(done): %s, want completed", rec.Status)
+		}
+		// Not done: fn runs.
+		s2 := newStore(t, h)
+		l2 := ledger(h, s2)
+		_, _ = l2.Do(context.Background(), idem.RawKey("k"), c.fail(errBoom))
+		res = do(t, l2, idem.RawKey("k"), c.fn([]byte("v")), idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) { return nil, false, nil }))
+		if res.Reconciled || res.Replayed {
+			t.Fatalf("reconcile(not done): Reconciled %v Replayed %v, want fn to run", res.Reconciled, res.Replayed)
+		}
+		c.want(t, 3)
 	})
 
 	t.Run("reconcile/not_called_without_takeover", func(t *testing.T) {
