@@ -72,6 +72,13 @@ func (l *Ledger) Store() Store { return l.store }
 // Owner returns the name this ledger claims keys under.
 func (l *Ledger) Owner() string { return l.owner }
 
+// Lease returns the lease a call gets unless it passes [WithLease].
+func (l *Ledger) Lease() time.Duration { return l.defaults.lease }
+
+// Retention returns the retention a call gets unless it passes
+// [WithRetention].
+func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
+
 // Do runs fn once for key and records its result, so that every later call
 // for the key gets the same result without running fn:
 //

@@ -36,6 +36,12 @@ func (l *Ledger) logTakeover(ctx context.Context, c *callConfig, rec Record) {
 		slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
 }
 
+// LogKey returns the log attribute for key as this ledger writes it: "key",
+// or "key_hash" (the first 8 bytes of its sha256, hex) with
+// [WithHashedKeysInLogs]. Packages that log on the ledger's behalf (queue
+// consumers, HTTP middleware) use it so one grep finds every line of a key.
+func (l *Ledger) LogKey(key string) slog.Attr { return l.keyAttr(key) }
+
 func (l *Ledger) keyAttr(key string) slog.Attr {
 	if l.hashedKeys {
 		sum := sha256.Sum256([]byte(key))

@@ -1,0 +1,482 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Handler does a message's effect. Its result is recorded by the ledger and
+// replayed (without calling the handler) for every later delivery of a
+// message with the same key. Return [idem.Permanent] for a failure that no
+// retry can fix (the message is dead-lettered), [Undecodable] for a payload
+// it cannot read, [idem.NotDone] under [idem.AtMostOnce] when the effect
+// certainly did not happen; any other error is retried with backoff.
+type Handler func(ctx context.Context, m Message) ([]byte, error)
+
+// KeyFunc computes a message's operation key, usually from a business id in
+// its body ("the receipt for order 42"), so that two messages meaning the
+// same effect share a key whatever their broker ids. An error means the
+// message cannot be understood: it is dead-lettered at once.
+type KeyFunc func(m Message) (idem.OperationKey, error)
+
+// MessageIDKey keys messages by the broker's message id under prefix. Use it
+// only when the id is the identity of the effect: a producer that publishes
+// the same request twice gets two ids, and both run.
+func MessageIDKey(prefix string) KeyFunc {
+	return func(m Message) (idem.OperationKey, error) {
+		if m.ID == "" {
+			return idem.OperationKey{}, errors.New("the message has no id")
+		}
+		if prefix == "" {
+			return idem.Key(m.ID), nil
+		}
+		return idem.Key(prefix, m.ID), nil
+	}
+}
+
+// ErrVisibilityTooShort is returned by [NewConsumer] when the source's
+// visibility (or ack wait) is shorter than the handler timeout: a slow
+// handler's message would be handed to another worker while it runs.
+var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handler timeout")
+
+// Consumer runs a handler once per operation key over the deliveries of a
+// [Source]. Each message's fate follows from the ledger's answer:
+//
+//   - done (executed, replayed "skipped, already done", taken over, or
+//     reconciled): Ack.
+//   - [idem.ErrInProgress] (another worker holds the key): Retry after the
+//     busy delay, or sooner when the holder's lease ends sooner
+//     ([idem.InProgressError.RetryAfter]).
+//   - a key that cannot be computed, or [ErrUndecodable] from the handler:
+//     DeadLetter at once.
+//   - [idem.Permanent] from the handler, a replayed permanent failure
+//     ([idem.ErrFailed]), or a key reused with a different payload
+//     ([idem.ErrMismatch]): DeadLetter with the reason.
+//   - any other error, including [idem.ErrIndeterminate] (an [idem.AtMostOnce]
+//     attempt lapsed: retried until someone resolves the key), a store error
+//     and [idem.ErrLeaseLost]: Retry with exponential backoff and jitter, or
+//     DeadLetter when this was the last receive allowed.
+//   - a message that arrives with a receive count over the maximum:
+//     DeadLetter without running the handler.
+//
+// A message of a FIFO group runs only after the earlier messages of its
+// group in the same batch are acked or dead-lettered; once one is retried,
+// the rest of its group in the batch are handed back (Retry(0)) in order,
+// and other groups go on. While a handler runs, the delivery is extended
+// every third of the source's visibility, and the ledger extends its lease.
+//
+// A panic in the handler is recovered, logged with its stack, and treated as
+// a retryable error (the ledger has already released or abandoned the key
+// by the policy).
+type Consumer struct {
+	src        Source
+	ledger     *idem.Ledger
+	key        KeyFunc
+	handler    Handler
+	cfg        config
+	log        *slog.Logger
+	visibility time.Duration
+	extendBy   time.Duration
+}
+
+// NewConsumer returns a Consumer of src that runs h under l for the key k
+// computes. It returns an error wrapping [ErrVisibilityTooShort] when src's
+// visibility is shorter than the handler timeout, and logs a warning when it
+// is shorter than six times the handler timeout.
+func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Option) (*Consumer, error) {
+	if src == nil || l == nil || k == nil || h == nil {
+		return nil, errors.New("queue: NewConsumer needs a source, a ledger, a key function and a handler")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Consumer{src: src, ledger: l, key: k, handler: h, cfg: cfg, log: log, visibility: src.Visibility()}
+	if v := c.visibility; v > 0 {
+		if v < cfg.handlerTimeout {
+			return nil, fmt.Errorf("%w: visibility %v, handler timeout %v: raise the queue's visibility timeout (or ack wait) or lower WithHandlerTimeout",
+				ErrVisibilityTooShort, v, cfg.handlerTimeout)
+		}
+		if v < 6*cfg.handlerTimeout {
+			log.Warn("queue: visibility is shorter than six times the handler timeout; a redelivery may race a slow handler if an extension fails",
+				slog.Duration("visibility", v), slog.Duration("handler_timeout", cfg.handlerTimeout))
+		}
+		if c.cfg.extendEvery == 0 {
+			c.cfg.extendEvery = v / 3
+		}
+	}
+	c.extendBy = c.visibility
+	if c.extendBy == 0 {
+		c.extendBy = 3 * c.cfg.extendEvery
+	}
+	return c, nil
+}
+
+// settleTimeout bounds one Ack, Retry or DeadLetter. Settling uses a context
+// apart from the handler's: a message whose handler was cancelled must still
+// be handed back.
+const settleTimeout = 30 * time.Second
+
+// Run receives and handles messages until ctx is done. Then it stops
+// receiving, lets in-flight handlers finish for the shutdown timeout,
+// cancels those still running, hands back every message not done
+// (Retry(0)), and returns nil. Nothing is acked that was not done. A receive
+// error is logged and retried with backoff.
+func (c *Consumer) Run(ctx context.Context) error {
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	slots := make(chan struct{}, c.cfg.concurrency)
+	var wg sync.WaitGroup
+	failures := 0
+receive:
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break receive
+		}
+		n := 1
+	more:
+		for n < c.cfg.batchSize {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		ds, err := c.src.Receive(ctx, n)
+		if err != nil || len(ds) == 0 {
+			for range n {
+				<-slots
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if err != nil {
+				failures++
+				d := c.backoff(failures)
+				c.log.LogAttrs(ctx, slog.LevelError, "queue: receive failed", slog.Any("error", err), slog.Duration("retry_in", d))
+				if !sleep(ctx, d) {
+					break
+				}
+			}
+			continue
+		}
+		failures = 0
+		units := groupUnits(ds)
+		for ; n > len(units); n-- {
+			<-slots
+		}
+		for ; n < len(units); n++ { // a source that returned more than asked
+			slots <- struct{}{}
+		}
+		for _, u := range units {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				c.runUnit(ctx, hctx, u)
+			}()
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(c.cfg.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		c.log.Warn("queue: shutdown timeout passed; cancelling the handlers still running and handing their messages back",
+			slog.Duration("shutdown_timeout", c.cfg.shutdownTimeout))
+		cancelHandlers()
+		<-done
+	}
+	return nil
+}
+
+// HandleBatch handles deliveries already received (FIFO groups in order,
+// at most the configured concurrency at once) and returns when every one is
+// settled. Handlers run under ctx: when it has a deadline (an AWS Lambda
+// invocation), the handler timeout and the ledger lease end no later than
+// it, and messages not started by then are handed back.
+func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) {
+	slots := make(chan struct{}, c.cfg.concurrency)
+	var wg sync.WaitGroup
+	for _, u := range groupUnits(ds) {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			c.runUnit(ctx, ctx, u)
+		}()
+	}
+	wg.Wait()
+}
+
+// groupUnits splits a batch into units of work: each message without a
+// group alone, and each FIFO group's messages together, in batch order.
+func groupUnits(ds []Delivery) [][]Delivery {
+	units := make([][]Delivery, 0, len(ds))
+	var group map[string]int
+	for _, d := range ds {
+		g := d.Message().GroupID
+		if g == "" {
+			units = append(units, []Delivery{d})
+			continue
+		}
+		if group == nil {
+			group = make(map[string]int)
+		}
+		if i, ok := group[g]; ok {
+			units[i] = append(units[i], d)
+			continue
+		}
+		group[g] = len(units)
+		units = append(units, []Delivery{d})
+	}
+	return units
+}
+
+// runUnit handles a unit's messages in order. Once one is not done (or the
+// consumer is stopping), the rest are handed back untouched.
+func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []Delivery) {
+	held := ""
+	for _, d := range unit {
+		switch {
+		case held != "":
+			c.settle(hctx, d, d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: held}, idem.Result{})
+		case runCtx.Err() != nil || hctx.Err() != nil:
+			c.settle(hctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
+			held = "the consumer is stopping"
+		default:
+			if !c.process(hctx, d) {
+				held = "an earlier message of its group is not done"
+			}
+		}
+	}
+}
+
+type action string
+
+const (
+	actionAck        action = "ack"
+	actionRetry      action = "retry"
+	actionDeadLetter action = "dead-letter"
+)
+
+type verdict struct {
+	outcome string
+	action  action
+	delay   time.Duration
+	reason  string
+}
+
+// process handles one delivery and reports whether it is settled as done or
+// dead-lettered (so its FIFO group may go on).
+func (c *Consumer) process(ctx context.Context, d Delivery) bool {
+	m := d.Message()
+	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
+		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", action: actionDeadLetter,
+			reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}, idem.Result{})
+	}
+	key, err := c.key(m)
+	if err == nil {
+		err = key.Err()
+	}
+	if err != nil {
+		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", action: actionDeadLetter,
+			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
+	}
+
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.handlerTimeout)
+	defer cancel()
+	opts := []idem.CallOption{idem.WithCorrelationID(m.ID)}
+	if dl, ok := ctx.Deadline(); ok {
+		// The lease must not outlive the invocation: a Lambda killed at its
+		// deadline leaves the key to the next delivery no later than that.
+		if until := time.Until(dl); until < c.ledger.Lease() {
+			opts = append(opts, idem.WithLease(max(until, time.Second)))
+		}
+	}
+	if c.cfg.callOptions != nil {
+		opts = append(opts, c.cfg.callOptions(m)...)
+	}
+	stop := c.keepVisible(hctx, d, key)
+	res, err := c.do(hctx, key, m, opts)
+	stop()
+	v := c.judge(ctx, m, res, err)
+	return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
+}
+
+// do runs the handler under the ledger, turning a panic into an error.
+func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, opts []idem.CallOption) (res idem.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.LogAttrs(ctx, slog.LevelError, "queue: handler panicked", c.ledger.LogKey(key.String()),
+				slog.String("message_id", m.ID), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			err = fmt.Errorf("queue: handler panicked: %v", p)
+		}
+	}()
+	return c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.handler(ctx, m) }, opts...)
+}
+
+// judge maps the ledger's answer to what happens to the delivery.
+func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err error) verdict {
+	var (
+		busy *idem.InProgressError
+		perm *idem.PermanentError
+	)
+	switch {
+	case err == nil:
+		v := verdict{outcome: "executed", action: actionAck}
+		switch {
+		case res.Replayed:
+			v.outcome, v.reason = "replayed", "skipped, already done"
+		case res.Reconciled:
+			v.outcome, v.reason = "reconciled", "a Reconcile hook found the earlier attempt's effect done; not repeated"
+		case res.Takeover:
+			v.outcome, v.reason = "takeover", "took over a lapsed attempt; the effect ran again and the lapsed attempt may have done it too"
+		}
+		return v
+	case ctx.Err() != nil:
+		return verdict{outcome: "handed-back", action: actionRetry, reason: "stopped before the handler finished: " + err.Error()}
+	case errors.As(err, &busy):
+		// RetryAfter is when the holder's lease would lapse if it died; it
+		// usually finishes sooner, so look again after the busy delay.
+		return verdict{outcome: "busy", action: actionRetry, delay: min(busy.RetryAfter, c.cfg.busyDelay), reason: "another attempt holds the key"}
+	case errors.Is(err, idem.ErrInProgress):
+		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}
+	case errors.Is(err, ErrUndecodable):
+		return verdict{outcome: "dead-lettered", action: actionDeadLetter, reason: err.Error()}
+	case errors.Is(err, idem.ErrMismatch):
+		return verdict{outcome: "mismatch", action: actionDeadLetter, reason: err.Error()}
+	case errors.As(err, &perm), errors.Is(err, idem.ErrFailed):
+		return verdict{outcome: "dead-lettered", action: actionDeadLetter, reason: "permanent failure: " + err.Error()}
+	}
+	outcome := "retried"
+	if errors.Is(err, idem.ErrIndeterminate) {
+		outcome = "indeterminate"
+	}
+	if c.cfg.maxReceives > 0 && m.ReceiveCount >= c.cfg.maxReceives {
+		return verdict{outcome: outcome, action: actionDeadLetter,
+			reason: fmt.Sprintf("failed on receive %d of at most %d: %v", m.ReceiveCount, c.cfg.maxReceives, err)}
+	}
+	return verdict{outcome: outcome, action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: err.Error()}
+}
+
+// settle applies v to the delivery and logs the message's line. It reports
+// whether the message is acked or dead-lettered.
+func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict, res idem.Result, extra ...slog.Attr) bool {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	var err error
+	switch v.action {
+	case actionAck:
+		err = d.Ack(sctx)
+	case actionRetry:
+		err = d.Retry(sctx, v.delay)
+	case actionDeadLetter:
+		err = d.DeadLetter(sctx, v.reason)
+	}
+	level := slog.LevelInfo
+	switch {
+	case err != nil:
+		level = slog.LevelError
+	case v.action == actionDeadLetter, v.outcome == "takeover", v.outcome == "indeterminate", v.outcome == "retried":
+		level = slog.LevelWarn
+	}
+	if c.log.Enabled(ctx, level) {
+		attrs := append(extra,
+			slog.String("outcome", v.outcome),
+			slog.String("action", string(v.action)),
+			slog.Int64("fence", res.Fence),
+			slog.Int("attempt", res.Attempt),
+			slog.Int("receive_count", m.ReceiveCount),
+			slog.String("message_id", m.ID),
+			slog.String("correlation_id", m.ID))
+		if m.GroupID != "" {
+			attrs = append(attrs, slog.String("group_id", m.GroupID))
+		}
+		if v.action == actionRetry {
+			attrs = append(attrs, slog.Duration("delay", v.delay))
+		}
+		if v.reason != "" {
+			attrs = append(attrs, slog.String("reason", v.reason))
+		}
+		if err != nil {
+			attrs = append(attrs, slog.String("settle_error", err.Error()))
+		}
+		c.log.LogAttrs(ctx, level, "queue message "+v.outcome, attrs...)
+	}
+	return err == nil && v.action != actionRetry
+}
+
+// keepVisible extends d every extendEvery until the returned func is called.
+func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.OperationKey) (stop func()) {
+	if c.cfg.extendEvery <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.cfg.extendEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := d.Extend(ctx, c.extendBy); err != nil && ctx.Err() == nil {
+					// The ledger still guards the effect: another worker that
+					// gets the message finds the key busy.
+					c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed",
+						c.ledger.LogKey(key.String()), slog.String("message_id", d.Message().ID), slog.Any("error", err))
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// backoff is the retry delay after the n-th failure: base·2^(n-1), capped,
+// then jittered to between half and all of it.
+func (c *Consumer) backoff(n int) time.Duration {
+	d := c.cfg.backoffBase
+	for i := 1; i < n && d < c.cfg.backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.backoffMax)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

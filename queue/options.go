@@ -1,0 +1,158 @@
+package queue
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults of a [Consumer].
+const (
+	DefaultConcurrency     = 8
+	DefaultBatchSize       = 10
+	DefaultHandlerTimeout  = 30 * time.Second
+	DefaultMaxReceives     = 5
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = 5 * time.Minute
+	DefaultBusyDelay       = 5 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// Option configures a [Consumer].
+type Option func(*config)
+
+type config struct {
+	concurrency     int
+	batchSize       int
+	handlerTimeout  time.Duration
+	maxReceives     int
+	backoffBase     time.Duration
+	backoffMax      time.Duration
+	busyDelay       time.Duration
+	shutdownTimeout time.Duration
+	extendEvery     time.Duration
+	logger          *slog.Logger
+	callOptions     func(Message) []idem.CallOption
+}
+
+func defaultConfig() config {
+	return config{
+		concurrency:     DefaultConcurrency,
+		batchSize:       DefaultBatchSize,
+		handlerTimeout:  DefaultHandlerTimeout,
+		maxReceives:     DefaultMaxReceives,
+		backoffBase:     DefaultBackoffBase,
+		backoffMax:      DefaultBackoffMax,
+		busyDelay:       DefaultBusyDelay,
+		shutdownTimeout: DefaultShutdownTimeout,
+	}
+}
+
+// WithConcurrency sets how many handlers run at once (default
+// [DefaultConcurrency]). A FIFO group's messages take one slot between them:
+// they run one after another. Values below 1 are ignored.
+func WithConcurrency(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.concurrency = n
+		}
+	}
+}
+
+// WithBatchSize sets the most messages asked of the source at once (default
+// [DefaultBatchSize]; SQS allows at most 10). The consumer never asks for
+// more than it has free handler slots. Values below 1 are ignored.
+func WithBatchSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.batchSize = n
+		}
+	}
+}
+
+// WithHandlerTimeout bounds one handler call (default
+// [DefaultHandlerTimeout]). The source's visibility must be at least this
+// long: [NewConsumer] refuses a shorter one, and warns below six times it
+// (the AWS guidance for SQS event sources). Values below 1 are ignored.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.handlerTimeout = d
+		}
+	}
+}
+
+// WithMaxReceives sets how many deliveries a message gets (default
+// [DefaultMaxReceives]): a retryable failure on the last one, or a message
+// that arrives with a higher receive count, is dead-lettered with the reason.
+// 0 means no limit (a poison message then retries forever, with backoff).
+func WithMaxReceives(n int) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.maxReceives = n
+		}
+	}
+}
+
+// WithBackoff sets the retry delay after a retryable failure: base doubled
+// per receive, capped at max, with jitter (a delay between half and all of
+// it). Defaults [DefaultBackoffBase] and [DefaultBackoffMax]. Non-positive
+// values are ignored.
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *config) {
+		if base > 0 {
+			c.backoffBase = base
+		}
+		if max > 0 {
+			c.backoffMax = max
+		}
+	}
+}
+
+// WithBusyDelay sets the retry delay for a message whose key another attempt
+// holds (default [DefaultBusyDelay]); a holder whose lease ends sooner is
+// looked at again when it ends. Non-positive values are ignored.
+func WithBusyDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.busyDelay = d
+		}
+	}
+}
+
+// WithShutdownTimeout sets how long [Consumer.Run] lets in-flight handlers
+// finish after its context is done (default [DefaultShutdownTimeout]). Past
+// it, their contexts are cancelled and their messages handed back.
+// Non-positive values are ignored.
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.shutdownTimeout = d
+		}
+	}
+}
+
+// WithExtendEvery sets how often a running handler's delivery is extended
+// (default: a third of the source's visibility; never, when the source's
+// visibility is 0). Non-positive values are ignored.
+func WithExtendEvery(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.extendEvery = d
+		}
+	}
+}
+
+// WithLogger sets the logger for per-message lines (default [slog.Default]).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithCallOptions adds ledger call options per message: a fingerprint of
+// the payload ([idem.Fingerprint]), a policy, a Reconcile hook. The consumer
+// already passes [idem.WithCorrelationID] with the message id; an option
+// returned here comes after it and wins.
+func WithCallOptions(f func(Message) []idem.CallOption) Option {
+	return func(c *config) { c.callOptions = f }
+}

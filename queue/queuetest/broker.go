@@ -1,0 +1,239 @@
+package queuetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+)
+
+// lapse is the visibility the suite sets where it waits for one to pass.
+const lapse = 2 * time.Second
+
+// testBroker checks the semantics of Source, Delivery and Publisher that the
+// Consumer relies on.
+func testBroker(t *testing.T, h Harness) {
+	t.Run("publish_receive_ack", func(t *testing.T) {
+		t.Parallel()
+		src, pub := h.New(t, 30*time.Second)
+		want := []string{"m1", "m2", "m3"}
+		for _, b := range want {
+			p := publish(t, pub, queue.Outgoing{Body: []byte(b), Attributes: map[string]string{"kind": "receipt", "n": b}})
+			if p.ID == "" || p.Duplicate {
+				t.Fatalf("Publish(%s) = %+v, want an id and no duplicate", b, p)
+			}
+		}
+		ds := receiveAll(t, src, 3, 10*time.Second)
+		var got []string
+		for _, d := range ds {
+			m := d.Message()
+			got = append(got, string(m.Body))
+			if m.ID == "" || m.ReceiveCount != 1 {
+				t.Errorf("message %q: ID %q, ReceiveCount %d; want an id and 1", m.Body, m.ID, m.ReceiveCount)
+			}
+			if m.Attributes["kind"] != "receipt" || m.Attributes["n"] != string(m.Body) {
+				t.Errorf("message %q: attributes %v, want kind=receipt n=%s", m.Body, m.Attributes, m.Body)
+			}
+			settle(t, "Ack", d.Ack(context.Background()))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("received %q, want %q", got, want)
+		}
+		receiveNone(t, src, 500*time.Millisecond, "after acking every message")
+	})
+
+	t.Run("in_flight_is_invisible", func(t *testing.T) {
+		t.Parallel()
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("once")})
+		d := receiveOne(t, src, 10*time.Second)
+		receiveNone(t, src, 500*time.Millisecond, "while the only message is in flight")
+		settle(t, "Ack", d.Ack(context.Background()))
+	})
+
+	t.Run("retry_redelivers", func(t *testing.T) {
+		t.Parallel()
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("again")})
+		d := receiveOne(t, src, 10*time.Second)
+		settle(t, "Retry(0)", d.Retry(context.Background(), 0))
+		d2 := receiveOne(t, src, 10*time.Second)
+		m := d2.Message()
+		if string(m.Body) != "again" || m.ReceiveCount < 2 {
+			t.Fatalf("redelivery: body %q, ReceiveCount %d; want again, at least 2", m.Body, m.ReceiveCount)
+		}
+		if m.ID != d.Message().ID {
+			t.Errorf("redelivery has id %q, want the first delivery's %q", m.ID, d.Message().ID)
+		}
+		settle(t, "Ack", d2.Ack(context.Background()))
+		receiveNone(t, src, 500*time.Millisecond, "after acking the redelivery")
+	})
+
+	t.Run("visibility_lapse_redelivers", func(t *testing.T) {
+		t.Parallel()
+		src, pub := h.New(t, lapse)
+		if src.Visibility() == 0 {
+			t.Skip("the broker has no visibility timeout: a held message returns only when its channel closes")
+		}
+		publish(t, pub, queue.Outgoing{Body: []byte("slow")})
+		d := receiveOne(t, src, 10*time.Second)
+		d2 := receiveOne(t, src, src.Visibility()+10*time.Second)
+		if m := d2.Message(); string(m.Body) != "slow" || m.ReceiveCount != 2 {
+			t.Fatalf("after the visibility lapsed: body %q ReceiveCount %d, want slow, 2", m.Body, m.ReceiveCount)
+		}
+		settle(t, "Ack of the redelivery", d2.Ack(context.Background()))
+		_ = d.Ack(context.Background()) // the stale holder's ack: refused or harmless, never a redelivery
+		receiveNone(t, src, 500*time.Millisecond, "after acking the redelivery")
+	})
+
+	t.Run("extend_keeps_invisible", func(t *testing.T) {
+		t.Parallel()
+		src, pub := h.New(t, lapse)
+		if src.Visibility() == 0 {
+			t.Skip("the broker has no visibility timeout to extend")
+		}
+		publish(t, pub, queue.Outgoing{Body: []byte("long")})
+		d := receiveOne(t, src, 10*time.Second)
+		end := time.Now().Add(2 * src.Visibility())
+		for time.Now().Before(end) {
+			settle(t, "Extend", d.Extend(context.Background(), src.Visibility()))
+			receiveNone(t, src, src.Visibility()/3, "while the holder extends its delivery")
+		}
+		settle(t, "Ack after extending", d.Ack(context.Background()))
+		receiveNone(t, src, 500*time.Millisecond, "after acking")
+	})
+
+	t.Run("dead_letter", func(t *testing.T) {
+		t.Parallel()
+		if !h.Features.DeadLetter {
+			t.Skip("the adapter declares no dead-letter destination")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("poison")})
+		d := receiveOne(t, src, 10*time.Second)
+		settle(t, "DeadLetter", d.DeadLetter(context.Background(), "cannot parse: bad json"))
+		receiveNone(t, src, 500*time.Millisecond, "after dead-lettering the only message")
+		var dl []DeadLetter
+		eventually(t, 10*time.Second, "the dead-lettered message never reached the dead letters", func() bool {
+			dl = h.DeadLetters(t, src)
+			return len(dl) > 0
+		})
+		if len(dl) != 1 || string(dl[0].Message.Body) != "poison" {
+			t.Fatalf("dead letters %+v, want the one poison message", dl)
+		}
+		if dl[0].Reason != "" && dl[0].Reason != "cannot parse: bad json" {
+			t.Errorf("dead letter reason %q, want the one given", dl[0].Reason)
+		}
+	})
+
+	t.Run("dedup_window", func(t *testing.T) {
+		t.Parallel()
+		if !h.Features.DedupWindow {
+			t.Skip("the broker has no publish-side dedup: the ledger is the only line against duplicates")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		first := publish(t, pub, queue.Outgoing{Body: []byte("order-1"), DedupID: "order-1", GroupID: "g"})
+		second := publish(t, pub, queue.Outgoing{Body: []byte("order-1"), DedupID: "order-1", GroupID: "g"})
+		if first.Duplicate || !second.Duplicate {
+			t.Fatalf("publishes with one DedupID: Duplicate %v then %v, want false then true", first.Duplicate, second.Duplicate)
+		}
+		publish(t, pub, queue.Outgoing{Body: []byte("order-2"), DedupID: "order-2", GroupID: "g"})
+		var got []string
+		for range 2 {
+			d := receiveOne(t, src, 10*time.Second)
+			got = append(got, string(d.Message().Body))
+			settle(t, "Ack", d.Ack(context.Background()))
+		}
+		receiveNone(t, src, 500*time.Millisecond, "after the two distinct messages")
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"order-1", "order-2"}) {
+			t.Fatalf("received %q, want order-1 and order-2 once each", got)
+		}
+	})
+
+	t.Run("delay", func(t *testing.T) {
+		t.Parallel()
+		if !h.Features.Delay {
+			t.Skip("the broker has no delayed delivery")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		start := time.Now()
+		publish(t, pub, queue.Outgoing{Body: []byte("later"), Delay: 2 * time.Second})
+		receiveNone(t, src, time.Second, "before the delay passed")
+		d := receiveOne(t, src, 15*time.Second)
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("delayed message delivered after %v, want at least 2s", took)
+		}
+		settle(t, "Ack", d.Ack(context.Background()))
+	})
+
+	t.Run("retry_delay", func(t *testing.T) {
+		t.Parallel()
+		if !h.Features.RetryDelay {
+			t.Skip("the broker ignores Retry's delay")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("backoff")})
+		d := receiveOne(t, src, 10*time.Second)
+		start := time.Now()
+		settle(t, "Retry(2s)", d.Retry(context.Background(), 2*time.Second))
+		receiveNone(t, src, time.Second, "before the retry delay passed")
+		d2 := receiveOne(t, src, 15*time.Second)
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("retried message delivered after %v, want at least 2s", took)
+		}
+		settle(t, "Ack", d2.Ack(context.Background()))
+	})
+
+	t.Run("fifo_groups", func(t *testing.T) {
+		t.Parallel()
+		if !h.Features.FIFO {
+			t.Skip("the broker has no FIFO groups")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		for i := range 3 {
+			publish(t, pub, queue.Outgoing{Body: fmt.Appendf(nil, "a%d", i), GroupID: "a", DedupID: fmt.Sprintf("a%d", i)})
+			publish(t, pub, queue.Outgoing{Body: fmt.Appendf(nil, "b%d", i), GroupID: "b", DedupID: fmt.Sprintf("b%d", i)})
+		}
+		// Hold a0: group a is blocked, group b goes on in order. One message
+		// per receive: a broker may hand out a group's messages together in
+		// one batch (SQS FIFO does), in order.
+		var a0 queue.Delivery
+		var bs []string
+		deadline := time.Now().Add(15 * time.Second)
+		for len(bs) < 3 && time.Now().Before(deadline) {
+			for _, d := range receive(t, src, 1, time.Until(deadline)) {
+				m := d.Message()
+				switch {
+				case string(m.Body) == "a0" && a0 == nil:
+					a0 = d
+				case m.GroupID == "a":
+					t.Fatalf("received %s while a0 is in flight: a FIFO group must wait for its earlier message", m.Body)
+				default:
+					bs = append(bs, string(m.Body))
+					settle(t, "Ack "+string(m.Body), d.Ack(context.Background()))
+				}
+			}
+		}
+		if a0 == nil || !slices.Equal(bs, []string{"b0", "b1", "b2"}) {
+			t.Fatalf("with a0 held: got a0 %v and group b %q; want a0 and b0 b1 b2 in order", a0 != nil, bs)
+		}
+		// a0 fails and is retried: it comes back before a1.
+		settle(t, "Retry a0", a0.Retry(context.Background(), 0))
+		var as []string
+		deadline = time.Now().Add(15 * time.Second)
+		for len(as) < 3 && time.Now().Before(deadline) {
+			for _, d := range receive(t, src, 1, time.Until(deadline)) {
+				as = append(as, string(d.Message().Body))
+				settle(t, "Ack", d.Ack(context.Background()))
+			}
+		}
+		if !slices.Equal(as, []string{"a0", "a1", "a2"}) {
+			t.Fatalf("group a after a0's retry: %q, want a0 a1 a2", as)
+		}
+	})
+}
