@@ -1,0 +1,144 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/memqueue"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+func noop(context.Context, queue.Message) ([]byte, error) { return nil, nil }
+
+func TestNewConsumerChecks(t *testing.T) {
+	l := idem.New(memstore.New())
+	q := memqueue.New(memqueue.WithVisibility(time.Minute))
+	if _, err := queue.NewConsumer(nil, l, queue.MessageIDKey("m"), noop); err == nil {
+		t.Fatal("NewConsumer(nil source): no error")
+	}
+	if _, err := queue.NewConsumer(q, l, nil, noop); err == nil {
+		t.Fatal("NewConsumer(nil key func): no error")
+	}
+	_, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), noop, queue.WithHandlerTimeout(2*time.Minute))
+	if !errors.Is(err, queue.ErrVisibilityTooShort) || !strings.Contains(err.Error(), "1m0s") {
+		t.Fatalf("visibility 1m, handler timeout 2m: %v, want ErrVisibilityTooShort naming both", err)
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	if _, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), noop, queue.WithHandlerTimeout(20*time.Second), queue.WithLogger(log)); err != nil {
+		t.Fatalf("visibility 1m, handler timeout 20s: %v", err)
+	}
+	if !strings.Contains(buf.String(), "six times") {
+		t.Fatalf("visibility under 6x the handler timeout: no warning; log: %s", buf.String())
+	}
+	buf.Reset()
+	if _, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), noop, queue.WithHandlerTimeout(10*time.Second), queue.WithLogger(log)); err != nil || buf.Len() != 0 {
+		t.Fatalf("visibility 1m = 6x the handler timeout: err %v, log %q; want neither", err, buf.String())
+	}
+}
+
+func TestMessageIDKey(t *testing.T) {
+	k, err := queue.MessageIDKey("sqs")(queue.Message{ID: "a:b"})
+	if err != nil || k != idem.Key("sqs", "a:b") {
+		t.Fatalf("MessageIDKey(sqs)(a:b) = %v, %v; want Key(sqs, a:b)", k, err)
+	}
+	if _, err := queue.MessageIDKey("sqs")(queue.Message{}); err == nil {
+		t.Fatal("MessageIDKey of a message without id: no error")
+	}
+}
+
+func TestUndecodable(t *testing.T) {
+	base := errors.New("bad json")
+	err := queue.Undecodable(base)
+	if !errors.Is(err, queue.ErrUndecodable) || !errors.Is(err, base) {
+		t.Fatalf("Undecodable(%v) = %v: want it to be ErrUndecodable and the original", base, err)
+	}
+	if queue.Undecodable(nil) != nil {
+		t.Fatal("Undecodable(nil) != nil")
+	}
+}
+
+// A panicking handler does not take the consumer down: the message is
+// retried, and the next delivery succeeds.
+func TestHandlerPanicIsRetried(t *testing.T) {
+	q := memqueue.New()
+	var calls atomic.Int32
+	c, err := queue.NewConsumer(q, idem.New(memstore.New()), queue.MessageIDKey("m"), func(context.Context, queue.Message) ([]byte, error) {
+		if calls.Add(1) == 1 {
+			panic("nil map")
+		}
+		return nil, nil
+	}, queue.WithBackoff(time.Millisecond, time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ready, held := q.Len()
+		if ready+held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message not done after a panic and a retry: ready %d held %d, calls %d", ready, held, calls.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler calls %d, want 2 (the panic, then the retry)", n)
+	}
+}
+
+// HandleBatch under a context with a deadline (a Lambda invocation) bounds
+// the ledger lease by it: a worker killed at the deadline leaves the key to
+// the next delivery soon after, not a whole default lease later.
+func TestHandleBatchBoundsLeaseByDeadline(t *testing.T) {
+	store := memstore.New()
+	q := memqueue.New()
+	l := idem.New(store, idem.WithLease(time.Hour))
+	var leaseLeft time.Duration
+	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(ctx context.Context, m queue.Message) ([]byte, error) {
+		rec, err := store.Get(ctx, idem.Key("m", m.ID).String())
+		if err != nil {
+			return nil, err
+		}
+		leaseLeft = time.Until(rec.LeaseUntil)
+		return nil, nil
+	}, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.HandleBatch(ctx, ds)
+	if leaseLeft <= 0 || leaseLeft > 21*time.Second {
+		t.Fatalf("lease left while the handler ran: %v, want at most the 20s to the deadline (the ledger's lease is 1h)", leaseLeft)
+	}
+	if ready, held := q.Len(); ready+held != 0 {
+		t.Fatalf("after HandleBatch: ready %d held %d, want the message acked", ready, held)
+	}
+}
