@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
 	"github.com/idemkit/idem/store/memstore"
@@ -141,4 +142,74 @@ func TestHandleBatchBoundsLeaseByDeadline(t *testing.T) {
 	if ready, held := q.Len(); ready+held != 0 {
 		t.Fatalf("after HandleBatch: ready %d held %d, want the message acked", ready, held)
 	}
+}
+
+// A ledger store that fails is never read as "done": the message is
+// retried, not acked, and once the store answers again the effect happens
+// exactly once, even when a completion's answer was lost after it committed.
+func TestStoreFaultsAreRetriedNotAcked(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		op    idemtest.Op
+		fault idemtest.Fault
+		want  int // effects
+	}{
+		{"claim_unreachable", idemtest.OpClaim, idemtest.Fault{Err: errors.New("dial tcp: connection refused"), Times: 2}, 1},
+		{"complete_answer_lost", idemtest.OpComplete, idemtest.Fault{Err: errors.New("i/o timeout"), After: true, Times: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := idemtest.NewFaultStore(memstore.New())
+			fs.Inject(tc.op, tc.fault)
+			q := memqueue.New()
+			var effects, acks atomic.Int32
+			c, err := queue.NewConsumer(q, idem.New(fs, idem.WithLogger(slog.New(slog.DiscardHandler))), queue.MessageIDKey("m"),
+				func(context.Context, queue.Message) ([]byte, error) { effects.Add(1); return nil, nil },
+				queue.WithBackoff(time.Millisecond, 5*time.Millisecond), queue.WithMaxReceives(0), queue.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds, err := q.Receive(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := &countingDelivery{Delivery: ds[0], acks: &acks}
+			c.HandleBatch(context.Background(), []queue.Delivery{first})
+			if acks.Load() != 0 {
+				t.Fatalf("the first delivery was acked although the store failed (%s)", tc.op)
+			}
+			// Redeliveries until the store answers: then exactly one effect.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ready, held := q.Len()
+				if ready+held == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("message %s never done: ready %d held %d", pub.ID, ready, held)
+				}
+				ds, err := q.Receive(context.Background(), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.HandleBatch(context.Background(), ds)
+			}
+			if n := effects.Load(); int(n) != tc.want {
+				t.Fatalf("effects %d, want %d", n, tc.want)
+			}
+		})
+	}
+}
+
+type countingDelivery struct {
+	queue.Delivery
+	acks *atomic.Int32
+}
+
+func (d *countingDelivery) Ack(ctx context.Context) error {
+	d.acks.Add(1)
+	return d.Delivery.Ack(ctx)
 }
