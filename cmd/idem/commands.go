@@ -198,6 +198,27 @@ func storeNow(ctx context.Context, s idem.Store) (time.Time, error) {
 }
 
 // getRecord reads key, turning "absent" into exit 3.
+// keyedRecord parses "[--json] KEY", opens the store and reads KEY's record:
+// the preamble of the commands that show one key.
+func keyedRecord(ctx context.Context, a *app, args []string, jsonUsage string) (rec idem.Record, now time.Time, asJSON bool, err error) {
+	fs := a.cmd.flagSet(a)
+	j := fs.Bool("json", false, jsonUsage)
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return rec, now, false, err
+	}
+	key, err := keyArg(pos)
+	if err != nil {
+		return rec, now, false, err
+	}
+	s, err := a.open(ctx)
+	if err != nil {
+		return rec, now, false, err
+	}
+	rec, now, err = getRecord(ctx, s, key)
+	return rec, now, *j, err
+}
+
 func getRecord(ctx context.Context, s idem.Store, key string) (idem.Record, time.Time, error) {
 	rec, err := s.Get(ctx, key)
 	if errors.Is(err, idem.ErrNotFound) {

@@ -43,26 +43,12 @@ verdict (code, cause, text, attempts) as one JSON object.`,
 }
 
 func runExplain(ctx context.Context, a *app, args []string) error {
-	fs := a.cmd.flagSet(a)
-	asJSON := fs.Bool("json", false, "print the explanation as JSON")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	key, err := keyArg(pos)
-	if err != nil {
-		return err
-	}
-	s, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	rec, now, err := getRecord(ctx, s, key)
+	rec, now, asJSON, err := keyedRecord(ctx, a, args, "print the explanation as JSON")
 	if err != nil {
 		return err
 	}
 	x := explain.Explain(rec, now)
-	if *asJSON {
+	if asJSON {
 		return writeJSONIndent(a.stdout, x)
 	}
 	return explain.Write(a.stdout, x, "")

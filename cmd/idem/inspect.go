@@ -29,25 +29,11 @@ times in RFC 3339 UTC, the result in base64, the derived state in "state".`,
 }
 
 func runInspect(ctx context.Context, a *app, args []string) error {
-	fs := a.cmd.flagSet(a)
-	asJSON := fs.Bool("json", false, "print the record as JSON")
-	pos, err := a.parse(fs, args)
+	rec, now, asJSON, err := keyedRecord(ctx, a, args, "print the record as JSON")
 	if err != nil {
 		return err
 	}
-	key, err := keyArg(pos)
-	if err != nil {
-		return err
-	}
-	s, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	rec, now, err := getRecord(ctx, s, key)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
+	if asJSON {
 		return writeJSONIndent(a.stdout, toJSON(&rec, now, true))
 	}
 	return writeRecord(a.stdout, &rec, now)
