@@ -155,28 +155,40 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 			return nil, err
 		}
 	}
-	pending := make([]int, len(reqs))
+	err := inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
+		return s.claimRound(ctx, q, reqs, round, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// inRounds calls round with the indexes 0..n-1 split into rounds in which
+// no key appears twice (one statement cannot write a row twice): each round
+// holds the first pending index of each key, in order.
+func inRounds(n int, key func(i int) string, round func(idx []int) error) error {
+	pending := make([]int, n)
 	for i := range pending {
 		pending[i] = i
 	}
 	for len(pending) > 0 {
-		// A round: the first pending request of each key.
-		var round, later []int
+		var this, later []int
 		seen := make(map[string]bool, len(pending))
 		for _, i := range pending {
-			if seen[reqs[i].Key] {
+			if seen[key(i)] {
 				later = append(later, i)
 				continue
 			}
-			seen[reqs[i].Key] = true
-			round = append(round, i)
+			seen[key(i)] = true
+			this = append(this, i)
 		}
-		if err := s.claimRound(ctx, q, reqs, round, out); err != nil {
-			return nil, err
+		if err := round(this); err != nil {
+			return err
 		}
 		pending = later
 	}
-	return out, nil
+	return nil
 }
 
 // claimRound claims reqs[i] for each i of round (distinct keys) in one

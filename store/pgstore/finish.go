@@ -107,25 +107,11 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) (errs []erro
 		return nil, err
 	}
 	errs = make([]error, len(cs))
-	pending := make([]int, len(cs))
-	for i := range pending {
-		pending[i] = i
-	}
-	for len(pending) > 0 {
-		var round, later []int
-		seen := make(map[string]bool, len(pending))
-		for _, i := range pending {
-			if seen[cs[i].Key] {
-				later = append(later, i)
-				continue
-			}
-			seen[cs[i].Key] = true
-			round = append(round, i)
-		}
-		if err := s.completeRound(ctx, cs, round, errs); err != nil {
-			return nil, s.wrap("complete batch", err)
-		}
-		pending = later
+	err = inRounds(len(cs), func(i int) string { return cs[i].Key }, func(round []int) error {
+		return s.completeRound(ctx, cs, round, errs)
+	})
+	if err != nil {
+		return nil, s.wrap("complete batch", err)
 	}
 	return errs, nil
 }
