@@ -76,6 +76,17 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // A panic in the handler is recovered, logged with its stack, and treated as
 // a retryable error (the ledger has already released or abandoned the key
 // by the policy).
+//
+// Every message gets one log line, "queue message <outcome>", with the key
+// (or its hash, as the ledger logs keys), outcome (executed, replayed,
+// reconciled, takeover, busy, retried, indeterminate, held-back,
+// handed-back, dead-lettered), action (ack, retry, dead-letter), fence,
+// attempt, receive_count, message_id and correlation_id (the message id,
+// which the ledger also journals with the attempt), plus cause for a dead
+// letter (undecodable, max-receives, mismatch, failed, retried,
+// indeterminate), delay for a retry, reason, group_id, and settle_error when
+// the broker refused the settlement. The ledger's own line for the same
+// call carries the same correlation id.
 type Consumer struct {
 	src        Source
 	ledger     *idem.Ledger
@@ -280,7 +291,8 @@ const (
 )
 
 type verdict struct {
-	outcome string
+	outcome string // what happened: executed, replayed, busy, dead-lettered, ...
+	cause   string // for a dead letter: the ledger's answer (mismatch, failed, indeterminate, retried), or ""
 	action  action
 	delay   time.Duration
 	reason  string
@@ -291,7 +303,7 @@ type verdict struct {
 func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	m := d.Message()
 	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
-		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", action: actionDeadLetter,
+		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "max-receives", action: actionDeadLetter,
 			reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}, idem.Result{})
 	}
 	key, err := c.key(m)
@@ -299,7 +311,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 		err = key.Err()
 	}
 	if err != nil {
-		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", action: actionDeadLetter,
+		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
 
@@ -362,18 +374,18 @@ func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err er
 	case errors.Is(err, idem.ErrInProgress):
 		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}
 	case errors.Is(err, ErrUndecodable):
-		return verdict{outcome: "dead-lettered", action: actionDeadLetter, reason: err.Error()}
+		return verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter, reason: err.Error()}
 	case errors.Is(err, idem.ErrMismatch):
-		return verdict{outcome: "mismatch", action: actionDeadLetter, reason: err.Error()}
+		return verdict{outcome: "dead-lettered", cause: "mismatch", action: actionDeadLetter, reason: err.Error()}
 	case errors.As(err, &perm), errors.Is(err, idem.ErrFailed):
-		return verdict{outcome: "dead-lettered", action: actionDeadLetter, reason: "permanent failure: " + err.Error()}
+		return verdict{outcome: "dead-lettered", cause: "failed", action: actionDeadLetter, reason: "permanent failure: " + err.Error()}
 	}
 	outcome := "retried"
 	if errors.Is(err, idem.ErrIndeterminate) {
 		outcome = "indeterminate"
 	}
 	if c.cfg.maxReceives > 0 && m.ReceiveCount >= c.cfg.maxReceives {
-		return verdict{outcome: outcome, action: actionDeadLetter,
+		return verdict{outcome: "dead-lettered", cause: outcome, action: actionDeadLetter,
 			reason: fmt.Sprintf("failed on receive %d of at most %d: %v", m.ReceiveCount, c.cfg.maxReceives, err)}
 	}
 	return verdict{outcome: outcome, action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: err.Error()}
@@ -414,6 +426,9 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 		}
 		if v.action == actionRetry {
 			attrs = append(attrs, slog.Duration("delay", v.delay))
+		}
+		if v.cause != "" {
+			attrs = append(attrs, slog.String("cause", v.cause))
 		}
 		if v.reason != "" {
 			attrs = append(attrs, slog.String("reason", v.reason))
