@@ -1,11 +1,12 @@
 // Package storeurl opens an idem.Store named by a URL, the one place where
 // the idem command turns `--store` into a store. [New] returns the
 // [Openers] of the schemes built into the command; adding a backend
-// (redis://, dynamodb://) is one more opener named in New.
+// (dynamodb://) is one more opener named in New.
 //
 //	sqlite:PATH, sqlite://PATH   store/sqlitestore on the database file PATH
 //	postgres://..., postgresql://...
 //	                             store/pgstore on the PostgreSQL database the URL names
+//	redis://..., rediss://...    store/redisstore on the Redis server the URL names
 //	mem:, mem:NAME               store/memstore; NAME shares one store per Openers
 package storeurl
 
@@ -55,6 +56,8 @@ func New() *Openers {
 		"sqlite":     openSQLite,
 		"postgres":   openPostgres,
 		"postgresql": openPostgres,
+		"redis":      openRedis,
+		"rediss":     openRedis,
 	}
 	return o
 }
@@ -63,7 +66,7 @@ func New() *Openers {
 // not built yet.
 func planned(scheme string) bool {
 	switch scheme {
-	case "redis", "rediss", "dynamodb":
+	case "dynamodb":
 		return true
 	}
 	return false

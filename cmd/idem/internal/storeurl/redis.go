@@ -1,0 +1,29 @@
+package storeurl
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// openRedis opens "redis://..." or "rediss://..." (TLS): store/redisstore
+// on the server the URL names, with go-redis's parameters (db in the path,
+// pool_size, dial_timeout, ...) and redisstore's (idem_prefix,
+// idem_keep_expired, idem_wait_replicas, idem_wait_timeout). A Redis store
+// has nothing to create, so MustExist only requires the server to answer:
+// an operator's command on a mistyped prefix finds no keys rather than an
+// error.
+func openRedis(ctx context.Context, raw, rest string, _ Options) (idem.Store, error) {
+	scheme, _, _ := strings.Cut(raw, ":")
+	if !strings.HasPrefix(rest, "//") {
+		return nil, fmt.Errorf("store %q: not a URL; write %s://USER:PASSWORD@HOST:PORT/DB", Redact(raw), strings.ToLower(scheme))
+	}
+	s, err := redisstore.Open(ctx, strings.ToLower(scheme)+":"+rest)
+	if err != nil {
+		return nil, fmt.Errorf("store %q: %s", Redact(raw), strings.ReplaceAll(err.Error(), rest, Redact(raw)))
+	}
+	return s, nil
+}
