@@ -1,0 +1,102 @@
+// Package httpidem is net/http middleware for the Idempotency-Key request
+// header (IETF draft-ietf-httpapi-idempotency-key-header), with Stripe's
+// behaviour where the draft is silent. A client sends a unique key with a
+// POST; if the response is lost and the client retries with the same key,
+// the handler does not run again: the client gets the first response,
+// replayed, with Idempotent-Replayed: true.
+//
+//	l := idem.New(store)
+//	m := httpidem.New(l, httpidem.WithScope(tenantOf), httpidem.WithRequired(true))
+//	mux.Handle("POST /charges", m.Handler(charges))
+//
+// Requests are recorded in an [idem.Ledger], so the middleware works on
+// every idem.Store, and one store can serve several servers: the first
+// request to claim a key runs the handler, under the ledger's lease and
+// heartbeat.
+//
+// # What a request gets
+//
+//   - Method not protected (anything but POST and PATCH; [WithMethods]):
+//     passed through, key or not.
+//   - No key: passed through and not recorded, or 400 "key-missing" when
+//     the route requires one ([WithRequired]).
+//   - A malformed key: 400 "key-invalid", before the store is touched. The
+//     key must be an RFC 9651 sf-string ("..."; see [ParseKey]); a bare key
+//     is accepted too unless [WithBareKeys](false). Also refused: an empty
+//     key, a key over 255 bytes ([WithMaxKeyLen]), non-ASCII bytes (so a key
+//     that is not UTF-8 never reaches the store), several Idempotency-Key
+//     field lines, a key the [WithKeyValidator] function refuses.
+//   - A body over 1 MiB ([WithMaxBody]): 413; a body that does not arrive
+//     in time: 408 ([WithBodyTimeout], or the server's ReadTimeout); a body
+//     that cannot be read: 400. The body is read before the key is claimed,
+//     so none of these claims it, and a slow client never holds a key.
+//   - A new key: the handler runs and its response streams to the client as
+//     it is written. When the handler returns, the response is recorded
+//     (status, the headers of [WithReplayHeaders], the body) for
+//     [WithRetention] (24 h), unless its status is not kept: 408, 409, 423,
+//     425, 429 (the handler says it did not act) and 5xx (unless
+//     [WithStoreServerErrors]). A response that is not kept releases the
+//     key: the client gets the handler's response, and a retry runs the
+//     handler again.
+//   - A finished key, same request: the recorded status, headers and body,
+//     byte for byte, with Idempotent-Replayed: true. The handler does not
+//     run.
+//   - A key used with a different request: 422 "key-reused". "The same
+//     request" means the same method, route pattern (when a ServeMux routed
+//     the request before the middleware), escaped path, query (keys
+//     sorted), media type and parameters of Content-Type, headers named by
+//     [WithFingerprintHeaders], and body (byte for byte, or as canonical
+//     JSON with [WithCanonicalJSON]). So a key reused on another route or
+//     method is refused, not replayed.
+//   - A key whose first request is still running: 409 "request-in-progress"
+//     with Retry-After (1 s; [WithRetryAfter]); or, with [WithBusyWait], the
+//     request waits for the first one and is answered as a replay.
+//   - The store cannot be reached: 503 "store-unavailable" with
+//     Retry-After. The handler does not run (fail closed).
+//   - The same key under another scope ([WithScope]: tenant, user): a
+//     separate key. A key from tenant A never replays tenant B's response,
+//     and B is never told that A used it.
+//
+// Every response to a keyed request on a protected method carries
+// Idempotency-Retention: the retention in seconds (the draft asks servers
+// to publish their expiry policy).
+//
+// Errors are application/problem+json (RFC 9457) with type
+// [DefaultProblemBase] + one of the Problem* constants, a fixed title, and
+// a detail that never repeats the key, the body or an internal error.
+//
+// # Edge cases
+//
+// Responses over [WithMaxResponse] (128 KiB): the client gets the whole
+// response, and the key is recorded with the status and headers but no
+// body, so a retry never runs the handler again: it gets the status, the
+// headers, an empty body, Idempotent-Replayed: true and
+// Idempotency-Body-Omitted: true. A text/event-stream response is recorded
+// the same way. Flushing is passed through (http.Flusher and
+// http.ResponseController work on the writer the handler gets) and does not
+// by itself stop the body from being kept. A handler that hijacks the
+// connection records the key as not replayable: retries get 422
+// "response-not-kept". Trailers and 1xx responses are passed through and
+// not kept.
+//
+// The handler's context is the request's, cancelled when the client goes
+// away or when the ledger's heartbeat finds the lease lost. If the handler
+// then returns without writing anything, nothing is recorded and the key
+// is released: a retry runs the handler again. If it wrote a response
+// anyway (the work was done), that response is recorded as usual, so a
+// retry gets it. A handler whose work must finish whatever the client does
+// should run it under [context.WithoutCancel].
+//
+// A handler that panics: the key is released and the panic goes on to
+// net/http. A handler whose response was sent but could not be recorded
+// (the store failed after the handler ran): the client keeps the handler's
+// response; the key stays claimed until its lease lapses, and a retry after
+// that runs the handler again. That is the ledger's at-least-once policy;
+// under an [idem.AtMostOnce] ledger the key becomes indeterminate instead
+// and retries get 500 "outcome-unknown" until an operator resolves it.
+//
+// The stored result is compact binary (a version byte, flags, status,
+// header lines and body); the key is idem.Key("http", scope, key), or
+// idem.Key("http", key) without a scope function ([WithNamespace] changes
+// "http").
+package httpidem

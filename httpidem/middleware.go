@@ -1,0 +1,346 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Header names the middleware reads and writes.
+const (
+	// HeaderKey is the request header carrying the key.
+	HeaderKey = "Idempotency-Key"
+	// HeaderReplayed is set to "true" on every replayed response (Stripe's
+	// marker; IETF httpapi issue #46).
+	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderBodyOmitted is set to "true" on a replay whose body was not
+	// kept (over the response size limit, or an event stream).
+	HeaderBodyOmitted = "Idempotency-Body-Omitted"
+	// HeaderRetention advertises, in seconds, how long the server remembers
+	// a key (the draft asks servers to publish it and defines no header for
+	// it; IETF httpapi issue #35). Sent on every response to a keyed request
+	// on a protected method.
+	HeaderRetention = "Idempotency-Retention"
+)
+
+// ErrEmptyScope is logged when a [ScopeFunc] returns an empty scope without
+// an error.
+var ErrEmptyScope = errors.New("httpidem: scope function returned an empty scope")
+
+// Middleware makes POST and PATCH handlers idempotent under the
+// Idempotency-Key request header. Make one with [New]; wrap handlers with
+// [Middleware.Handler]. It is safe for concurrent use.
+type Middleware struct {
+	l   *idem.Ledger
+	cfg config
+	ret string // retention in seconds, for HeaderRetention
+}
+
+// New returns a Middleware that records requests in l. See the package
+// documentation for what it answers when, and the options for the defaults.
+func New(l *idem.Ledger, opts ...Option) *Middleware {
+	c := defaultConfig()
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return &Middleware{l: l, cfg: c, ret: strconv.FormatInt(int64(c.retention/time.Second), 10)}
+}
+
+// Retention returns how long a finished request is remembered (see
+// [WithRetention]), for the API's documentation.
+func (m *Middleware) Retention() time.Duration { return m.cfg.retention }
+
+// Handler returns next wrapped in the middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+// errNotKept is returned from the ledger's fn for a response that is not
+// recorded (a 5xx, or a transient 4xx), so that the ledger releases the key.
+var errNotKept = errors.New("httpidem: response not recorded")
+
+// errNoAnswer is returned from fn when the handler wrote nothing and its
+// context was done (the client went away, or the lease was lost): nothing
+// is known to have happened, so nothing is recorded.
+var errNoAnswer = errors.New("httpidem: handler interrupted before it answered")
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.cfg.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	lines := r.Header[HeaderKey]
+	if len(lines) == 0 {
+		if m.cfg.required {
+			m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing, "This endpoint requires an Idempotency-Key header.", 0)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set(HeaderRetention, m.ret)
+	key, err := m.parseKey(lines)
+	if err != nil {
+		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, detailOf(err), 0)
+		return
+	}
+	opKey, ok := m.operationKey(w, r, key)
+	if !ok {
+		return
+	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	opts := make([]idem.CallOption, 0, 3)
+	opts = append(opts, idem.Fingerprint(m.fingerprint(r, body)), idem.WithRetention(m.cfg.retention))
+	if m.cfg.lease > 0 {
+		opts = append(opts, idem.WithLease(m.cfg.lease))
+	}
+
+	var c *capture
+	fn := func(ctx context.Context) ([]byte, error) {
+		c = &capture{rw: w, m: m, max: m.cfg.maxResponse}
+		r.Body = io.NopCloser(bytes.NewReader(body)) // fresh for a second round after a busy wait
+		next.ServeHTTP(c, r.WithContext(ctx))
+		return m.outcome(ctx, r, c)
+	}
+	res, err := m.l.Do(r.Context(), opKey, fn, opts...)
+	if m.cfg.busyWait > 0 {
+		deadline := time.Now().Add(m.cfg.busyWait)
+		for wait := 5 * time.Millisecond; c == nil && errors.Is(err, idem.ErrInProgress) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 100*time.Millisecond) {
+			if !sleep(r.Context(), wait) {
+				break
+			}
+			res, err = m.l.Do(r.Context(), opKey, fn, opts...)
+		}
+	}
+	if c != nil {
+		m.afterHandler(w, r, c, err)
+		return
+	}
+	if err == nil {
+		m.replay(w, r, res)
+		return
+	}
+	m.refuse(w, r, err)
+}
+
+// sleep waits d, or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// parseKey checks the field lines and parses the key.
+func (m *Middleware) parseKey(lines []string) (string, error) {
+	if len(lines) > 1 {
+		return "", fmt.Errorf("%w: sent on %d field lines (send exactly one)", ErrKeyInvalid, len(lines))
+	}
+	key, err := ParseKey(lines[0], m.cfg.bare)
+	if err != nil {
+		return "", err
+	}
+	if len(key) > m.cfg.maxKeyLen {
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrKeyInvalid, m.cfg.maxKeyLen)
+	}
+	if m.cfg.validate != nil {
+		if err := m.cfg.validate(key); err != nil {
+			return "", fmt.Errorf("%w: refused by the server's key format (%w)", ErrKeyInvalid, errHidden{err})
+		}
+	}
+	return key, nil
+}
+
+// errHidden keeps a validator's text out of the detail sent to the client.
+type errHidden struct{ err error }
+
+func (e errHidden) Error() string { return "see the API's documentation" }
+func (e errHidden) Unwrap() error { return e.err }
+
+// detailOf is the client-facing detail of a key error: ParseKey's reasons
+// never contain the value.
+func detailOf(err error) string {
+	return err.Error()[len("httpidem: "):]
+}
+
+// operationKey resolves the scope and builds the ledger key. On failure it
+// has answered the request.
+func (m *Middleware) operationKey(w http.ResponseWriter, r *http.Request, key string) (idem.OperationKey, bool) {
+	if m.cfg.scope == nil {
+		return idem.Key(m.cfg.namespace, key), true
+	}
+	scope, err := m.cfg.scope(r)
+	if err == nil && scope == "" {
+		err = ErrEmptyScope
+	}
+	if err != nil {
+		m.cfg.log.ErrorContext(r.Context(), "httpidem: scope function failed; request refused", slog.Any("error", err), slog.String("path", r.URL.Path))
+		m.writeProblem(w, http.StatusInternalServerError, ProblemScopeFailed, "", 0)
+		return idem.OperationKey{}, false
+	}
+	k := idem.Key(m.cfg.namespace, scope, key)
+	if err := k.Err(); err != nil {
+		m.cfg.log.ErrorContext(r.Context(), "httpidem: scope and key make an invalid operation key", slog.Any("error", err), slog.Int("scope_len", len(scope)))
+		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency-Key is too long for this server.", 0)
+		return idem.OperationKey{}, false
+	}
+	return k, true
+}
+
+// readBody reads the whole request body, up to MaxBody, before the key is
+// claimed. On failure it has answered the request.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	if m.cfg.bodyTimeout > 0 {
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)); err == nil {
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
+	rd := http.MaxBytesReader(w, r.Body, m.cfg.maxBody)
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= m.cfg.maxBody {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(rd)
+	if err == nil {
+		return buf.Bytes(), true
+	}
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		m.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("Requests with an Idempotency-Key may have a body of at most %d bytes.", m.cfg.maxBody), 0)
+	case errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		m.writeProblem(w, http.StatusRequestTimeout, ProblemBodyTimeout, "", 0)
+	default:
+		m.writeProblem(w, http.StatusBadRequest, ProblemBodyUnreadable, "", 0)
+	}
+	return nil, false
+}
+
+// outcome decides, after the handler returned, what the ledger records.
+func (m *Middleware) outcome(ctx context.Context, r *http.Request, c *capture) ([]byte, error) {
+	switch {
+	case c.hijacked:
+		return (&response{flags: flagHijacked}).encode(), nil
+	case c.status == 0:
+		if ctx.Err() != nil {
+			// The client left or the lease was lost, and the handler gave
+			// up without answering: nothing known to be done.
+			return nil, errNoAnswer
+		}
+		// The handler returned without writing: net/http sends 200 with no
+		// body, and that is what is recorded.
+		c.WriteHeader(http.StatusOK)
+	}
+	if !m.keeps(c.status) {
+		if c.status < 500 {
+			// 408, 409, 423, 425, 429: the handler says it did not act.
+			return nil, idem.NotDone(fmt.Errorf("%w: status %d", errNotKept, c.status))
+		}
+		return nil, fmt.Errorf("%w: status %d", errNotKept, c.status)
+	}
+	res := c.result()
+	return res.encode(), nil
+}
+
+// keeps reports whether a response with status is recorded for replay.
+func (m *Middleware) keeps(status int) bool {
+	switch {
+	case status >= 500:
+		return m.cfg.storeServerErrors
+	case status == http.StatusRequestTimeout, status == http.StatusConflict, status == http.StatusLocked,
+		status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+// afterHandler finishes a request whose handler ran: its response stands,
+// whatever the store said after it.
+func (m *Middleware) afterHandler(w http.ResponseWriter, r *http.Request, c *capture, err error) {
+	switch {
+	case err == nil, errors.Is(err, errNotKept):
+		if err != nil {
+			var se *idem.StoreError
+			if errors.As(err, &se) {
+				m.cfg.log.ErrorContext(r.Context(), "httpidem: releasing an unrecorded response failed; the key waits for its lease", slog.Any("error", err))
+			}
+		}
+	case errors.Is(err, errNoAnswer):
+		if !c.committed {
+			m.writeProblem(w, http.StatusInternalServerError, ProblemOutcomeUnknown, "The request was interrupted; retry it with the same Idempotency-Key.", 0)
+		}
+	default:
+		// The store failed to record the outcome, or the lease was lost:
+		// the client has (or gets) the handler's response; a retry may run
+		// the handler again once the lease lapses (at least once).
+		m.cfg.log.ErrorContext(r.Context(), "httpidem: the handler ran but its response was not recorded", slog.Any("error", err), slog.String("path", r.URL.Path))
+	}
+}
+
+// replay answers with a stored response.
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, res idem.Result) {
+	resp, err := decodeResponse(res.Value)
+	if err != nil {
+		m.cfg.log.ErrorContext(r.Context(), "httpidem: stored response cannot be decoded; handler not run", slog.Any("error", err), slog.Int64("fence", res.Fence))
+		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordUnreadable, "", 0)
+		return
+	}
+	if resp.flags&flagHijacked != 0 {
+		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemResponseNotKept,
+			"The first request with this Idempotency-Key took over the connection; its response cannot be replayed.", 0)
+		return
+	}
+	resp.replay(w)
+}
+
+// refuse answers a request whose handler did not run.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	var ip *idem.InProgressError
+	switch {
+	case errors.As(err, &ip):
+		m.writeProblem(w, http.StatusConflict, ProblemInProgress,
+			"The first request with this Idempotency-Key has not finished; retry the same request later.",
+			min(m.cfg.retryAfter, max(ip.RetryAfter, time.Second)))
+	case errors.Is(err, idem.ErrMismatch):
+		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+			"This Idempotency-Key was already used with a different request (method, path, query, content type or body).", 0)
+	case errors.Is(err, idem.ErrIndeterminate):
+		m.writeProblem(w, http.StatusInternalServerError, ProblemOutcomeUnknown,
+			"An earlier request with this Idempotency-Key did not finish, and its outcome is being reconciled.", 0)
+	case errors.Is(err, idem.ErrInvalidKey):
+		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency-Key is too long for this server.", 0)
+	default:
+		// A store error (or the request's context ended during the claim,
+		// or a key failed by another writer): nothing ran.
+		m.cfg.log.ErrorContext(r.Context(), "httpidem: claim failed; handler not run", slog.Any("error", err), slog.String("path", r.URL.Path))
+		m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+			"Nothing was done; retry with the same Idempotency-Key.", m.cfg.retryAfter)
+	}
+}

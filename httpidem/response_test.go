@@ -1,0 +1,170 @@
+package httpidem_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/httpidem"
+)
+
+// TestLargeResponse: a response over WithMaxResponse reaches the client in
+// full; the key is recorded anyway, so the retry does not run the handler:
+// it gets the status and headers, an empty body, and
+// Idempotency-Body-Omitted: true.
+func TestLargeResponse(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s idem.Store) {
+		var runs atomic.Int64
+		big := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("ETag", `"v1"`)
+			w.WriteHeader(http.StatusCreated)
+			for i := 0; i < len(big); i += 1000 {
+				_, _ = w.Write(big[i:min(i+1000, len(big))])
+			}
+		})
+		srv := serve(t, ledger(s), h, httpidem.WithMaxResponse(10_000))
+		key := newKey()
+		first := post(t, srv.URL, key, "x")
+		if first.status != http.StatusCreated || first.body != string(big) {
+			t.Fatalf("first: %d, %d bytes, want 201 and %d bytes", first.status, len(first.body), len(big))
+		}
+		r := post(t, srv.URL, key, "x")
+		if r.status != http.StatusCreated || r.body != "" || !r.replayed() || r.header.Get(httpidem.HeaderBodyOmitted) != "true" {
+			t.Fatalf("retry: %d, %d bytes, replayed=%v omitted=%q", r.status, len(r.body), r.replayed(), r.header.Get(httpidem.HeaderBodyOmitted))
+		}
+		if r.header.Get("ETag") != `"v1"` || r.header.Get("Content-Type") != "application/octet-stream" {
+			t.Errorf("retry lost the headers: %v", r.header)
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("handler ran %d times, want 1", runs.Load())
+		}
+		// A response exactly at the limit is kept whole.
+		srv2 := serve(t, ledger(s), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(big[:10_000]) }), httpidem.WithMaxResponse(10_000))
+		k2 := newKey()
+		post(t, srv2.URL, k2, "x")
+		if r := post(t, srv2.URL, k2, "x"); r.body != string(big[:10_000]) || r.header.Get(httpidem.HeaderBodyOmitted) != "" {
+			t.Fatalf("response at the limit: replayed %d bytes, omitted=%q", len(r.body), r.header.Get(httpidem.HeaderBodyOmitted))
+		}
+	})
+}
+
+// TestStreaming: a streaming handler's flushes reach the client while it
+// runs, through an http.Flusher type assertion and through
+// http.ResponseController; the whole stream is replayed when it fits. An
+// event stream is recorded without its body.
+func TestStreaming(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s idem.Store) {
+		for _, sse := range []bool{false, true} {
+			next := make(chan struct{})
+			var runs atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				ct := "text/plain"
+				if sse {
+					ct = "text/event-stream"
+				}
+				w.Header().Set("Content-Type", ct)
+				_, _ = io.WriteString(w, "data: one\n\n")
+				w.(http.Flusher).Flush()
+				<-next // the client read "one" before this returns
+				_, _ = io.WriteString(w, "data: two\n\n")
+				if err := http.NewResponseController(w).Flush(); err != nil {
+					t.Errorf("ResponseController.Flush: %v", err)
+				}
+				<-next
+				_, _ = io.WriteString(w, "data: three\n\n")
+			})
+			srv := serve(t, ledger(s), h)
+			key := newKey()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
+			req.Header.Set(httpidem.HeaderKey, quoted(key))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(resp.Body)
+			for _, want := range []string{"data: one\n", "\n", "data: two\n", "\n"} {
+				line, err := br.ReadString('\n')
+				if err != nil || line != want {
+					t.Fatalf("streamed line %q, %v; want %q", line, err, want)
+				}
+				if want == "\n" {
+					next <- struct{}{}
+				}
+			}
+			rest, _ := io.ReadAll(br)
+			resp.Body.Close()
+			if string(rest) != "data: three\n\n" {
+				t.Fatalf("stream tail %q", rest)
+			}
+			r := post(t, srv.URL, key, "x")
+			want, omitted := "data: one\n\ndata: two\n\ndata: three\n\n", ""
+			if sse {
+				want, omitted = "", "true"
+			}
+			if !r.replayed() || r.body != want || r.header.Get(httpidem.HeaderBodyOmitted) != omitted || runs.Load() != 1 {
+				t.Fatalf("sse=%v replay: %q omitted=%q replayed=%v runs=%d", sse, r.body, r.header.Get(httpidem.HeaderBodyOmitted), r.replayed(), runs.Load())
+			}
+		}
+	})
+}
+
+// TestHijack: a handler that takes over the connection works through the
+// middleware; its key is recorded as not replayable, so a retry gets 422
+// response-not-kept and does not run the handler.
+func TestHijack(t *testing.T) {
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nraw ok")
+		_ = brw.Flush()
+	})
+	s := newMem()
+	srv := serve(t, ledger(s), h)
+	key := newKey()
+	if r := post(t, srv.URL, key, "x"); r.status != http.StatusOK || r.body != "raw ok" {
+		t.Fatalf("hijacked: %d %q", r.status, r.body)
+	}
+	// The client has its answer before the handler returns and the key is
+	// recorded.
+	waitFor(t, "the hijacked request's record", func() bool {
+		rec, err := s.Get(context.Background(), opKey(key))
+		return err == nil && rec.Status == idem.StatusCompleted
+	})
+	r := post(t, srv.URL, key, "x")
+	if r.status != http.StatusUnprocessableEntity || r.problemType(t) != httpidem.ProblemResponseNotKept || runs.Load() != 1 {
+		t.Fatalf("retry of a hijacked request: %d %q runs=%d", r.status, r.body, runs.Load())
+	}
+}
+
+// TestNoWrite: a handler that writes nothing sends net/http's empty 200, and
+// that is what is replayed.
+func TestNoWrite(t *testing.T) {
+	var runs atomic.Int64
+	srv := serve(t, ledger(newMem()), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
+	key := newKey()
+	for i := 0; i < 2; i++ {
+		r := post(t, srv.URL, key, "x")
+		if r.status != http.StatusOK || r.body != "" || r.replayed() != (i == 1) {
+			t.Fatalf("request %d: %d %q replayed=%v", i, r.status, r.body, r.replayed())
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d", runs.Load())
+	}
+}
