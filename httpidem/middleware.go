@@ -214,10 +214,11 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
+	var rc *http.ResponseController
 	if m.cfg.bodyTimeout > 0 {
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)); err == nil {
-			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		rc = http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(m.cfg.bodyTimeout)); err != nil {
+			rc = nil // not supported by this writer: the server's ReadTimeout applies
 		}
 	}
 	rd := http.MaxBytesReader(w, r.Body, m.cfg.maxBody)
@@ -227,8 +228,14 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	_, err := buf.ReadFrom(rd)
 	if err == nil {
+		if rc != nil {
+			_ = rc.SetReadDeadline(time.Time{})
+		}
 		return buf.Bytes(), true
 	}
+	// The rest of the body will not be read: the deadline stays, and the
+	// connection is closed after the answer.
+	w.Header().Set("Connection", "close")
 	var tooBig *http.MaxBytesError
 	var ne net.Error
 	switch {

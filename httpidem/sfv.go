@@ -32,16 +32,19 @@ var ErrKeyInvalid = errors.New("httpidem: invalid Idempotency-Key")
 // value. An empty key ("" or an empty field) is an error. ParseKey does not
 // check the key's length; the middleware does.
 func ParseKey(value string, allowBare bool) (string, error) {
-	p := sfParser{s: value}
-	p.skipSP()
-	if p.eof() {
+	// HTTP removes the field value's surrounding whitespace (OWS: spaces
+	// and tabs); so does ParseKey, for values that did not come through a
+	// server.
+	value = strings.Trim(value, " \t")
+	if value == "" {
 		return "", invalid("empty field value")
 	}
+	p := sfParser{s: value}
 	if p.peek() != '"' {
 		if !allowBare {
 			return "", invalid("not a Structured Field string (the key must be quoted)")
 		}
-		s := strings.Trim(value, " \t")
+		s := value
 		for i := 0; i < len(s); i++ {
 			c := s[i]
 			if c < 0x21 || c > 0x7e || c == '"' || c == '\\' || c == ',' || c == ';' {
