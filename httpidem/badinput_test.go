@@ -35,6 +35,9 @@ func TestMalformedKeys(t *testing.T) {
 		}
 		return nil
 	}))
+	// A server that allows longer keys still stops at what the ledger
+	// indexes (idem.MaxKeyLen, 1024 bytes), before the store.
+	huge := serve(t, l, &h, httpidem.WithMaxKeyLen(4096))
 	long := strings.Repeat("k", 256)
 	bad := []struct {
 		name, url, value string
@@ -68,6 +71,7 @@ func TestMalformedKeys(t *testing.T) {
 		{"token on a strict route", strict.URL, `abc`},
 		{"integer on a strict route", strict.URL, `123`},
 		{"refused by the validator", uuidOnly.URL, `"short"`},
+		{"over the ledger's key limit", huge.URL, `"` + strings.Repeat("k", 2000) + `"`},
 	}
 	for _, c := range bad {
 		r := do(t, http.MethodPost, c.url, []string{c.value}, "x")

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"hash"
 	"io"
 	"mime"
 	"net/http"
@@ -20,19 +19,19 @@ import (
 // configured). Every part is length-prefixed, so no two different requests
 // hash the same bytes.
 func (m *Middleware) fingerprint(r *http.Request, body []byte) []byte {
-	h := sha256.New()
-	field(h, r.Method)
-	field(h, r.Pattern)
-	field(h, r.URL.EscapedPath())
-	field(h, canonicalQuery(r.URL.RawQuery))
+	b := make([]byte, 0, 256)
+	b = field(b, r.Method)
+	b = field(b, r.Pattern)
+	b = field(b, r.URL.EscapedPath())
+	b = field(b, canonicalQuery(r.URL.RawQuery))
 	ct, isJSON := canonicalContentType(r.Header.Get("Content-Type"))
-	field(h, ct)
+	b = field(b, ct)
 	for _, name := range m.cfg.fpHeaders {
 		vals := r.Header.Values(name)
-		field(h, name)
-		writeUvarint(h, uint64(len(vals)))
+		b = field(b, name)
+		b = binary.AppendUvarint(b, uint64(len(vals)))
 		for _, v := range vals {
-			field(h, v)
+			b = field(b, v)
 		}
 	}
 	if m.cfg.canonicalJSON && isJSON {
@@ -40,18 +39,16 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) []byte {
 			body = cb
 		}
 	}
-	field(h, string(body))
-	return h.Sum(nil)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	h := sha256.New()
+	_, _ = h.Write(b)
+	_, _ = h.Write(body)
+	return h.Sum(b[:0])
 }
 
-func field(h hash.Hash, s string) {
-	writeUvarint(h, uint64(len(s)))
-	_, _ = io.WriteString(h, s)
-}
-
-func writeUvarint(h hash.Hash, v uint64) {
-	var b [binary.MaxVarintLen64]byte
-	_, _ = h.Write(binary.AppendUvarint(b[:0], v))
+func field(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // canonicalQuery sorts the query by key, keeping the order of a key's

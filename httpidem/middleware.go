@@ -105,7 +105,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	opts := make([]idem.CallOption, 0, 3)
 	opts = append(opts, idem.Fingerprint(m.fingerprint(r, body)), idem.WithRetention(m.cfg.retention))
 	if m.cfg.lease > 0 {
@@ -115,7 +114,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	var c *capture
 	fn := func(ctx context.Context) ([]byte, error) {
 		c = &capture{rw: w, m: m, max: m.cfg.maxResponse}
-		r.Body = io.NopCloser(bytes.NewReader(body)) // fresh for a second round after a busy wait
+		r.Body = io.NopCloser(bytes.NewReader(body)) // fresh for each run (a busy wait may run it)
 		next.ServeHTTP(c, r.WithContext(ctx))
 		return m.outcome(ctx, r, c)
 	}

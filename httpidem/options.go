@@ -198,7 +198,9 @@ func WithMaxBody(n int64) Option {
 // WithBodyTimeout bounds the time to read a keyed request's body, through
 // [http.ResponseController.SetReadDeadline] (default 0: only the server's
 // ReadTimeout applies). The body is read before the key is claimed, so a
-// slow client never holds a key; a timeout gets 408 ("body-timeout").
+// slow client never holds a key; a timeout gets 408 ("body-timeout") and
+// the connection is closed. The deadline replaces the server's read
+// deadline while the body is read, and is cleared once it has been read.
 func WithBodyTimeout(d time.Duration) Option {
 	return func(c *config) { c.bodyTimeout = d }
 }
