@@ -312,3 +312,38 @@ func TestAtMostOnce(t *testing.T) {
 		t.Fatalf("retry: %d %q runs %d", r.status, r.body, runs.Load())
 	}
 }
+
+// TestHeartbeatFails: the store stops answering while the handler runs, so
+// the ledger cannot extend the lease. When the lease runs out the handler's
+// context is cancelled (another server may take the key over); a handler
+// that then gives up without answering gets 500 outcome-unknown, nothing is
+// recorded, and the retry runs the handler again once the store is back.
+func TestHeartbeatFails(t *testing.T) {
+	fs := idemtest.NewFaultStore(memstore.New())
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			select {
+			case <-r.Context().Done():
+				if !errors.Is(context.Cause(r.Context()), idem.ErrLeaseLost) {
+					t.Errorf("handler's context ended by %v, want ErrLeaseLost", context.Cause(r.Context()))
+				}
+				return
+			case <-time.After(10 * time.Second):
+				t.Error("the handler's context was not cancelled when its lease ran out")
+			}
+		}
+		_, _ = io.WriteString(w, "done")
+	})
+	srv := serve(t, ledger(fs), h, httpidem.WithLease(300*time.Millisecond))
+	key := newKey()
+	fs.Inject(idemtest.OpExtend, idemtest.Fault{Err: errors.New("connection refused")})
+	r := post(t, srv.URL, key, "x")
+	if r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemOutcomeUnknown {
+		t.Fatalf("lease lost: %d %q", r.status, r.body)
+	}
+	fs.Heal(idemtest.OpExtend)
+	if r := post(t, srv.URL, key, "x"); r.status != http.StatusOK || r.body != "done" || r.replayed() || runs.Load() != 2 {
+		t.Fatalf("retry: %d %q replayed=%v runs=%d", r.status, r.body, r.replayed(), runs.Load())
+	}
+}
