@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -41,9 +42,11 @@ var ErrEmptyScope = errors.New("httpidem: scope function returned an empty scope
 // Idempotency-Key request header. Make one with [New]; wrap handlers with
 // [Middleware.Handler]. It is safe for concurrent use.
 type Middleware struct {
-	l   *idem.Ledger
-	cfg config
-	ret string // retention in seconds, for HeaderRetention
+	l         *idem.Ledger
+	cfg       config
+	ret       string // retention in seconds, for HeaderRetention
+	retention idem.CallOption
+	lease     idem.CallOption // nil: the ledger's
 }
 
 // New returns a Middleware that records requests in l. See the package
@@ -56,7 +59,11 @@ func New(l *idem.Ledger, opts ...Option) *Middleware {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	return &Middleware{l: l, cfg: c, ret: strconv.FormatInt(int64(c.retention/time.Second), 10)}
+	m := &Middleware{l: l, cfg: c, ret: strconv.FormatInt(int64(c.retention/time.Second), 10), retention: idem.WithRetention(c.retention)}
+	if c.lease > 0 {
+		m.lease = idem.WithLease(c.lease)
+	}
+	return m
 }
 
 // Retention returns how long a finished request is remembered (see
@@ -106,17 +113,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	opts := make([]idem.CallOption, 0, 3)
-	opts = append(opts, idem.Fingerprint(m.fingerprint(r, body)), idem.WithRetention(m.cfg.retention))
-	if m.cfg.lease > 0 {
-		opts = append(opts, idem.WithLease(m.cfg.lease))
+	opts = append(opts, idem.Fingerprint(m.fingerprint(r, body)), m.retention)
+	if m.lease != nil {
+		opts = append(opts, m.lease)
 	}
 
 	var c *capture
 	fn := func(ctx context.Context) ([]byte, error) {
 		c = &capture{rw: w, m: m, max: m.cfg.maxResponse}
-		r.Body = io.NopCloser(bytes.NewReader(body)) // fresh for each run (a busy wait may run it)
-		next.ServeHTTP(c, r.WithContext(ctx))
-		return m.outcome(ctx, r, c)
+		r2 := r.WithContext(ctx)
+		r2.Body = io.NopCloser(bytes.NewReader(body)) // fresh for each run (a busy wait may run it)
+		next.ServeHTTP(c, r2)
+		return m.outcome(ctx, r2, c)
 	}
 	res, err := m.l.Do(r.Context(), opKey, fn, opts...)
 	if m.cfg.busyWait > 0 {
@@ -180,7 +188,7 @@ func (e errHidden) Unwrap() error { return e.err }
 // detailOf is the client-facing detail of a key error: ParseKey's reasons
 // never contain the value.
 func detailOf(err error) string {
-	return err.Error()[len("httpidem: "):]
+	return strings.TrimPrefix(err.Error(), "httpidem: ")
 }
 
 // operationKey resolves the scope and builds the ledger key. On failure it
