@@ -77,6 +77,9 @@ func decodeResponse(b []byte) (response, error) {
 func (r *response) replay(w http.ResponseWriter) {
 	h := w.Header()
 	for i := 0; i+1 < len(r.headers); i += 2 {
+		h.Del(r.headers[i]) // the stored values replace any set before the middleware
+	}
+	for i := 0; i+1 < len(r.headers); i += 2 {
 		h[r.headers[i]] = append(h[r.headers[i]], r.headers[i+1])
 	}
 	h.Set(HeaderReplayed, "true")
