@@ -6,6 +6,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,5 +168,43 @@ func TestNoWrite(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("runs %d", runs.Load())
+	}
+}
+
+// TestEarlyHints: a 103 before the final status reaches the client and is
+// not mistaken for the result: the replay is the final 201.
+func TestEarlyHints(t *testing.T) {
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "made")
+	})
+	srv := serve(t, ledger(newMem()), h)
+	key := newKey()
+	var hints atomic.Int64
+	send := func() reply {
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+				if code == http.StatusEarlyHints {
+					hints.Add(1)
+				}
+				return nil
+			},
+		})
+		r := doCtx(ctx, t, http.MethodPost, srv.URL, []string{quoted(key)}, "x")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r
+	}
+	first, second := send(), send()
+	if first.status != http.StatusCreated || hints.Load() != 1 {
+		t.Fatalf("first: %d, %d early hints", first.status, hints.Load())
+	}
+	if second.status != http.StatusCreated || second.body != "made" || !second.replayed() || runs.Load() != 1 {
+		t.Fatalf("replay: %d %q replayed=%v runs=%d", second.status, second.body, second.replayed(), runs.Load())
 	}
 }
