@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/idemkit/idem/internal/testenv"
 	"net/url"
 	"os"
 	"sync"
@@ -14,19 +15,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// envURL names the database the tests use; without it they are skipped.
-const envURL = "IDEM_TEST_POSTGRES"
+// envURL names the service the tests use; without it they are skipped.
+const envURL = testenv.Postgres
 
-const skipMessage = "set " + envURL + "=postgres://postgres@127.0.0.1:5432/test?sslmode=disable to run the PostgreSQL suite"
-
-// testURL returns the test database's URL, or skips t.
+// testURL returns the test service's URL, or skips t.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(envURL)
-	if u == "" {
-		t.Skip(skipMessage)
-	}
-	return u
+	return testenv.Require(t, envURL, "the PostgreSQL suite")
 }
 
 var shared struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/idemkit/idem/internal/testenv"
 	"net/url"
 	"os"
 	"sync"
@@ -14,19 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// envURL names the Redis server the tests use; without it they are skipped.
-const envURL = "IDEM_TEST_REDIS"
+// envURL names the service the tests use; without it they are skipped.
+const envURL = testenv.Redis
 
-const skipMessage = "set " + envURL + "=redis://127.0.0.1:6379/0 to run the Redis suite"
-
-// testURL returns the test server's URL, or skips t.
+// testURL returns the test service's URL, or skips t.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(envURL)
-	if u == "" {
-		t.Skip(skipMessage)
-	}
-	return u
+	return testenv.Require(t, envURL, "the Redis suite")
 }
 
 var shared struct {

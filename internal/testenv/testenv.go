@@ -1,0 +1,61 @@
+// Package testenv names the real services that idem's tests use
+// (DESIGN.md §8) and skips a test, saying which variable enables it, when
+// that service is not configured. .ci/run sets every variable and fails on
+// a skip that names one, so CI skips nothing.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// The variables that name the services, and the service each names.
+const (
+	Postgres = "IDEM_TEST_POSTGRES"    // PostgreSQL URL
+	Redis    = "IDEM_TEST_REDIS"       // Redis URL
+	NATS     = "IDEM_TEST_NATS"        // NATS (JetStream) URL
+	AMQP     = "IDEM_TEST_AMQP"        // RabbitMQ URL
+	DynamoDB = "IDEM_TEST_DYNAMODB"    // DynamoDB-compatible endpoint (dynalite)
+	SQS      = "IDEM_TEST_SQS"         // SQS-compatible endpoint (local-aws-sqs)
+	SMTP     = "IDEM_TEST_SMTP"        // SMTP host:port (Mailpit)
+	Mailpit  = "IDEM_TEST_MAILPIT_API" // Mailpit's HTTP API
+)
+
+// Example returns a value for name that works on the project's machines.
+func Example(name string) string {
+	switch name {
+	case Postgres:
+		return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	case Redis:
+		return "redis://127.0.0.1:6379/0"
+	case NATS:
+		return "nats://127.0.0.1:4222"
+	case AMQP:
+		return "amqp://guest:guest@127.0.0.1:5672/"
+	case DynamoDB:
+		return "http://127.0.0.1:4567"
+	case SQS:
+		return "http://127.0.0.1:9324"
+	case SMTP:
+		return "127.0.0.1:1025"
+	case Mailpit:
+		return "http://127.0.0.1:8025"
+	}
+	return "..."
+}
+
+// Require returns the value of the variable name, or skips t with a message
+// naming the variable, an example value and suite (what it enables).
+func Require(t testing.TB, name, suite string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skip(SkipMessage(name, suite))
+	}
+	return v
+}
+
+// SkipMessage is the message Require skips with.
+func SkipMessage(name, suite string) string {
+	return "set " + name + "=" + Example(name) + " to run " + suite
+}
