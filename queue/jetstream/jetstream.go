@@ -1,0 +1,515 @@
+// Package jetstream adapts a NATS JetStream stream and durable pull consumer
+// to the queue interfaces ([queue.Source], [queue.Delivery],
+// [queue.Publisher]).
+//
+// # Mapping
+//
+//   - Publish sends to a subject the stream captures and waits for the
+//     stream's PubAck. Outgoing.DedupID becomes the Nats-Msg-Id header; a
+//     publish the stream drops as a duplicate inside its Duplicates window
+//     (server default 2 minutes) returns Published.Duplicate true and the
+//     sequence of the message already held. This is a cheap first line; the
+//     consumer's ledger is the mechanism.
+//   - Message.ID is the stream sequence (decimal), stable across
+//     redeliveries. ReceiveCount is the delivery's NumDelivered, Published
+//     the time the stream stored the message. FirstReceived is zero
+//     (JetStream does not say).
+//   - Ack is a double ack (the server confirms it). Retry is -NAK with the
+//     delay, Extend is +WPI (InProgress), which resets the ack wait to its
+//     configured length whatever the requested duration, and DeadLetter
+//     publishes a copy to the dead-letter subject and then terminates the
+//     original (+TERM). Every one of them is sent as a request and returns
+//     only when the server has answered, so a lost connection gives an
+//     error, never a false settle.
+//   - [Source.Visibility] is the consumer's AckWait.
+//
+// # Not supported
+//
+// JetStream has no FIFO groups and no delayed first delivery (on the servers
+// this package supports, 2.9 and later): Publish returns an error wrapping
+// [queue.ErrUnsupported] for a non-empty Outgoing.GroupID or a non-zero
+// Outgoing.Delay rather than dropping either silently. Retry with a delay
+// is supported.
+//
+// # MaxDeliver
+//
+// A consumer with MaxDeliver > 0 stops redelivering a message after that
+// many deliveries. The adapter makes sure such a message ends in the
+// dead-letter subject rather than sitting in the stream unseen: Retry on the
+// last allowed delivery dead-letters it instead (reason "jetstream: max
+// deliveries (N) reached: retry refused"), and while a Source is open it
+// listens to the server's max-deliveries advisory for its consumer (sent
+// when the ack wait of the last delivery has expired and the consumer pulls
+// again) and moves the message
+// named by the advisory to the dead-letter subject, deleting it from a
+// work-queue stream. An advisory sent while no Source is open is lost; the
+// message then stays in the stream (nothing is deleted) but is not
+// redelivered. Leave MaxDeliver unset (unlimited, the server default) to
+// let queue.Consumer's WithMaxReceives decide, which is the simpler setup.
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Header names the adapter writes on dead-lettered copies.
+const (
+	// HeaderDeadLetterReason holds the reason given to DeadLetter.
+	HeaderDeadLetterReason = "Idem-Dead-Letter-Reason"
+	// HeaderDeadLetterStream and HeaderDeadLetterSequence name the
+	// original message.
+	HeaderDeadLetterStream   = "Idem-Dead-Letter-Stream"
+	HeaderDeadLetterSequence = "Idem-Dead-Letter-Sequence"
+	// HeaderDeadLetterDeliveries is the original's delivery count when it
+	// was dead-lettered.
+	HeaderDeadLetterDeliveries = "Idem-Dead-Letter-Deliveries"
+)
+
+var (
+	// ErrConfig is returned by NewSource and NewPublisher for a missing or
+	// unusable setting (no dead-letter subject, a push consumer, a consumer
+	// without explicit acks).
+	ErrConfig = errors.New("jetstream: invalid configuration")
+)
+
+// defaultTimeout bounds a settle or publish whose context has no deadline.
+const defaultTimeout = 10 * time.Second
+
+// SourceConfig configures a [Source].
+type SourceConfig struct {
+	// Stream and Consumer name an existing stream and durable pull consumer
+	// with AckPolicy explicit (the default). Required.
+	Stream   string
+	Consumer string
+	// DeadLetterSubject is where DeadLetter publishes the dead-lettered
+	// copy. A stream must capture it (not the consumer's own stream's
+	// filter, or the copy would be delivered again). Required: a
+	// dead-letter without a destination would lose the message.
+	DeadLetterSubject string
+	// PollWait is how long one pull request waits for messages before
+	// Receive asks again (default 5s, capped by Receive's context). It
+	// bounds how late Receive notices that its context is done.
+	PollWait time.Duration
+	// Logger receives the advisory handling's errors (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// Source receives from a durable pull consumer. It is safe for concurrent
+// use. Close it to stop listening for max-deliveries advisories.
+type Source struct {
+	js         njs.JetStream
+	nc         *nats.Conn
+	cons       njs.Consumer
+	stream     njs.Stream
+	cfg        SourceConfig
+	ackWait    time.Duration
+	maxDeliver int
+	workQueue  bool
+	log        *slog.Logger
+	advisories *nats.Subscription
+	closeOnce  sync.Once
+}
+
+var _ queue.Source = (*Source)(nil)
+
+// NewSource binds to cfg.Consumer on cfg.Stream and reads its AckWait and
+// MaxDeliver. When MaxDeliver > 0 it subscribes to the consumer's
+// max-deliveries advisory (see the package documentation).
+func NewSource(ctx context.Context, js njs.JetStream, cfg SourceConfig) (*Source, error) {
+	if cfg.Stream == "" || cfg.Consumer == "" {
+		return nil, fmt.Errorf("%w: Stream and Consumer are required", ErrConfig)
+	}
+	if cfg.DeadLetterSubject == "" {
+		return nil, fmt.Errorf("%w: DeadLetterSubject is required", ErrConfig)
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 5 * time.Second
+	}
+	s := &Source{js: js, nc: js.Conn(), cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	st, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %q: %w", cfg.Stream, err)
+	}
+	s.stream = st
+	s.workQueue = st.CachedInfo().Config.Retention == njs.WorkQueuePolicy
+	cons, err := st.Consumer(ctx, cfg.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: consumer %q on %q: %w", cfg.Consumer, cfg.Stream, err)
+	}
+	ci := cons.CachedInfo()
+	if ci.Config.DeliverSubject != "" {
+		return nil, fmt.Errorf("%w: consumer %q is a push consumer; a pull consumer is required", ErrConfig, cfg.Consumer)
+	}
+	if ci.Config.AckPolicy != njs.AckExplicitPolicy {
+		return nil, fmt.Errorf("%w: consumer %q must use AckPolicy explicit", ErrConfig, cfg.Consumer)
+	}
+	s.cons = cons
+	s.ackWait = ci.Config.AckWait
+	if s.ackWait <= 0 {
+		s.ackWait = 30 * time.Second // the server's default
+	}
+	s.maxDeliver = ci.Config.MaxDeliver
+	if s.maxDeliver > 0 {
+		subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + cfg.Stream + "." + cfg.Consumer
+		sub, err := s.nc.Subscribe(subj, s.onMaxDeliveries)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: subscribe to %s: %w", subj, err)
+		}
+		s.advisories = sub
+	}
+	return s, nil
+}
+
+// Close stops the advisory subscription. It does not close the NATS
+// connection. Deliveries already received can still be settled.
+func (s *Source) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		if s.advisories != nil {
+			err = s.advisories.Unsubscribe()
+		}
+	})
+	return err
+}
+
+// Visibility returns the consumer's AckWait.
+func (s *Source) Visibility() time.Duration { return s.ackWait }
+
+// MaxDeliver returns the consumer's MaxDeliver (0 or less: unlimited).
+func (s *Source) MaxDeliver() int { return s.maxDeliver }
+
+// Receive pulls up to max messages. It first takes what is available at
+// once; when nothing is, it waits (in pull requests of PollWait) until a
+// message arrives or ctx is done. Messages that arrive for a wait that ctx
+// cut short are handed back with -NAK (their delivery count grows by one).
+func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	if max <= 0 {
+		max = 1
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	batch, err := s.cons.FetchNoWait(max)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: fetch: %w", err)
+	}
+	out, err := s.collect(ctx, batch)
+	if len(out) > 0 || err != nil {
+		return out, err
+	}
+	for {
+		wait := s.cfg.PollWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait <= time.Millisecond {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		batch, err := s.cons.Fetch(1, njs.FetchMaxWait(wait))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("jetstream: fetch: %w", err)
+		}
+		out, err := s.collect(ctx, batch)
+		if err != nil || len(out) == 0 {
+			if err == nil {
+				continue
+			}
+			return nil, err
+		}
+		if max > 1 {
+			more, err := s.cons.FetchNoWait(max - 1)
+			if err == nil {
+				rest, _ := s.collect(ctx, more)
+				out = append(out, rest...)
+			}
+		}
+		return out, nil
+	}
+}
+
+// collect reads a batch to its end. When ctx is done first it returns ctx's
+// error and hands back (Nak) whatever the batch still delivers.
+func (s *Source) collect(ctx context.Context, batch njs.MessageBatch) ([]queue.Delivery, error) {
+	var out []queue.Delivery
+	ch := batch.Messages()
+	for {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				if err := batch.Error(); err != nil && len(out) == 0 {
+					return nil, fmt.Errorf("jetstream: fetch: %w", err)
+				}
+				return out, nil
+			}
+			out = append(out, s.delivery(m))
+		case <-ctx.Done():
+			go func() {
+				for m := range ch {
+					_ = m.Nak()
+				}
+			}()
+			for _, d := range out {
+				_ = d.(*Delivery).msg.Nak()
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *Source) delivery(m njs.Msg) *Delivery {
+	d := &Delivery{src: s, msg: m}
+	md, err := m.Metadata()
+	msg := queue.Message{Body: m.Data(), ReceiveCount: 1}
+	if err == nil {
+		d.seq = md.Sequence.Stream
+		d.numDelivered = int(md.NumDelivered)
+		msg.ID = strconv.FormatUint(md.Sequence.Stream, 10)
+		msg.ReceiveCount = int(md.NumDelivered)
+		msg.Published = md.Timestamp
+	}
+	if h := m.Headers(); len(h) > 0 {
+		msg.Attributes = make(map[string]string, len(h))
+		for k, v := range h {
+			if len(v) > 0 {
+				msg.Attributes[k] = v[0]
+			}
+		}
+		msg.DedupID = h.Get(njs.MsgIDHeader)
+	}
+	d.m = msg
+	return d
+}
+
+// Delivery is one received JetStream message.
+type Delivery struct {
+	src          *Source
+	msg          njs.Msg
+	m            queue.Message
+	seq          uint64
+	numDelivered int
+	settled      atomic.Bool
+	mu           sync.Mutex // serialises settles
+}
+
+var _ queue.Delivery = (*Delivery)(nil)
+
+// Message returns the delivered message.
+func (d *Delivery) Message() queue.Message { return d.m }
+
+// Raw returns the underlying JetStream message.
+func (d *Delivery) Raw() njs.Msg { return d.msg }
+
+// Ack acknowledges the message and waits for the server's confirmation
+// (a double ack). An error means the ack may not have been recorded: the
+// message may be delivered again.
+func (d *Delivery) Ack(ctx context.Context) error {
+	return d.settle(ctx, "ack", []byte("+ACK"))
+}
+
+// Retry sends -NAK with delay (0: redeliver at once) and waits for the
+// server's confirmation. On the consumer's last allowed delivery
+// (NumDelivered ≥ MaxDeliver) the server would never redeliver, so Retry
+// dead-letters the message instead.
+func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	if md := d.src.maxDeliver; md > 0 && d.numDelivered >= md {
+		return d.DeadLetter(ctx, fmt.Sprintf("jetstream: max deliveries (%d) reached: retry refused", md))
+	}
+	body := []byte("-NAK")
+	if delay > 0 {
+		body = fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds())
+	}
+	return d.settle(ctx, "nak", body)
+}
+
+// Extend sends +WPI (InProgress): the server restarts the ack wait at its
+// configured length, whatever d. It waits for the server's confirmation.
+func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
+	if d.settled.Load() {
+		return queue.ErrSettled
+	}
+	return d.request(ctx, "in progress", []byte("+WPI"))
+}
+
+// DeadLetter publishes a copy of the message (body and headers, plus the
+// reason and the original's stream, sequence and delivery count as headers)
+// to the dead-letter subject, waits for its PubAck, and then terminates the
+// original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
+// a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
+// stream with a Duplicates window. If the publish fails the original is left
+// as it was and an error is returned.
+func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
+	if d.settled.Load() {
+		return queue.ErrSettled
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	out := nats.NewMsg(d.src.cfg.DeadLetterSubject)
+	out.Data = d.msg.Data()
+	for k, v := range d.msg.Headers() {
+		if k == njs.MsgIDHeader {
+			continue
+		}
+		out.Header[k] = v
+	}
+	d.src.deadLetterHeaders(out.Header, d.seq, d.numDelivered, reason)
+	if _, err := d.src.js.PublishMsg(ctx, out); err != nil {
+		return fmt.Errorf("jetstream: dead-letter publish to %s: %w", d.src.cfg.DeadLetterSubject, err)
+	}
+	return d.settle(ctx, "term", []byte("+TERM"))
+}
+
+func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, reason string) {
+	h.Set(HeaderDeadLetterReason, reason)
+	h.Set(HeaderDeadLetterStream, s.cfg.Stream)
+	h.Set(HeaderDeadLetterSequence, strconv.FormatUint(seq, 10))
+	h.Set(HeaderDeadLetterDeliveries, strconv.Itoa(deliveries))
+	h.Set(njs.MsgIDHeader, "idem-dl:"+s.cfg.Stream+":"+strconv.FormatUint(seq, 10))
+}
+
+func (d *Delivery) settle(ctx context.Context, what string, body []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled.Load() {
+		return queue.ErrSettled
+	}
+	if err := d.request(ctx, what, body); err != nil {
+		return err
+	}
+	d.settled.Store(true)
+	return nil
+}
+
+// request sends an ack-type body to the message's reply subject and waits
+// for the server's (empty) answer.
+func (d *Delivery) request(ctx context.Context, what string, body []byte) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := d.src.nc.RequestWithContext(ctx, d.msg.Reply(), body); err != nil {
+		return fmt.Errorf("jetstream: %s of stream sequence %d: %w", what, d.seq, err)
+	}
+	return nil
+}
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultTimeout)
+}
+
+// maxDeliveriesAdvisory is the part of io.nats.jetstream.advisory.v1.max_deliver
+// the adapter reads.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries int    `json:"deliveries"`
+}
+
+// onMaxDeliveries moves the message an advisory names to the dead-letter
+// subject and, on a work-queue stream, deletes it from the stream.
+func (s *Source) onMaxDeliveries(m *nats.Msg) {
+	var a maxDeliveriesAdvisory
+	if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
+		s.log.Error("jetstream: unreadable max-deliveries advisory", "subject", m.Subject, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	raw, err := s.stream.GetMsg(ctx, a.StreamSeq)
+	if err != nil {
+		if errors.Is(err, njs.ErrMsgNotFound) {
+			return // settled meanwhile (acked or dead-lettered already)
+		}
+		s.log.Error("jetstream: max deliveries reached; cannot read the message to dead-letter it",
+			"stream", a.Stream, "seq", a.StreamSeq, "err", err)
+		return
+	}
+	out := nats.NewMsg(s.cfg.DeadLetterSubject)
+	out.Data = raw.Data
+	for k, v := range raw.Header {
+		if k != njs.MsgIDHeader {
+			out.Header[k] = v
+		}
+	}
+	reason := fmt.Sprintf("jetstream: max deliveries (%d) reached", a.Deliveries)
+	s.deadLetterHeaders(out.Header, a.StreamSeq, a.Deliveries, reason)
+	if _, err := s.js.PublishMsg(ctx, out); err != nil {
+		s.log.Error("jetstream: max deliveries reached; dead-letter publish failed, the message stays in the stream",
+			"stream", a.Stream, "seq", a.StreamSeq, "err", err)
+		return
+	}
+	if s.workQueue {
+		if err := s.stream.DeleteMsg(ctx, a.StreamSeq); err != nil && !errors.Is(err, njs.ErrMsgNotFound) {
+			s.log.Error("jetstream: dead-lettered after max deliveries; deleting the original failed",
+				"stream", a.Stream, "seq", a.StreamSeq, "err", err)
+		}
+	}
+}
+
+// Publisher publishes to one subject. It is safe for concurrent use.
+type Publisher struct {
+	js      njs.JetStream
+	subject string
+}
+
+var _ queue.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher sending to subject, which a stream must
+// capture (otherwise Publish fails with njs.ErrNoStreamResponse).
+func NewPublisher(js njs.JetStream, subject string) (*Publisher, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("%w: subject is required", ErrConfig)
+	}
+	return &Publisher{js: js, subject: subject}, nil
+}
+
+// Publish sends m and waits for the stream's PubAck. Attributes become
+// headers; DedupID becomes Nats-Msg-Id. A duplicate inside the stream's
+// Duplicates window returns Published{ID: the held message's sequence,
+// Duplicate: true}. GroupID and Delay are not supported (see the package
+// documentation). Without a deadline on ctx, Publish waits at most 10s.
+func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	if m.GroupID != "" {
+		return queue.Published{}, fmt.Errorf("jetstream: GroupID: JetStream has no FIFO groups: %w", queue.ErrUnsupported)
+	}
+	if m.Delay > 0 {
+		return queue.Published{}, fmt.Errorf("jetstream: Delay: %w", queue.ErrUnsupported)
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	out := nats.NewMsg(p.subject)
+	out.Data = m.Body
+	for k, v := range m.Attributes {
+		out.Header.Set(k, v)
+	}
+	var opts []njs.PublishOpt
+	if m.DedupID != "" {
+		opts = append(opts, njs.WithMsgID(m.DedupID))
+	}
+	ack, err := p.js.PublishMsg(ctx, out, opts...)
+	if err != nil {
+		return queue.Published{}, fmt.Errorf("jetstream: publish to %s: %w", p.subject, err)
+	}
+	return queue.Published{ID: strconv.FormatUint(ack.Sequence, 10), Duplicate: ack.Duplicate}, nil
+}

@@ -1,0 +1,342 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	"github.com/nats-io/nats.go"
+)
+
+// A published message arrives once with its body, attributes, dedup id,
+// stream sequence as ID, receive count 1 and publish time; once acked it is
+// gone from the work-queue stream and never delivered again.
+func TestPublishReceiveAck(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p, src := f.publisher(t, js), f.source(t, js)
+	before := time.Now().Add(-time.Second)
+	var ids []string
+	for i := range 3 {
+		res := publish(t, p, queue.Outgoing{Body: []byte(fmt.Sprint("m", i)),
+			Attributes: map[string]string{"Order": strconv.Itoa(i)}, DedupID: fmt.Sprint("d", i)})
+		if res.Duplicate || res.ID == "" {
+			t.Fatalf("publish %d: %+v", i, res)
+		}
+		ids = append(ids, res.ID)
+	}
+	var got []queue.Delivery
+	for len(got) < 3 {
+		got = append(got, receive(t, src, 3-len(got), 5*time.Second)...)
+	}
+	for i, d := range got {
+		m := d.Message()
+		if string(m.Body) != fmt.Sprint("m", i) || m.Attributes["Order"] != strconv.Itoa(i) ||
+			m.DedupID != fmt.Sprint("d", i) || m.ID != ids[i] || m.ReceiveCount != 1 ||
+			m.Published.Before(before) || m.Published.After(time.Now().Add(time.Second)) {
+			t.Fatalf("delivery %d: %+v (ids %v)", i, m, ids)
+		}
+		if err := d.Ack(context.Background()); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	if err := got[0].Ack(context.Background()); !errors.Is(err, queue.ErrSettled) {
+		t.Fatalf("second ack: %v, want ErrSettled", err)
+	}
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("stream holds %d messages after acking all", n)
+	}
+	receiveNone(t, src, 500*time.Millisecond)
+	if src.Visibility() != 30*time.Second {
+		t.Fatalf("Visibility %v, want the consumer's AckWait 30s", src.Visibility())
+	}
+}
+
+// An unsettled message comes back after the ack wait with the same ID and
+// a receive count of 2; Retry(0) brings it back at once with 3.
+func TestRedeliveryAfterAckWaitAndRetry(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	if src.Visibility() != time.Second {
+		t.Fatalf("Visibility %v, want 1s", src.Visibility())
+	}
+	res := publish(t, p, queue.Outgoing{Body: []byte("again")})
+	d1 := receive(t, src, 1, 5*time.Second)[0]
+	d2 := receive(t, src, 1, 10*time.Second)[0] // after the ack wait
+	if d2.Message().ID != res.ID || d2.Message().ReceiveCount != 2 || string(d2.Message().Body) != "again" {
+		t.Fatalf("redelivery: %+v, first %+v", d2.Message(), d1.Message())
+	}
+	if err := d2.Retry(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	d3 := receive(t, src, 1, 5*time.Second)[0]
+	if d3.Message().ReceiveCount != 3 {
+		t.Fatalf("after Retry(0): receive count %d, want 3", d3.Message().ReceiveCount)
+	}
+	if err := d3.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Retry with a delay is not redelivered before the delay.
+func TestRetryDelay(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("later")})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	start := time.Now()
+	if err := d.Retry(context.Background(), 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, src, 1, 10*time.Second)[0]
+	if waited := time.Since(start); waited < 1400*time.Millisecond {
+		t.Fatalf("redelivered after %v, want at least the 1.5s delay", waited)
+	}
+	if d.Message().ReceiveCount != 2 {
+		t.Fatalf("receive count %d, want 2", d.Message().ReceiveCount)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Extend (InProgress) keeps a message from coming back while it is being
+// worked on for longer than the ack wait.
+func TestExtendHoldsTheMessage(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: 2 * time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("slow")})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(400 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+				if err := d.Extend(context.Background(), time.Hour); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	receiveNone(t, src, 4*time.Second) // twice the ack wait
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatalf("ack after extending: %v", err)
+	}
+	if err := d.Extend(context.Background(), time.Second); !errors.Is(err, queue.ErrSettled) {
+		t.Fatalf("extend after ack: %v, want ErrSettled", err)
+	}
+}
+
+// DeadLetter puts a copy with the reason, the original headers and the
+// original's stream sequence in the dead-letter stream, and the original
+// is never delivered again.
+func TestDeadLetterKeepsTheReason(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	res := publish(t, p, queue.Outgoing{Body: []byte("poison"), Attributes: map[string]string{"Tenant": "7"}})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	if err := d.DeadLetter(context.Background(), "cannot parse order: unexpected EOF"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(context.Background()); !errors.Is(err, queue.ErrSettled) {
+		t.Fatalf("ack after dead-letter: %v, want ErrSettled", err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", len(dl))
+	}
+	h := dl[0].Header
+	if string(dl[0].Data) != "poison" || h.Get(HeaderDeadLetterReason) != "cannot parse order: unexpected EOF" ||
+		h.Get("Tenant") != "7" || h.Get(HeaderDeadLetterSequence) != res.ID || h.Get(HeaderDeadLetterStream) != f.name ||
+		h.Get(HeaderDeadLetterDeliveries) != "1" {
+		t.Fatalf("dead letter: %q %v", dl[0].Data, h)
+	}
+	receiveNone(t, src, 2500*time.Millisecond) // past the ack wait
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("stream still holds %d messages", n)
+	}
+}
+
+// With MaxDeliver set, Retry on the last allowed delivery dead-letters the
+// message (the server would never redeliver it), and a last delivery whose
+// ack wait expires is dead-lettered from the server's advisory: in neither
+// case does the message stay stranded in the stream.
+func TestMaxDeliverEndsInDeadLetter(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second, maxDeliver: 2})
+	p, src := f.publisher(t, js), f.source(t, js)
+	if src.MaxDeliver() != 2 {
+		t.Fatalf("MaxDeliver %d", src.MaxDeliver())
+	}
+	publish(t, p, queue.Outgoing{Body: []byte("refused")})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	if err := d.Retry(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, src, 1, 5*time.Second)[0]
+	if d.Message().ReceiveCount != 2 {
+		t.Fatalf("receive count %d", d.Message().ReceiveCount)
+	}
+	if err := d.Retry(context.Background(), 0); err != nil {
+		t.Fatalf("retry on the last delivery: %v", err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 || string(dl[0].Data) != "refused" ||
+		dl[0].Header.Get(HeaderDeadLetterReason) != "jetstream: max deliveries (2) reached: retry refused" {
+		t.Fatalf("dead letters after a refused retry: %d %v", len(dl), dl)
+	}
+
+	// The advisory path: deliveries left to expire.
+	publish(t, p, queue.Outgoing{Body: []byte("abandoned")})
+	receive(t, src, 1, 5*time.Second)
+	receive(t, src, 1, 10*time.Second) // the second and last delivery, never settled
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		dl = f.deadLetters(t)
+		if len(dl) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("abandoned message not dead-lettered after max deliveries: %d dead letters", len(dl))
+		}
+		// The server notices the exhausted message (and sends the advisory)
+		// when the consumer next pulls, as a running consumer does.
+		receiveNone(t, src, 300*time.Millisecond)
+	}
+	if string(dl[1].Data) != "abandoned" || dl[1].Header.Get(HeaderDeadLetterReason) != "jetstream: max deliveries (2) reached" {
+		t.Fatalf("advisory dead letter: %q %v", dl[1].Data, dl[1].Header)
+	}
+	for deadline := time.Now().Add(5 * time.Second); f.streamMsgs(t) != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("work-queue stream still holds %d messages", f.streamMsgs(t))
+		}
+	}
+}
+
+// A second publish with the same DedupID inside the stream's window is
+// reported as a duplicate with the first message's sequence, and only one
+// message is delivered.
+func TestPublishDedupReported(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p, src := f.publisher(t, js), f.source(t, js)
+	first := publish(t, p, queue.Outgoing{Body: []byte("once"), DedupID: "order-42"})
+	second := publish(t, p, queue.Outgoing{Body: []byte("once, again"), DedupID: "order-42"})
+	if first.Duplicate || !second.Duplicate || second.ID != first.ID {
+		t.Fatalf("first %+v, second %+v", first, second)
+	}
+	other := publish(t, p, queue.Outgoing{Body: []byte("other"), DedupID: "order-43"})
+	if other.Duplicate || other.ID == first.ID {
+		t.Fatalf("other %+v", other)
+	}
+	var bodies []string
+	for len(bodies) < 2 {
+		for _, d := range receive(t, src, 10, 5*time.Second) {
+			bodies = append(bodies, string(d.Message().Body))
+			if err := d.Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sort.Strings(bodies)
+	if fmt.Sprint(bodies) != "[once other]" {
+		t.Fatalf("delivered %v", bodies)
+	}
+	receiveNone(t, src, 500*time.Millisecond)
+}
+
+// What JetStream lacks is refused with ErrUnsupported, and a source
+// without a dead-letter destination is refused with ErrConfig.
+func TestUnsupportedAndConfig(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p := f.publisher(t, js)
+	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), GroupID: "g"}); !errors.Is(err, queue.ErrUnsupported) {
+		t.Fatalf("GroupID: %v", err)
+	}
+	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Delay: time.Second}); !errors.Is(err, queue.ErrUnsupported) {
+		t.Fatalf("Delay: %v", err)
+	}
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("refused publishes stored %d messages", n)
+	}
+	if _, err := NewSource(context.Background(), js, SourceConfig{Stream: f.name, Consumer: f.consumer}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no dead-letter subject: %v", err)
+	}
+	if _, err := NewPublisher(js, ""); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no subject: %v", err)
+	}
+}
+
+// A connection that dies while an ack is on its way gives an error, not a
+// false ack, and the message is delivered again: nothing is lost. A
+// publish over the dead connection fails too.
+func TestConnectionLostMidAck(t *testing.T) {
+	url := natsURL(t)
+	_, js := connect(t, url)
+	f := newFixture(t, js, fixtureOpts{ackWait: 2 * time.Second})
+	publish(t, f.publisher(t, js), queue.Outgoing{Body: []byte("fragile")})
+
+	target := url[len("nats://"):]
+	px := newProxy(t, target)
+	_, pjs := connect(t, "nats://"+px.addr(), nats.MaxReconnects(0))
+	psrc := f.source(t, pjs)
+	d := receive(t, psrc, 1, 5*time.Second)[0]
+	ppub := f.publisher(t, pjs)
+
+	px.blackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := d.Ack(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Ack over a dead connection returned nil")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = ppub.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
+	cancel()
+	if err == nil {
+		t.Fatal("Publish over a dead connection returned nil")
+	}
+
+	src := f.source(t, js)
+	again := receive(t, src, 1, 10*time.Second)[0]
+	if string(again.Message().Body) != "fragile" || again.Message().ReceiveCount != 2 {
+		t.Fatalf("redelivery: %+v", again.Message())
+	}
+	if err := again.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Receive returns ctx's error, and no deliveries, when ctx ends first.
+func TestReceiveHonoursContext(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	src := f.source(t, js)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ds, err := src.Receive(ctx, 5)
+	if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
+		t.Fatalf("Receive on an empty stream: %d deliveries, err %v", len(ds), err)
+	}
+}
