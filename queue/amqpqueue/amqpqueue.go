@@ -1,0 +1,777 @@
+// Package amqpqueue adapts a RabbitMQ queue (AMQP 0-9-1, through
+// github.com/rabbitmq/amqp091-go) to the queue interfaces ([queue.Source],
+// [queue.Delivery], [queue.Publisher]).
+//
+// # Mapping
+//
+//   - Publish uses publisher confirms and the mandatory flag: it returns
+//     only once the broker has confirmed the message, and an unroutable
+//     message (no such queue) is an error, not a silent drop.
+//   - RabbitMQ has no publish-side dedup: Outgoing.DedupID is carried in the
+//     x-idem-dedup-id header (and reported as Message.DedupID) but two
+//     publishes with the same id are two messages, both delivered.
+//     Published.Duplicate is always false. The consumer's ledger is the only
+//     line against duplicates; key messages by a business id, not by
+//     [queue.MessageIDKey].
+//   - Message.ID is the AMQP message-id (the Publisher sets a random one;
+//     Retry's delayed copy keeps it), or "tag:<delivery tag>" for a message
+//     published without one.
+//   - Ack is basic.ack, Retry(0) basic.nack with requeue, each followed by a
+//     synchronous round trip on the same channel (basic.qos, answered only
+//     after the broker has processed the frames sent before it), so an
+//     error is returned, never a false ack, when the connection dies. Acks
+//     settled at the same time share one round trip.
+//   - Retry(delay > 0) and Outgoing.Delay publish (with confirms) to a delay
+//     queue "<queue>.delay.<ms>ms" whose messages expire after the delay and
+//     are dead-lettered back to the queue; the original is then acked. The
+//     delay is rounded up to a power of two milliseconds (at most double), so
+//     each delay queue has one TTL and expires in order. Delay queues are
+//     declared on first use and are not deleted by the adapter.
+//   - DeadLetter publishes the message (with confirms, mandatory) to the
+//     dead-letter exchange and routing key with the reason in the
+//     x-idem-dead-letter-reason header, and then acks the original. If the
+//     publish fails the original is left unacked and an error returned; if
+//     the ack fails after a successful publish the message may be both
+//     dead-lettered and delivered again.
+//   - ReceiveCount: deliveries of earlier copies (the x-idem-receives
+//     header a delayed retry writes) plus this copy's deliveries: the
+//     x-delivery-count header + 1 on a quorum queue, otherwise 2 when the
+//     redelivered flag is set and 1 when it is not. On a classic queue
+//     redeliveries by basic.nack or a closed channel are not counted past 2;
+//     use a quorum queue ([Config.Quorum]) for exact counts.
+//   - Extend is a no-op and [Source.Visibility] is 0: AMQP has no visibility
+//     timeout. An unacked message returns to the queue only when its channel
+//     closes, or after the broker's consumer_timeout (30 minutes by default),
+//     which closes the channel.
+//
+// # Not supported
+//
+// RabbitMQ has no FIFO groups: Publish returns an error wrapping
+// [queue.ErrUnsupported] for a non-empty Outgoing.GroupID.
+//
+// # Connections
+//
+// The adapter does not redial. When the channel closes (a channel error),
+// the next Receive or Publish opens a new one on the same connection; when
+// the connection is closed, they return errors wrapping [amqp.ErrClosed] and
+// the application must dial again and make a new Source and Publisher.
+// Deliveries received on a closed channel cannot be settled (the broker
+// has already put them back in the queue): their Ack, Retry and DeadLetter
+// return errors.
+package amqpqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Header names the adapter reads and writes.
+const (
+	// HeaderDeadLetterReason holds the reason given to DeadLetter.
+	HeaderDeadLetterReason = "x-idem-dead-letter-reason"
+	// HeaderDeadLetterQueue names the queue the message was dead-lettered
+	// from.
+	HeaderDeadLetterQueue = "x-idem-dead-letter-queue"
+	// HeaderReceives counts the deliveries of earlier copies of a message
+	// that Retry re-published with a delay.
+	HeaderReceives = "x-idem-receives"
+	// HeaderDedupID carries Outgoing.DedupID.
+	HeaderDedupID = "x-idem-dedup-id"
+)
+
+// ErrConfig is returned for a missing or unusable setting.
+var ErrConfig = errors.New("amqpqueue: invalid configuration")
+
+// ErrUnroutable is returned by a publish the broker could not route to any
+// queue (returned with the mandatory flag): the message was not stored.
+var ErrUnroutable = errors.New("amqpqueue: message unroutable")
+
+// ErrNacked is returned by a publish the broker refused (basic.nack).
+var ErrNacked = errors.New("amqpqueue: publish not confirmed by the broker")
+
+const defaultTimeout = 10 * time.Second
+
+// Config names a queue and its dead-letter destination.
+type Config struct {
+	// Queue is the queue to consume from and publish to. Required.
+	Queue string
+	// Quorum makes [Declare] declare quorum queues (exact receive counts
+	// through x-delivery-count, replicated) instead of classic durable
+	// ones. It must match how the queue was declared.
+	Quorum bool
+	// DeadLetterExchange and DeadLetterRoutingKey are where DeadLetter
+	// publishes. The defaults are the default exchange ("") and
+	// Queue+".dead-letter", a queue that [Declare] declares.
+	DeadLetterExchange   string
+	DeadLetterRoutingKey string
+	// Prefetch is the consumer's basic.qos prefetch count (default 32): how
+	// many unacked messages the broker hands the Source ahead of Receive.
+	Prefetch int
+}
+
+func (c *Config) fill() error {
+	if c.Queue == "" {
+		return fmt.Errorf("%w: Queue is required", ErrConfig)
+	}
+	if c.DeadLetterRoutingKey == "" {
+		if c.DeadLetterExchange != "" {
+			return fmt.Errorf("%w: DeadLetterRoutingKey is required with DeadLetterExchange", ErrConfig)
+		}
+		c.DeadLetterRoutingKey = c.Queue + ".dead-letter"
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 32
+	}
+	return nil
+}
+
+func (c *Config) queueArgs() amqp.Table {
+	if c.Quorum {
+		return amqp.Table{"x-queue-type": "quorum"}
+	}
+	return nil
+}
+
+// Declare declares cfg.Queue (durable; quorum when cfg.Quorum) and, when
+// the dead-letter destination is the default exchange, the dead-letter
+// queue. Declaring an existing queue with the same arguments is a no-op.
+func Declare(ctx context.Context, conn *amqp.Connection, cfg Config) error {
+	if err := cfg.fill(); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqpqueue: open channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(cfg.Queue, true, false, false, false, cfg.queueArgs()); err != nil {
+		return fmt.Errorf("amqpqueue: declare %s: %w", cfg.Queue, err)
+	}
+	if cfg.DeadLetterExchange == "" {
+		if _, err := ch.QueueDeclare(cfg.DeadLetterRoutingKey, true, false, false, false, cfg.queueArgs()); err != nil {
+			return fmt.Errorf("amqpqueue: declare %s: %w", cfg.DeadLetterRoutingKey, err)
+		}
+	}
+	return ctx.Err()
+}
+
+// delayQueue returns the delay queue for d and its TTL in milliseconds: d
+// rounded up to a power of two milliseconds.
+func delayQueue(queueName string, d time.Duration) (string, int64) {
+	ms := uint64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	if ms&(ms-1) != 0 {
+		ms = 1 << bits.Len64(ms)
+	}
+	return queueName + ".delay." + strconv.FormatUint(ms, 10) + "ms", int64(ms)
+}
+
+// publisher publishes with confirms and the mandatory flag on one channel,
+// opened (again) on demand. Shared by Publisher and Source.
+type publisher struct {
+	conn *amqp.Connection
+	cfg  Config
+
+	guard   serial // guards ch, returns and opening them
+	ch      *amqp.Channel
+	returns *returnTracker
+	delays  sync.Map // delay queue name -> struct{}: declared
+}
+
+// serial runs blocking calls that ignore contexts (amqp091's channel open
+// and declare) one at a time, and lets each caller stop waiting when its
+// context ends; the call then finishes in the background before the next
+// starts.
+type serial struct{ sem chan struct{} }
+
+func newSerial() serial { return serial{sem: make(chan struct{}, 1)} }
+
+func (s serial) do(ctx context.Context, fn func() error) error {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() { <-s.sem }()
+		done <- fn()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *publisher) channel(ctx context.Context) (*amqp.Channel, *returnTracker, error) {
+	var ch *amqp.Channel
+	var rt *returnTracker
+	err := p.guard.do(ctx, func() error {
+		if p.ch != nil && !p.ch.IsClosed() {
+			ch, rt = p.ch, p.returns
+			return nil
+		}
+		c, err := p.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("amqpqueue: open channel: %w", err)
+		}
+		if err := c.Confirm(false); err != nil {
+			c.Close()
+			return fmt.Errorf("amqpqueue: confirm mode: %w", err)
+		}
+		p.ch, p.returns = c, newReturnTracker(c)
+		p.delays.Clear()
+		ch, rt = p.ch, p.returns
+		return nil
+	})
+	return ch, rt, err
+}
+
+func (p *publisher) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	_ = p.guard.do(ctx, func() error {
+		if p.ch != nil {
+			_ = p.ch.Close()
+		}
+		return nil
+	})
+}
+
+// publish sends msg and waits for the broker's confirm. msg.MessageId must
+// be set: it matches a basic.return to the publish.
+func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	ch, rt, err := p.channel(ctx)
+	if err != nil {
+		return err
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		return fmt.Errorf("amqpqueue: publish to %q/%q: %w", exchange, key, err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("amqpqueue: publish to %q/%q: no confirm (the message may or may not be stored): %w", exchange, key, err)
+	}
+	if ret, returned := rt.take(msg.MessageId); returned {
+		return fmt.Errorf("%w: exchange %q, routing key %q: %d %s", ErrUnroutable, exchange, key, ret.ReplyCode, ret.ReplyText)
+	}
+	if !acked {
+		if ch.IsClosed() {
+			return fmt.Errorf("amqpqueue: publish to %q/%q: channel closed before the confirm (the message may or may not be stored): %w", exchange, key, amqp.ErrClosed)
+		}
+		return fmt.Errorf("%w: exchange %q, routing key %q", ErrNacked, exchange, key)
+	}
+	return nil
+}
+
+// publishDelayed publishes msg to the delay queue for d, declaring it on
+// first use.
+func (p *publisher) publishDelayed(ctx context.Context, d time.Duration, msg amqp.Publishing) error {
+	name, ttl := delayQueue(p.cfg.Queue, d)
+	if _, ok := p.delays.Load(name); !ok {
+		ch, _, err := p.channel(ctx)
+		if err != nil {
+			return err
+		}
+		args := amqp.Table{
+			"x-message-ttl":             ttl,
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": p.cfg.Queue,
+		}
+		if p.cfg.Quorum {
+			args["x-queue-type"] = "quorum"
+			args["x-dead-letter-strategy"] = "at-least-once"
+			args["x-overflow"] = "reject-publish"
+		}
+		err = p.guard.do(ctx, func() error {
+			if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+				return fmt.Errorf("amqpqueue: declare delay queue %s: %w", name, err)
+			}
+			p.delays.Store(name, struct{}{})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return p.publish(ctx, "", name, msg)
+}
+
+// returnTracker records basic.return frames by message id. The broker sends
+// a return before the confirm of the same publish and the client hands it to
+// the tracker before dispatching the confirm, so after a confirm take's
+// barrier (a round through the tracker's loop) sees any return of it.
+type returnTracker struct {
+	in      chan amqp.Return
+	barrier chan chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	byID    map[string]amqp.Return
+}
+
+func newReturnTracker(ch *amqp.Channel) *returnTracker {
+	rt := &returnTracker{in: make(chan amqp.Return), barrier: make(chan chan struct{}),
+		done: make(chan struct{}), byID: map[string]amqp.Return{}}
+	ch.NotifyReturn(rt.in)
+	go rt.loop()
+	return rt
+}
+
+func (rt *returnTracker) loop() {
+	defer close(rt.done)
+	for {
+		select {
+		case r, ok := <-rt.in:
+			if !ok {
+				return
+			}
+			rt.mu.Lock()
+			rt.byID[r.MessageId] = r
+			rt.mu.Unlock()
+		case b := <-rt.barrier:
+			close(b)
+		}
+	}
+}
+
+func (rt *returnTracker) take(id string) (amqp.Return, bool) {
+	b := make(chan struct{})
+	select {
+	case rt.barrier <- b:
+		<-b
+	case <-rt.done:
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	r, ok := rt.byID[id]
+	delete(rt.byID, id)
+	return r, ok
+}
+
+// Publisher publishes to the configured queue through the default
+// exchange. It is safe for concurrent use.
+type Publisher struct {
+	p *publisher
+}
+
+var _ queue.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher of cfg.Queue on conn. It opens its
+// channel on the first Publish.
+func NewPublisher(conn *amqp.Connection, cfg Config) (*Publisher, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &Publisher{p: &publisher{conn: conn, cfg: cfg, guard: newSerial()}}, nil
+}
+
+// Close closes the Publisher's channel.
+func (p *Publisher) Close() error {
+	p.p.close()
+	return nil
+}
+
+// Publish sends m as a persistent message and waits for the broker's
+// confirm. Attributes become string headers. DedupID is only carried (see
+// the package documentation); Published.ID is the message-id it sets.
+// Delay > 0 publishes to a delay queue. A non-empty GroupID returns an error
+// wrapping [queue.ErrUnsupported]. Without a deadline on ctx, Publish waits
+// at most 10s for the confirm.
+func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	if m.GroupID != "" {
+		return queue.Published{}, fmt.Errorf("amqpqueue: GroupID: RabbitMQ has no FIFO groups: %w", queue.ErrUnsupported)
+	}
+	msg := amqp.Publishing{
+		Headers:      amqp.Table{},
+		DeliveryMode: amqp.Persistent,
+		MessageId:    newID(),
+		Timestamp:    time.Now(),
+		Body:         m.Body,
+	}
+	for k, v := range m.Attributes {
+		msg.Headers[k] = v
+	}
+	if m.DedupID != "" {
+		msg.Headers[HeaderDedupID] = m.DedupID
+	}
+	var err error
+	if m.Delay > 0 {
+		err = p.p.publishDelayed(ctx, m.Delay, msg)
+	} else {
+		err = p.p.publish(ctx, "", p.p.cfg.Queue, msg)
+	}
+	if err != nil {
+		return queue.Published{}, err
+	}
+	return queue.Published{ID: msg.MessageId}, nil
+}
+
+// Source consumes the configured queue with manual acks. It is safe for
+// concurrent use. Close it to cancel the consumer: unacked deliveries go
+// back to the queue.
+type Source struct {
+	conn *amqp.Connection
+	cfg  Config
+	pub  *publisher
+
+	guard    serial // guards consumer and closed, and opening the channel
+	consumer *consumerChannel
+	closed   bool
+}
+
+// consumerChannel is one channel's consumption and its settle barrier.
+type consumerChannel struct {
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	prefetch   int
+
+	issued  atomic.Uint64 // tickets taken by settles whose frame is sent
+	sem     chan struct{} // one barrier round trip at a time; guards covered
+	covered uint64        // every ticket ≤ covered is confirmed processed
+}
+
+var _ queue.Source = (*Source)(nil)
+
+// NewSource starts consuming cfg.Queue on conn with the configured
+// prefetch. The queue must exist (see [Declare]).
+func NewSource(ctx context.Context, conn *amqp.Connection, cfg Config) (*Source, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Source{conn: conn, cfg: cfg, pub: &publisher{conn: conn, cfg: cfg, guard: newSerial()}, guard: newSerial()}
+	if _, err := s.channel(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
+	var c *consumerChannel
+	err := s.guard.do(ctx, func() error {
+		if s.closed {
+			return fmt.Errorf("amqpqueue: source closed: %w", amqp.ErrClosed)
+		}
+		if s.consumer != nil && !s.consumer.ch.IsClosed() {
+			c = s.consumer
+			return nil
+		}
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("amqpqueue: open channel: %w", err)
+		}
+		if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+			ch.Close()
+			return fmt.Errorf("amqpqueue: qos: %w", err)
+		}
+		ds, err := ch.Consume(s.cfg.Queue, "", false, false, false, false, nil)
+		if err != nil {
+			ch.Close()
+			return fmt.Errorf("amqpqueue: consume %s: %w", s.cfg.Queue, err)
+		}
+		s.consumer = &consumerChannel{ch: ch, deliveries: ds, prefetch: s.cfg.Prefetch, sem: make(chan struct{}, 1)}
+		c = s.consumer
+		return nil
+	})
+	return c, err
+}
+
+// Close cancels the consumer and closes the Source's channels. Unacked
+// deliveries return to the queue. It does not close the connection.
+func (s *Source) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	s.pub.close()
+	return s.guard.do(ctx, func() error {
+		s.closed = true
+		if s.consumer != nil {
+			return s.consumer.ch.Close()
+		}
+		return nil
+	})
+}
+
+// Visibility returns 0: AMQP has no visibility timeout (see the package
+// documentation).
+func (s *Source) Visibility() time.Duration { return 0 }
+
+// Receive waits for the first delivery (or ctx) and returns it with up to
+// max-1 more that are already prefetched.
+func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	if max <= 0 {
+		max = 1
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := s.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []queue.Delivery
+	select {
+	case d, ok := <-c.deliveries:
+		if !ok {
+			return nil, fmt.Errorf("amqpqueue: consumer of %s stopped (channel closed): %w", s.cfg.Queue, amqp.ErrClosed)
+		}
+		out = append(out, s.delivery(c, d))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for len(out) < max {
+		select {
+		case d, ok := <-c.deliveries:
+			if !ok {
+				return out, nil
+			}
+			out = append(out, s.delivery(c, d))
+		default:
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+func (s *Source) delivery(c *consumerChannel, d amqp.Delivery) *Delivery {
+	m := queue.Message{ID: d.MessageId, Body: d.Body, Published: d.Timestamp}
+	if m.ID == "" {
+		m.ID = "tag:" + strconv.FormatUint(d.DeliveryTag, 10)
+	}
+	prior := 0
+	this := 1
+	if d.Redelivered {
+		this = 2
+	}
+	for k, v := range d.Headers {
+		switch {
+		case k == HeaderReceives:
+			prior = int(toInt(v))
+		case k == "x-delivery-count":
+			this = int(toInt(v)) + 1
+		case k == HeaderDedupID:
+			m.DedupID = fmt.Sprint(v)
+		case strings.HasPrefix(k, "x-idem-") || k == "x-death" || strings.HasPrefix(k, "x-first-death-") ||
+			strings.HasPrefix(k, "x-last-death-"):
+		default:
+			if m.Attributes == nil {
+				m.Attributes = map[string]string{}
+			}
+			if s, ok := v.(string); ok {
+				m.Attributes[k] = s
+			} else {
+				m.Attributes[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	m.ReceiveCount = prior + this
+	return &Delivery{src: s, c: c, d: d, m: m}
+}
+
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int:
+		return int64(n)
+	case int8:
+		return int64(n)
+	case int16:
+		return int64(n)
+	case int32:
+		return int64(n)
+	case int64:
+		return n
+	case uint8:
+		return int64(n)
+	case uint16:
+		return int64(n)
+	case uint32:
+		return int64(n)
+	case uint64:
+		return int64(n)
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return i
+	}
+	return 0
+}
+
+// Delivery is one received AMQP message.
+type Delivery struct {
+	src     *Source
+	c       *consumerChannel
+	d       amqp.Delivery
+	m       queue.Message
+	mu      sync.Mutex
+	settled bool
+}
+
+var _ queue.Delivery = (*Delivery)(nil)
+
+// Message returns the delivered message.
+func (d *Delivery) Message() queue.Message { return d.m }
+
+// Raw returns the underlying AMQP delivery.
+func (d *Delivery) Raw() amqp.Delivery { return d.d }
+
+// Ack acks the message and waits until the broker has processed the ack.
+// An error means the ack may not have been processed; the broker then
+// delivers the message again.
+func (d *Delivery) Ack(ctx context.Context) error {
+	return d.settle(ctx, func() error { return d.c.ch.Ack(d.d.DeliveryTag, false) }, "ack")
+}
+
+// Retry with delay 0 requeues the message at once (basic.nack, requeue).
+// With a delay it publishes a copy to the delay queue for that delay
+// (rounded up to a power of two milliseconds; see the package
+// documentation), recording the receive count so far, and then acks the
+// original. If that publish fails the original is left unacked.
+func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return d.settle(ctx, func() error { return d.c.ch.Nack(d.d.DeliveryTag, false, true) }, "nack")
+	}
+	return d.settle(ctx, func() error {
+		msg := d.copy()
+		msg.Headers[HeaderReceives] = int64(d.m.ReceiveCount)
+		if err := d.src.pub.publishDelayed(ctx, delay, msg); err != nil {
+			return err
+		}
+		return d.c.ch.Ack(d.d.DeliveryTag, false)
+	}, "retry")
+}
+
+// Extend does nothing and returns nil (ErrSettled once settled): AMQP has
+// no visibility timeout to extend.
+func (d *Delivery) Extend(context.Context, time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return queue.ErrSettled
+	}
+	return nil
+}
+
+// DeadLetter publishes a copy (body, properties, headers, plus the reason
+// in x-idem-dead-letter-reason and the queue in x-idem-dead-letter-queue)
+// to the dead-letter exchange with confirms and the mandatory flag, and
+// then acks the original.
+func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.settle(ctx, func() error {
+		msg := d.copy()
+		msg.Headers[HeaderDeadLetterReason] = reason
+		msg.Headers[HeaderDeadLetterQueue] = d.src.cfg.Queue
+		msg.Headers[HeaderReceives] = int64(d.m.ReceiveCount)
+		cfg := d.src.cfg
+		if err := d.src.pub.publish(ctx, cfg.DeadLetterExchange, cfg.DeadLetterRoutingKey, msg); err != nil {
+			return fmt.Errorf("amqpqueue: dead-letter: %w", err)
+		}
+		return d.c.ch.Ack(d.d.DeliveryTag, false)
+	}, "dead-letter")
+}
+
+// copy returns the delivery as a persistent Publishing with its message
+// id, timestamp and headers (less the broker's delivery bookkeeping).
+func (d *Delivery) copy() amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range d.d.Headers {
+		switch {
+		case k == "x-delivery-count" || k == "x-death" || strings.HasPrefix(k, "x-first-death-") ||
+			strings.HasPrefix(k, "x-last-death-"):
+		default:
+			h[k] = v
+		}
+	}
+	id := d.d.MessageId
+	if id == "" {
+		id = newID()
+	}
+	return amqp.Publishing{
+		Headers: h, ContentType: d.d.ContentType, ContentEncoding: d.d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.d.Priority, CorrelationId: d.d.CorrelationId,
+		ReplyTo: d.d.ReplyTo, MessageId: id, Timestamp: d.d.Timestamp, Type: d.d.Type,
+		AppId: d.d.AppId, Body: d.d.Body,
+	}
+}
+
+// settle runs send (which writes the ack or nack frame) and then waits for
+// the channel's barrier. It marks the delivery settled only on success.
+func (d *Delivery) settle(ctx context.Context, send func() error, what string) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return queue.ErrSettled
+	}
+	if err := send(); err != nil {
+		return fmt.Errorf("amqpqueue: %s of message %s: %w", what, d.m.ID, err)
+	}
+	if err := d.c.barrier(ctx); err != nil {
+		return fmt.Errorf("amqpqueue: %s of message %s not confirmed (it may be delivered again): %w", what, d.m.ID, err)
+	}
+	d.settled = true
+	return nil
+}
+
+// barrier returns once the broker has processed every frame this channel
+// sent before the call: one synchronous basic.qos round trip, shared by the
+// settles waiting at the same time. It returns ctx's error if ctx ends
+// first (the round trip goes on, holding off the next one, so that a reply
+// is never taken for a later request's).
+func (c *consumerChannel) barrier(ctx context.Context) error {
+	ticket := c.issued.Add(1)
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if c.covered >= ticket {
+		<-c.sem
+		return nil
+	}
+	upto := c.issued.Load()
+	res := make(chan error, 1)
+	go func() {
+		err := c.ch.Qos(c.prefetch, 0, false)
+		if err == nil {
+			c.covered = upto
+		}
+		<-c.sem
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultTimeout)
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

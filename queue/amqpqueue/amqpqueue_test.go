@@ -1,0 +1,362 @@
+package amqpqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func bothKinds(t *testing.T, f func(t *testing.T, quorum bool)) {
+	t.Run("classic", func(t *testing.T) { f(t, false) })
+	t.Run("quorum", func(t *testing.T) { f(t, true) })
+}
+
+// A published message arrives with its body, attributes, dedup id,
+// message id and publish time and receive count 1; once acked it is gone.
+func TestPublishReceiveAck(t *testing.T) {
+	bothKinds(t, func(t *testing.T, quorum bool) {
+		f := newFixture(t, quorum)
+		p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+		before := time.Now().Add(-2 * time.Second)
+		var ids []string
+		for i := range 3 {
+			res := publish(t, p, queue.Outgoing{Body: []byte(fmt.Sprint("m", i)),
+				Attributes: map[string]string{"order": strconv.Itoa(i)}, DedupID: fmt.Sprint("d", i)})
+			if res.Duplicate || res.ID == "" {
+				t.Fatalf("publish %d: %+v", i, res)
+			}
+			ids = append(ids, res.ID)
+		}
+		var got []queue.Delivery
+		for len(got) < 3 {
+			got = append(got, receive(t, src, 3-len(got), 5*time.Second)...)
+		}
+		for i, d := range got {
+			m := d.Message()
+			if string(m.Body) != fmt.Sprint("m", i) || m.Attributes["order"] != strconv.Itoa(i) || len(m.Attributes) != 1 ||
+				m.DedupID != fmt.Sprint("d", i) || m.ID != ids[i] || m.ReceiveCount != 1 ||
+				m.Published.Before(before) || m.Published.After(time.Now().Add(2*time.Second)) {
+				t.Fatalf("delivery %d: %+v (ids %v)", i, m, ids)
+			}
+			if err := d.Ack(context.Background()); err != nil {
+				t.Fatalf("ack %d: %v", i, err)
+			}
+		}
+		if err := got[0].Ack(context.Background()); !errors.Is(err, queue.ErrSettled) {
+			t.Fatalf("second ack: %v, want ErrSettled", err)
+		}
+		if err := src.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.count(t, f.cfg.Queue); n != 0 {
+			t.Fatalf("queue holds %d messages after acking all and closing the source", n)
+		}
+		if src.Visibility() != 0 {
+			t.Fatalf("Visibility %v, want 0", src.Visibility())
+		}
+	})
+}
+
+// Retry(0) requeues at once; a closed channel hands unacked messages back;
+// Retry(delay) goes through the delay queue and comes back no sooner than
+// the delay. The receive count grows with every delivery where the broker
+// counts (quorum queues, and the delay path on both kinds); a classic
+// queue's requeue only says "redelivered" (2).
+func TestRetryAndReceiveCounts(t *testing.T) {
+	bothKinds(t, func(t *testing.T, quorum bool) {
+		f := newFixture(t, quorum)
+		p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+		res := publish(t, p, queue.Outgoing{Body: []byte("again")})
+		want := func(d queue.Delivery, exact, classic int) {
+			t.Helper()
+			n := exact
+			if !quorum {
+				n = classic
+			}
+			if m := d.Message(); m.ReceiveCount != n || m.ID != res.ID || string(m.Body) != "again" {
+				t.Fatalf("delivery: %+v, want receive count %d", m, n)
+			}
+		}
+		d := receive(t, src, 1, 5*time.Second)[0]
+		want(d, 1, 1)
+		if err := d.Retry(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		d = receive(t, src, 1, 5*time.Second)[0]
+		want(d, 2, 2)
+
+		// An unacked delivery returns when its channel closes.
+		if err := src.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Ack(context.Background()); err == nil {
+			t.Fatal("Ack on a closed channel returned nil")
+		}
+		src = f.source(t, f.conn)
+		d = receive(t, src, 1, 5*time.Second)[0]
+		want(d, 3, 2)
+
+		start := time.Now()
+		if err := d.Retry(context.Background(), 700*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		d = receive(t, src, 1, 10*time.Second)[0]
+		if waited := time.Since(start); waited < 650*time.Millisecond {
+			t.Fatalf("delayed retry came back after %v, want at least 700ms", waited)
+		}
+		want(d, 4, 3)
+		if err := d.Ack(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		receiveNone(t, src, 300*time.Millisecond)
+	})
+}
+
+// Outgoing.Delay holds the first delivery back for at least the delay.
+func TestPublishDelay(t *testing.T) {
+	f := newFixture(t, false)
+	p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+	start := time.Now()
+	publish(t, p, queue.Outgoing{Body: []byte("later"), Delay: 500 * time.Millisecond})
+	d := receive(t, src, 1, 10*time.Second)[0]
+	if waited := time.Since(start); waited < 450*time.Millisecond {
+		t.Fatalf("delivered after %v, want at least 500ms", waited)
+	}
+	if d.Message().ReceiveCount != 1 || string(d.Message().Body) != "later" {
+		t.Fatalf("delivery %+v", d.Message())
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DeadLetter puts a copy with the reason in the dead-letter queue and the
+// original is gone from the queue.
+func TestDeadLetterKeepsTheReason(t *testing.T) {
+	bothKinds(t, func(t *testing.T, quorum bool) {
+		f := newFixture(t, quorum)
+		p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+		res := publish(t, p, queue.Outgoing{Body: []byte("poison"), Attributes: map[string]string{"tenant": "7"}})
+		d := receive(t, src, 1, 5*time.Second)[0]
+		if err := d.DeadLetter(context.Background(), "cannot parse order: unexpected EOF"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Retry(context.Background(), 0); !errors.Is(err, queue.ErrSettled) {
+			t.Fatalf("retry after dead-letter: %v, want ErrSettled", err)
+		}
+		dl := f.deadLetters(t)
+		if len(dl) != 1 {
+			t.Fatalf("dead-letter queue holds %d messages, want 1", len(dl))
+		}
+		h := dl[0].Headers
+		if string(dl[0].Body) != "poison" || h[HeaderDeadLetterReason] != "cannot parse order: unexpected EOF" ||
+			h["tenant"] != "7" || h[HeaderDeadLetterQueue] != f.cfg.Queue || dl[0].MessageId != res.ID {
+			t.Fatalf("dead letter: %q %v id %q", dl[0].Body, h, dl[0].MessageId)
+		}
+		if err := src.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.count(t, f.cfg.Queue); n != 0 {
+			t.Fatalf("queue still holds %d messages", n)
+		}
+	})
+}
+
+// A dead-letter destination that routes nowhere is an error, and the
+// message stays in the queue: nothing is lost. Publishing to a queue that
+// does not exist is an error too, not a silent drop.
+func TestUnroutableIsAnError(t *testing.T) {
+	f := newFixture(t, false)
+	p := f.publisher(t, f.conn)
+	publish(t, p, queue.Outgoing{Body: []byte("keep me")})
+
+	bad := f.cfg
+	bad.DeadLetterRoutingKey = "idemt-no-such-queue-" + uniq()
+	bsrc, err := NewSource(context.Background(), f.conn, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bsrc.Close()
+	d := receive(t, bsrc, 1, 5*time.Second)[0]
+	if err := d.DeadLetter(context.Background(), "x"); !errors.Is(err, ErrUnroutable) {
+		t.Fatalf("dead-letter to nowhere: %v, want ErrUnroutable", err)
+	}
+	if err := bsrc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src := f.source(t, f.conn)
+	again := receive(t, src, 1, 5*time.Second)[0]
+	if string(again.Message().Body) != "keep me" || again.Message().ReceiveCount != 2 {
+		t.Fatalf("after a failed dead-letter: %+v", again.Message())
+	}
+	if err := again.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	nowhere, err := NewPublisher(f.conn, Config{Queue: "idemt-no-such-queue-" + uniq()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nowhere.Close()
+	if _, err := nowhere.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); !errors.Is(err, ErrUnroutable) {
+		t.Fatalf("publish to a missing queue: %v, want ErrUnroutable", err)
+	}
+	// The publisher's channel survives a return.
+	publish(t, p, queue.Outgoing{Body: []byte("still fine")})
+}
+
+// RabbitMQ does not dedup: two publishes with one DedupID are two
+// deliveries, both carrying the id. (The ledger is the only line; see
+// TestConsumerLedgerIsTheOnlyLine.)
+func TestNoBrokerDedup(t *testing.T) {
+	f := newFixture(t, false)
+	p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+	a := publish(t, p, queue.Outgoing{Body: []byte("order 42"), DedupID: "order-42"})
+	b := publish(t, p, queue.Outgoing{Body: []byte("order 42"), DedupID: "order-42"})
+	if a.Duplicate || b.Duplicate || a.ID == b.ID {
+		t.Fatalf("publishes: %+v %+v", a, b)
+	}
+	var got []queue.Delivery
+	for len(got) < 2 {
+		got = append(got, receive(t, src, 2, 5*time.Second)...)
+	}
+	for _, d := range got {
+		if d.Message().DedupID != "order-42" {
+			t.Fatalf("delivery %+v", d.Message())
+		}
+		if err := d.Ack(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// GroupID is refused with ErrUnsupported; a missing queue name with
+// ErrConfig.
+func TestUnsupportedAndConfig(t *testing.T) {
+	f := newFixture(t, false)
+	p := f.publisher(t, f.conn)
+	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), GroupID: "g"}); !errors.Is(err, queue.ErrUnsupported) {
+		t.Fatalf("GroupID: %v", err)
+	}
+	if n := f.count(t, f.cfg.Queue); n != 0 {
+		t.Fatalf("refused publish stored %d messages", n)
+	}
+	if _, err := NewPublisher(f.conn, Config{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no queue: %v", err)
+	}
+	if _, err := NewSource(context.Background(), f.conn, Config{Queue: "q", DeadLetterExchange: "dlx"}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("exchange without routing key: %v", err)
+	}
+}
+
+// A connection that goes silent while an ack is on its way gives an error,
+// not a false ack; when it dies the broker redelivers the message. Closing
+// the connection under a received delivery does the same. A publish over a
+// dead connection fails. Nothing is lost.
+func TestConnectionLost(t *testing.T) {
+	f := newFixture(t, false)
+	p := f.publisher(t, f.conn)
+	publish(t, p, queue.Outgoing{Body: []byte("fragile")})
+
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	pu := *u
+	pu.Host = px.addr()
+	pconn := dial(t, pu.String())
+	psrc := f.source(t, pconn)
+	ppub := f.publisher(t, pconn)
+	d := receive(t, psrc, 1, 5*time.Second)[0]
+
+	px.blackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err = d.Ack(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Ack over a silent connection returned nil")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = ppub.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
+	cancel()
+	if err == nil {
+		t.Fatal("Publish over a silent connection returned nil")
+	}
+	px.close() // the broker sees the connection die and requeues
+
+	src := f.source(t, f.conn)
+	again := receive(t, src, 1, 10*time.Second)[0]
+	if string(again.Message().Body) != "fragile" || again.Message().ReceiveCount != 2 {
+		t.Fatalf("redelivery: %+v", again.Message())
+	}
+	if err := again.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	receiveNone(t, src, 300*time.Millisecond) // the publish over the silent connection stored nothing
+
+	// Closing the amqp.Connection itself.
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, p, queue.Outgoing{Body: []byte("fragile 2")})
+	conn2 := dial(t, f.url)
+	src2 := f.source(t, conn2)
+	d = receive(t, src2, 1, 5*time.Second)[0]
+	if err := conn2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(context.Background()); err == nil {
+		t.Fatal("Ack after the connection closed returned nil")
+	}
+	if _, err := src2.Receive(context.Background(), 1); !errors.Is(err, amqp.ErrClosed) {
+		t.Fatalf("Receive on a closed connection: %v, want amqp.ErrClosed", err)
+	}
+	src = f.source(t, f.conn)
+	again = receive(t, src, 1, 10*time.Second)[0]
+	if string(again.Message().Body) != "fragile 2" || again.Message().ReceiveCount != 2 {
+		t.Fatalf("redelivery: %+v", again.Message())
+	}
+	if err := again.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Receive returns ctx's error, and no deliveries, when ctx ends first.
+func TestReceiveHonoursContext(t *testing.T) {
+	f := newFixture(t, false)
+	src := f.source(t, f.conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ds, err := src.Receive(ctx, 5)
+	if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
+		t.Fatalf("Receive on an empty queue: %d deliveries, err %v", len(ds), err)
+	}
+}
+
+func TestDelayQueueRounding(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		name string
+		ttl  int64
+	}{
+		{time.Nanosecond, "q.delay.1ms", 1},
+		{time.Millisecond, "q.delay.1ms", 1},
+		{3 * time.Millisecond, "q.delay.4ms", 4},
+		{time.Second, "q.delay.1024ms", 1024},
+		{1024 * time.Millisecond, "q.delay.1024ms", 1024},
+		{1025 * time.Millisecond, "q.delay.2048ms", 2048},
+	} {
+		name, ttl := delayQueue("q", c.d)
+		if name != c.name || ttl != c.ttl || time.Duration(ttl)*time.Millisecond < c.d {
+			t.Errorf("delayQueue(%v) = %s, %d; want %s, %d", c.d, name, ttl, c.name, c.ttl)
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package amqpqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func amqpURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("IDEM_TEST_AMQP")
+	if u == "" {
+		tb.Skip("set IDEM_TEST_AMQP=amqp://guest:guest@127.0.0.1:5672/ to run the RabbitMQ suite")
+	}
+	return u
+}
+
+func dial(tb testing.TB, url string) *amqp.Connection {
+	tb.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		tb.Fatalf("dial %s: %v", url, err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func uniq() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// fixture is one test's queue, its dead-letter queue and the delay queues
+// its sources and publishers declared, all deleted at cleanup.
+type fixture struct {
+	url  string
+	conn *amqp.Connection
+	cfg  Config
+	mu   sync.Mutex
+	pubs []*publisher
+}
+
+func newFixture(tb testing.TB, quorum bool) *fixture {
+	tb.Helper()
+	url := amqpURL(tb)
+	f := &fixture{url: url, conn: dial(tb, url), cfg: Config{Queue: "idemt-" + uniq(), Quorum: quorum}}
+	if err := Declare(context.Background(), f.conn, f.cfg); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.cleanup(tb) })
+	return f
+}
+
+func (f *fixture) cleanup(tb testing.TB) {
+	conn, err := amqp.Dial(f.url)
+	if err != nil {
+		tb.Logf("cleanup: %v", err)
+		return
+	}
+	defer conn.Close()
+	names := []string{f.cfg.Queue, f.cfg.Queue + ".dead-letter"}
+	f.mu.Lock()
+	for _, p := range f.pubs {
+		p.delays.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
+	}
+	f.mu.Unlock()
+	for _, n := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		_, _ = ch.QueueDelete(n, false, false, false)
+		_ = ch.Close()
+	}
+}
+
+func (f *fixture) source(tb testing.TB, conn *amqp.Connection) *Source {
+	tb.Helper()
+	s, err := NewSource(context.Background(), conn, f.cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.mu.Lock()
+	f.pubs = append(f.pubs, s.pub)
+	f.mu.Unlock()
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func (f *fixture) publisher(tb testing.TB, conn *amqp.Connection) *Publisher {
+	tb.Helper()
+	p, err := NewPublisher(conn, f.cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.mu.Lock()
+	f.pubs = append(f.pubs, p.p)
+	f.mu.Unlock()
+	tb.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// count is how many ready messages a queue holds.
+func (f *fixture) count(tb testing.TB, name string) int {
+	tb.Helper()
+	ch, err := f.conn.Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, f.cfg.queueArgs())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return q.Messages
+}
+
+// deadLetters takes (and acks) everything in the dead-letter queue.
+func (f *fixture) deadLetters(tb testing.TB) []amqp.Delivery {
+	tb.Helper()
+	ch, err := f.conn.Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ch.Close()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(f.cfg.Queue+".dead-letter", true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func publish(tb testing.TB, p queue.Publisher, m queue.Outgoing) queue.Published {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := p.Publish(ctx, m)
+	if err != nil {
+		tb.Fatalf("publish: %v", err)
+	}
+	return res
+}
+
+func receive(tb testing.TB, s queue.Source, max int, d time.Duration) []queue.Delivery {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ds, err := s.Receive(ctx, max)
+	if err != nil {
+		tb.Fatalf("receive: %v", err)
+	}
+	return ds
+}
+
+func receiveNone(tb testing.TB, s queue.Source, d time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ds, err := s.Receive(ctx, 10)
+	if len(ds) > 0 {
+		tb.Fatalf("received %d deliveries (first %q, count %d), want none", len(ds), ds[0].Message().Body, ds[0].Message().ReceiveCount)
+	}
+	if err == nil {
+		tb.Fatal("Receive returned no deliveries and no error")
+	}
+}
+
+// proxy is a TCP relay to the real broker that a test can cut off without
+// the client noticing (blackhole) or kill outright: the fault injection a
+// real broker cannot produce on demand.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	holed  bool
+}
+
+func newProxy(tb testing.TB, target string) *proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	tb.Cleanup(p.close)
+	go p.serve()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			holed := p.holed
+			p.mu.Unlock()
+			if !holed {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+func (p *proxy) blackhole() {
+	p.mu.Lock()
+	p.holed = true
+	p.mu.Unlock()
+}
+
+// close kills every relayed connection and stops accepting.
+func (p *proxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
