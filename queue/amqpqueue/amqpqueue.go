@@ -46,8 +46,8 @@
 //
 // # Not supported
 //
-// RabbitMQ has no FIFO groups: Publish returns an error wrapping
-// [queue.ErrUnsupported] for a non-empty Outgoing.GroupID.
+// RabbitMQ has no FIFO groups: Outgoing.GroupID is ignored and
+// Message.GroupID is always empty.
 //
 // # Connections
 //
@@ -393,13 +393,9 @@ func (p *Publisher) Close() error {
 // Publish sends m as a persistent message and waits for the broker's
 // confirm. Attributes become string headers. DedupID is only carried (see
 // the package documentation); Published.ID is the message-id it sets.
-// Delay > 0 publishes to a delay queue. A non-empty GroupID returns an error
-// wrapping [queue.ErrUnsupported]. Without a deadline on ctx, Publish waits
+// Delay > 0 publishes to a delay queue. GroupID is ignored. Without a deadline on ctx, Publish waits
 // at most 10s for the confirm.
 func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
-	if m.GroupID != "" {
-		return queue.Published{}, fmt.Errorf("amqpqueue: GroupID: RabbitMQ has no FIFO groups: %w", queue.ErrUnsupported)
-	}
 	msg := amqp.Publishing{
 		Headers:      amqp.Table{},
 		DeliveryMode: amqp.Persistent,

@@ -237,16 +237,14 @@ func TestNoBrokerDedup(t *testing.T) {
 	}
 }
 
-// GroupID is refused with ErrUnsupported; a missing queue name with
-// ErrConfig.
-func TestUnsupportedAndConfig(t *testing.T) {
+// GroupID is ignored (RabbitMQ has no groups); a missing queue name is
+// refused with ErrConfig.
+func TestGroupIgnoredAndConfig(t *testing.T) {
 	f := newFixture(t, false)
 	p := f.publisher(t, f.conn)
-	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), GroupID: "g"}); !errors.Is(err, queue.ErrUnsupported) {
-		t.Fatalf("GroupID: %v", err)
-	}
-	if n := f.count(t, f.cfg.Queue); n != 0 {
-		t.Fatalf("refused publish stored %d messages", n)
+	publish(t, p, queue.Outgoing{Body: []byte("grouped"), GroupID: "g"})
+	if d := receive(t, f.source(t, f.conn), 1, 5*time.Second)[0]; d.Message().GroupID != "" || string(d.Message().Body) != "grouped" {
+		t.Fatalf("grouped message: %+v, want the body and no group", d.Message())
 	}
 	if _, err := NewPublisher(f.conn, Config{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no queue: %v", err)

@@ -25,11 +25,13 @@
 //
 // # Not supported
 //
-// JetStream has no FIFO groups and no delayed first delivery (on the servers
+// JetStream has no FIFO groups: Outgoing.GroupID is ignored and
+// Message.GroupID is always empty (a stream with one subject per group and
+// MaxAckPending 1 per consumer would give per-group order; this adapter does
+// not build that). It has no delayed first delivery either (on the servers
 // this package supports, 2.9 and later): Publish returns an error wrapping
-// [queue.ErrUnsupported] for a non-empty Outgoing.GroupID or a non-zero
-// Outgoing.Delay rather than dropping either silently. Retry with a delay
-// is supported.
+// [queue.ErrUnsupported] for a non-zero Outgoing.Delay rather than
+// delivering at once. Retry with a delay is supported.
 //
 // # MaxDeliver
 //
@@ -487,12 +489,9 @@ func NewPublisher(js njs.JetStream, subject string) (*Publisher, error) {
 // Publish sends m and waits for the stream's PubAck. Attributes become
 // headers; DedupID becomes Nats-Msg-Id. A duplicate inside the stream's
 // Duplicates window returns Published{ID: the held message's sequence,
-// Duplicate: true}. GroupID and Delay are not supported (see the package
-// documentation). Without a deadline on ctx, Publish waits at most 10s.
+// Duplicate: true}. GroupID is ignored; a non-zero Delay is refused with
+// [queue.ErrUnsupported] (see the package documentation). Without a deadline on ctx, Publish waits at most 10s.
 func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
-	if m.GroupID != "" {
-		return queue.Published{}, fmt.Errorf("jetstream: GroupID: JetStream has no FIFO groups: %w", queue.ErrUnsupported)
-	}
 	if m.Delay > 0 {
 		return queue.Published{}, fmt.Errorf("jetstream: Delay: %w", queue.ErrUnsupported)
 	}

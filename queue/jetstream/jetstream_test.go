@@ -265,20 +265,22 @@ func TestPublishDedupReported(t *testing.T) {
 	receiveNone(t, src, 500*time.Millisecond)
 }
 
-// What JetStream lacks is refused with ErrUnsupported, and a source
-// without a dead-letter destination is refused with ErrConfig.
+// A delayed publish is refused with ErrUnsupported (not delivered at
+// once), a GroupID is ignored, and a source without a dead-letter
+// destination is refused with ErrConfig.
 func TestUnsupportedAndConfig(t *testing.T) {
 	_, js := connect(t, natsURL(t))
 	f := newFixture(t, js, fixtureOpts{})
 	p := f.publisher(t, js)
-	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), GroupID: "g"}); !errors.Is(err, queue.ErrUnsupported) {
-		t.Fatalf("GroupID: %v", err)
-	}
 	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Delay: time.Second}); !errors.Is(err, queue.ErrUnsupported) {
 		t.Fatalf("Delay: %v", err)
 	}
 	if n := f.streamMsgs(t); n != 0 {
-		t.Fatalf("refused publishes stored %d messages", n)
+		t.Fatalf("refused publish stored %d messages", n)
+	}
+	publish(t, p, queue.Outgoing{Body: []byte("grouped"), GroupID: "g"})
+	if d := receive(t, f.source(t, js), 1, 5*time.Second)[0]; d.Message().GroupID != "" || string(d.Message().Body) != "grouped" {
+		t.Fatalf("grouped message: %+v, want the body and no group", d.Message())
 	}
 	if _, err := NewSource(context.Background(), js, SourceConfig{Stream: f.name, Consumer: f.consumer}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no dead-letter subject: %v", err)
