@@ -240,7 +240,10 @@ func (p *publisher) channel(ctx context.Context) (*amqp.Channel, *returnTracker,
 		ch, rt = p.ch, p.returns
 		return nil
 	})
-	return ch, rt, err
+	if err != nil {
+		return nil, nil, err // ch and rt may still be written if ctx ended first
+	}
+	return ch, rt, nil
 }
 
 func (p *publisher) close() {
@@ -487,7 +490,10 @@ func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
 		c = s.consumer
 		return nil
 	})
-	return c, err
+	if err != nil {
+		return nil, err // c may still be written if ctx ended first
+	}
+	return c, nil
 }
 
 // Close cancels the consumer and closes the Source's channels. Unacked
