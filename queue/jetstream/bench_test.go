@@ -1,0 +1,168 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// BenchmarkConsume measures the consume rate of b.N messages published
+// beforehand, through queue.Consumer (concurrency 8, batches of 10, a
+// handler that does nothing) with the ledger on Redis, the same consumer
+// with the ledger in memory (the consumer's own cost, the ledger nearly
+// free), and a plain receive-and-ack loop of 8 workers on the same Source
+// (no consumer, no ledger). Target of the issue: the Redis ledger costs at
+// most 30% of the rate without it.
+//
+//	IDEM_TEST_NATS=nats://127.0.0.1:4222 IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 \
+//		go test -run '^$' -bench Consume -benchtime 5000x -count 3 ./queue/jetstream/
+func BenchmarkConsume(b *testing.B) {
+	url := natsURL(b)
+	newQueue := func(b *testing.B) (queue.Source, queue.Publisher) {
+		_, js := connect(b, url)
+		f := newFixture(b, js, fixtureOpts{ackWait: time.Minute})
+		return f.source(b, js), f.publisher(b, js)
+	}
+	runConsumeBenchmarks(b, newQueue)
+}
+
+func runConsumeBenchmarks(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher)) {
+	b.Run("plain", func(b *testing.B) { benchConsume(b, newQueue, nil) })
+	b.Run("ledger=memory", func(b *testing.B) {
+		s := memstore.New()
+		b.Cleanup(func() { s.Close() })
+		benchConsume(b, newQueue, s)
+	})
+	b.Run("ledger=redis", func(b *testing.B) {
+		u := os.Getenv("IDEM_TEST_REDIS")
+		if u == "" {
+			b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
+		}
+		s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		benchConsume(b, newQueue, s)
+	})
+}
+
+// ackCounter counts acks, and closes done at the target.
+type ackCounter struct {
+	queue.Source
+	n      atomic.Int64
+	target int64
+	done   chan struct{}
+}
+
+func (s *ackCounter) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = countedDelivery{d, s}
+	}
+	return ds, err
+}
+
+type countedDelivery struct {
+	queue.Delivery
+	s *ackCounter
+}
+
+func (d countedDelivery) Ack(ctx context.Context) error {
+	err := d.Delivery.Ack(ctx)
+	if err == nil && d.s.n.Add(1) == d.s.target {
+		close(d.s.done)
+	}
+	return err
+}
+
+// benchConsume publishes b.N messages (untimed), then times consuming them:
+// through a queue.Consumer with a ledger on store, or, when store is nil,
+// with a plain loop of 8 workers that receive up to 10 and ack each.
+func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), store idem.Store) {
+	n := b.N
+	src, pub := newQueue(b)
+	run := uniq()
+	var wg sync.WaitGroup
+	var pubErr atomic.Value
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := pub.Publish(context.Background(), queue.Outgoing{Body: fmt.Appendf(nil, "order-%s-%d x", run, i)}); err != nil {
+					pubErr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := pubErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	counter := &ackCounter{Source: src, target: int64(n), done: make(chan struct{})}
+	quiet := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopped sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if store == nil {
+		for range 8 {
+			stopped.Add(1)
+			go func() {
+				defer stopped.Done()
+				for ctx.Err() == nil {
+					ds, _ := counter.Receive(ctx, 10)
+					for _, d := range ds {
+						if err := d.Ack(context.Background()); err != nil {
+							b.Error(err)
+						}
+					}
+				}
+			}()
+		}
+	} else {
+		l := idem.New(store, idem.WithLogger(quiet), idem.WithRetention(10*time.Minute))
+		c, err := queue.NewConsumer(counter, l,
+			func(m queue.Message) (idem.OperationKey, error) {
+				id, _, _ := strings.Cut(string(m.Body), " ")
+				return idem.Key("bench", id), nil
+			},
+			func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
+			queue.WithConcurrency(8), queue.WithBatchSize(10), queue.WithHandlerTimeout(10*time.Second), queue.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopped.Add(1)
+		go func() {
+			defer stopped.Done()
+			if err := c.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	select {
+	case <-counter.done:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("only %d of %d messages acked after 10 minutes", counter.n.Load(), n)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	stopped.Wait()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+}
