@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,10 @@ import (
 
 // BenchmarkConsume measures the consume rate of b.N messages published
 // beforehand (to a classic or a quorum queue, prefetch 32), through
-// queue.Consumer (concurrency 8, batches of 10, a handler that does
+// queue.Consumer (concurrency 8 and 32, batches of 10, a handler that does
 // nothing) with the ledger on Redis, the same consumer with the ledger in
 // memory (the consumer's own cost, the ledger nearly free), and a plain
-// receive-and-ack loop of 8 workers on the same Source (no consumer, no
+// receive-and-ack loop of as many workers on the same Source (no consumer, no
 // ledger). Target of the issue: the Redis ledger costs at most 30% of the
 // rate without it.
 //
@@ -45,24 +46,61 @@ func BenchmarkConsume(b *testing.B) {
 }
 
 func runConsumeBenchmarks(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher)) {
-	b.Run("plain", func(b *testing.B) { benchConsume(b, newQueue, nil) })
-	b.Run("ledger=memory", func(b *testing.B) {
-		s := memstore.New()
-		b.Cleanup(func() { s.Close() })
-		benchConsume(b, newQueue, s)
-	})
-	b.Run("ledger=redis", func(b *testing.B) {
-		u := os.Getenv("IDEM_TEST_REDIS")
-		if u == "" {
-			b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
-		}
-		s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		benchConsume(b, newQueue, s)
-	})
+	for _, conc := range []int{8, 32} {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			b.Run("plain", func(b *testing.B) { benchConsume(b, newQueue, nil, conc) })
+			b.Run("ledger=memory", func(b *testing.B) {
+				s := memstore.New()
+				b.Cleanup(func() { s.Close() })
+				benchConsume(b, newQueue, s, conc)
+			})
+			b.Run("ledger=redis", func(b *testing.B) {
+				u := os.Getenv("IDEM_TEST_REDIS")
+				if u == "" {
+					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
+				}
+				s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				benchConsume(b, newQueue, s, conc)
+			})
+			// The Redis ledger alone (Do of a new key with a no-op fn, conc
+			// callers, no queue): the ceiling of ledger=redis.
+			b.Run("ledger-alone=redis", func(b *testing.B) {
+				u := os.Getenv("IDEM_TEST_REDIS")
+				if u == "" {
+					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
+				}
+				s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10*time.Minute))
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+							if _, err := l.Do(context.Background(), idem.Key("bench", strconv.FormatInt(i, 10)),
+								func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			})
+		})
+	}
 }
 
 // ackCounter counts acks, and closes done at the target.
@@ -96,8 +134,8 @@ func (d countedDelivery) Ack(ctx context.Context) error {
 
 // benchConsume publishes b.N messages (untimed), then times consuming them:
 // through a queue.Consumer with a ledger on store, or, when store is nil,
-// with a plain loop of 8 workers that receive up to 10 and ack each.
-func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), store idem.Store) {
+// with a plain loop of conc workers that receive up to 10 and ack each.
+func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), store idem.Store, conc int) {
 	n := b.N
 	src, pub := newQueue(b)
 	run := uniq()
@@ -128,7 +166,7 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	b.ResetTimer()
 	start := time.Now()
 	if store == nil {
-		for range 8 {
+		for range conc {
 			stopped.Add(1)
 			go func() {
 				defer stopped.Done()
@@ -150,7 +188,7 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 				return idem.Key("bench", id), nil
 			},
 			func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
-			queue.WithConcurrency(8), queue.WithBatchSize(10), queue.WithHandlerTimeout(10*time.Second), queue.WithLogger(quiet))
+			queue.WithConcurrency(conc), queue.WithBatchSize(10), queue.WithHandlerTimeout(10*time.Second), queue.WithLogger(quiet))
 		if err != nil {
 			b.Fatal(err)
 		}
