@@ -643,7 +643,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // With a delay it publishes a copy to the delay queue for that delay
 // (rounded up to a power of two milliseconds; see the package
 // documentation), recording the receive count so far, and then acks the
-// original. If that publish fails the original is left unacked.
+// original. If that publish fails the original is left unacked; if the ack
+// fails after the publish, the message comes back twice (the ledger makes
+// the second a replay).
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return d.settle(ctx, func() error { return d.c.ch.Nack(d.d.DeliveryTag, false, true) }, "nack")
