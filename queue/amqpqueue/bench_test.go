@@ -59,11 +59,7 @@ func runConsumeBenchmarks(b *testing.B, newQueue func(*testing.B) (queue.Source,
 				if u == "" {
 					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
 				}
-				s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { s.Close() })
+				s := openRedis(b, u)
 				benchConsume(b, newQueue, s, conc)
 			})
 			// The Redis ledger alone (Do of a new key with a no-op fn, conc
@@ -73,11 +69,7 @@ func runConsumeBenchmarks(b *testing.B, newQueue func(*testing.B) (queue.Source,
 				if u == "" {
 					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
 				}
-				s, err := redisstore.Open(context.Background(), u, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { s.Close() })
+				s := openRedis(b, u)
 				l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10*time.Minute))
 				var next atomic.Int64
 				var wg sync.WaitGroup
@@ -210,4 +202,32 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	cancel()
 	stopped.Wait()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+}
+
+// openRedis opens a redisstore under a prefix of its own, whose keys are
+// deleted at cleanup.
+func openRedis(b *testing.B, url string) *redisstore.Store {
+	s, err := redisstore.Open(context.Background(), url, redisstore.WithPrefix("idemt:bench:"+uniq()+":"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx := context.Background()
+		c := s.Client()
+		for cursor := uint64(0); ; {
+			keys, next, err := c.Scan(ctx, cursor, s.Prefix()+"*", 1000).Result()
+			if err != nil {
+				b.Logf("cleanup of %s*: %v", s.Prefix(), err)
+				break
+			}
+			if len(keys) > 0 {
+				c.Unlink(ctx, keys...)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		s.Close()
+	})
+	return s
 }
