@@ -26,9 +26,7 @@
 // # Not supported
 //
 // JetStream has no FIFO groups: Outgoing.GroupID is ignored and
-// Message.GroupID is always empty (a stream with one subject per group and
-// MaxAckPending 1 per consumer would give per-group order; this adapter does
-// not build that). It has no delayed first delivery either (on the servers
+// Message.GroupID is always empty. It has no delayed first delivery either (on the servers
 // this package supports, 2.9 and later): Publish returns an error wrapping
 // [queue.ErrUnsupported] for a non-zero Outgoing.Delay rather than
 // delivering at once. Retry with a delay is supported.
@@ -323,7 +321,10 @@ func (d *Delivery) Raw() njs.Msg { return d.msg }
 
 // Ack acknowledges the message and waits for the server's confirmation
 // (a double ack). An error means the ack may not have been recorded: the
-// message may be delivered again.
+// message may be delivered again. The server does not answer an ack for a
+// message it no longer holds (acked through a later delivery after this
+// one's ack wait passed): that Ack fails when ctx ends (after 10s without a
+// deadline).
 func (d *Delivery) Ack(ctx context.Context) error {
 	return d.settle(ctx, "ack", []byte("+ACK"))
 }
