@@ -254,8 +254,8 @@ func TestGroupIgnoredAndConfig(t *testing.T) {
 	}
 }
 
-// A connection that goes silent while an ack is on its way gives an error,
-// not a false ack; when it dies the broker redelivers the message. Closing
+// A connection that goes silent while an ack (or a retry, a dead-letter) is
+// on its way gives an error, not a false settle; when it dies the broker redelivers the message. Closing
 // the connection under a received delivery does the same. A publish over a
 // dead connection fails. Nothing is lost.
 func TestConnectionLost(t *testing.T) {
@@ -276,13 +276,20 @@ func TestConnectionLost(t *testing.T) {
 	d := receive(t, psrc, 1, 5*time.Second)[0]
 
 	px.blackhole()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err = d.Ack(ctx)
-	cancel()
-	if err == nil {
-		t.Fatal("Ack over a silent connection returned nil")
+	for name, settle := range map[string]func(context.Context) error{
+		"Ack":        d.Ack,
+		"Retry(0)":   func(ctx context.Context) error { return d.Retry(ctx, 0) },
+		"Retry(1s)":  func(ctx context.Context) error { return d.Retry(ctx, time.Second) },
+		"DeadLetter": func(ctx context.Context) error { return d.DeadLetter(ctx, "x") },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := settle(ctx)
+		cancel()
+		if err == nil {
+			t.Fatalf("%s over a silent connection returned nil", name)
+		}
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err = ppub.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
 	cancel()
 	if err == nil {
@@ -299,6 +306,9 @@ func TestConnectionLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	receiveNone(t, src, 300*time.Millisecond) // the publish over the silent connection stored nothing
+	if dl := f.deadLetters(t); len(dl) != 0 {
+		t.Fatalf("%d dead letters from a DeadLetter over a silent connection", len(dl))
+	}
 
 	// Closing the amqp.Connection itself.
 	if err := src.Close(); err != nil {

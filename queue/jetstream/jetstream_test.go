@@ -296,9 +296,10 @@ func TestUnsupportedAndConfig(t *testing.T) {
 	}
 }
 
-// A connection that dies while an ack is on its way gives an error, not a
-// false ack, and the message is delivered again: nothing is lost. A
-// publish over the dead connection fails too.
+// A connection that dies while an ack (or a retry, an extension, a
+// dead-letter) is on its way gives an error, not a false settle, and the
+// message is delivered again: nothing is lost. A publish over the dead
+// connection fails too and stores nothing.
 func TestConnectionLostMidAck(t *testing.T) {
 	url := natsURL(t)
 	_, js := connect(t, url)
@@ -313,14 +314,21 @@ func TestConnectionLostMidAck(t *testing.T) {
 	ppub := f.publisher(t, pjs)
 
 	px.blackhole()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err := d.Ack(ctx)
-	cancel()
-	if err == nil {
-		t.Fatal("Ack over a dead connection returned nil")
+	for name, settle := range map[string]func(context.Context) error{
+		"Ack":        d.Ack,
+		"Retry":      func(ctx context.Context) error { return d.Retry(ctx, 0) },
+		"Extend":     func(ctx context.Context) error { return d.Extend(ctx, time.Minute) },
+		"DeadLetter": func(ctx context.Context) error { return d.DeadLetter(ctx, "x") },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := settle(ctx)
+		cancel()
+		if err == nil {
+			t.Fatalf("%s over a dead connection returned nil", name)
+		}
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-	_, err = ppub.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := ppub.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
 	cancel()
 	if err == nil {
 		t.Fatal("Publish over a dead connection returned nil")
@@ -334,6 +342,10 @@ func TestConnectionLostMidAck(t *testing.T) {
 	if err := again.Ack(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if dl := f.deadLetters(t); len(dl) != 0 {
+		t.Fatalf("%d dead letters from a DeadLetter over a dead connection", len(dl))
+	}
+	receiveNone(t, src, 300*time.Millisecond) // the publish over the dead connection stored nothing
 }
 
 // Receive returns ctx's error, and no deliveries, when ctx ends first.
