@@ -11,8 +11,15 @@
 //     sequence of the message already held. This is a cheap first line; the
 //     consumer's ledger is the mechanism.
 //   - Message.ID is the stream sequence (decimal), stable across
-//     redeliveries. ReceiveCount is the delivery's NumDelivered, Published
-//     the time the stream stored the message. FirstReceived is zero
+//     redeliveries. ReceiveCount is the delivery's NumDelivered, raised to
+//     one more than the count this Source last handed out for the same
+//     sequence when the server reports less: nats-server 2.9 (2.9.10 here)
+//     hands a message out again with NumDelivered 1 when its ack wait
+//     expires just as the consumer's only pull request expires (the
+//     "redo" path of its delivery loop rewinds the consumer to a message
+//     already delivered; the same path can hand out a message another
+//     receiver still holds, which the ledger then finds busy). Published is
+//     the time the stream stored the message; FirstReceived is zero
 //     (JetStream does not say).
 //   - Ack is a double ack (the server confirms it). Retry is -NAK with the
 //     delay, Extend is +WPI (InProgress), which resets the ack wait to its
@@ -121,7 +128,23 @@ type Source struct {
 	log        *slog.Logger
 	advisories *nats.Subscription
 	closeOnce  sync.Once
+
+	seenMu   sync.Mutex
+	seen     map[uint64]seenEntry // stream sequence -> last count handed out
+	pruneAt  int
+	keepSeen time.Duration
 }
+
+// seenEntry remembers the receive count a Source last reported for a stream
+// sequence, until the message is acked or dead-lettered here, or keepSeen
+// passes.
+type seenEntry struct {
+	count int
+	at    time.Time
+}
+
+// minPrune is the size of the seen map below which it is never pruned.
+const minPrune = 1024
 
 var _ queue.Source = (*Source)(nil)
 
@@ -165,6 +188,7 @@ func NewSource(ctx context.Context, js njs.JetStream, cfg SourceConfig) (*Source
 		s.ackWait = 30 * time.Second // the server's default
 	}
 	s.maxDeliver = ci.Config.MaxDeliver
+	s.seen, s.pruneAt, s.keepSeen = map[uint64]seenEntry{}, minPrune, max(10*s.ackWait, 15*time.Minute)
 	if s.maxDeliver > 0 {
 		subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + cfg.Stream + "." + cfg.Consumer
 		sub, err := s.nc.Subscribe(subj, s.onMaxDeliveries)
@@ -282,9 +306,9 @@ func (s *Source) delivery(m njs.Msg) *Delivery {
 	msg := queue.Message{Body: m.Data(), ReceiveCount: 1}
 	if err == nil {
 		d.seq = md.Sequence.Stream
-		d.numDelivered = int(md.NumDelivered)
+		d.numDelivered = s.count(md.Sequence.Stream, int(md.NumDelivered))
 		msg.ID = strconv.FormatUint(md.Sequence.Stream, 10)
-		msg.ReceiveCount = int(md.NumDelivered)
+		msg.ReceiveCount = d.numDelivered
 		msg.Published = md.Timestamp
 	}
 	if h := m.Headers(); len(h) > 0 {
@@ -298,6 +322,34 @@ func (s *Source) delivery(m njs.Msg) *Delivery {
 	}
 	d.m = msg
 	return d
+}
+
+// count returns the receive count to report for a delivery of seq that the
+// server numbered n, and remembers it.
+func (s *Source) count(seq uint64, n int) int {
+	now := time.Now()
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if e, ok := s.seen[seq]; ok && n <= e.count {
+		n = e.count + 1
+	}
+	s.seen[seq] = seenEntry{count: n, at: now}
+	if len(s.seen) >= s.pruneAt {
+		for k, e := range s.seen {
+			if now.Sub(e.at) > s.keepSeen {
+				delete(s.seen, k)
+			}
+		}
+		s.pruneAt = max(2*len(s.seen), minPrune)
+	}
+	return n
+}
+
+// forget drops seq from the remembered counts: the message is done here.
+func (s *Source) forget(seq uint64) {
+	s.seenMu.Lock()
+	delete(s.seen, seq)
+	s.seenMu.Unlock()
 }
 
 // Delivery is one received JetStream message.
@@ -326,7 +378,11 @@ func (d *Delivery) Raw() njs.Msg { return d.msg }
 // one's ack wait passed): that Ack fails when ctx ends (after 10s without a
 // deadline).
 func (d *Delivery) Ack(ctx context.Context) error {
-	return d.settle(ctx, "ack", []byte("+ACK"))
+	if err := d.settle(ctx, "ack", []byte("+ACK")); err != nil {
+		return err
+	}
+	d.src.forget(d.seq)
+	return nil
 }
 
 // Retry sends -NAK with delay (0: redeliver at once) and waits for the
@@ -378,7 +434,11 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	if _, err := d.src.js.PublishMsg(ctx, out); err != nil {
 		return fmt.Errorf("jetstream: dead-letter publish to %s: %w", d.src.cfg.DeadLetterSubject, err)
 	}
-	return d.settle(ctx, "term", []byte("+TERM"))
+	if err := d.settle(ctx, "term", []byte("+TERM")); err != nil {
+		return err
+	}
+	d.src.forget(d.seq)
+	return nil
 }
 
 func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, reason string) {
