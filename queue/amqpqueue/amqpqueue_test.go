@@ -13,7 +13,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// bothKinds runs f on a classic and on a quorum queue (skipping t at once
+// when RabbitMQ is not configured).
 func bothKinds(t *testing.T, f func(t *testing.T, quorum bool)) {
+	amqpURL(t)
 	t.Run("classic", func(t *testing.T) { f(t, false) })
 	t.Run("quorum", func(t *testing.T) { f(t, true) })
 }

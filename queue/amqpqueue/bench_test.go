@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -55,20 +55,14 @@ func runConsumeBenchmarks(b *testing.B, newQueue func(*testing.B) (queue.Source,
 				benchConsume(b, newQueue, s, conc)
 			})
 			b.Run("ledger=redis", func(b *testing.B) {
-				u := os.Getenv("IDEM_TEST_REDIS")
-				if u == "" {
-					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
-				}
+				u := testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis")
 				s := openRedis(b, u)
 				benchConsume(b, newQueue, s, conc)
 			})
 			// The Redis ledger alone (Do of a new key with a no-op fn, conc
 			// callers, no queue): the ceiling of ledger=redis.
 			b.Run("ledger-alone=redis", func(b *testing.B) {
-				u := os.Getenv("IDEM_TEST_REDIS")
-				if u == "" {
-					b.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the benchmark with the ledger on Redis")
-				}
+				u := testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis")
 				s := openRedis(b, u)
 				l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10*time.Minute))
 				var next atomic.Int64

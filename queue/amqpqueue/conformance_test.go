@@ -14,7 +14,6 @@ import (
 // classic and on a quorum queue. RabbitMQ has no publish-side dedup and no
 // visibility timeout; delays go through the adapter's delay queues.
 func TestConformance(t *testing.T) {
-	amqpURL(t)
 	bothKinds(t, func(t *testing.T, quorum bool) {
 		var mu sync.Mutex
 		fixtures := map[queue.Source]*fixture{}

@@ -6,22 +6,18 @@ import (
 	"encoding/hex"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func amqpURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("IDEM_TEST_AMQP")
-	if u == "" {
-		tb.Skip("set IDEM_TEST_AMQP=amqp://guest:guest@127.0.0.1:5672/ to run the RabbitMQ suite")
-	}
-	return u
+	return testenv.Require(tb, testenv.AMQP, "the RabbitMQ suite")
 }
 
 func dial(tb testing.TB, url string) *amqp.Connection {

@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -19,11 +19,7 @@ import (
 
 func natsURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("IDEM_TEST_NATS")
-	if u == "" {
-		tb.Skip("set IDEM_TEST_NATS=nats://127.0.0.1:4222 to run the JetStream suite")
-	}
-	return u
+	return testenv.Require(tb, testenv.NATS, "the JetStream suite")
 }
 
 func connect(tb testing.TB, url string, opts ...nats.Option) (*nats.Conn, njs.JetStream) {
