@@ -158,16 +158,7 @@ receive:
 		case <-ctx.Done():
 			break receive
 		}
-		n := 1
-	more:
-		for n < c.cfg.batchSize {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
+		n := c.fillSlots(ctx, slots)
 		ds, err := c.src.Receive(ctx, n)
 		if err != nil || len(ds) == 0 {
 			for range n {
@@ -217,6 +208,44 @@ receive:
 		<-done
 	}
 	return nil
+}
+
+// fillWait is how long the receive loop, holding one free handler slot,
+// waits for more to free up before it receives: under load a receive of
+// one message per freed slot would cost a broker round trip per message.
+const fillWait = 5 * time.Millisecond
+
+// fillSlots takes more free slots after the first, up to the batch size:
+// those free now, then, while fewer than half a batch are held, those that
+// free up within fillWait. It returns how many slots it holds.
+func (c *Consumer) fillSlots(ctx context.Context, slots chan struct{}) int {
+	n := 1
+	want := min(c.cfg.batchSize, c.cfg.concurrency)
+	for n < want {
+		select {
+		case slots <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	if n >= (want+1)/2 {
+		return n
+	}
+	t := time.NewTimer(fillWait)
+	defer t.Stop()
+	for n < (want+1)/2 {
+		select {
+		case slots <- struct{}{}:
+			n++
+		case <-t.C:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
 }
 
 // HandleBatch handles deliveries already received (FIFO groups in order,
