@@ -1,0 +1,2 @@
+// Package dynamostore is an idem.Store kept in DynamoDB.
+package dynamostore

@@ -1,0 +1,445 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
+)
+
+// DefaultKeepExpired is how long after its retention (ExpiresAt) a record
+// stays in the table before DynamoDB's TTL may delete it, unless
+// [WithKeepExpired] says otherwise.
+const DefaultKeepExpired = 24 * time.Hour
+
+var (
+	// ErrItemTooLarge is wrapped by the error of a write whose item would
+	// exceed DynamoDB's 400 KB item limit (see [MaxItemSize] and
+	// [MaxResultSize]): refused before sending when the store can tell,
+	// otherwise DynamoDB's refusal is reported with it. Nothing was written.
+	ErrItemTooLarge = errors.New("dynamostore: item too large for DynamoDB (400 KB)")
+	// ErrContention is wrapped by the error of a call that found the record
+	// changed under it too many times in a row. Nothing was decided: it is
+	// a store error, never an outcome.
+	ErrContention = errors.New("dynamostore: the record kept changing under the call")
+)
+
+// maxRounds bounds the read-and-compare-and-set rounds of one call.
+const maxRounds = 32
+
+// Store is an [idem.Store] kept in one DynamoDB table, with one item per
+// key. Make one with [New]; it is safe for concurrent use by many
+// goroutines, and any number of processes may share the table.
+type Store struct {
+	client *dynamodb.Client
+	table  *string
+	now    func() time.Time
+	keep   time.Duration
+	closed atomic.Bool
+	allOld atomic.Int64 // items returned with a failed condition, for tests
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// Option configures a [Store].
+type Option func(*Store)
+
+// WithClock sets the clock the store reads for leases and retention
+// (default time.Now). DynamoDB has no clock of its own to offer; see the
+// package doc on clock skew. Tests use it to make time pass without
+// sleeping.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// WithKeepExpired sets how long past its retention a record stays in the
+// table (default [DefaultKeepExpired]): the TTL attribute ([AttrTTL]) is
+// ExpiresAt plus this. The store reads an expired record as absent either
+// way, but while the item is there a claim after the expiry continues
+// the key's fence and attempt numbers, so that a holder from before the
+// expiry is still refused. Zero lets TTL delete a record from its
+// ExpiresAt on (DynamoDB deletes expired items within days, not at once).
+func WithKeepExpired(d time.Duration) Option {
+	return func(s *Store) { s.keep = max(d, 0) }
+}
+
+// New returns a store on table, which must exist with a string partition
+// key named [AttrKey] (see [CreateTable]). The client is the caller's:
+// [Store.Close] does not touch it. Every call sends one request at a time
+// through it, with the client's retries: a retried write is recognised by
+// its call id (see the package doc).
+func New(client *dynamodb.Client, table string, opts ...Option) *Store {
+	s := &Store{client: client, table: aws.String(table), now: time.Now, keep: DefaultKeepExpired}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return *s.table }
+
+// Client returns the store's client.
+func (s *Store) Client() *dynamodb.Client { return s.client }
+
+// Close marks the store closed: later calls return [idem.ErrClosed]. The
+// client is left as it is.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+var errClosed = fmt.Errorf("dynamostore: %w", idem.ErrClosed)
+
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dynamostore: %w", err)
+	}
+	return nil
+}
+
+// wrap names the call and key in a backend error.
+func wrap(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if tooLarge(err) {
+		err = fmt.Errorf("%w: %v", ErrItemTooLarge, err)
+	}
+	if key == "" {
+		return fmt.Errorf("dynamostore: %s: %w", op, err)
+	}
+	return fmt.Errorf("dynamostore: %s %q: %w", op, key, err)
+}
+
+// tooLarge reports whether DynamoDB refused a write for the item's size.
+func tooLarge(err error) bool {
+	var ve interface{ ErrorCode() string }
+	return errors.As(err, &ve) && ve.ErrorCode() == "ValidationException" &&
+		strings.Contains(err.Error(), "exceeded the maximum allowed size")
+}
+
+// newCall returns a call id: stored with every write, it tells a call that
+// finds the record changed whether the change is its own (a write that
+// DynamoDB made but whose answer was lost, then retried by the client).
+func newCall() string { return strconv.FormatUint(rand.Uint64(), 36) }
+
+func (s *Store) keyOf(key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrKey: str(key)}
+}
+
+// get reads key's item with a consistent read: the record, the call that
+// wrote it, and whether it exists.
+func (s *Store) get(ctx context.Context, key string) (*idem.Record, string, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      s.table,
+		Key:            s.keyOf(key),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(out.Item) == 0 {
+		return nil, "", nil
+	}
+	rec, call, err := decode(key, out.Item)
+	if err != nil {
+		return nil, "", err
+	}
+	return &rec, call, nil
+}
+
+// put writes rec as a whole, by call, if the item is still the one prev
+// wrote ("" for no item): the compare-and-set of the paths that read. It
+// reports whether it wrote; if not, it returns the item found instead
+// (nil if none), with the call that wrote it.
+func (s *Store) put(ctx context.Context, rec *idem.Record, call, prev string) (*idem.Record, string, bool, error) {
+	it := encode(rec, call, s.keep)
+	if n := itemSize(it); n > MaxItemSize {
+		return nil, "", false, fmt.Errorf("%w: the record would take %d bytes", ErrItemTooLarge, n)
+	}
+	e := newExpr()
+	var cond string
+	if prev == "" {
+		cond = "attribute_not_exists(" + e.n(AttrKey) + ")"
+	} else {
+		cond = e.n(attrCall) + " = " + e.v(str(prev))
+	}
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           s.table,
+		Item:                                it,
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return nil, "", true, nil
+	}
+	found, err := s.found(ctx, rec.Key, err)
+	if err != nil {
+		return nil, "", false, err
+	}
+	if found.rec == nil {
+		return nil, "", false, nil
+	}
+	return found.rec, found.call, false, nil
+}
+
+// item is a record as found, with the call that wrote it.
+type item struct {
+	rec  *idem.Record
+	call string
+}
+
+// found returns the item a write's condition failed on: the one DynamoDB
+// returned with the failure (ALL_OLD), or else one read with a consistent
+// GetItem. Any other error is returned as it is.
+func (s *Store) found(ctx context.Context, key string, err error) (item, error) {
+	var cf *types.ConditionalCheckFailedException
+	if !errors.As(err, &cf) {
+		return item{}, err
+	}
+	if len(cf.Item) > 0 {
+		s.allOld.Add(1)
+		r, c, err := decode(key, cf.Item)
+		if err != nil {
+			return item{}, err
+		}
+		return item{&r, c}, nil
+	}
+	r, c, err := s.get(ctx, key)
+	return item{r, c}, err
+}
+
+// Claim implements idem.Store. A claim is first one PutItem conditioned
+// on the key having no item (attribute_not_exists), which is the whole
+// claim of a new key. When the condition fails, the item is what DynamoDB
+// returns with the failure (ReturnValuesOnConditionCheckFailure ALL_OLD),
+// or, from an endpoint that does not return it, what a consistent GetItem
+// reads: if the key is busy, done or failed, that is the answer. If it may
+// be taken (released, expired, a lapsed lease), the new record is written
+// with a PutItem conditioned on the item being exactly the one found (by
+// its call id), and the claim decides again if another write came first.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	call := newCall()
+	next, res := transition.Claim(nil, req, s.now())
+	pending := res // what the last write sent means, should the claim find it
+	rec, found, ok, err := s.put(ctx, next, call, "")
+	for range maxRounds {
+		if err != nil {
+			return idem.ClaimResult{}, wrap("claim", req.Key, err)
+		}
+		if ok || rec != nil && found == call {
+			return pending, nil
+		}
+		next, res := transition.Claim(rec, req, s.now())
+		if next == nil {
+			return res, nil
+		}
+		pending = res
+		rec, found, ok, err = s.put(ctx, next, call, found)
+	}
+	return idem.ClaimResult{}, wrap("claim", req.Key, ErrContention)
+}
+
+// ending is a finishing call: how the attempt ends, or a heartbeat.
+type ending struct {
+	op     string
+	end    transition.Ending
+	extend time.Duration // extend: the lease asked for
+}
+
+// finish runs Complete, Fail, Release, Abandon and Extend: one conditional
+// UpdateItem whose condition holds the fence (the record is in_progress
+// under fence, unexpired, with its journal entry). When the condition
+// fails the call reads the item to tell why: a stale holder gets
+// idem.ErrLeaseLost, and its journal entry is marked with LateFinish by a
+// compare-and-set write; the rare case the fast condition is too strict
+// for (an extension past the record's ExpiresAt) is written the same way.
+func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (time.Time, error) {
+	if err := s.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if f.op == "complete" && len(f.end.Result) > MaxResultSize {
+		return time.Time{}, wrap(f.op, key, fmt.Errorf("%w: a result of %d bytes (at most %d)", ErrItemTooLarge, len(f.end.Result), MaxResultSize))
+	}
+	f.end.Reason = capReason(f.end.Reason)
+	call := newCall()
+	now := s.now()
+	until := now.Add(f.extend)
+	e := newExpr()
+	jf := strconv.FormatInt(fence, 10)
+	cond := e.n(attrStatus) + " = " + e.v(str(string(idem.StatusInProgress))) +
+		" AND " + e.n(attrFence) + " = " + e.v(num(fence)) +
+		" AND " + e.n(attrExpiresAt) + " > " + e.v(nanos(now)) +
+		" AND attribute_exists(" + e.n(attrJournal, jf) + ")"
+	e.Set(str(call), attrCall)
+	e.Set(nanos(now), attrUpdatedAt)
+	if f.op == "extend" {
+		// The lease must not outlive the record: the fast path only
+		// extends within ExpiresAt.
+		cond += " AND " + e.n(attrExpiresAt) + " >= " + e.v(nanos(until))
+		e.Set(nanos(until), attrLeaseUntil)
+		e.Set(nanos(until), attrJournal, jf, jLeaseUntil)
+	} else {
+		outcome := ""
+		e.Set(nanos(now), attrLeaseUntil)
+		switch f.end.Status {
+		case idem.StatusCompleted:
+			outcome = idem.OutcomeCompleted
+			if len(f.end.Result) > 0 {
+				e.Set(&types.AttributeValueMemberB{Value: f.end.Result}, attrResult)
+			} else {
+				e.Remove(attrResult)
+			}
+		case idem.StatusFailed:
+			outcome = idem.OutcomeFailed
+			e.SetS(f.end.Reason, attrReason)
+		case idem.StatusReleased:
+			outcome = idem.OutcomeReleased
+			e.SetS(f.end.Reason, attrReason)
+		case idem.StatusInProgress:
+			outcome = idem.OutcomeAbandoned
+			e.SetS(f.end.Reason, attrReason)
+		}
+		if f.end.Status == idem.StatusCompleted || f.end.Status == idem.StatusFailed {
+			exp := now.Add(f.end.Retention)
+			e.Set(nanos(exp), attrExpiresAt)
+			e.Set(ttlSeconds(exp, s.keep), AttrTTL)
+		}
+		if f.end.Status != idem.StatusInProgress {
+			e.Set(str(string(f.end.Status)), attrStatus)
+		}
+		e.Set(nanos(now), attrJournal, jf, jEnded)
+		e.Set(nanos(now), attrJournal, jf, jLeaseUntil)
+		e.Set(str(outcome), attrJournal, jf, jOutcome)
+		e.SetS(f.end.Reason, attrJournal, jf, jReason)
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           s.table,
+		Key:                                 s.keyOf(key),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(e.Update()),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return until, nil
+	}
+	it, err := s.found(ctx, key, err)
+	// pending is what the last write sent means, should the call find it.
+	var pending error
+	pendingUntil := until
+	for range maxRounds {
+		if err != nil {
+			return time.Time{}, wrap(f.op, key, err)
+		}
+		if it.rec != nil && it.call == call {
+			if pending != nil {
+				return time.Time{}, pending
+			}
+			return pendingUntil, nil
+		}
+		now := s.now()
+		var (
+			next    *idem.Record
+			outcome error
+		)
+		if f.op == "extend" {
+			next, outcome = transition.Extend(it.rec, fence, f.extend, now)
+		} else {
+			next, outcome = transition.Finish(it.rec, fence, f.end, now)
+		}
+		if next == nil {
+			return time.Time{}, outcome
+		}
+		pending, pendingUntil = outcome, next.LeaseUntil
+		var ok bool
+		it.rec, it.call, ok, err = s.put(ctx, next, call, it.call)
+		if err == nil && ok {
+			if outcome != nil {
+				return time.Time{}, outcome
+			}
+			return next.LeaseUntil, nil
+		}
+	}
+	return time.Time{}, wrap(f.op, key, ErrContention)
+}
+
+// Complete implements idem.Store. A result larger than [MaxResultSize] is
+// refused with an error wrapping [ErrItemTooLarge] before anything is
+// sent.
+func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	_, err := s.finish(ctx, key, fence, ending{op: "complete", end: transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention}})
+	return err
+}
+
+// Fail implements idem.Store. A reason longer than [MaxReasonLen] bytes is
+// cut.
+func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
+	_, err := s.finish(ctx, key, fence, ending{op: "fail", end: transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention}})
+	return err
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
+	_, err := s.finish(ctx, key, fence, ending{op: "release", end: transition.Ending{Status: idem.StatusReleased, Reason: reason}})
+	return err
+}
+
+// Abandon implements idem.Store.
+func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
+	_, err := s.finish(ctx, key, fence, ending{op: "abandon", end: transition.Ending{Status: idem.StatusInProgress, Reason: reason}})
+	return err
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+	return s.finish(ctx, key, fence, ending{op: "extend", extend: lease})
+}
+
+// Get implements idem.Store with a consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return idem.Record{}, err
+	}
+	rec, _, err := s.get(ctx, key)
+	if err != nil {
+		return idem.Record{}, wrap("get", key, err)
+	}
+	if rec == nil || rec.Expired(s.now()) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return *rec, nil
+}
+
+// Now implements idem.Store: the store's clock (the client's, see
+// [WithClock]).
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if err := s.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	return s.now(), nil
+}
