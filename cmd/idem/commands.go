@@ -160,6 +160,8 @@ const storesDoc = `  sqlite:PATH, sqlite://PATH   the SQLite database file PATH
   postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=...&idem_schema=S&idem_table=T
   postgresql://...             the PostgreSQL table S.T (default: idem_records
                                in the search_path); other parameters are pgx's
+  dynamodb://TABLE?region=R&endpoint=URL
+                               the DynamoDB table TABLE; AWS credentials as usual
   mem:                         an empty in-memory store, for trying things
   Commands other than demo never create a store: a missing database file or
   table is an error.

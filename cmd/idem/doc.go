@@ -13,6 +13,9 @@
 //	postgresql://...             the PostgreSQL table S.T (store/pgstore; default
 //	                             idem_records in the connection's search_path);
 //	                             other parameters are pgx's (sslmode, pool_max_conns, ...)
+//	dynamodb://TABLE?region=R&endpoint=URL
+//	                             the DynamoDB table TABLE (store/dynamostore); credentials
+//	                             from the AWS SDK's chain; endpoint for an emulator
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
 // Commands that read or repair records never create a store that does not
@@ -57,5 +60,5 @@
 //
 // The store URL is opened in one place, cmd/idem/internal/storeurl, whose
 // constructor names the scheme of each backend built in; a new backend
-// (redis://, dynamodb://) is one more scheme there.
+// (redis://) is one more scheme there.
 package main

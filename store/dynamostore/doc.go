@@ -1,2 +1,145 @@
-// Package dynamostore is an idem.Store kept in DynamoDB.
+// Package dynamostore is an idem.Store kept in one DynamoDB table
+// (aws-sdk-go-v2): one item per key, every call that writes one
+// conditional write (PutItem, UpdateItem or DeleteItem) whose condition
+// holds the fence, expiry checked in code on every call.
+//
+//	client := dynamodb.NewFromConfig(cfg)
+//	if err := dynamostore.CreateTable(ctx, client, "idem"); err != nil { ... }
+//	l := idem.New(dynamostore.New(client, "idem"))
+//
+// # Table
+//
+// The table has one string partition key, [AttrKey] ("key"), which holds
+// the idem key as given, byte for byte, and no sort key. [CreateTable]
+// makes it (on-demand capacity), waits until it is ACTIVE and enables TTL
+// on [AttrTTL] ("ttl"); [CheckTable] checks an existing one. Several
+// stores must not share a table: [Store.List] and [Store.Sweep] read every
+// item in it.
+//
+// An item's attributes are named after the [idem.Record] fields (status,
+// policy, fence, attempt, owner, fingerprint, result, reason, lease_until,
+// expires_at, created_at, updated_at), times as numbers of unix
+// nanoseconds; "journal" is a map from each attempt's fence to its
+// [idem.JournalEntry] (the entry's JSON names), and "call" is the id of
+// the call that wrote the item last (see Retries).
+//
+// # Calls
+//
+// Claim of a key without an item is one PutItem conditioned on
+// attribute_not_exists. When the condition fails, the store decides from
+// the item DynamoDB returns with the failure
+// (ReturnValuesOnConditionCheckFailure ALL_OLD) or, from an endpoint that
+// does not return it (dynalite), from a consistent GetItem: a duplicate,
+// a busy key or a failed one is answered from that item. A key that may
+// be taken (released, expired, a lapsed lease) is then written with a
+// PutItem conditioned on the item being exactly the one found (by its call
+// id); if another write came first, the claim decides again on what that
+// write left.
+//
+// Complete, Fail, Release, Abandon and Extend are each one UpdateItem
+// conditioned on the record being in_progress under the caller's fence,
+// unexpired, with its journal entry (and, for Extend, on the lease staying
+// within ExpiresAt). Unlike Powertools, whose completion and deletion are
+// unconditional, a stale holder is refused ([idem.ErrLeaseLost]); the item
+// found then is read as for a claim, and the stale attempt's journal entry
+// is marked with LateFinish by a conditioned PutItem. An extension past
+// ExpiresAt takes the same path.
+//
+// Get is a consistent GetItem. Resolve reads the item (consistent) and
+// writes the decision with a PutItem conditioned on the item being the one
+// read. Delete is one DeleteItem conditioned on the record existing
+// unexpired.
+//
+// List and Sweep are Scans, for operators: DynamoDB keeps no order across
+// partition keys, so List reads the whole table (consistent reads,
+// filtered in DynamoDB) and sorts the records by key, whatever the query's
+// Limit; Sweep reads the table from its start for expired items and
+// deletes each with a DeleteItem conditioned on the item being the one the
+// scan saw. Their cost grows with the table.
+//
+// DynamoDB transactions are not used (dynalite lacks them, and no call
+// needs more than one item), nor is TTL needed for correctness.
+//
+// # Consistency
+//
+// Every read is strongly consistent (ConsistentRead), and every write is
+// conditioned on what it changes, so the store is linearizable per key on
+// one table in one region. Global tables replicate asynchronously with
+// last-writer-wins between regions: two regions can each grant the same
+// key; use one region's table for idem.
+//
+// # Clock and skew
+//
+// DynamoDB has no clock to read in a condition: every time (now, a lease's
+// end, an expiry) comes from the clock of the process that makes the call
+// (time.Now, or [WithClock]), and conditions compare those. Workers whose
+// clocks disagree therefore disagree on leases by as much. A worker whose
+// clock runs ahead by more than what is left of a lease takes the key over
+// while its holder is still running (under AtLeastOnce the effect may
+// happen twice; under AtMostOnce the key is reported indeterminate early);
+// one whose clock lags waits longer than the lease. The fence still
+// refuses the overtaken holder's writes: its completion gets
+// [idem.ErrLeaseLost]. Retention is skewed the same way. Keep the clocks
+// synchronized (NTP; Amazon Time Sync on AWS keeps them within about a
+// millisecond) and leases long compared to the skew.
+//
+// # Expiry and TTL
+//
+// A record counts as absent from its ExpiresAt on, checked in code on
+// every call: DynamoDB's TTL deletes expired items only within a day or
+// two, and emulators not at all. The TTL attribute [AttrTTL] is ExpiresAt
+// plus [WithKeepExpired] (default 24 hours), in unix seconds: until the
+// item is deleted, a claim after the expiry continues the key's fence and
+// attempt numbers, so that a holder from before the expiry is still
+// refused. [Store.Sweep] deletes expired items without waiting for TTL.
+//
+// # Retries
+//
+// The client retries a request whose answer it did not get (its default
+// retryer: 3 attempts). For a write, DynamoDB may have made it: the retry
+// then fails its condition on the item the first attempt wrote. Every
+// write stores a call id, unique per call, so a call that finds its own
+// call id knows its write was made and answers as if the first attempt had
+// been answered. A call whose retries run out, or whose context ends,
+// returns an error: a store error, never an outcome, and the key is left
+// to its lease and policy. (A Delete whose answer was lost reports
+// [idem.ErrNotFound] on the retry.)
+//
+// # Size limit
+//
+// DynamoDB refuses items over 400 KB ([MaxItemSize]), names and values
+// counted. A result over [MaxResultSize] (350 KB) is refused by Complete
+// and Resolve before anything is sent, with an error wrapping
+// [ErrItemTooLarge]; so is any record the store can measure before writing
+// it, and DynamoDB's own refusal is reported with the same error. The key
+// is then left to its lease (the Ledger reports a store error). Reasons
+// (error texts) are cut to [MaxReasonLen] bytes. Keep results small: store
+// a reference (an id, an S3 key) rather than a large body.
+//
+// # Cost
+//
+// In capacity units, for a record of up to 1 KB (a write costs one WCU per
+// KB of the larger of the old and new item, a consistent read one RCU per
+// 4 KB):
+//
+//   - Claim of a new key: 1 WCU.
+//   - Claim that finds a record (a duplicate, a busy key): 1 WCU for the
+//     failed condition, plus 1 RCU for the GetItem where the endpoint does
+//     not return the item (DynamoDB does).
+//   - Claim that takes a key over: the above plus 1 WCU.
+//   - Complete, Fail, Release, Abandon, Extend: 1 WCU each (with a result,
+//     its size in KB).
+//   - Get: 1 RCU. Delete: 1 WCU. Resolve: 1 RCU + 1 WCU.
+//   - List: the whole table's size in RCU per call (Scan). Sweep: the
+//     table's size in RCU plus 1 WCU per item deleted.
+//
+// A Ledger.Do of a new key is therefore 2 WCU (claim and completion),
+// plus 1 WCU per heartbeat for a long fn.
+//
+// # Defaults
+//
+// Consistent reads always; the client's retries; the clock time.Now;
+// records kept 24 hours past their retention ([DefaultKeepExpired]);
+// results up to 350 KB; reasons up to 2 KB. [Store.Close] marks the store
+// closed and leaves the client (the caller's) as it is.
 package dynamostore

@@ -1,12 +1,14 @@
 // Package storeurl opens an idem.Store named by a URL, the one place where
 // the idem command turns `--store` into a store. [New] returns the
 // [Openers] of the schemes built into the command; adding a backend
-// (dynamodb://) is one more opener named in New.
+// (a cloud store) is one more opener named in New.
 //
 //	sqlite:PATH, sqlite://PATH   store/sqlitestore on the database file PATH
 //	postgres://..., postgresql://...
 //	                             store/pgstore on the PostgreSQL database the URL names
 //	redis://..., rediss://...    store/redisstore on the Redis server the URL names
+//	dynamodb://TABLE?region=R&endpoint=URL
+//	                             store/dynamostore on the DynamoDB table TABLE
 //	mem:, mem:NAME               store/memstore; NAME shares one store per Openers
 package storeurl
 
@@ -58,18 +60,9 @@ func New() *Openers {
 		"postgresql": openPostgres,
 		"redis":      openRedis,
 		"rediss":     openRedis,
+		"dynamodb":   openDynamoDB,
 	}
 	return o
-}
-
-// planned reports whether scheme is one the design names whose store is
-// not built yet.
-func planned(scheme string) bool {
-	switch scheme {
-	case "dynamodb":
-		return true
-	}
-	return false
 }
 
 // Schemes returns the schemes o opens, sorted.
@@ -100,10 +93,6 @@ func (o *Openers) Open(ctx context.Context, raw string, opts Options) (idem.Stor
 	scheme = strings.ToLower(scheme)
 	op := o.schemes[scheme]
 	if op == nil {
-		if planned(scheme) {
-			return nil, fmt.Errorf("store %q: %w %q: its store is not built into this idem yet (available: %s)",
-				Redact(raw), ErrUnknownScheme, scheme, strings.Join(o.Schemes(), ", "))
-		}
 		return nil, fmt.Errorf("store %q: %w %q (available: %s)", Redact(raw), ErrUnknownScheme, scheme, strings.Join(o.Schemes(), ", "))
 	}
 	return op(ctx, raw, rest, opts)

@@ -1,0 +1,363 @@
+package dynamostore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+)
+
+func claimReq(key string) idem.ClaimRequest {
+	return idem.ClaimRequest{Key: key, Owner: "w1", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+}
+
+// TestCreateTable: CreateTable makes a table the store works on, a second
+// call leaves it as it is, and CheckTable tells a missing table and one
+// with another key from a good one.
+func TestCreateTable(t *testing.T) {
+	c := testClient(t)
+	ctx := context.Background()
+	name := newTable(t) // CreateTable, as every test's table
+	if err := CreateTable(ctx, c, name); err != nil && !errors.Is(err, ErrTTLUnsupported) {
+		t.Fatalf("CreateTable on an existing table: %v", err)
+	}
+	if err := CheckTable(ctx, c, name); err != nil {
+		t.Fatalf("CheckTable: %v", err)
+	}
+	if err := CheckTable(ctx, c, name+"-missing"); !errors.Is(err, ErrNoTable) {
+		t.Fatalf("CheckTable(missing) = %v, want ErrNoTable", err)
+	}
+	other := name + "-other"
+	_, err := c.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(other),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatalf("creating %s: %v", other, err)
+	}
+	t.Cleanup(func() { c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(other)}) })
+	if err := CreateTable(ctx, c, other); !errors.Is(err, ErrTableSchema) {
+		t.Fatalf("CreateTable on a table keyed by id = %v, want ErrTableSchema", err)
+	}
+	// dynalite has no TTL: the table is ready, and the error says so.
+	if err := enableTTL(ctx, c, name); err != nil && !errors.Is(err, ErrTTLUnsupported) {
+		t.Fatalf("enableTTL: %v", err)
+	}
+}
+
+// TestItemLayout: the item holds the TTL attribute in unix seconds
+// (ExpiresAt plus the kept time, rounded up), and the record's times to
+// the nanosecond.
+func TestItemLayout(t *testing.T) {
+	clock := idemtest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC))
+	s := New(testClient(t), newTable(t), WithClock(clock.Now), WithKeepExpired(2*time.Hour))
+	ctx := context.Background()
+	cr, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired {
+		t.Fatalf("Claim: %+v, %v", cr, err)
+	}
+	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), 24*time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	it := rawItem(t, s, "k")
+	exp := clock.Now().Add(24 * time.Hour)
+	want := strconv.FormatInt(exp.Add(2*time.Hour).Unix()+1, 10)
+	if got := it[AttrTTL].(*types.AttributeValueMemberN).Value; got != want {
+		t.Fatalf("%s = %s, want %s (ExpiresAt %v + 2h, in seconds, rounded up)", AttrTTL, got, want, exp)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.ExpiresAt.Equal(exp) || !rec.CreatedAt.Equal(clock.Now()) {
+		t.Fatalf("ExpiresAt %v, CreatedAt %v; want %v, %v to the nanosecond", rec.ExpiresAt, rec.CreatedAt, exp, clock.Now())
+	}
+	if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeCompleted || rec.Owner != "w1" {
+		t.Fatalf("record %+v, want one completed journal entry by w1", rec)
+	}
+}
+
+// TestJournalOrder: the journal (a map by fence in the item) reads back
+// oldest first, numbered past 9 (so not in string order), and keeps the
+// newest idem.MaxJournal attempts.
+func TestJournalOrder(t *testing.T) {
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	s := New(testClient(t), newTable(t), WithClock(clock.Now))
+	ctx := context.Background()
+	const n = idem.MaxJournal + 4
+	for i := 1; i <= n; i++ {
+		cr, err := s.Claim(ctx, claimReq("k"))
+		if err != nil || !cr.Acquired {
+			t.Fatalf("claim %d: %+v, %v", i, cr, err)
+		}
+		if err := s.Release(ctx, "k", cr.Record.Fence, "again "+strconv.Itoa(i)); err != nil {
+			t.Fatalf("Release %d: %v", i, err)
+		}
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Journal) != idem.MaxJournal {
+		t.Fatalf("journal has %d entries, want %d", len(rec.Journal), idem.MaxJournal)
+	}
+	for i, e := range rec.Journal {
+		if want := int64(n - idem.MaxJournal + 1 + i); e.Fence != want || e.Reason != "again "+strconv.FormatInt(want, 10) {
+			t.Fatalf("entry %d: fence %d reason %q, want fence %d", i, e.Fence, e.Reason, want)
+		}
+	}
+}
+
+// TestTooLarge: a result over MaxResultSize is refused with ErrItemTooLarge
+// before sending, and the key stays held; a result near the limit is kept
+// whole; an item that DynamoDB finds too large is reported with
+// ErrItemTooLarge too; a long reason is cut, not refused.
+func TestTooLarge(t *testing.T) {
+	s := New(testClient(t), newTable(t))
+	ctx := context.Background()
+	cr, err := s.Claim(ctx, claimReq("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(ctx, "big", cr.Record.Fence, make([]byte, MaxResultSize+1), time.Hour)
+	if !errors.Is(err, ErrItemTooLarge) {
+		t.Fatalf("Complete with %d bytes = %v, want ErrItemTooLarge", MaxResultSize+1, err)
+	}
+	if rec, _ := s.Get(ctx, "big"); rec.Status != idem.StatusInProgress {
+		t.Fatalf("after a refused completion: %s, want in_progress", rec.Status)
+	}
+	near := bytes.Repeat([]byte("x"), MaxResultSize)
+	if err := s.Complete(ctx, "big", cr.Record.Fence, near, time.Hour); err != nil {
+		t.Fatalf("Complete with %d bytes: %v", len(near), err)
+	}
+	if rec, _ := s.Get(ctx, "big"); !bytes.Equal(rec.Result, near) {
+		t.Fatalf("result of %d bytes read back as %d bytes", len(near), len(rec.Result))
+	}
+
+	// A claim whose correlation id fills the item leaves no room for the
+	// result: DynamoDB refuses the update.
+	r := claimReq("crowded")
+	r.Correlation = strings.Repeat("c", 100<<10)
+	cr, err = s.Claim(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(ctx, "crowded", cr.Record.Fence, near, time.Hour)
+	if !errors.Is(err, ErrItemTooLarge) {
+		t.Fatalf("Complete of an item over 400 KB = %v, want ErrItemTooLarge", err)
+	}
+	r = claimReq("huge-claim")
+	r.Correlation = strings.Repeat("c", MaxItemSize)
+	if _, err := s.Claim(ctx, r); !errors.Is(err, ErrItemTooLarge) {
+		t.Fatalf("Claim of an item over 400 KB = %v, want ErrItemTooLarge", err)
+	}
+
+	cr, err = s.Claim(ctx, claimReq("reason"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", MaxReasonLen)
+	if err := s.Fail(ctx, "reason", cr.Record.Fence, long, time.Hour); err != nil {
+		t.Fatalf("Fail with a %d-byte reason: %v", len(long), err)
+	}
+	rec, _ := s.Get(ctx, "reason")
+	if len(rec.Reason) > MaxReasonLen || !strings.HasPrefix(long, strings.TrimSuffix(rec.Reason, "…")) || !strings.HasSuffix(rec.Reason, "…") {
+		t.Fatalf("reason kept as %d bytes %q..., want at most %d bytes, cut", len(rec.Reason), rec.Reason[:10], MaxReasonLen)
+	}
+}
+
+// TestLostAnswer: when the answer to a write is lost after DynamoDB made
+// it, the client retries; the retry's condition fails on the write's own
+// item, and the call id tells the store that the write was its own. The
+// claim is acquired (not busy), the completion succeeds (not a lost
+// lease), the heartbeat returns its lease.
+func TestLostAnswer(t *testing.T) {
+	p := newProxy(t)
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	table := newTable(t)
+	s := New(newClient(p.URL()), table, WithClock(clock.Now))
+	ctx := context.Background()
+
+	p.Drop("PutItem", 1)
+	cr, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
+		t.Fatalf("Claim whose answer was lost = %+v, %v; want acquired, fence 1", cr, err)
+	}
+	if p.Calls("PutItem") < 2 {
+		t.Fatalf("PutItem sent %d times, want a retry", p.Calls("PutItem"))
+	}
+	p.Drop("UpdateItem", 1)
+	until, err := s.Extend(ctx, "k", 1, 2*time.Minute)
+	if err != nil || !until.Equal(clock.Now().Add(2*time.Minute)) {
+		t.Fatalf("Extend whose answer was lost = %v, %v", until, err)
+	}
+	p.Drop("UpdateItem", 1)
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); err != nil {
+		t.Fatalf("Complete whose answer was lost: %v", err)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r" {
+		t.Fatalf("after: %+v, %v", rec, err)
+	}
+	// A second completion is still refused: it is not the same write.
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
+	}
+
+	// A takeover (the compare-and-set path) whose answer is lost.
+	if _, err := s.Claim(ctx, claimReq("t")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	p.Drop("PutItem", 2) // the claim's first put fails its condition; the second is the takeover
+	cr, err = s.Claim(ctx, claimReq("t"))
+	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 2 {
+		t.Fatalf("takeover whose answer was lost = %+v, %v; want acquired, takeover, fence 2", cr, err)
+	}
+}
+
+// TestAllOld: from an endpoint that returns the item with a failed
+// condition (DynamoDB, asked with ReturnValuesOnConditionCheckFailure),
+// the store decides from it without a GetItem.
+func TestAllOld(t *testing.T) {
+	p := newProxy(t)
+	p.SetAllOld(true)
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	s := New(newClient(p.URL()), newTable(t), WithClock(clock.Now))
+	ctx := context.Background()
+	cr, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired {
+		t.Fatal(cr, err)
+	}
+	busy, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || busy.Acquired || busy.Record.Fence != 1 || busy.Record.Status != idem.StatusInProgress {
+		t.Fatalf("claim of a held key = %+v, %v; want not acquired, in_progress fence 1", busy, err)
+	}
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
+	}
+	dup, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || dup.Acquired || dup.Record.Status != idem.StatusCompleted || string(dup.Record.Result) != "r" {
+		t.Fatalf("claim of a done key = %+v, %v", dup, err)
+	}
+	if n := p.Calls("GetItem"); n != 0 {
+		t.Fatalf("the store sent %d GetItem, want none", n)
+	}
+	if s.allOld.Load() != 3 {
+		t.Fatalf("%d items taken from failed conditions, want 3", s.allOld.Load())
+	}
+}
+
+// TestEndpointGoesAway: an endpoint that stops answering in the middle of
+// the calls gives errors, never outcomes: not busy, not lease lost, not
+// not-found, and the Ledger reports a store error without running fn.
+func TestEndpointGoesAway(t *testing.T) {
+	p := newProxy(t)
+	s := New(newClient(p.URL(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 2 }), newTable(t))
+	ctx := context.Background()
+	cr, err := s.Claim(ctx, claimReq("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetDown(true)
+	outcomes := []error{idem.ErrInProgress, idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt}
+	notOutcome := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s on a vanished endpoint: no error", what)
+		}
+		for _, o := range outcomes {
+			if errors.Is(err, o) {
+				t.Fatalf("%s on a vanished endpoint: %v reads as %v", what, err, o)
+			}
+		}
+	}
+	_, err = s.Claim(ctx, claimReq("new"))
+	notOutcome("Claim", err)
+	notOutcome("Complete", s.Complete(ctx, "held", cr.Record.Fence, []byte("r"), time.Hour))
+	_, err = s.Extend(ctx, "held", cr.Record.Fence, time.Minute)
+	notOutcome("Extend", err)
+	notOutcome("Release", s.Release(ctx, "held", cr.Record.Fence, ""))
+	_, err = s.Get(ctx, "held")
+	notOutcome("Get", err)
+	notOutcome("Delete", s.Delete(ctx, "held"))
+	_, err = s.Resolve(ctx, "held", 0, idem.Resolution{Done: true})
+	notOutcome("Resolve", err)
+	_, err = s.List(ctx, idem.ListQuery{})
+	notOutcome("List", err)
+	_, err = s.Sweep(ctx, 10)
+	notOutcome("Sweep", err)
+	ran := false
+	_, err = idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler))).Do(ctx, idem.Key("do"), func(context.Context) ([]byte, error) { ran = true; return nil, nil })
+	var se *idem.StoreError
+	if !errors.As(err, &se) || ran {
+		t.Fatalf("Do on a vanished endpoint: %v (ran %v), want a *idem.StoreError and fn not run", err, ran)
+	}
+	// Back again: nothing was decided while it was away.
+	p.SetDown(false)
+	rec, err := s.Get(ctx, "held")
+	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 1 {
+		t.Fatalf("after the endpoint came back: %+v, %v; want in_progress, fence 1", rec, err)
+	}
+}
+
+// TestClockSkew shows the consequence the package doc states: leases are
+// read on each caller's clock, so a caller whose clock runs ahead by more
+// than what is left of a lease takes the key over while its holder runs.
+func TestClockSkew(t *testing.T) {
+	table := newTable(t)
+	base := idemtest.NewClock(idemtest.ClockStart)
+	ahead := func() time.Time { return base.Now().Add(2 * time.Minute) }
+	a := New(testClient(t), table, WithClock(base.Now))
+	b := New(testClient(t), table, WithClock(ahead))
+	ctx := context.Background()
+	if _, err := a.Claim(ctx, claimReq("k")); err != nil {
+		t.Fatal(err)
+	}
+	cr, err := b.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || !cr.Takeover {
+		t.Fatalf("claim by a clock 2 minutes ahead of a 1-minute lease = %+v, %v; want a takeover", cr, err)
+	}
+	// The fence still refuses the first holder.
+	if err := a.Complete(ctx, "k", 1, nil, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("first holder's Complete after the skewed takeover = %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestBatchRepeats: ClaimBatch with one key many times and many keys
+// claims each key once, in request order.
+func TestBatchRepeats(t *testing.T) {
+	s := New(testClient(t), newTable(t))
+	var reqs []idem.ClaimRequest
+	for i := range 40 {
+		reqs = append(reqs, claimReq("k"+strconv.Itoa(i%20)))
+	}
+	res, err := s.ClaimBatch(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Acquired != (i < 20) || r.Record.Key != reqs[i].Key || r.Record.Fence != 1 {
+			t.Fatalf("result %d: %+v, want acquired %v for %s, fence 1", i, r, i < 20, reqs[i].Key)
+		}
+	}
+	s.Close()
+	if _, err := s.ClaimBatch(context.Background(), reqs); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("ClaimBatch after Close = %v, want ErrClosed", err)
+	}
+}
