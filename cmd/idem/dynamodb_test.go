@@ -55,7 +55,9 @@ func TestDynamoDBURL(t *testing.T) {
 	if err := dynamostore.CreateTable(ctx, client, table); err != nil && !errors.Is(err, dynamostore.ErrTTLUnsupported) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+	t.Cleanup(func() {
+		client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
 	s := dynamostore.New(client, table)
 	res, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !res.Acquired {
