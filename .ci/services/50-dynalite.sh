@@ -15,10 +15,18 @@ if ! dynalite_up; then
     (cd "$dynalite_dir" && npm install --no-audit --no-fund --loglevel=error dynalite@4 >"$dynalite_dir/npm.log" 2>&1) \
       || { cat "$dynalite_dir/npm.log"; echo "CI: npm install dynalite failed"; return 1; }
   fi
+  # dynalite's own command exits when a client drops a request halfway
+  # (it rethrows the request's error); this launcher logs it and serves on.
+  # Always 127.0.0.1: dynalite's default binds every interface.
+  cat >"$dynalite_dir/serve.js" <<'JS'
+const dynalite = require('dynalite');
+const [port, host] = [Number(process.argv[2]), '127.0.0.1'];
+process.on('uncaughtException', (err) => console.error('dynalite: ignored:', err && err.message));
+dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 }).listen(port, host, () =>
+  console.log(`dynalite listening at http://${host}:${port}`));
+JS
   echo "starting dynalite on 127.0.0.1:$dynalite_port"
-  # Always --host: dynalite's default binds every interface.
-  nohup "$dynalite_dir/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$dynalite_port" --createTableMs 0 \
-    >"$dynalite_dir/dynalite.log" 2>&1 </dev/null &
+  (cd "$dynalite_dir" && nohup node serve.js "$dynalite_port" >"$dynalite_dir/dynalite.log" 2>&1 </dev/null &)
 fi
 wait_for dynalite 40 dynalite_up || { cat "$dynalite_dir/dynalite.log" 2>/dev/null; return 1; }
 export IDEM_TEST_DYNAMODB="http://127.0.0.1:$dynalite_port"

@@ -33,6 +33,8 @@ type proxy struct {
 	// allOld: failed conditions come back with the item, as DynamoDB
 	// returns it when asked.
 	allOld bool
+	// before, when set, runs before a request is forwarded.
+	before func(op string)
 }
 
 func newProxy(t testing.TB) *proxy {
@@ -63,6 +65,12 @@ func (p *proxy) SetDown(down bool) {
 	p.mu.Unlock()
 }
 
+func (p *proxy) SetBefore(f func(op string)) {
+	p.mu.Lock()
+	p.before = f
+	p.mu.Unlock()
+}
+
 func (p *proxy) SetAllOld(on bool) {
 	p.mu.Lock()
 	p.allOld = on
@@ -82,7 +90,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	p.mu.Lock()
 	p.calls[op]++
-	down, allOld := p.down, p.allOld
+	down, allOld, before := p.down, p.allOld, p.before
 	drop := p.drop[op] > 0
 	if drop {
 		p.drop[op]--
@@ -91,6 +99,9 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if down {
 		hangUp(w)
 		return
+	}
+	if before != nil {
+		before(op)
 	}
 	status, header, out := p.forward(r.Header, body)
 	if drop {

@@ -361,3 +361,76 @@ func TestBatchRepeats(t *testing.T) {
 		t.Fatalf("ClaimBatch after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestReadFirst: with WithReadFirst a claim reads first: a duplicate or a
+// busy key is one GetItem and no write; a new key, a released, expired or
+// lapsed one is a GetItem and one conditioned PutItem; and a write that
+// slips in between the read and the claim's write makes the claim decide
+// again on what that write left.
+func TestReadFirst(t *testing.T) {
+	p := newProxy(t)
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	table := newTable(t)
+	s := New(newClient(p.URL()), table, WithClock(clock.Now), WithReadFirst(true))
+	ctx := context.Background()
+	calls := func(what string, gets, puts int) {
+		t.Helper()
+		if g, pu := p.Calls("GetItem"), p.Calls("PutItem"); g != gets || pu != puts {
+			t.Fatalf("%s: %d GetItem and %d PutItem so far, want %d and %d", what, g, pu, gets, puts)
+		}
+	}
+	cr, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
+		t.Fatalf("claim of a new key: %+v, %v", cr, err)
+	}
+	calls("new key", 1, 1)
+	if busy, err := s.Claim(ctx, claimReq("k")); err != nil || busy.Acquired || busy.Record.Fence != 1 {
+		t.Fatalf("claim of a busy key: %+v, %v", busy, err)
+	}
+	calls("busy key", 2, 1)
+	if err := s.Release(ctx, "k", 1, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	cr, err = s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || cr.Record.Fence != 2 || cr.Record.Reason != "retry" {
+		t.Fatalf("claim of a released key: %+v, %v", cr, err)
+	}
+	calls("released key", 3, 2)
+	clock.Advance(time.Minute)
+	cr, err = s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 3 {
+		t.Fatalf("claim of a lapsed key: %+v, %v", cr, err)
+	}
+	if err := s.Complete(ctx, "k", 3, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if dup, err := s.Claim(ctx, claimReq("k")); err != nil || dup.Acquired || string(dup.Record.Result) != "r" {
+		t.Fatalf("claim of a done key: %+v, %v", dup, err)
+	}
+	calls("done key", 5, 3)
+	clock.Advance(2 * time.Hour)
+	cr, err = s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Acquired || cr.Record.Fence != 4 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+		t.Fatalf("claim of an expired key: %+v, %v", cr, err)
+	}
+
+	// Another worker claims "race" between this claim's read and write.
+	other := New(testClient(t), table, WithClock(clock.Now))
+	p.SetBefore(func(op string) {
+		if op == "PutItem" {
+			p.SetBefore(nil)
+			if oc, err := other.Claim(ctx, claimReq("race")); err != nil || !oc.Acquired {
+				t.Errorf("the other worker's claim: %+v, %v", oc, err)
+			}
+		}
+	})
+	cr, err = s.Claim(ctx, claimReq("race"))
+	if err != nil || cr.Acquired || cr.Record.Fence != 1 || cr.Record.Status != idem.StatusInProgress {
+		t.Fatalf("claim that lost the race after its read: %+v, %v; want busy at fence 1", cr, err)
+	}
+	// A corrupt record is never read as absent.
+	corrupt(t, s, "k")
+	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, idem.ErrCorrupt) {
+		t.Fatalf("claim of a corrupt record = %v, want ErrCorrupt", err)
+	}
+}
