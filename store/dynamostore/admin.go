@@ -19,7 +19,9 @@ import (
 // sorted by key in the store: DynamoDB keeps no order across partition
 // keys, so every List reads every item, whatever q.Limit. It is an
 // operator's call (the idem command's ls), not one for a hot path: on a
-// large table, each call costs the table's size in read capacity.
+// large table, each call costs the table's size in read capacity. A
+// record that cannot be decoded fails the call with a *idem.CorruptError
+// naming its key (Delete removes it).
 func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err

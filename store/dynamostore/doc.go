@@ -1,7 +1,8 @@
 // Package dynamostore is an idem.Store kept in one DynamoDB table
-// (aws-sdk-go-v2): one item per key, every call that writes one
-// conditional write (PutItem, UpdateItem or DeleteItem) whose condition
-// holds the fence, expiry checked in code on every call.
+// (aws-sdk-go-v2): one item per key; every write a conditional PutItem,
+// UpdateItem or DeleteItem on one item, those that end or extend an
+// attempt with its fence in the condition; expiry checked in code on every
+// call; the client's clock.
 //
 //	client := dynamodb.NewFromConfig(cfg)
 //	if err := dynamostore.CreateTable(ctx, client, "idem"); err != nil { ... }
@@ -34,7 +35,10 @@
 // be taken (released, expired, a lapsed lease) is then written with a
 // PutItem conditioned on the item being exactly the one found (by its call
 // id); if another write came first, the claim decides again on what that
-// write left.
+// write left. With [WithReadFirst] a claim reads first (a consistent
+// GetItem) and writes only a key it may take: one read for a duplicate or
+// a busy key, a read and a write for a new one (see its doc for when that
+// is the cheaper choice).
 //
 // Complete, Fail, Release, Abandon and Extend are each one UpdateItem
 // conditioned on the record being in_progress under the caller's fence,
@@ -127,6 +131,8 @@
 //     failed condition, plus 1 RCU for the GetItem where the endpoint does
 //     not return the item (DynamoDB does).
 //   - Claim that takes a key over: the above plus 1 WCU.
+//   - With [WithReadFirst]: a duplicate or a busy key 1 RCU; a new key
+//     1 RCU + 1 WCU; a takeover 1 RCU + 1 WCU.
 //   - Complete, Fail, Release, Abandon, Extend: 1 WCU each (with a result,
 //     its size in KB).
 //   - Get: 1 RCU. Delete: 1 WCU. Resolve: 1 RCU + 1 WCU.
