@@ -434,3 +434,37 @@ func TestReadFirst(t *testing.T) {
 		t.Fatalf("claim of a corrupt record = %v, want ErrCorrupt", err)
 	}
 }
+
+// TestExtendPastExpiry: a heartbeat that takes the lease past the record's
+// ExpiresAt moves ExpiresAt (and the TTL attribute) with it, so that the
+// record of a running attempt never expires under it.
+func TestExtendPastExpiry(t *testing.T) {
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	s := New(testClient(t), newTable(t), WithClock(clock.Now), WithKeepExpired(0))
+	ctx := context.Background()
+	r := claimReq("k")
+	r.Lease, r.Retention = time.Minute, 0 // expires with its lease
+	cr, err := s.Claim(ctx, r)
+	if err != nil || !cr.Record.ExpiresAt.Equal(cr.Record.LeaseUntil) {
+		t.Fatalf("Claim: %+v, %v; want ExpiresAt at the lease's end", cr, err)
+	}
+	clock.Advance(50 * time.Second)
+	until, err := s.Extend(ctx, "k", cr.Record.Fence, 10*time.Minute)
+	if err != nil || !until.Equal(clock.Now().Add(10*time.Minute)) {
+		t.Fatalf("Extend past ExpiresAt = %v, %v", until, err)
+	}
+	clock.Advance(5 * time.Minute) // past the first ExpiresAt
+	rec, err := s.Get(ctx, "k")
+	if err != nil || !rec.ExpiresAt.Equal(until) || !rec.LeaseUntil.Equal(until) {
+		t.Fatalf("after the extension: %+v, %v; want ExpiresAt and LeaseUntil %v", rec, err, until)
+	}
+	if got, want := rawItem(t, s, "k")[AttrTTL].(*types.AttributeValueMemberN).Value, strconv.FormatInt(until.Unix(), 10); got != want {
+		t.Fatalf("%s = %s, want %s", AttrTTL, got, want)
+	}
+	if busy, err := s.Claim(ctx, r); err != nil || busy.Acquired {
+		t.Fatalf("claim while the extended lease runs: %+v, %v; want busy", busy, err)
+	}
+	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+		t.Fatalf("Complete after the extension: %v", err)
+	}
+}
