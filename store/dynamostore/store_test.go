@@ -255,11 +255,32 @@ func TestAllOld(t *testing.T) {
 	if err != nil || dup.Acquired || dup.Record.Status != idem.StatusCompleted || string(dup.Record.Result) != "r" {
 		t.Fatalf("claim of a done key = %+v, %v", dup, err)
 	}
+	// A released key is taken from the returned item with one more
+	// PutItem, conditioned on that item.
+	if _, err := s.Claim(ctx, claimReq("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "r", 1, "again"); err != nil {
+		t.Fatal(err)
+	}
+	puts := p.Calls("PutItem")
+	cr, err = s.Claim(ctx, claimReq("r"))
+	if err != nil || !cr.Acquired || cr.Record.Fence != 2 || cr.Record.Attempt != 2 {
+		t.Fatalf("claim of a released key = %+v, %v; want acquired, fence 2", cr, err)
+	}
+	if n := p.Calls("PutItem") - puts; n != 2 {
+		t.Fatalf("claim of a released key sent %d PutItem, want 2", n)
+	}
 	if n := p.Calls("GetItem"); n != 0 {
 		t.Fatalf("the store sent %d GetItem, want none", n)
 	}
-	if s.allOld.Load() != 3 {
-		t.Fatalf("%d items taken from failed conditions, want 3", s.allOld.Load())
+	if s.allOld.Load() != 4 {
+		t.Fatalf("%d items taken from failed conditions, want 4", s.allOld.Load())
+	}
+	// A corrupt item returned with the failure is corrupt, not absent.
+	corrupt(t, s, "k")
+	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, idem.ErrCorrupt) {
+		t.Fatalf("claim of a corrupt record = %v, want ErrCorrupt", err)
 	}
 }
 
