@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ var tables atomic.Int64
 func newTable(t testing.TB) string {
 	t.Helper()
 	c := testClient(t)
-	name := "idemtest-" + run + "-" + itoa(tables.Add(1))
+	name := "idemtest-" + run + "-" + strconv.FormatInt(tables.Add(1), 10)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := CreateTable(ctx, c, name); err != nil && !isTTLUnsupported(err) {
@@ -89,15 +90,6 @@ func newTable(t testing.TB) string {
 		}
 	})
 	return name
-}
-
-func itoa(n int64) string { return string(appendInt(nil, n)) }
-
-func appendInt(b []byte, n int64) []byte {
-	if n >= 10 {
-		b = appendInt(b, n/10)
-	}
-	return append(b, byte('0'+n%10))
 }
 
 // rawItem reads key's item as it is stored.
