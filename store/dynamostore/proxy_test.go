@@ -33,6 +33,10 @@ type proxy struct {
 	// allOld: failed conditions come back with the item, as DynamoDB
 	// returns it when asked.
 	allOld bool
+	// pathErr: an UpdateItem whose condition fails is answered with the
+	// ValidationException DynamoDB gives an update of a document path the
+	// item lacks (the order of the two checks is DynamoDB's to choose).
+	pathErr bool
 	// before, when set, runs before a request is forwarded.
 	before func(op string)
 }
@@ -71,6 +75,12 @@ func (p *proxy) SetBefore(f func(op string)) {
 	p.mu.Unlock()
 }
 
+func (p *proxy) SetPathErr(on bool) {
+	p.mu.Lock()
+	p.pathErr = on
+	p.mu.Unlock()
+}
+
 func (p *proxy) SetAllOld(on bool) {
 	p.mu.Lock()
 	p.allOld = on
@@ -90,7 +100,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	p.mu.Lock()
 	p.calls[op]++
-	down, allOld, before := p.down, p.allOld, p.before
+	down, allOld, before, pathErr := p.down, p.allOld, p.before, p.pathErr
 	drop := p.drop[op] > 0
 	if drop {
 		p.drop[op]--
@@ -107,6 +117,10 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if drop {
 		hangUp(w)
 		return
+	}
+	if pathErr && op == "UpdateItem" && status == http.StatusBadRequest && bytes.Contains(out, []byte("ConditionalCheckFailedException")) {
+		out = []byte(`{"__type":"com.amazon.coral.validate#ValidationException","message":"The document path provided in the update expression is invalid for update"}`)
+		header.Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(out)), 10))
 	}
 	if allOld && status == http.StatusBadRequest && bytes.Contains(out, []byte("ConditionalCheckFailedException")) &&
 		bytes.Contains(body, []byte(`"ReturnValuesOnConditionCheckFailure":"ALL_OLD"`)) {

@@ -157,6 +157,14 @@ func tooLarge(err error) bool {
 		strings.Contains(err.Error(), "exceeded the maximum allowed size")
 }
 
+// invalidPath reports whether DynamoDB refused an update for a document
+// path that the item does not have.
+func invalidPath(err error) bool {
+	var ve interface{ ErrorCode() string }
+	return errors.As(err, &ve) && ve.ErrorCode() == "ValidationException" &&
+		strings.Contains(err.Error(), "document path provided in the update expression is invalid")
+}
+
 // newCall returns a call id: stored with every write, it tells a call that
 // finds the record changed whether the change is its own (a write that
 // DynamoDB made but whose answer was lost, then retried by the client).
@@ -380,7 +388,15 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 	if err == nil {
 		return until, nil
 	}
-	it, err := s.found(ctx, key, err)
+	var it item
+	if invalidPath(err) {
+		// DynamoDB refused the update for a journal path that the item
+		// lacks instead of failing the condition (nothing was written):
+		// the item decides, as for a failed condition.
+		it.rec, it.call, err = s.get(ctx, key)
+	} else {
+		it, err = s.found(ctx, key, err)
+	}
 	// pending is what the last write sent means, should the call find it.
 	var pending error
 	pendingUntil := until

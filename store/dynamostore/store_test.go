@@ -489,3 +489,36 @@ func TestExtendPastExpiry(t *testing.T) {
 		t.Fatalf("Complete after the extension: %v", err)
 	}
 }
+
+// TestInvalidPathIsAFailedCondition: where DynamoDB refuses a finishing
+// update for the journal path the item lacks (an absent key, a record of
+// another fence) rather than failing its condition, the store decides
+// from the item as for a failed condition: a lost lease, not a store
+// error, and the stale attempt's journal entry marked.
+func TestInvalidPathIsAFailedCondition(t *testing.T) {
+	p := newProxy(t)
+	p.SetPathErr(true)
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	s := New(newClient(p.URL()), newTable(t), WithClock(clock.Now))
+	ctx := context.Background()
+	if err := s.Complete(ctx, "absent", 1, nil, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Complete of an absent key = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Claim(ctx, claimReq("k")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if cr, err := s.Claim(ctx, claimReq("k")); err != nil || !cr.Takeover {
+		t.Fatalf("takeover: %+v, %v", cr, err)
+	}
+	if err := s.Complete(ctx, "k", 1, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Journal[0].LateFinish.IsZero() || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+		t.Fatalf("after the stale Complete: %+v, %v; want fence 2 in_progress, the first entry marked LateFinish", rec, err)
+	}
+	if err := s.Complete(ctx, "k", 2, []byte("r"), time.Hour); err != nil {
+		t.Fatalf("holder's Complete: %v", err)
+	}
+}
