@@ -294,8 +294,8 @@ func TestUsageErrors(t *testing.T) {
 	}
 	idemRun(ctx, "--store", "ftp://host/x", "ls").expectErr(t, 2, `unknown store scheme "ftp"`)
 	idemRun(ctx, "--store", "idem.db", "ls").expectErr(t, 2, "no scheme")
-	r := idemRun(ctx, "--store", "redis://u:pw@h/0", "ls")
-	r.expectErr(t, 2, `store "redis://u:xxxxx@h/0": unknown store scheme "redis": its store is not built into this idem yet (available: dynamodb, mem, postgres, postgresql, sqlite)`)
+	r := idemRun(ctx, "--store", "mongodb://u:pw@h/0", "ls")
+	r.expectErr(t, 2, `store "mongodb://u:xxxxx@h/0": unknown store scheme "mongodb" (available: dynamodb, mem, postgres, postgresql, redis, rediss, sqlite)`)
 	if strings.Contains(r.stderr, "pw") {
 		t.Errorf("the password is printed:\n%s", r)
 	}
