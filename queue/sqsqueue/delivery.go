@@ -1,0 +1,245 @@
+package sqsqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/idemkit/idem/queue"
+)
+
+// Delivery is one received SQS message. Its methods may be called from
+// several goroutines; they run one at a time. Once Ack, Retry or DeadLetter
+// has succeeded, further settling (and Extend) returns an error wrapping
+// [queue.ErrSettled]. A failed settle can be tried again.
+type Delivery struct {
+	q      *Queue
+	msg    queue.Message
+	handle string
+
+	mu       sync.Mutex
+	deadline time.Time // visibility bought by the last Receive/Extend, counted from before the request
+	settled  bool
+	dlqSent  bool // DeadLetter's copy was accepted; a repeat only deletes
+}
+
+var _ queue.Delivery = (*Delivery)(nil)
+
+// Message returns the delivered message.
+func (d *Delivery) Message() queue.Message { return d.msg }
+
+// ReceiptHandle returns the handle SQS gave this delivery.
+func (d *Delivery) ReceiptHandle() string { return d.handle }
+
+// lapsed reports whether the visibility bought so far has run out.
+func (d *Delivery) lapsed(now time.Time) bool { return d.q.visibility > 0 && now.After(d.deadline) }
+
+func (d *Delivery) staleErr(op string) error {
+	return fmt.Errorf("sqsqueue: %s message %s: %w (deadline %s passed; SQS may redeliver it)",
+		op, d.msg.ID, ErrStaleReceipt, d.deadline.Format(time.RFC3339Nano))
+}
+
+// sqsErr wraps err from SQS, adding ErrStaleReceipt when SQS refused the
+// receipt handle.
+func (d *Delivery) sqsErr(op string, err error) error {
+	var inv *types.ReceiptHandleIsInvalid
+	var nif *types.MessageNotInflight
+	if errors.As(err, &inv) || errors.As(err, &nif) {
+		return fmt.Errorf("sqsqueue: %s message %s: %w: %w", op, d.msg.ID, ErrStaleReceipt, err)
+	}
+	if isStaleCode(err) {
+		return fmt.Errorf("sqsqueue: %s message %s: %w: %w", op, d.msg.ID, ErrStaleReceipt, err)
+	}
+	return fmt.Errorf("sqsqueue: %s message %s: %w", op, d.msg.ID, err)
+}
+
+// isStaleCode recognises SQS's refusals of a receipt handle that do not
+// come back as a typed error (InvalidParameterValue "... The receipt handle
+// has expired").
+func isStaleCode(err error) bool {
+	var ae interface{ ErrorMessage() string }
+	return errors.As(err, &ae) && isStaleText(ae.ErrorMessage())
+}
+
+func isStaleText(m string) bool {
+	return strings.Contains(m, "receipt handle has expired") ||
+		strings.Contains(m, "not available for visibility timeout change") ||
+		strings.Contains(m, "not a valid receipt handle")
+}
+
+// Ack deletes the message. Acks made while another delete is in flight are
+// sent together in one DeleteMessageBatch. The result wraps
+// [ErrStaleReceipt] when SQS refused the handle or the visibility timeout
+// had lapsed before Ack (the delete is sent all the same; on a standard
+// queue SQS may have ignored it).
+func (d *Delivery) Ack(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("sqsqueue: ack message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	lapsed := d.lapsed(time.Now())
+	if err := d.q.del.delete(ctx, d.handle); err != nil {
+		return d.sqsErr("ack", err)
+	}
+	d.settled = true
+	if lapsed {
+		return d.staleErr("ack")
+	}
+	return nil
+}
+
+// Retry makes the message visible again after delay (ChangeMessageVisibility;
+// rounded up to whole seconds, at most 12 hours; 0: at once).
+func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("sqsqueue: retry message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	lapsed := d.lapsed(time.Now())
+	if err := d.changeVisibility(ctx, delay); err != nil {
+		return d.sqsErr("retry", err)
+	}
+	d.settled = true
+	if lapsed {
+		return d.staleErr("retry")
+	}
+	return nil
+}
+
+// Extend keeps the message invisible for d from now (ChangeMessageVisibility;
+// rounded up to whole seconds, at most 12 hours). SQS counts a message's
+// total visibility from its receipt and refuses to extend it past 12 hours.
+func (d *Delivery) Extend(ctx context.Context, dur time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("sqsqueue: extend message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	start := time.Now()
+	lapsed := d.lapsed(start)
+	if err := d.changeVisibility(ctx, dur); err != nil {
+		return d.sqsErr("extend", err)
+	}
+	if lapsed {
+		return d.staleErr("extend")
+	}
+	d.deadline = start.Add(time.Duration(seconds(dur)) * time.Second)
+	return nil
+}
+
+func (d *Delivery) changeVisibility(ctx context.Context, dur time.Duration) error {
+	_, err := d.q.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(d.q.url),
+		ReceiptHandle:     aws.String(d.handle),
+		VisibilityTimeout: seconds(dur),
+	})
+	return err
+}
+
+// DeadLetter sends a copy of the message to the dead-letter queue (see
+// [Options.DeadLetterURL]) with the same body and attributes plus reason in
+// [ReasonAttribute] and the original MessageId in [SourceIDAttribute], then
+// deletes the original. The reason is cut to 4096 bytes; characters SQS
+// does not accept become U+FFFD; an empty reason adds no attribute. SQS
+// allows 10 attributes: when the original has 9, only the reason is added;
+// when it has 10, neither is (the copy keeps the message whole).
+//
+// If the visibility timeout had already lapsed, nothing is sent and the
+// error wraps [ErrStaleReceipt]: the message is redelivered, and
+// dead-lettered then. If the copy was sent but the delete failed, a repeat
+// of DeadLetter only deletes. Without a dead-letter queue it returns
+// [ErrNoDeadLetterQueue] and leaves the message in flight.
+func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("sqsqueue: dead-letter message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	if d.q.dlqURL == "" {
+		return fmt.Errorf("sqsqueue: dead-letter message %s from %s: %w", d.msg.ID, d.q.url, ErrNoDeadLetterQueue)
+	}
+	if !d.dlqSent {
+		if d.lapsed(time.Now()) {
+			return d.staleErr("dead-letter")
+		}
+		if err := d.sendCopy(ctx, reason); err != nil {
+			return fmt.Errorf("sqsqueue: dead-letter message %s to %s: %w", d.msg.ID, d.q.dlqURL, err)
+		}
+		d.dlqSent = true
+	}
+	lapsed := d.lapsed(time.Now())
+	if err := d.q.del.delete(ctx, d.handle); err != nil {
+		return d.sqsErr("dead-letter (delete after the copy was sent)", err)
+	}
+	d.settled = true
+	if lapsed {
+		return d.staleErr("dead-letter (delete after the copy was sent)")
+	}
+	return nil
+}
+
+func (d *Delivery) sendCopy(ctx context.Context, reason string) error {
+	attrs := make(map[string]types.MessageAttributeValue, len(d.msg.Attributes)+2)
+	for k, v := range d.msg.Attributes {
+		if v == "" {
+			continue
+		}
+		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	if reason = cleanReason(reason); reason != "" && len(attrs) < maxAttributes {
+		attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(reason)}
+	}
+	if len(attrs) < maxAttributes {
+		attrs[SourceIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(d.msg.ID)}
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(d.q.dlqURL),
+		MessageBody:       aws.String(string(d.msg.Body)),
+		MessageAttributes: attrs,
+	}
+	if d.q.dlqFIFO {
+		g := d.msg.GroupID
+		if g == "" {
+			g = "dead-letter"
+		}
+		in.MessageGroupId = aws.String(g)
+		in.MessageDeduplicationId = aws.String(d.msg.ID)
+	}
+	_, err := d.q.client.SendMessage(ctx, in)
+	return err
+}
+
+// cleanReason keeps reason within what SQS accepts in a String attribute.
+func cleanReason(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > maxReasonLen {
+		cut := 0
+		for i := range s {
+			if i > maxReasonLen {
+				break
+			}
+			cut = i
+		}
+		s = s[:cut]
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r',
+			r >= 0x20 && r <= 0xD7FF,
+			r >= 0xE000 && r <= 0xFFFD,
+			r >= 0x10000 && r <= 0x10FFFF:
+			return r
+		}
+		return utf8.RuneError
+	}, s)
+}

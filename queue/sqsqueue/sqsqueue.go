@@ -1,0 +1,482 @@
+// Package sqsqueue connects a queue.Consumer to Amazon SQS (standard and
+// FIFO queues) through aws-sdk-go-v2's service/sqs client.
+//
+// A [Queue] is both a [queue.Source] and a [queue.Publisher] for one queue
+// URL:
+//
+//   - Receive long-polls ReceiveMessage (WaitTimeSeconds, default 20 s) for
+//     up to 10 messages and asks for every system attribute, so a
+//     [queue.Message] carries ReceiveCount (ApproximateReceiveCount),
+//     FirstReceived (ApproximateFirstReceiveTimestamp), Published
+//     (SentTimestamp), GroupID (MessageGroupId) and DedupID
+//     (MessageDeduplicationId). It sets both AttributeNames and
+//     MessageSystemAttributeNames: AWS reads the second, some emulators only
+//     the first.
+//   - Ack deletes the message. Acks that arrive while a delete is in flight
+//     are sent together as one DeleteMessageBatch when it returns, so a lone
+//     ack is never held back; [AckAll] batches explicitly.
+//   - Retry(delay) and Extend(d) are ChangeMessageVisibility calls (whole
+//     seconds, rounded up, at most 12 hours).
+//   - DeadLetter(reason) sends a copy to the dead-letter queue with the
+//     reason in the message attribute [ReasonAttribute], then deletes the
+//     original. See [Options.DeadLetterURL] for where it goes and how this
+//     sits beside SQS's own redrive policy.
+//   - Publish is SendMessage, with MessageGroupId and
+//     MessageDeduplicationId on FIFO queues.
+//
+// # Stale receipt handles
+//
+// A receipt handle is only good while the message is invisible. Once the
+// visibility timeout lapses, SQS may hand the message to another receiver
+// with a new handle; a DeleteMessage with the old handle then fails on FIFO
+// queues, and on standard queues "succeeds" without deleting anything (AWS
+// documents this). So that a lapsed delivery is never acked silently, each
+// Delivery keeps the deadline its last Receive or Extend bought (counted from
+// before an Extend's request was sent, and from 250 ms before a Receive's
+// response arrived, or the request was sent if that was later) and its Ack, Retry and Extend return an error
+// wrapping [ErrStaleReceipt] once that deadline has passed, even when SQS
+// answered 200. The request is still sent: if nobody else received the
+// message meanwhile, it takes effect. The message may be redelivered; the
+// consumer's ledger makes that harmless.
+//
+// # Duplicates on publish
+//
+// SQS FIFO queues drop a second send with the same MessageDeduplicationId
+// within 5 minutes but do not say so: the response carries the MessageId
+// (and SequenceNumber) of the message already held. A Queue remembers the
+// MessageId each dedup id got from its own sends for 5 minutes and reports
+// [queue.Published.Duplicate] when SQS answers a later send of that dedup id
+// with the same MessageId. Duplicates of sends made by another process (or
+// another Queue value) are dropped by SQS all the same, but reported as
+// Duplicate false. Standard queues have no publish-side dedup; there
+// Duplicate is always false and Outgoing.DedupID is ignored.
+package sqsqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/idemkit/idem/queue"
+)
+
+// ReasonAttribute is the message attribute (type String) in which
+// DeadLetter keeps its reason on the dead-lettered copy.
+const ReasonAttribute = "idem-dead-letter-reason"
+
+// SourceIDAttribute is the message attribute (type String) in which
+// DeadLetter keeps the original message's MessageId, when there is room.
+const SourceIDAttribute = "idem-source-message-id"
+
+// Limits SQS sets.
+const (
+	// MaxBatch is the most messages one ReceiveMessage or
+	// DeleteMessageBatch call handles.
+	MaxBatch = 10
+	// MaxDelay is the longest DelaySeconds SQS accepts (15 minutes).
+	MaxDelay = 15 * time.Minute
+	// MaxVisibility is the longest visibility timeout SQS accepts (12 hours).
+	MaxVisibility = 12 * time.Hour
+	// MaxWaitTime is the longest long poll SQS accepts (20 seconds).
+	MaxWaitTime = 20 * time.Second
+	// DedupInterval is how long SQS FIFO remembers a deduplication id.
+	DedupInterval = 5 * time.Minute
+	// maxAttributes is the most message attributes a message may carry.
+	maxAttributes = 10
+	// receiveSlack is how long before a ReceiveMessage response a
+	// Delivery's visibility is counted from (see Receive).
+	receiveSlack = 250 * time.Millisecond
+	// maxReasonLen bounds the reason kept on a dead-lettered copy.
+	maxReasonLen = 4096
+)
+
+var (
+	// ErrStaleReceipt is returned (wrapped) by Ack, Retry, Extend and
+	// DeadLetter when the delivery's visibility timeout had lapsed, or SQS
+	// refused its receipt handle: the message may have been handed to
+	// another receiver, and the call may not have taken effect.
+	ErrStaleReceipt = errors.New("sqsqueue: receipt handle is stale (visibility timeout lapsed)")
+	// ErrDelayTooLong is returned (wrapped) by Publish for an
+	// Outgoing.Delay above [MaxDelay]; nothing is sent.
+	ErrDelayTooLong = errors.New("sqsqueue: delay exceeds SQS's 15 minute maximum")
+	// ErrNoDeadLetterQueue is returned by DeadLetter when the Queue has no
+	// dead-letter queue (no Options.DeadLetterURL and no RedrivePolicy).
+	// The message is left in flight and comes back after its visibility
+	// timeout.
+	ErrNoDeadLetterQueue = errors.New("sqsqueue: no dead-letter queue configured")
+	// ErrNoGroupID is returned by Publish on a FIFO queue for an Outgoing
+	// without a GroupID (SQS requires one); nothing is sent.
+	ErrNoGroupID = errors.New("sqsqueue: FIFO queue needs a GroupID")
+	// ErrNoDedupID is returned by Publish on a FIFO queue without
+	// ContentBasedDeduplication for an Outgoing without a DedupID (SQS
+	// requires one); nothing is sent.
+	ErrNoDedupID = errors.New("sqsqueue: FIFO queue without content-based deduplication needs a DedupID")
+	// ErrBadAttribute is returned by Publish for more than 10 attributes or
+	// an empty attribute name or value (SQS refuses both); nothing is sent.
+	ErrBadAttribute = errors.New("sqsqueue: invalid message attribute")
+)
+
+// Client is the part of *sqs.Client a Queue uses. *sqs.Client satisfies it;
+// a wrapper may add logging or metrics.
+type Client interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+var _ Client = (*sqs.Client)(nil)
+
+// Options configure a Queue. The zero value is valid.
+type Options struct {
+	// Visibility is the visibility timeout asked for on every
+	// ReceiveMessage (whole seconds, rounded up, at most 12 hours). 0 (the
+	// default): the queue's VisibilityTimeout attribute, read by Open.
+	Visibility time.Duration
+	// WaitTime is the long poll of each ReceiveMessage call (whole seconds,
+	// at most 20 s). 0 (the default): 20 s. Receive polls again until a
+	// message arrives or its context is done, whatever WaitTime is.
+	WaitTime time.Duration
+	// DeadLetterURL is the queue DeadLetter sends to. "" (the default):
+	// the deadLetterTargetArn of the queue's RedrivePolicy, resolved by Open
+	// with GetQueueUrl; with neither, DeadLetter returns
+	// ErrNoDeadLetterQueue. A FIFO queue's dead-letter queue must be FIFO
+	// too (DeadLetter keeps the group id and uses the original MessageId as
+	// the dedup id, so a repeated DeadLetter within 5 minutes sends one
+	// copy).
+	//
+	// Two ways into the dead-letter queue coexist: DeadLetter(reason),
+	// which the consumer calls for a permanent failure or past its max
+	// receives, and SQS's redrive policy, which moves a message after
+	// maxReceiveCount receives without a reason (a handler that crashes
+	// the process every time never reaches DeadLetter). Set maxReceiveCount
+	// above the consumer's max receives so that the consumer's reasoned
+	// DeadLetter normally comes first and the redrive policy is the
+	// backstop. [Queue.MaxReceiveCount] reports the policy's count.
+	DeadLetterURL string
+	// AckTimeout bounds a delete sent for acks batched together (each
+	// caller waits for its own context too). 0 (the default): 30 s.
+	AckTimeout time.Duration
+}
+
+// Queue is one SQS queue as a [queue.Source] and a [queue.Publisher]. It is
+// safe for concurrent use.
+type Queue struct {
+	client     Client
+	url        string
+	fifo       bool
+	contentDup bool
+	visibility time.Duration
+	reqVis     int32 // VisibilityTimeout sent on ReceiveMessage (0: queue's)
+	wait       int32
+	dlqURL     string
+	dlqFIFO    bool
+	maxRecv    int
+	ackTimeout time.Duration
+
+	del deleter
+
+	dupMu   sync.Mutex
+	dupSeen map[string]sentID // dedup key -> first MessageId seen
+	dupLog  []dupEntry        // in send order, for pruning
+}
+
+type sentID struct {
+	id string
+	at time.Time
+}
+
+type dupEntry struct {
+	key string
+	at  time.Time
+}
+
+var (
+	_ queue.Source    = (*Queue)(nil)
+	_ queue.Publisher = (*Queue)(nil)
+)
+
+// Open reads the queue's attributes (VisibilityTimeout, FifoQueue,
+// ContentBasedDeduplication, RedrivePolicy) and returns a Queue for url.
+// It fails if the queue does not exist or a RedrivePolicy names a
+// dead-letter queue that cannot be found.
+func Open(ctx context.Context, client Client, url string, opts Options) (*Queue, error) {
+	if client == nil || url == "" {
+		return nil, errors.New("sqsqueue: Open needs a client and a queue URL")
+	}
+	if opts.Visibility < 0 || opts.Visibility > MaxVisibility {
+		return nil, fmt.Errorf("sqsqueue: Visibility %v outside 0..12h", opts.Visibility)
+	}
+	if opts.WaitTime < 0 || opts.WaitTime > MaxWaitTime {
+		return nil, fmt.Errorf("sqsqueue: WaitTime %v outside 0..20s", opts.WaitTime)
+	}
+	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqsqueue: reading attributes of %s: %w", url, err)
+	}
+	a := out.Attributes
+	q := &Queue{
+		client:     client,
+		url:        url,
+		fifo:       a[string(types.QueueAttributeNameFifoQueue)] == "true",
+		contentDup: a[string(types.QueueAttributeNameContentBasedDeduplication)] == "true",
+		wait:       int32(MaxWaitTime / time.Second),
+		ackTimeout: 30 * time.Second,
+		dlqURL:     opts.DeadLetterURL,
+		dupSeen:    map[string]sentID{},
+	}
+	q.del.q = q
+	if opts.WaitTime > 0 {
+		q.wait = int32(opts.WaitTime / time.Second)
+	}
+	if opts.AckTimeout > 0 {
+		q.ackTimeout = opts.AckTimeout
+	}
+	if opts.Visibility > 0 {
+		q.reqVis = seconds(opts.Visibility)
+		q.visibility = time.Duration(q.reqVis) * time.Second
+	} else {
+		v, err := strconv.Atoi(a[string(types.QueueAttributeNameVisibilityTimeout)])
+		if err != nil {
+			return nil, fmt.Errorf("sqsqueue: queue %s reports VisibilityTimeout %q", url, a[string(types.QueueAttributeNameVisibilityTimeout)])
+		}
+		q.visibility = time.Duration(v) * time.Second
+	}
+	if rp := a[string(types.QueueAttributeNameRedrivePolicy)]; rp != "" {
+		var p struct {
+			Target string `json:"deadLetterTargetArn"`
+			Max    any    `json:"maxReceiveCount"` // a number or a string
+		}
+		if err := json.Unmarshal([]byte(rp), &p); err != nil {
+			return nil, fmt.Errorf("sqsqueue: queue %s has an unreadable RedrivePolicy %q: %w", url, rp, err)
+		}
+		q.maxRecv, _ = strconv.Atoi(strings.Trim(fmt.Sprint(p.Max), `"`))
+		if q.dlqURL == "" && p.Target != "" {
+			// arn:aws:sqs:region:account:name
+			parts := strings.Split(p.Target, ":")
+			if len(parts) != 6 {
+				return nil, fmt.Errorf("sqsqueue: queue %s: RedrivePolicy target %q is not an SQS ARN", url, p.Target)
+			}
+			in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+			if parts[4] != "" {
+				in.QueueOwnerAWSAccountId = aws.String(parts[4])
+			}
+			u, err := client.GetQueueUrl(ctx, in)
+			if err != nil {
+				return nil, fmt.Errorf("sqsqueue: queue %s: resolving its dead-letter queue %s: %w", url, p.Target, err)
+			}
+			q.dlqURL = aws.ToString(u.QueueUrl)
+		}
+	}
+	q.dlqFIFO = strings.HasSuffix(q.dlqURL, ".fifo")
+	return q, nil
+}
+
+// URL returns the queue's URL.
+func (q *Queue) URL() string { return q.url }
+
+// FIFO reports whether the queue is a FIFO queue.
+func (q *Queue) FIFO() bool { return q.fifo }
+
+// DeadLetterURL returns the queue DeadLetter sends to ("" for none).
+func (q *Queue) DeadLetterURL() string { return q.dlqURL }
+
+// MaxReceiveCount returns the maxReceiveCount of the queue's RedrivePolicy
+// as Open read it (0: no redrive policy).
+func (q *Queue) MaxReceiveCount() int { return q.maxRecv }
+
+// Visibility returns Options.Visibility, or the queue's VisibilityTimeout
+// attribute as Open read it.
+func (q *Queue) Visibility() time.Duration { return q.visibility }
+
+// Receive long-polls until at least one message arrives or ctx is done, and
+// returns up to n deliveries (n is clamped to 1..10). It returns ctx's
+// error and no deliveries when ctx is done first. A message SQS handed out
+// in a response that ctx's cancellation cut off stays invisible until its
+// visibility timeout lapses, then is redelivered.
+func (q *Queue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
+	n = min(MaxBatch, max(1, n))
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		out, err := q.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(q.url),
+			MaxNumberOfMessages:         int32(n),
+			WaitTimeSeconds:             q.wait,
+			VisibilityTimeout:           q.reqVis,
+			AttributeNames:              []types.QueueAttributeName{types.QueueAttributeNameAll},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("sqsqueue: receiving from %s: %w", q.url, err)
+		}
+		if len(out.Messages) == 0 {
+			continue
+		}
+		// SQS starts the visibility timeout when it hands the messages out:
+		// after start, and for a long poll that waited, close to the
+		// response. Count from receiveSlack before the response (never
+		// earlier than start), which covers the response's way back.
+		handedOut := time.Now().Add(-receiveSlack)
+		if handedOut.Before(start) {
+			handedOut = start
+		}
+		deadline := handedOut.Add(q.visibility)
+		ds := make([]queue.Delivery, 0, len(out.Messages))
+		for _, m := range out.Messages {
+			ds = append(ds, &Delivery{q: q, msg: toMessage(m), handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
+		}
+		return ds, nil
+	}
+}
+
+func toMessage(m types.Message) queue.Message {
+	a := m.Attributes
+	msg := queue.Message{
+		ID:            aws.ToString(m.MessageId),
+		Body:          []byte(aws.ToString(m.Body)),
+		GroupID:       a[string(types.MessageSystemAttributeNameMessageGroupId)],
+		DedupID:       a[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
+		FirstReceived: millis(a[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]),
+		Published:     millis(a[string(types.MessageSystemAttributeNameSentTimestamp)]),
+	}
+	msg.ReceiveCount, _ = strconv.Atoi(a[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if len(m.MessageAttributes) > 0 {
+		msg.Attributes = make(map[string]string, len(m.MessageAttributes))
+		for k, v := range m.MessageAttributes {
+			if v.StringValue != nil {
+				msg.Attributes[k] = *v.StringValue
+			} else {
+				msg.Attributes[k] = string(v.BinaryValue)
+			}
+		}
+	}
+	return msg
+}
+
+func millis(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// seconds rounds d up to whole seconds, within 0..12h.
+func seconds(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	d = min(d, MaxVisibility)
+	return int32(math.Ceil(d.Seconds()))
+}
+
+// Publish sends m with SendMessage and returns once SQS has accepted it.
+//
+// On a FIFO queue m.GroupID is required ([ErrNoGroupID]) and m.DedupID too
+// unless the queue has ContentBasedDeduplication ([ErrNoDedupID]); a
+// non-zero m.Delay is refused with an error wrapping [queue.ErrUnsupported]
+// (SQS FIFO queues only have a queue-wide delay). On a standard queue
+// m.DedupID and m.GroupID are ignored. m.Delay is rounded up to whole
+// seconds; above 15 minutes Publish returns [ErrDelayTooLong]. Attributes
+// are sent as String message attributes (at most 10, non-empty names and
+// values: [ErrBadAttribute]). See the package doc for when
+// Published.Duplicate is reported.
+func (q *Queue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageBody: aws.String(string(m.Body))}
+	if m.Delay < 0 || m.Delay > MaxDelay {
+		return queue.Published{}, fmt.Errorf("%w: %v", ErrDelayTooLong, m.Delay)
+	}
+	if q.fifo {
+		if m.Delay > 0 {
+			return queue.Published{}, fmt.Errorf("sqsqueue: per-message delay on FIFO queue %s: %w", q.url, queue.ErrUnsupported)
+		}
+		if m.GroupID == "" {
+			return queue.Published{}, ErrNoGroupID
+		}
+		if m.DedupID == "" && !q.contentDup {
+			return queue.Published{}, ErrNoDedupID
+		}
+		in.MessageGroupId = aws.String(m.GroupID)
+		if m.DedupID != "" {
+			in.MessageDeduplicationId = aws.String(m.DedupID)
+		}
+	} else {
+		in.DelaySeconds = int32(math.Ceil(m.Delay.Seconds()))
+	}
+	attrs, err := toAttributes(m.Attributes)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	in.MessageAttributes = attrs
+	out, err := q.client.SendMessage(ctx, in)
+	if err != nil {
+		return queue.Published{}, fmt.Errorf("sqsqueue: sending to %s: %w", q.url, err)
+	}
+	p := queue.Published{ID: aws.ToString(out.MessageId)}
+	if q.fifo && m.DedupID != "" {
+		p.Duplicate = q.seen(m.DedupID, p.ID)
+	}
+	return p, nil
+}
+
+func toAttributes(a map[string]string) (map[string]types.MessageAttributeValue, error) {
+	if len(a) == 0 {
+		return nil, nil
+	}
+	if len(a) > maxAttributes {
+		return nil, fmt.Errorf("%w: %d attributes, SQS allows %d", ErrBadAttribute, len(a), maxAttributes)
+	}
+	out := make(map[string]types.MessageAttributeValue, len(a))
+	for k, v := range a {
+		if k == "" || v == "" {
+			return nil, fmt.Errorf("%w: attribute %q has an empty name or value", ErrBadAttribute, k)
+		}
+		out[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	return out, nil
+}
+
+// seen records that a send with dedup id key got MessageId id and reports
+// whether an earlier send of key within DedupInterval got the same id.
+func (q *Queue) seen(key, id string) bool {
+	now := time.Now()
+	q.dupMu.Lock()
+	defer q.dupMu.Unlock()
+	n := 0
+	for n < len(q.dupLog) && now.Sub(q.dupLog[n].at) > DedupInterval {
+		if e, ok := q.dupSeen[q.dupLog[n].key]; ok && e.at.Equal(q.dupLog[n].at) {
+			delete(q.dupSeen, q.dupLog[n].key)
+		}
+		n++
+	}
+	q.dupLog = q.dupLog[n:]
+	if e, ok := q.dupSeen[key]; ok && e.id == id {
+		return true
+	}
+	q.dupSeen[key] = sentID{id: id, at: now}
+	q.dupLog = append(q.dupLog, dupEntry{key: key, at: now})
+	return false
+}
