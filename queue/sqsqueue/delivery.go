@@ -172,8 +172,8 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 		if d.lapsed(time.Now()) {
 			return d.staleErr("dead-letter")
 		}
-		if err := d.sendCopy(ctx, reason); err != nil {
-			return fmt.Errorf("sqsqueue: dead-letter message %s to %s: %w", d.msg.ID, d.q.dlqURL, err)
+		if err := d.q.SendDeadLetter(ctx, d.msg, reason); err != nil {
+			return err
 		}
 		d.dlqSent = true
 	}
@@ -188,9 +188,19 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	return nil
 }
 
-func (d *Delivery) sendCopy(ctx context.Context, reason string) error {
-	attrs := make(map[string]types.MessageAttributeValue, len(d.msg.Attributes)+2)
-	for k, v := range d.msg.Attributes {
+// SendDeadLetter sends a copy of m to the queue's dead-letter queue as
+// [Delivery.DeadLetter] does (same body and attributes, reason in
+// [ReasonAttribute], m.ID in [SourceIDAttribute]; on a FIFO dead-letter
+// queue m's group, or "dead-letter" when it has none, and m.ID as the dedup
+// id), without deleting anything. It is for messages received by other
+// means, such as an AWS Lambda SQS event (lambdasqs.WithDeadLetter). It
+// returns [ErrNoDeadLetterQueue] when the Queue has none.
+func (q *Queue) SendDeadLetter(ctx context.Context, m queue.Message, reason string) error {
+	if q.dlqURL == "" {
+		return fmt.Errorf("sqsqueue: dead-letter message %s from %s: %w", m.ID, q.url, ErrNoDeadLetterQueue)
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(m.Attributes)+2)
+	for k, v := range m.Attributes {
 		if v == "" {
 			continue
 		}
@@ -199,24 +209,28 @@ func (d *Delivery) sendCopy(ctx context.Context, reason string) error {
 	if reason = cleanReason(reason); reason != "" && len(attrs) < maxAttributes {
 		attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(reason)}
 	}
-	if len(attrs) < maxAttributes {
-		attrs[SourceIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(d.msg.ID)}
+	if len(attrs) < maxAttributes && m.ID != "" {
+		attrs[SourceIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(m.ID)}
 	}
 	in := &sqs.SendMessageInput{
-		QueueUrl:          aws.String(d.q.dlqURL),
-		MessageBody:       aws.String(string(d.msg.Body)),
+		QueueUrl:          aws.String(q.dlqURL),
+		MessageBody:       aws.String(string(m.Body)),
 		MessageAttributes: attrs,
 	}
-	if d.q.dlqFIFO {
-		g := d.msg.GroupID
+	if q.dlqFIFO {
+		g := m.GroupID
 		if g == "" {
 			g = "dead-letter"
 		}
 		in.MessageGroupId = aws.String(g)
-		in.MessageDeduplicationId = aws.String(d.msg.ID)
+		if m.ID != "" {
+			in.MessageDeduplicationId = aws.String(m.ID)
+		}
 	}
-	_, err := d.q.client.SendMessage(ctx, in)
-	return err
+	if _, err := q.client.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("sqsqueue: dead-letter message %s to %s: %w", m.ID, q.dlqURL, err)
+	}
+	return nil
 }
 
 // cleanReason keeps reason within what SQS accepts in a String attribute.

@@ -1,0 +1,263 @@
+// Package lambdasqs runs a queue.Consumer as an AWS Lambda function fed by
+// an SQS event source mapping, answering with a partial batch response
+// (ReportBatchItemFailures) so that one bad record does not send nine good
+// ones around again.
+//
+//	c, _ := queue.NewConsumer(lambdasqs.Source(), ledger, key, handle)
+//	lambda.Start(lambdasqs.Handler(c))
+//
+// The event source mapping must have FunctionResponseTypes
+// ["ReportBatchItemFailures"]; without it Lambda ignores the response and
+// one failure makes the whole batch visible again, successes included.
+//
+// Each record becomes a [queue.Delivery]:
+//
+//   - Ack: the record succeeded; Lambda deletes it.
+//   - Retry(delay), or no settle at all: the record is reported in
+//     BatchItemFailures and comes back after the queue's visibility timeout
+//     (the delay cannot be honoured: only the event source mapping can
+//     change the message's visibility).
+//   - DeadLetter(reason): with [WithDeadLetter] (for example an
+//     sqsqueue.Queue's SendDeadLetter), a copy with the reason goes to the
+//     dead-letter queue and the record counts as succeeded, so Lambda
+//     deletes it; if the send fails the record is reported failed. Without
+//     it, the record is reported failed and SQS's redrive policy moves it
+//     to the dead-letter queue after maxReceiveCount receives, without the
+//     reason.
+//   - Extend: nothing to do. The invocation's deadline bounds the work:
+//     [Handler] ends handlers and the ledger's leases before it. Set the
+//     queue's visibility timeout above the function timeout (AWS
+//     recommends six times).
+//
+// On a FIFO queue, once a record of a message group is reported failed,
+// every later record of that group in the batch is reported failed too,
+// whatever happened to it, as Lambda requires to keep the group's order
+// (the Consumer already hands them back unrun).
+package lambdasqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/idemkit/idem/queue"
+)
+
+// DefaultMargin is how long before the invocation's deadline [Handler]
+// stops handlers, so that the response reaches Lambda in time.
+const DefaultMargin = time.Second
+
+// Option configures [Handler] and [NewBatch].
+type Option func(*config)
+
+type config struct {
+	deadLetter func(ctx context.Context, m queue.Message, reason string) error
+	margin     time.Duration
+}
+
+// WithDeadLetter makes DeadLetter(reason) send the message to a dead-letter
+// queue with send (an sqsqueue.Queue's SendDeadLetter, for the queue the
+// function consumes) and report the record as succeeded.
+func WithDeadLetter(send func(ctx context.Context, m queue.Message, reason string) error) Option {
+	return func(c *config) { c.deadLetter = send }
+}
+
+// WithMargin sets how long before the invocation's deadline handlers are
+// stopped and unfinished records handed back (default [DefaultMargin]; at
+// most a tenth of the time left when the invocation starts).
+func WithMargin(d time.Duration) Option {
+	return func(c *config) { c.margin = max(d, 0) }
+}
+
+// Batch is one SQS event's records as deliveries, and the partial batch
+// response they add up to.
+type Batch struct {
+	ds []*Delivery
+}
+
+// NewBatch wraps ev's records as deliveries.
+func NewBatch(ev events.SQSEvent, opts ...Option) *Batch {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return newBatch(ev, cfg)
+}
+
+func newBatch(ev events.SQSEvent, cfg config) *Batch {
+	b := &Batch{ds: make([]*Delivery, len(ev.Records))}
+	for i, r := range ev.Records {
+		b.ds[i] = &Delivery{msg: toMessage(r), deadLetter: cfg.deadLetter}
+	}
+	return b
+}
+
+// Deliveries returns the records as deliveries, in the event's order.
+func (b *Batch) Deliveries() []queue.Delivery {
+	out := make([]queue.Delivery, len(b.ds))
+	for i, d := range b.ds {
+		out[i] = d
+	}
+	return out
+}
+
+// Response lists, in the event's order, the records that are not done:
+// retried, dead-lettered without a dead-letter sender (or with a failed
+// send), never settled, or after a failed record of the same FIFO group.
+func (b *Batch) Response() events.SQSEventResponse {
+	var resp events.SQSEventResponse
+	failedGroups := map[string]bool{}
+	for _, d := range b.ds {
+		g := d.msg.GroupID
+		failed := !d.Done()
+		if g != "" && failedGroups[g] {
+			failed = true
+		}
+		if failed {
+			if g != "" {
+				failedGroups[g] = true
+			}
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: d.msg.ID})
+		}
+	}
+	return resp
+}
+
+// ErrNotDeadLettered is returned (wrapped) by DeadLetter when the
+// dead-letter sender failed; the record is reported as failed.
+var ErrNotDeadLettered = errors.New("lambdasqs: message not sent to the dead-letter queue")
+
+type state int
+
+const (
+	pending state = iota
+	acked
+	retried
+	deadLettered // sent to the dead-letter queue: done
+	failedDL     // DeadLetter without a sender: reported failed
+)
+
+// Delivery is one record of an SQS event. It is safe for concurrent use.
+type Delivery struct {
+	msg        queue.Message
+	deadLetter func(ctx context.Context, m queue.Message, reason string) error
+
+	mu     sync.Mutex
+	state  state
+	reason string
+}
+
+var _ queue.Delivery = (*Delivery)(nil)
+
+// Message returns the record as a message.
+func (d *Delivery) Message() queue.Message { return d.msg }
+
+// Done reports whether the record counts as succeeded: acked, or sent to
+// the dead-letter queue.
+func (d *Delivery) Done() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state == acked || d.state == deadLettered
+}
+
+// Reason returns the reason given to DeadLetter ("" if none).
+func (d *Delivery) Reason() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.reason
+}
+
+func (d *Delivery) settle(op string, s state) error {
+	if d.state != pending {
+		return fmt.Errorf("lambdasqs: %s message %s: %w", op, d.msg.ID, queue.ErrSettled)
+	}
+	d.state = s
+	return nil
+}
+
+// Ack marks the record as succeeded.
+func (d *Delivery) Ack(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settle("ack", acked)
+}
+
+// Retry marks the record as failed: it comes back after the queue's
+// visibility timeout, whatever delay says.
+func (d *Delivery) Retry(context.Context, time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settle("retry", retried)
+}
+
+// Extend does nothing (the invocation's deadline bounds the work) and
+// returns nil, or an error wrapping [queue.ErrSettled] once settled.
+func (d *Delivery) Extend(context.Context, time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != pending {
+		return fmt.Errorf("lambdasqs: extend message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	return nil
+}
+
+// DeadLetter sends the message to the dead-letter queue with the
+// [WithDeadLetter] sender and marks the record as succeeded; if the send
+// fails it returns an error wrapping [ErrNotDeadLettered] and the record
+// stays unsettled (reported failed unless settled again). Without a sender
+// it marks the record as failed: SQS's redrive policy moves it after
+// maxReceiveCount receives, without the reason.
+func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != pending {
+		return fmt.Errorf("lambdasqs: dead-letter message %s: %w", d.msg.ID, queue.ErrSettled)
+	}
+	d.reason = reason
+	if d.deadLetter == nil {
+		d.state = failedDL
+		return nil
+	}
+	if err := d.deadLetter(ctx, d.msg, reason); err != nil {
+		return fmt.Errorf("lambdasqs: dead-letter message %s: %w: %w", d.msg.ID, ErrNotDeadLettered, err)
+	}
+	d.state = deadLettered
+	return nil
+}
+
+func toMessage(r events.SQSMessage) queue.Message {
+	a := r.Attributes
+	m := queue.Message{
+		ID:            r.MessageId,
+		Body:          []byte(r.Body),
+		GroupID:       a["MessageGroupId"],
+		DedupID:       a["MessageDeduplicationId"],
+		FirstReceived: millis(a["ApproximateFirstReceiveTimestamp"]),
+		Published:     millis(a["SentTimestamp"]),
+	}
+	m.ReceiveCount, _ = strconv.Atoi(a["ApproximateReceiveCount"])
+	if len(r.MessageAttributes) > 0 {
+		m.Attributes = make(map[string]string, len(r.MessageAttributes))
+		for k, v := range r.MessageAttributes {
+			if v.StringValue != nil {
+				m.Attributes[k] = *v.StringValue
+			} else {
+				m.Attributes[k] = string(v.BinaryValue)
+			}
+		}
+	}
+	return m
+}
+
+func millis(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
