@@ -137,7 +137,8 @@ func (b *deleter) send(batch []*delReq) {
 // AckAll acks the deliveries with as few DeleteMessageBatch calls as
 // possible (10 per call) and returns the errors of those that failed,
 // joined (nil when all were deleted); each error names its message and
-// wraps [ErrStaleReceipt] or [queue.ErrSettled] as Ack's would. Deliveries
+// wraps [ErrStaleReceipt] or [queue.ErrSettled] as Ack's would (a delivery
+// whose visibility has lapsed is not deleted, as with Ack). Deliveries
 // that are not this package's are acked one by one with their own Ack.
 func AckAll(ctx context.Context, ds []queue.Delivery) error {
 	var errs []error
@@ -161,9 +162,8 @@ func AckAll(ctx context.Context, ds []queue.Delivery) error {
 	}
 	now := time.Now()
 	type job struct {
-		d      *Delivery
-		lapsed bool
-		r      *delReq
+		d *Delivery
+		r *delReq
 	}
 	var jobs []job
 	byQueue := map[*Queue][]int{}
@@ -172,8 +172,12 @@ func AckAll(ctx context.Context, ds []queue.Delivery) error {
 			errs = append(errs, fmt.Errorf("sqsqueue: ack message %s: %w", d.msg.ID, queue.ErrSettled))
 			continue
 		}
+		if d.lapsed(now) {
+			errs = append(errs, d.staleErr("ack"))
+			continue
+		}
 		byQueue[d.q] = append(byQueue[d.q], len(jobs))
-		jobs = append(jobs, job{d: d, lapsed: d.lapsed(now)})
+		jobs = append(jobs, job{d: d})
 	}
 	for q, idx := range byQueue {
 		handles := make([]string, len(idx))
@@ -190,9 +194,6 @@ func AckAll(ctx context.Context, ds []queue.Delivery) error {
 			continue
 		}
 		j.d.settled = true
-		if j.lapsed {
-			errs = append(errs, j.d.staleErr("ack"))
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -76,49 +76,53 @@ func isStaleText(m string) bool {
 }
 
 // Ack deletes the message. Acks made while another delete is in flight are
-// sent together in one DeleteMessageBatch. The result wraps
-// [ErrStaleReceipt] when SQS refused the handle or the visibility timeout
-// had lapsed before Ack (the delete is sent all the same; on a standard
-// queue SQS may have ignored it).
+// sent together in one DeleteMessageBatch. Once the visibility timeout has
+// lapsed, Ack sends nothing and returns an error wrapping
+// [ErrStaleReceipt]: the message comes back (if it has not already gone to
+// another receiver), and the ledger replays it as done. The error wraps
+// ErrStaleReceipt too when SQS refuses the handle.
 func (d *Delivery) Ack(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
 		return fmt.Errorf("sqsqueue: ack message %s: %w", d.msg.ID, queue.ErrSettled)
 	}
-	lapsed := d.lapsed(time.Now())
+	if d.lapsed(time.Now()) {
+		return d.staleErr("ack")
+	}
 	if err := d.q.del.delete(ctx, d.handle); err != nil {
 		return d.sqsErr("ack", err)
 	}
 	d.settled = true
-	if lapsed {
-		return d.staleErr("ack")
-	}
 	return nil
 }
 
 // Retry makes the message visible again after delay (ChangeMessageVisibility;
-// rounded up to whole seconds, at most 12 hours; 0: at once).
+// rounded up to whole seconds, at most 12 hours; 0: at once). Once the
+// visibility timeout has lapsed it sends nothing (the message is visible
+// already, or held by another receiver whose visibility it must not
+// change) and returns an error wrapping [ErrStaleReceipt].
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
 		return fmt.Errorf("sqsqueue: retry message %s: %w", d.msg.ID, queue.ErrSettled)
 	}
-	lapsed := d.lapsed(time.Now())
+	if d.lapsed(time.Now()) {
+		return d.staleErr("retry")
+	}
 	if err := d.changeVisibility(ctx, delay); err != nil {
 		return d.sqsErr("retry", err)
 	}
 	d.settled = true
-	if lapsed {
-		return d.staleErr("retry")
-	}
 	return nil
 }
 
 // Extend keeps the message invisible for d from now (ChangeMessageVisibility;
 // rounded up to whole seconds, at most 12 hours). SQS counts a message's
 // total visibility from its receipt and refuses to extend it past 12 hours.
+// Once the visibility timeout has lapsed it sends nothing and returns an
+// error wrapping [ErrStaleReceipt].
 func (d *Delivery) Extend(ctx context.Context, dur time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -126,12 +130,11 @@ func (d *Delivery) Extend(ctx context.Context, dur time.Duration) error {
 		return fmt.Errorf("sqsqueue: extend message %s: %w", d.msg.ID, queue.ErrSettled)
 	}
 	start := time.Now()
-	lapsed := d.lapsed(start)
+	if d.lapsed(start) {
+		return d.staleErr("extend")
+	}
 	if err := d.changeVisibility(ctx, dur); err != nil {
 		return d.sqsErr("extend", err)
-	}
-	if lapsed {
-		return d.staleErr("extend")
 	}
 	d.deadline = start.Add(time.Duration(seconds(dur)) * time.Second)
 	return nil
@@ -177,14 +180,10 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 		}
 		d.dlqSent = true
 	}
-	lapsed := d.lapsed(time.Now())
 	if err := d.q.del.delete(ctx, d.handle); err != nil {
 		return d.sqsErr("dead-letter (delete after the copy was sent)", err)
 	}
 	d.settled = true
-	if lapsed {
-		return d.staleErr("dead-letter (delete after the copy was sent)")
-	}
 	return nil
 }
 

@@ -30,14 +30,15 @@
 // visibility timeout lapses, SQS may hand the message to another receiver
 // with a new handle; a DeleteMessage with the old handle then fails on FIFO
 // queues, and on standard queues "succeeds" without deleting anything (AWS
-// documents this). So that a lapsed delivery is never acked silently, each
-// Delivery keeps the deadline its last Receive or Extend bought (counted from
-// before an Extend's request was sent, and from 250 ms before a Receive's
-// response arrived, or the request was sent if that was later) and its Ack, Retry and Extend return an error
-// wrapping [ErrStaleReceipt] once that deadline has passed, even when SQS
-// answered 200. The request is still sent: if nobody else received the
-// message meanwhile, it takes effect. The message may be redelivered; the
-// consumer's ledger makes that harmless.
+// documents this; some emulators delete the message from under its new
+// holder instead). So each Delivery keeps the deadline its last Receive or
+// Extend bought (counted from before an Extend's request was sent, and from
+// 250 ms before a Receive's response arrived, or from when its request was
+// sent if that was later), and once that deadline has passed its Ack,
+// Retry, Extend and DeadLetter send nothing and return an error wrapping
+// [ErrStaleReceipt]. The message comes back, to this consumer or another,
+// and the ledger replays it as done. The error wraps ErrStaleReceipt too
+// when SQS itself refuses the handle.
 //
 // # Duplicates on publish
 //
@@ -135,6 +136,7 @@ type Client interface {
 	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
 	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 }
 
@@ -307,17 +309,63 @@ func (q *Queue) Visibility() time.Duration { return q.visibility }
 
 // Receive long-polls until at least one message arrives or ctx is done, and
 // returns up to n deliveries (n is clamped to 1..10). It returns ctx's
-// error and no deliveries when ctx is done first. A message SQS handed out
-// in a response that ctx's cancellation cut off stays invisible until its
-// visibility timeout lapses, then is redelivered.
+// error and no deliveries when ctx is done first.
+//
+// A long poll is not cut off by ctx: SQS may hand messages out to a
+// request whose caller has gone, and they would stay invisible for a whole
+// visibility timeout. When ctx is done first, Receive returns at once and
+// the poll finishes in the background (within WaitTime); whatever it
+// brings is made visible again at once (ChangeMessageVisibilityBatch 0),
+// which adds one to those messages' receive counts.
 func (q *Queue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 	n = min(MaxBatch, max(1, n))
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		start := time.Now()
-		out, err := q.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		r, err := q.poll(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.out.Messages) == 0 {
+			continue
+		}
+		// SQS starts the visibility timeout when it hands the messages out:
+		// after start, and for a long poll that waited, close to the
+		// response. Count from receiveSlack before the response (never
+		// earlier than start), which covers the response's way back.
+		handedOut := r.end.Add(-receiveSlack)
+		if handedOut.Before(r.start) {
+			handedOut = r.start
+		}
+		deadline := handedOut.Add(q.visibility)
+		ds := make([]queue.Delivery, 0, len(r.out.Messages))
+		for _, m := range r.out.Messages {
+			ds = append(ds, &Delivery{q: q, msg: toMessage(m), handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
+		}
+		return ds, nil
+	}
+}
+
+type polled struct {
+	out        *sqs.ReceiveMessageOutput
+	err        error
+	start, end time.Time
+}
+
+// poll makes one ReceiveMessage call that ctx does not cut off (see
+// Receive).
+func (q *Queue) poll(ctx context.Context, n int) (polled, error) {
+	var (
+		mu        sync.Mutex
+		abandoned bool
+		ch        = make(chan polled, 1)
+	)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(q.wait)*time.Second+30*time.Second)
+	go func() {
+		defer cancel()
+		r := polled{start: time.Now()}
+		r.out, r.err = q.client.ReceiveMessage(pctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(q.url),
 			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             q.wait,
@@ -326,30 +374,48 @@ func (q *Queue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("sqsqueue: receiving from %s: %w", q.url, err)
+		r.end = time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			q.handBack(pctx, r)
+			return
 		}
-		if len(out.Messages) == 0 {
-			continue
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return r, fmt.Errorf("sqsqueue: receiving from %s: %w", q.url, r.err)
 		}
-		// SQS starts the visibility timeout when it hands the messages out:
-		// after start, and for a long poll that waited, close to the
-		// response. Count from receiveSlack before the response (never
-		// earlier than start), which covers the response's way back.
-		handedOut := time.Now().Add(-receiveSlack)
-		if handedOut.Before(start) {
-			handedOut = start
+		return r, nil
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		mu.Unlock()
+		select {
+		case r := <-ch: // arrived just now
+			go q.handBack(context.WithoutCancel(ctx), r)
+		default: // the poll hands back what it brings
 		}
-		deadline := handedOut.Add(q.visibility)
-		ds := make([]queue.Delivery, 0, len(out.Messages))
-		for _, m := range out.Messages {
-			ds = append(ds, &Delivery{q: q, msg: toMessage(m), handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
-		}
-		return ds, nil
+		return polled{}, ctx.Err()
 	}
+}
+
+// handBack makes the messages of a poll nobody waits for visible again.
+func (q *Queue) handBack(ctx context.Context, r polled) {
+	if r.err != nil || r.out == nil || len(r.out.Messages) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.ackTimeout)
+	defer cancel()
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(r.out.Messages))
+	for i, m := range r.out.Messages {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+	}
+	// Best effort: a message not handed back returns after its visibility
+	// timeout.
+	_, _ = q.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
 }
 
 func toMessage(m types.Message) queue.Message {

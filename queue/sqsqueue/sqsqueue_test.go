@@ -112,14 +112,72 @@ func TestVisibilityLapseAndStaleReceipt(t *testing.T) {
 			if err := first.Ack(context.Background()); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
 				t.Fatalf("Ack with the lapsed receipt = %v, want ErrStaleReceipt", err)
 			}
-			if err := first.Extend(context.Background(), time.Minute); !errors.Is(err, sqsqueue.ErrStaleReceipt) && !errors.Is(err, queue.ErrSettled) {
-				t.Errorf("Extend with the lapsed receipt = %v, want ErrStaleReceipt (or ErrSettled)", err)
+			if err := first.Extend(context.Background(), time.Minute); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
+				t.Errorf("Extend with the lapsed receipt = %v, want ErrStaleReceipt", err)
 			}
+			if err := first.Retry(context.Background(), 0); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
+				t.Errorf("Retry with the lapsed receipt = %v, want ErrStaleReceipt", err)
+			}
+			// The stale holder touched nothing: the current holder still has
+			// the message invisible and can ack it.
 			if err := second.Ack(context.Background()); err != nil {
 				t.Fatalf("Ack with the current receipt: %v", err)
 			}
 			nothing(t, q, 2500*time.Millisecond)
 		})
+	}
+}
+
+// A FIFO queue refuses a receipt handle that is no longer current even
+// before the holder's visibility ran out (here another actor made the
+// message visible and it was received again).
+func TestServerRefusesStaleReceipt(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	url, _ := newQueue(t, c, queueSpec{fifo: true})
+	q := open(t, c, url, sqsqueue.Options{})
+	publish(t, q, queue.Outgoing{Body: []byte("x"), GroupID: "g", DedupID: "x"})
+	first := receive(t, q, 1)[0]
+	if _, err := c.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(url), ReceiptHandle: aws.String(first.(*sqsqueue.Delivery).ReceiptHandle()), VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	second := receive(t, q, 1)[0]
+	if second.Message().ID != first.Message().ID || second.Message().ReceiveCount != 2 {
+		t.Fatalf("second delivery %s (count %d), want %s again", second.Message().ID, second.Message().ReceiveCount, first.Message().ID)
+	}
+	if err := first.Ack(context.Background()); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
+		t.Fatalf("Ack with the superseded receipt = %v, want ErrStaleReceipt", err)
+	}
+	if err := second.Ack(context.Background()); err != nil {
+		t.Fatalf("Ack with the current receipt: %v", err)
+	}
+	nothing(t, q, time.Second)
+}
+
+// A long poll whose caller gave up still runs to its end; what it brings is
+// handed back at once instead of staying invisible for the visibility
+// timeout (30 s here).
+func TestAbandonedPollHandsBack(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	url, _ := newQueue(t, c, queueSpec{})
+	q := open(t, c, url, sqsqueue.Options{WaitTime: 3 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if ds, err := q.Receive(ctx, 10); len(ds) != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive = %d deliveries, %v; want none and DeadlineExceeded", len(ds), err)
+	}
+	// The abandoned poll is still waiting on the queue: it takes this one.
+	publish(t, q, queue.Outgoing{Body: []byte("caught by the abandoned poll")})
+	time.Sleep(500 * time.Millisecond)
+	d := receive(t, q, 1)[0] // within 10 s, not after the 30 s visibility timeout
+	if d.Message().ReceiveCount != 2 {
+		t.Errorf("ReceiveCount %d, want 2 (the abandoned poll's receive, then this one)", d.Message().ReceiveCount)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -555,4 +613,3 @@ func (c *countingClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteM
 	return c.Client.DeleteMessageBatch(ctx, in, o...)
 }
 
-var _ = aws.String
