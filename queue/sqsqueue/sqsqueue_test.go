@@ -612,4 +612,3 @@ func (c *countingClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteM
 	}
 	return c.Client.DeleteMessageBatch(ctx, in, o...)
 }
-
