@@ -181,6 +181,7 @@ type Queue struct {
 	url        string
 	fifo       bool
 	contentDup bool
+	groupDedup bool // DeduplicationScope messageGroup
 	visibility time.Duration
 	reqVis     int32 // VisibilityTimeout sent on ReceiveMessage (0: queue's)
 	wait       int32
@@ -212,9 +213,10 @@ var (
 )
 
 // Open reads the queue's attributes (VisibilityTimeout, FifoQueue,
-// ContentBasedDeduplication, RedrivePolicy) and returns a Queue for url.
-// It fails if the queue does not exist or a RedrivePolicy names a
-// dead-letter queue that cannot be found.
+// ContentBasedDeduplication, DeduplicationScope, RedrivePolicy) and returns
+// a Queue for url. It fails if the queue does not exist, if a RedrivePolicy
+// names a dead-letter queue that cannot be found, or if the queue's
+// VisibilityTimeout is 0 and Options.Visibility is not set.
 func Open(ctx context.Context, client Client, url string, opts Options) (*Queue, error) {
 	if client == nil || url == "" {
 		return nil, errors.New("sqsqueue: Open needs a client and a queue URL")
@@ -238,6 +240,7 @@ func Open(ctx context.Context, client Client, url string, opts Options) (*Queue,
 		url:        url,
 		fifo:       a[string(types.QueueAttributeNameFifoQueue)] == "true",
 		contentDup: a[string(types.QueueAttributeNameContentBasedDeduplication)] == "true",
+		groupDedup: a[string(types.QueueAttributeNameDeduplicationScope)] == "messageGroup",
 		wait:       int32(MaxWaitTime / time.Second),
 		ackTimeout: 30 * time.Second,
 		dlqURL:     opts.DeadLetterURL,
@@ -259,6 +262,9 @@ func Open(ctx context.Context, client Client, url string, opts Options) (*Queue,
 			return nil, fmt.Errorf("sqsqueue: queue %s reports VisibilityTimeout %q", url, a[string(types.QueueAttributeNameVisibilityTimeout)])
 		}
 		q.visibility = time.Duration(v) * time.Second
+		if v == 0 {
+			return nil, fmt.Errorf("sqsqueue: queue %s has VisibilityTimeout 0 (every message would be handed out again at once); set Options.Visibility", url)
+		}
 	}
 	if rp := a[string(types.QueueAttributeNameRedrivePolicy)]; rp != "" {
 		var p struct {
@@ -503,7 +509,11 @@ func (q *Queue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published,
 	}
 	p := queue.Published{ID: aws.ToString(out.MessageId)}
 	if q.fifo && m.DedupID != "" {
-		p.Duplicate = q.seen(m.DedupID, p.ID)
+		key := m.DedupID
+		if q.groupDedup {
+			key = m.GroupID + "\x00" + m.DedupID
+		}
+		p.Duplicate = q.seen(key, p.ID)
 	}
 	return p, nil
 }

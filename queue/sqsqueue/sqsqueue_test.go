@@ -612,3 +612,29 @@ func (c *countingClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteM
 	}
 	return c.Client.DeleteMessageBatch(ctx, in, o...)
 }
+
+func TestOpenRefuses(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	ctx := context.Background()
+	url, _ := newQueue(t, c, queueSpec{})
+	if _, err := c.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(url), Attributes: map[string]string{"VisibilityTimeout": "0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqsqueue.Open(ctx, c, url, sqsqueue.Options{}); err == nil {
+		t.Error("Open of a queue with VisibilityTimeout 0 and no Options.Visibility succeeded")
+	}
+	if q, err := sqsqueue.Open(ctx, c, url, sqsqueue.Options{Visibility: 10 * time.Second}); err != nil {
+		t.Errorf("Open with Options.Visibility 10s: %v", err)
+	} else if q.Visibility() != 10*time.Second {
+		t.Errorf("Visibility() = %v, want the configured 10s", q.Visibility())
+	}
+	if _, err := sqsqueue.Open(ctx, c, url+"-missing", sqsqueue.Options{}); err == nil {
+		t.Error("Open of a missing queue succeeded")
+	}
+	for _, o := range []sqsqueue.Options{{Visibility: 13 * time.Hour}, {WaitTime: 21 * time.Second}, {Visibility: -1}} {
+		if _, err := sqsqueue.Open(ctx, c, url, o); err == nil {
+			t.Errorf("Open with %+v succeeded", o)
+		}
+	}
+}
