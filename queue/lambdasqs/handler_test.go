@@ -1,0 +1,290 @@
+package lambdasqs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/lambdasqs"
+	"github.com/idemkit/idem/queue/sqsqueue"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// fixture is a consumer over a real SQLite ledger whose handler counts its
+// runs per message body; bodies are the operation keys.
+type fixture struct {
+	ledger *idem.Ledger
+	mu     sync.Mutex
+	runs   map[string]int
+	fail   map[string]error                     // body -> error returned
+	block  map[string]bool                      // body -> wait for ctx
+	seen   map[string]func(ctx context.Context) // body -> called while running
+}
+
+func newFixture(t *testing.T, lease time.Duration) *fixture {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &fixture{
+		ledger: idem.New(s, idem.WithLease(lease)),
+		runs:   map[string]int{}, fail: map[string]error{}, block: map[string]bool{},
+		seen: map[string]func(context.Context){},
+	}
+}
+
+func (f *fixture) handler(t *testing.T, opts ...lambdasqs.Option) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	t.Helper()
+	key := func(m queue.Message) (idem.OperationKey, error) { return idem.Key("order", string(m.Body)), nil }
+	h := func(ctx context.Context, m queue.Message) ([]byte, error) {
+		body := string(m.Body)
+		f.mu.Lock()
+		f.runs[body]++
+		err, block, seen := f.fail[body], f.block[body], f.seen[body]
+		f.mu.Unlock()
+		if seen != nil {
+			seen(ctx)
+		}
+		if block {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return []byte("done " + body), err
+	}
+	c, err := queue.NewConsumer(lambdasqs.Source(), f.ledger, key, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lambdasqs.Handler(c, opts...)
+}
+
+func (f *fixture) runCount(body string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.runs[body]
+}
+
+func invoke(t *testing.T, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), timeout time.Duration, recs ...events.SQSMessage) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	resp, err := h(ctx, events.SQSEvent{Records: recs})
+	if err != nil {
+		t.Fatalf("handler returned an error (Lambda would fail the whole batch): %v", err)
+	}
+	return failures(resp)
+}
+
+// Two messages for one operation in one batch run the effect once; the one
+// that found the key busy (if any) is reported failed and, redelivered,
+// replays the result instead of running again.
+func TestHandlerDuplicatesInOneBatchRunOnce(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	h := f.handler(t)
+	recs := []events.SQSMessage{
+		record("m1", "8891", "", 1), record("m2", "8891", "", 1), record("m3", "8892", "", 1),
+	}
+	failed := invoke(t, h, 30*time.Second, recs...)
+	if slices.Contains(failed, "m1") && slices.Contains(failed, "m2") || slices.Contains(failed, "m3") {
+		t.Fatalf("BatchItemFailures = %v: at most one copy of 8891 may wait, 8892 must succeed", failed)
+	}
+	if f.runCount("8891") != 1 || f.runCount("8892") != 1 {
+		t.Fatalf("runs: 8891 %d, 8892 %d; want 1 each", f.runCount("8891"), f.runCount("8892"))
+	}
+	// Lambda redelivers what failed; it is replayed, not run again.
+	var again []events.SQSMessage
+	for _, r := range recs {
+		if slices.Contains(failed, r.MessageId) {
+			r.Attributes["ApproximateReceiveCount"] = "2"
+			again = append(again, r)
+		}
+	}
+	if len(again) > 0 {
+		if f2 := invoke(t, h, 30*time.Second, again...); len(f2) != 0 {
+			t.Fatalf("redelivered duplicate reported failed again: %v", f2)
+		}
+	}
+	if f.runCount("8891") != 1 {
+		t.Fatalf("8891 ran %d times after the redelivery, want 1", f.runCount("8891"))
+	}
+}
+
+func TestHandlerReportsOnlyFailedRecords(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.fail["bad"] = errors.New("payment service unavailable")
+	h := f.handler(t)
+	failed := invoke(t, h, 30*time.Second,
+		record("m1", "ok1", "", 1), record("m2", "bad", "", 1), record("m3", "ok2", "", 1))
+	if !slices.Equal(failed, []string{"m2"}) {
+		t.Fatalf("BatchItemFailures = %v, want [m2]", failed)
+	}
+	// A retry that now succeeds.
+	delete(f.fail, "bad")
+	if failed := invoke(t, h, 30*time.Second, record("m2", "bad", "", 2)); len(failed) != 0 {
+		t.Fatalf("retry reported %v, want success", failed)
+	}
+	if f.runCount("ok1") != 1 || f.runCount("bad") != 2 {
+		t.Errorf("runs ok1 %d bad %d, want 1 and 2", f.runCount("ok1"), f.runCount("bad"))
+	}
+}
+
+// Lambda's FIFO rule: after a failure in a group, the group's later records
+// are reported failed (and not run); other groups go on.
+func TestHandlerFIFOStopsTheFailedGroup(t *testing.T) {
+	f := newFixture(t, time.Minute)
+	f.fail["a1"] = errors.New("temporarily down")
+	h := f.handler(t)
+	failed := invoke(t, h, 30*time.Second,
+		record("A0", "a0", "A", 1), record("B0", "b0", "B", 1), record("A1", "a1", "A", 1),
+		record("B1", "b1", "B", 1), record("A2", "a2", "A", 1), record("B2", "b2", "B", 1))
+	if !slices.Equal(failed, []string{"A1", "A2"}) {
+		t.Fatalf("BatchItemFailures = %v, want [A1 A2]", failed)
+	}
+	if n := f.runCount("a2"); n != 0 {
+		t.Errorf("a2 ran %d times after a1 failed in its group, want 0", n)
+	}
+	for _, b := range []string{"a0", "a1", "b0", "b1", "b2"} {
+		if f.runCount(b) != 1 {
+			t.Errorf("%s ran %d times, want 1", b, f.runCount(b))
+		}
+	}
+}
+
+// A permanent failure is dead-lettered: without a sender the record is
+// reported failed (SQS's redrive policy will move it); with one it is sent
+// with its reason and reported done.
+func TestHandlerDeadLetter(t *testing.T) {
+	for _, withSender := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sender=%v", withSender), func(t *testing.T) {
+			f := newFixture(t, time.Minute)
+			f.fail["poison"] = idem.Permanent(errors.New("card declined"))
+			var mu sync.Mutex
+			var sent []string
+			var opts []lambdasqs.Option
+			if withSender {
+				opts = append(opts, lambdasqs.WithDeadLetter(func(_ context.Context, m queue.Message, reason string) error {
+					mu.Lock()
+					defer mu.Unlock()
+					sent = append(sent, m.ID+": "+reason)
+					return nil
+				}))
+			}
+			failed := invoke(t, f.handler(t, opts...), 30*time.Second, record("m1", "poison", "", 1), record("m2", "fine", "", 1))
+			if withSender {
+				if len(failed) != 0 {
+					t.Errorf("BatchItemFailures = %v, want none (the poison message went to the DLQ)", failed)
+				}
+				if len(sent) != 1 || !strings.HasPrefix(sent[0], "m1: ") || !strings.Contains(sent[0], "card declined") {
+					t.Errorf("sent to the DLQ: %q, want m1 with the reason", sent)
+				}
+			} else if !slices.Equal(failed, []string{"m1"}) {
+				t.Errorf("BatchItemFailures = %v, want [m1]", failed)
+			}
+		})
+	}
+}
+
+// The invocation's deadline bounds the work: a handler still running is
+// cancelled before the deadline, its record reported failed, the response
+// returned in time, and the ledger's lease on its key ends by the deadline.
+func TestHandlerBoundedByInvocationDeadline(t *testing.T) {
+	f := newFixture(t, 10*time.Minute)
+	f.block["slow"] = true
+	leaseUntil := make(chan time.Time, 1)
+	f.seen["slow"] = func(context.Context) {
+		_, err := f.ledger.Do(context.Background(), idem.Key("order", "slow"),
+			func(context.Context) ([]byte, error) { return nil, nil })
+		var busy *idem.InProgressError
+		if errors.As(err, &busy) {
+			leaseUntil <- busy.LeaseUntil
+		} else {
+			leaseUntil <- time.Time{}
+		}
+	}
+	h := f.handler(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	resp, err := h(ctx, events.SQSEvent{Records: []events.SQSMessage{record("m1", "slow", "", 1), record("m2", "fast", "", 1)}})
+	returned := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !returned.Before(deadline) {
+		t.Errorf("handler returned %v after the invocation deadline", returned.Sub(deadline))
+	}
+	if got := failures(resp); !slices.Equal(got, []string{"m1"}) {
+		t.Errorf("BatchItemFailures = %v, want [m1]", got)
+	}
+	lu := <-leaseUntil
+	if lu.IsZero() {
+		t.Fatal("a second attempt on the running key did not find it in progress")
+	}
+	if lu.After(deadline.Add(time.Second)) {
+		t.Errorf("the ledger's lease ran until %v, past the invocation deadline %v (ledger lease 10m)", lu, deadline)
+	}
+}
+
+// With an sqsqueue.Queue's SendDeadLetter as the sender, a permanent
+// failure lands in the SQS dead-letter queue with its reason.
+func TestHandlerDeadLetterToSQS(t *testing.T) {
+	endpoint := os.Getenv("IDEM_TEST_SQS")
+	if endpoint == "" {
+		t.Skip("set IDEM_TEST_SQS=http://127.0.0.1:9324 (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it) to run the SQS dead-letter check")
+	}
+	ctx := context.Background()
+	c := sqs.New(sqs.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+		}),
+	})
+	var urls []string
+	for _, name := range []string{"src", "dlq"} {
+		out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("idem-lambdasqs-%s-%d", name, time.Now().UnixNano()))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := aws.ToString(out.QueueUrl)
+		urls = append(urls, url)
+		t.Cleanup(func() { c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}) })
+	}
+	q, err := sqsqueue.Open(ctx, c, urls[0], sqsqueue.Options{DeadLetterURL: urls[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, time.Minute)
+	f.fail["poison"] = idem.Permanent(errors.New("card declined"))
+	if failed := invoke(t, f.handler(t, lambdasqs.WithDeadLetter(q.SendDeadLetter)), 30*time.Second, record("m1", "poison", "", 1)); len(failed) != 0 {
+		t.Fatalf("BatchItemFailures = %v, want none", failed)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[1]), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 || aws.ToString(out.Messages[0].Body) != "poison" {
+		t.Fatalf("dead-letter queue holds %d messages, want the poison one", len(out.Messages))
+	}
+	a := out.Messages[0].MessageAttributes
+	if r := aws.ToString(a[sqsqueue.ReasonAttribute].StringValue); !strings.Contains(r, "card declined") {
+		t.Errorf("reason %q, want it to name the failure", r)
+	}
+	if id := aws.ToString(a[sqsqueue.SourceIDAttribute].StringValue); id != "m1" {
+		t.Errorf("source id %q, want m1", id)
+	}
+}
