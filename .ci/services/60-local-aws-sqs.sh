@@ -61,7 +61,9 @@ createSqsServer({
 });
 JS
   echo "starting local-aws-sqs on 127.0.0.1:$sqs_port"
-  (cd "$sqs_dir" && IDEM_SQS_PORT="$sqs_port" nohup node server.js > "$sqs_dir/server.log" 2>&1 &)
+  # exec: no shell stays behind holding .ci/run's output open; setsid: the
+  # server leaves .ci/run's process group.
+  (cd "$sqs_dir" && IDEM_SQS_PORT="$sqs_port" exec setsid node server.js > server.log 2>&1 < /dev/null) &
 fi
 wait_for local-aws-sqs 40 sqs_up || { cat "$sqs_dir/server.log" 2>/dev/null; return 1; }
 export IDEM_TEST_SQS="http://127.0.0.1:$sqs_port"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func record(id, body, group string, receives int) events.SQSMessage {
 	return r
 }
 
-func itoa(n int) string { return string(rune('0' + n)) }
+func itoa(n int) string { return strconv.Itoa(n) }
 
 func failures(r events.SQSEventResponse) []string {
 	var ids []string
