@@ -47,7 +47,8 @@
 // (and SequenceNumber) of the message already held. A Queue remembers the
 // MessageId each dedup id got from its own sends for 5 minutes and reports
 // [queue.Published.Duplicate] when SQS answers a later send of that dedup id
-// with the same MessageId. Duplicates of sends made by another process (or
+// with the same MessageId (it keeps one small entry per dedup id sent in the
+// last 5 minutes). Duplicates of sends made by another process (or
 // another Queue value) are dropped by SQS all the same, but reported as
 // Duplicate false. Standard queues have no publish-side dedup; there
 // Duplicate is always false and Outgoing.DedupID is ignored.
