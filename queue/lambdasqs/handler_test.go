@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/lambdasqs"
 	"github.com/idemkit/idem/queue/sqsqueue"
@@ -243,10 +243,7 @@ func TestHandlerBoundedByInvocationDeadline(t *testing.T) {
 // With an sqsqueue.Queue's SendDeadLetter as the sender, a permanent
 // failure lands in the SQS dead-letter queue with its reason.
 func TestHandlerDeadLetterToSQS(t *testing.T) {
-	endpoint := os.Getenv("IDEM_TEST_SQS")
-	if endpoint == "" {
-		t.Skip("set IDEM_TEST_SQS=http://127.0.0.1:9324 (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it) to run the SQS dead-letter check")
-	}
+	endpoint := testenv.Require(t, testenv.SQS, "the SQS dead-letter check (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it)")
 	ctx := context.Background()
 	c := sqs.New(sqs.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqsqueue"
 )
@@ -22,10 +22,7 @@ import (
 // skipping the test when it is unset.
 func client(t testing.TB) *sqs.Client {
 	t.Helper()
-	url := os.Getenv("IDEM_TEST_SQS")
-	if url == "" {
-		t.Skip("set IDEM_TEST_SQS=http://127.0.0.1:9324 (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it) to run the SQS suite")
-	}
+	url := testenv.Require(t, testenv.SQS, "the SQS suite (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it)")
 	return sqs.New(sqs.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(url),
