@@ -88,14 +88,14 @@ func TestVisibilityLapseAndStaleReceipt(t *testing.T) {
 		t.Run(fmt.Sprintf("fifo=%v", fifo), func(t *testing.T) {
 			t.Parallel()
 			c := client(t)
-			url, _ := newQueue(t, c, queueSpec{fifo: fifo, visibility: time.Second})
+			url, _ := newQueue(t, c, queueSpec{fifo: fifo, visibility: 2 * time.Second})
 			q := open(t, c, url, sqsqueue.Options{})
-			if q.Visibility() != time.Second {
-				t.Fatalf("Visibility() = %v, want the queue's 1s", q.Visibility())
+			if q.Visibility() != 2*time.Second {
+				t.Fatalf("Visibility() = %v, want the queue's 2s", q.Visibility())
 			}
 			p := publish(t, q, queue.Outgoing{Body: []byte("lapse"), GroupID: "g", DedupID: "d1"})
 			first := receive(t, q, 1)[0]
-			second := receive(t, q, 1)[0] // only after the 1 s visibility lapsed
+			second := receive(t, q, 1)[0] // only after the 2 s visibility lapsed
 			m1, m2 := first.Message(), second.Message()
 			if m1.ID != p.ID || m2.ID != p.ID {
 				t.Fatalf("ids %s, %s; want both %s", m1.ID, m2.ID, p.ID)
@@ -163,7 +163,7 @@ func TestAbandonedPollHandsBack(t *testing.T) {
 	t.Parallel()
 	c := client(t)
 	url, _ := newQueue(t, c, queueSpec{})
-	q := open(t, c, url, sqsqueue.Options{WaitTime: 3 * time.Second})
+	q := open(t, c, url, sqsqueue.Options{WaitTime: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if ds, err := q.Receive(ctx, 10); len(ds) != 0 || !errors.Is(err, context.DeadlineExceeded) {
@@ -187,9 +187,9 @@ func TestExtendKeepsMessageInvisible(t *testing.T) {
 	t.Parallel()
 	c := client(t)
 	url, _ := newQueue(t, c, queueSpec{})
-	q := open(t, c, url, sqsqueue.Options{Visibility: time.Second})
-	if q.Visibility() != time.Second {
-		t.Fatalf("Visibility() = %v, want the configured 1s", q.Visibility())
+	q := open(t, c, url, sqsqueue.Options{Visibility: 2 * time.Second})
+	if q.Visibility() != 2*time.Second {
+		t.Fatalf("Visibility() = %v, want the configured 2s", q.Visibility())
 	}
 	publish(t, q, queue.Outgoing{Body: []byte("slow work")})
 	d := receive(t, q, 1)[0]
@@ -197,21 +197,21 @@ func TestExtendKeepsMessageInvisible(t *testing.T) {
 	var hb sync.WaitGroup
 	var hbErr error
 	hb.Go(func() {
-		tk := time.NewTicker(300 * time.Millisecond)
+		tk := time.NewTicker(500 * time.Millisecond)
 		defer tk.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-tk.C:
-				if err := d.Extend(context.Background(), time.Second); err != nil {
+				if err := d.Extend(context.Background(), 2*time.Second); err != nil {
 					hbErr = err
 					return
 				}
 			}
 		}
 	})
-	nothing(t, q, 3*time.Second) // three visibility timeouts
+	nothing(t, q, 5*time.Second) // two and a half visibility timeouts
 	close(stop)
 	hb.Wait()
 	if hbErr != nil {
@@ -241,13 +241,13 @@ func TestRetry(t *testing.T) {
 		t.Errorf("ReceiveCount after Retry(0) = %d, want 2", d.Message().ReceiveCount)
 	}
 	start := time.Now()
-	if err := d.Retry(context.Background(), 2*time.Second); err != nil {
-		t.Fatalf("Retry(2s): %v", err)
+	if err := d.Retry(context.Background(), 3*time.Second); err != nil {
+		t.Fatalf("Retry(3s): %v", err)
 	}
 	nothing(t, q, time.Second)
 	d = receive(t, q, 1)[0]
-	if el := time.Since(start); el < 2*time.Second {
-		t.Errorf("redelivered %v after Retry(2s)", el)
+	if el := time.Since(start); el < 3*time.Second {
+		t.Errorf("redelivered %v after Retry(3s)", el)
 	}
 	if d.Message().ReceiveCount != 3 {
 		t.Errorf("ReceiveCount = %d, want 3", d.Message().ReceiveCount)
