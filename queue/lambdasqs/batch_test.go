@@ -151,3 +151,29 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// With a retry-delay setter, Retry asks for the delay on the record's
+// receipt handle; a failed call still leaves the record failed.
+func TestRetryDelaySetter(t *testing.T) {
+	ctx := context.Background()
+	var calls []string
+	set := func(_ context.Context, handle string, d time.Duration) error {
+		calls = append(calls, handle+" "+d.String())
+		if handle == "rh-down" {
+			return errors.New("sqs unreachable")
+		}
+		return nil
+	}
+	b := lambdasqs.NewBatch(events.SQSEvent{Records: []events.SQSMessage{record("m1", "x", "", 1), record("down", "y", "", 1)}}, lambdasqs.WithRetryDelay(set))
+	ds := b.Deliveries()
+	must(t, ds[0].Retry(ctx, 4*time.Second))
+	if err := ds[1].Retry(ctx, time.Second); err == nil {
+		t.Error("Retry whose delay could not be set returned nil")
+	}
+	if !slices.Equal(calls, []string{"rh-m1 4s", "rh-down 1s"}) {
+		t.Errorf("setter calls %q", calls)
+	}
+	if f := failures(b.Response()); !slices.Equal(f, []string{"m1", "down"}) {
+		t.Errorf("BatchItemFailures = %v, want [m1 down]", f)
+	}
+}

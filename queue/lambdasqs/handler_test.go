@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
@@ -32,6 +33,7 @@ type fixture struct {
 	fail   map[string]error                     // body -> error returned
 	block  map[string]bool                      // body -> wait for ctx
 	seen   map[string]func(ctx context.Context) // body -> called while running
+	copts  []queue.Option                       // consumer options
 }
 
 func newFixture(t *testing.T, lease time.Duration) *fixture {
@@ -66,7 +68,7 @@ func (f *fixture) handler(t *testing.T, opts ...lambdasqs.Option) func(context.C
 		}
 		return []byte("done " + body), err
 	}
-	c, err := queue.NewConsumer(lambdasqs.Source(), f.ledger, key, h)
+	c, err := queue.NewConsumer(lambdasqs.Source(), f.ledger, key, h, f.copts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,24 +245,8 @@ func TestHandlerBoundedByInvocationDeadline(t *testing.T) {
 // With an sqsqueue.Queue's SendDeadLetter as the sender, a permanent
 // failure lands in the SQS dead-letter queue with its reason.
 func TestHandlerDeadLetterToSQS(t *testing.T) {
-	endpoint := testenv.Require(t, testenv.SQS, "the SQS dead-letter check (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it)")
 	ctx := context.Background()
-	c := sqs.New(sqs.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
-		}),
-	})
-	var urls []string
-	for _, name := range []string{"src", "dlq"} {
-		out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("idem-lambdasqs-%s-%d", name, time.Now().UnixNano()))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		url := aws.ToString(out.QueueUrl)
-		urls = append(urls, url)
-		t.Cleanup(func() { c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}) })
-	}
+	c, urls := sqsQueues(t, "src", "dlq")
 	q, err := sqsqueue.Open(ctx, c, urls[0], sqsqueue.Options{DeadLetterURL: urls[1]})
 	if err != nil {
 		t.Fatal(err)
@@ -283,5 +269,76 @@ func TestHandlerDeadLetterToSQS(t *testing.T) {
 	}
 	if id := aws.ToString(a[sqsqueue.SourceIDAttribute].StringValue); id != "m1" {
 		t.Errorf("source id %q, want m1", id)
+	}
+}
+
+// sqsQueues creates queues (deleted at cleanup) on the emulator that
+// IDEM_TEST_SQS names and returns a client and their URLs.
+func sqsQueues(t *testing.T, names ...string) (*sqs.Client, []string) {
+	t.Helper()
+	endpoint := testenv.Require(t, testenv.SQS, "the lambdasqs checks against SQS (local-aws-sqs; .ci/services/60-local-aws-sqs.sh starts it)")
+	c := sqs.New(sqs.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+		}),
+	})
+	var urls []string
+	for _, name := range names {
+		out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("idem-lambdasqs-%s-%d", name, time.Now().UnixNano()))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := aws.ToString(out.QueueUrl)
+		urls = append(urls, url)
+		t.Cleanup(func() {
+			if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil {
+				t.Errorf("DeleteQueue %s: %v", url, err)
+			}
+		})
+	}
+	return c, urls
+}
+
+// With an sqsqueue.Queue's ChangeVisibility as the retry delay, a record
+// the consumer retries comes back after the consumer's backoff, not after
+// the queue's 30 s visibility timeout.
+func TestHandlerRetryDelayOnSQS(t *testing.T) {
+	ctx := context.Background()
+	c, urls := sqsQueues(t, "retry")
+	q, err := sqsqueue.Open(ctx, c, urls[0], sqsqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, queue.Outgoing{Body: []byte("flaky")}); err != nil {
+		t.Fatal(err)
+	}
+	// What Lambda's event source mapping does: receive, then invoke.
+	in := &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[0]), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}}
+	out, err := c.ReceiveMessage(ctx, in)
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("ReceiveMessage: %d messages, %v", len(out.Messages), err)
+	}
+	m := out.Messages[0]
+	rec := events.SQSMessage{MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), Attributes: m.Attributes}
+
+	f := newFixture(t, time.Minute)
+	f.fail["flaky"] = errors.New("provider timed out")
+	f.copts = []queue.Option{queue.WithBackoff(2*time.Second, 2*time.Second)} // 1 to 2 s with jitter
+	start := time.Now()
+	if failed := invoke(t, f.handler(t, lambdasqs.WithRetryDelay(q.ChangeVisibility)), 30*time.Second, rec); !slices.Equal(failed, []string{rec.MessageId}) {
+		t.Fatalf("BatchItemFailures = %v, want [%s]", failed, rec.MessageId)
+	}
+	in.WaitTimeSeconds = 5
+	out, err = c.ReceiveMessage(ctx, in)
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("the retried record did not come back within the backoff (+5 s): %d messages, %v", len(out.Messages), err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("came back after %v, want about the 2 s backoff, not the 30 s visibility timeout", el)
+	}
+	if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Errorf("ApproximateReceiveCount %s, want 2", n)
 	}
 }

@@ -14,9 +14,10 @@
 //
 //   - Ack: the record succeeded; Lambda deletes it.
 //   - Retry(delay), or no settle at all: the record is reported in
-//     BatchItemFailures and comes back after the queue's visibility timeout
-//     (the delay cannot be honoured: only the event source mapping can
-//     change the message's visibility).
+//     BatchItemFailures and comes back after the queue's visibility
+//     timeout; with [WithRetryDelay] (for example an sqsqueue.Queue's
+//     ChangeVisibility), Retry first sets the message's visibility to delay,
+//     so the consumer's backoff holds in Lambda too.
 //   - DeadLetter(reason): with [WithDeadLetter] (for example an
 //     sqsqueue.Queue's SendDeadLetter), a copy with the reason goes to the
 //     dead-letter queue and the record counts as succeeded, so Lambda
@@ -57,7 +58,18 @@ type Option func(*config)
 
 type config struct {
 	deadLetter func(ctx context.Context, m queue.Message, reason string) error
+	retryDelay func(ctx context.Context, receiptHandle string, delay time.Duration) error
 	margin     time.Duration
+}
+
+// WithRetryDelay makes Retry(delay) call setVisibility with the record's
+// receipt handle and delay (an sqsqueue.Queue's ChangeVisibility, for the
+// queue the function consumes), so that the failed record comes back after
+// delay instead of the queue's visibility timeout. If the call fails the
+// record is still reported failed and comes back after the visibility
+// timeout.
+func WithRetryDelay(setVisibility func(ctx context.Context, receiptHandle string, delay time.Duration) error) Option {
+	return func(c *config) { c.retryDelay = setVisibility }
 }
 
 // WithDeadLetter makes DeadLetter(reason) send the message to a dead-letter
@@ -92,7 +104,7 @@ func NewBatch(ev events.SQSEvent, opts ...Option) *Batch {
 func newBatch(ev events.SQSEvent, cfg config) *Batch {
 	b := &Batch{ds: make([]*Delivery, len(ev.Records))}
 	for i, r := range ev.Records {
-		b.ds[i] = &Delivery{msg: toMessage(r), deadLetter: cfg.deadLetter}
+		b.ds[i] = &Delivery{msg: toMessage(r), handle: r.ReceiptHandle, deadLetter: cfg.deadLetter, retryDelay: cfg.retryDelay}
 	}
 	return b
 }
@@ -145,7 +157,9 @@ const (
 // Delivery is one record of an SQS event. It is safe for concurrent use.
 type Delivery struct {
 	msg        queue.Message
+	handle     string
 	deadLetter func(ctx context.Context, m queue.Message, reason string) error
+	retryDelay func(ctx context.Context, receiptHandle string, delay time.Duration) error
 
 	mu     sync.Mutex
 	state  state
@@ -187,12 +201,21 @@ func (d *Delivery) Ack(context.Context) error {
 	return d.settle("ack", acked)
 }
 
-// Retry marks the record as failed: it comes back after the queue's
-// visibility timeout, whatever delay says.
-func (d *Delivery) Retry(context.Context, time.Duration) error {
+// Retry marks the record as failed. It comes back after the queue's
+// visibility timeout, or after delay with [WithRetryDelay]; if that call
+// fails, Retry still marks the record failed and returns the error.
+func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.settle("retry", retried)
+	if err := d.settle("retry", retried); err != nil {
+		return err
+	}
+	if d.retryDelay != nil {
+		if err := d.retryDelay(ctx, d.handle, delay); err != nil {
+			return fmt.Errorf("lambdasqs: retry message %s after %v (it comes back after the visibility timeout instead): %w", d.msg.ID, delay, err)
+		}
+	}
+	return nil
 }
 
 // Extend does nothing (the invocation's deadline bounds the work) and

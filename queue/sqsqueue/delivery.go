@@ -256,3 +256,26 @@ func cleanReason(s string) string {
 		return utf8.RuneError
 	}, s)
 }
+
+// ChangeVisibility sets the visibility of the message received with
+// receiptHandle to d from now (rounded up to whole seconds, at most 12
+// hours; 0: visible at once). It is for messages received by other means,
+// such as an AWS Lambda SQS event (lambdasqs.WithRetryDelay); a Delivery's
+// Retry and Extend do this for messages a Queue received. SQS's refusal of
+// the handle is returned wrapping [ErrStaleReceipt].
+func (q *Queue) ChangeVisibility(ctx context.Context, receiptHandle string, d time.Duration) error {
+	_, err := q.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(q.url),
+		ReceiptHandle:     aws.String(receiptHandle),
+		VisibilityTimeout: seconds(d),
+	})
+	if err == nil {
+		return nil
+	}
+	var inv *types.ReceiptHandleIsInvalid
+	var nif *types.MessageNotInflight
+	if errors.As(err, &inv) || errors.As(err, &nif) || isStaleCode(err) {
+		return fmt.Errorf("sqsqueue: change visibility on %s: %w: %w", q.url, ErrStaleReceipt, err)
+	}
+	return fmt.Errorf("sqsqueue: change visibility on %s: %w", q.url, err)
+}

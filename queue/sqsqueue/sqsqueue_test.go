@@ -147,6 +147,9 @@ func TestServerRefusesStaleReceipt(t *testing.T) {
 	if second.Message().ID != first.Message().ID || second.Message().ReceiveCount != 2 {
 		t.Fatalf("second delivery %s (count %d), want %s again", second.Message().ID, second.Message().ReceiveCount, first.Message().ID)
 	}
+	if err := q.ChangeVisibility(context.Background(), first.(*sqsqueue.Delivery).ReceiptHandle(), time.Minute); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
+		t.Errorf("ChangeVisibility with the superseded receipt = %v, want ErrStaleReceipt", err)
+	}
 	if err := first.Ack(context.Background()); !errors.Is(err, sqsqueue.ErrStaleReceipt) {
 		t.Fatalf("Ack with the superseded receipt = %v, want ErrStaleReceipt", err)
 	}
