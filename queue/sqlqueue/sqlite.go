@@ -1,0 +1,719 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/queue"
+)
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// sqliteComponent names the queue's rows in idem_migrations, the table it
+// shares with store/sqlitestore.
+const sqliteComponent = "sqlqueue"
+
+// SQLite holds the queues kept in one SQLite database, usually the file of
+// a store/sqlitestore.Store (open it on the store's DB()). Make one with
+// [NewSQLite]; it is safe for concurrent use. Its writes (receives,
+// settles, publishes) go through one group-commit writer, on one
+// connection of the pool. Close it before the database.
+type SQLite struct {
+	db        *sql.DB
+	cfg       config
+	w         *sqliteWriter
+	wakers    wakers
+	closed    atomic.Bool
+	lastSweep atomic.Int64
+}
+
+// NewSQLite returns the queues of db, creating or updating their tables
+// unless [WithMigrate](false) says otherwise. db must be a
+// modernc.org/sqlite pool on a file in WAL mode (a sqlitestore.Store's
+// DB() is); the tables are idem_queue_messages, idem_queue_dead and
+// idem_queue_dedup, versioned in idem_migrations under the component
+// "sqlqueue". ctx bounds the opening only.
+//
+// The handle keeps one connection of db for its writer until [SQLite.Close].
+// Its writes wait up to the connection's busy timeout (10 s if the pool
+// sets none) for SQLite's write lock, which the store's writer and other
+// processes also take.
+func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error) {
+	if db == nil {
+		return nil, errors.New("sqlqueue: NewSQLite: nil db")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &SQLite{db: db, cfg: cfg}
+	if cfg.migrate {
+		if err := s.migrate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if s.w, err = newSQLiteWriter(ctx, s); err != nil {
+		return nil, s.wrapErr(fmt.Errorf("sqlqueue: starting the writer: %w", err))
+	}
+	s.lastSweep.Store(s.now())
+	return s, nil
+}
+
+// Close stops the writer (calls queued for it fail with [ErrClosed]) and
+// returns its connection to the pool; it does not close the pool. Later
+// calls fail with ErrClosed. Closing twice does nothing.
+func (s *SQLite) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.w.close()
+	return nil
+}
+
+func (s *SQLite) now() int64 { return s.cfg.clock().UnixMicro() }
+
+// lockWrites is the hook for taking a process-local write turn; SQLite's
+// own lock serializes writers, so it does nothing unless configured.
+func (s *SQLite) lockWrites() (unlock func()) {
+	if s.cfg.writeLock == nil {
+		return func() {}
+	}
+	return s.cfg.writeLock(bg)
+}
+
+func (s *SQLite) wrapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.closed.Load() && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	if strings.Contains(err.Error(), "no such table: idem_queue_") {
+		return fmt.Errorf("%w (open the queue with migrations on): %w", ErrNoTables, err)
+	}
+	return err
+}
+
+func (s *SQLite) migrate(ctx context.Context) error {
+	ms, err := migrations.Load(migrationFiles, "migrations/sqlite", "sqlqueue")
+	if err != nil {
+		return err
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlqueue: migrate: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("sqlqueue: migrate: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	// The same table store/sqlitestore keeps its version in.
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (
+	component  TEXT    NOT NULL,
+	version    INTEGER NOT NULL,
+	name       TEXT    NOT NULL,
+	applied_at INTEGER NOT NULL,
+	PRIMARY KEY (component, version)
+)`); err != nil {
+		return fmt.Errorf("sqlqueue: migrate: %w", err)
+	}
+	var current int
+	if err := conn.QueryRowContext(ctx,
+		`SELECT COALESCE(MAX(version), 0) FROM idem_migrations WHERE component = ?`, sqliteComponent).Scan(&current); err != nil {
+		return fmt.Errorf("sqlqueue: migrate: %w", err)
+	}
+	if current > len(ms) {
+		// Migrations only add: an older build works on a newer schema.
+		current = len(ms)
+	}
+	for _, m := range ms[current:] {
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("sqlqueue: migration %s: %w", m.Name, err)
+		}
+		if _, err := conn.ExecContext(ctx,
+			`INSERT INTO idem_migrations (component, version, name, applied_at) VALUES (?, ?, ?, ?)`,
+			sqliteComponent, m.Version, m.Name, s.now()); err != nil {
+			return fmt.Errorf("sqlqueue: migration %s: %w", m.Name, err)
+		}
+		s.cfg.logger.Info("sqlqueue: applied migration", "migration", m.Name)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("sqlqueue: migrate: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+// Queue returns the queue name of the database (queues need no creating:
+// a name with no messages is an empty queue). opts apply after the
+// handle's [WithDefaults]. Two values for the same name are the same
+// queue; each has its own options (visibility, dedup window).
+func (s *SQLite) Queue(name string, opts ...QueueOption) (*SQLiteQueue, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	cfg := s.cfg.queue
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &SQLiteQueue{s: s, name: name, cfg: cfg, wake: s.wakers.get(name)}, nil
+}
+
+// Stats returns the stats of every queue that has messages or dead
+// letters, sorted by name. It scans the tables: an operator's call, not a
+// hot path.
+func (s *SQLite) Stats(ctx context.Context) ([]Stats, error) {
+	return s.stats(ctx, "")
+}
+
+func (s *SQLite) stats(ctx context.Context, only string) ([]Stats, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	now := s.now()
+	where, args := "", []any{now, now, now}
+	if only != "" {
+		where = " WHERE queue = ?"
+	}
+	qargs := args
+	if only != "" {
+		qargs = append(qargs, only)
+	}
+	byName := map[string]*Stats{}
+	get := func(q string) *Stats {
+		st := byName[q]
+		if st == nil {
+			st = &Stats{Queue: q}
+			byName[q] = st
+		}
+		return st
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT queue,
+	COALESCE(SUM(visible_at <= ?), 0),
+	COALESCE(SUM(visible_at > ? AND receipt IS NOT NULL), 0),
+	COALESCE(SUM(visible_at > ? AND receipt IS NULL), 0),
+	MIN(published)
+FROM idem_queue_messages`+where+` GROUP BY queue`, qargs...)
+	if err != nil {
+		return nil, s.wrapErr(fmt.Errorf("sqlqueue: stats: %w", err))
+	}
+	for rows.Next() {
+		var q string
+		var ready, inFlight, delayed, oldest int64
+		if err := rows.Scan(&q, &ready, &inFlight, &delayed, &oldest); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlqueue: stats: %w", err)
+		}
+		st := get(q)
+		st.Ready, st.InFlight, st.Delayed = ready, inFlight, delayed
+		st.OldestAge = max(time.Duration(now-oldest)*time.Microsecond, 0)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("sqlqueue: stats: %w", err)
+	}
+	var dargs []any
+	if only != "" {
+		dargs = append(dargs, only)
+	}
+	rows, err = s.db.QueryContext(ctx, `SELECT queue, COUNT(*) FROM idem_queue_dead`+where+` GROUP BY queue`, dargs...)
+	if err != nil {
+		return nil, s.wrapErr(fmt.Errorf("sqlqueue: stats: %w", err))
+	}
+	for rows.Next() {
+		var q string
+		var n int64
+		if err := rows.Scan(&q, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlqueue: stats: %w", err)
+		}
+		get(q).DeadLettered = n
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("sqlqueue: stats: %w", err)
+	}
+	out := make([]Stats, 0, len(byName))
+	for _, st := range byName {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+// Sweep deletes up to limit dedup ids whose window has passed, and
+// returns how many it deleted. An expired id already behaves as absent;
+// the writer also sweeps up to 1,000 of them a minute on its own.
+func (s *SQLite) Sweep(ctx context.Context, limit int) (int, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+		res, err := st.sweep.Exec(now, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), s.wrapErr(err)
+}
+
+// SQLiteQueue is one named queue of a [SQLite] database. It implements
+// [queue.Source], [queue.Publisher] and [queue.TxPublisher] for *sql.Tx.
+type SQLiteQueue struct {
+	s    *SQLite
+	name string
+	cfg  queueConfig
+	wake *waker
+}
+
+var (
+	_ queue.Source               = (*SQLiteQueue)(nil)
+	_ queue.Publisher            = (*SQLiteQueue)(nil)
+	_ queue.TxPublisher[*sql.Tx] = (*SQLiteQueue)(nil)
+)
+
+// Name returns the queue's name.
+func (q *SQLiteQueue) Name() string { return q.name }
+
+// Visibility implements [queue.Source]: the queue's visibility timeout.
+func (q *SQLiteQueue) Visibility() time.Duration { return q.cfg.visibility }
+
+// Publish implements [queue.Publisher]: it inserts the message in the
+// writer's next transaction and returns once that has committed. With a
+// dedup id (Outgoing.DedupID, or the body's hash under
+// [WithContentDedup]) seen inside the dedup window, nothing is inserted
+// and the first message's id comes back with Duplicate set. A publish
+// wakes this process's receivers of the queue at once; other processes'
+// find the message at their next poll.
+func (q *SQLiteQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	if q.s.closed.Load() {
+		return queue.Published{}, ErrClosed
+	}
+	if err := checkOutgoing(m); err != nil {
+		return queue.Published{}, err
+	}
+	attrs, err := encodeAttrs(m.Attributes)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	var p queue.Published
+	err = q.s.w.do(ctx, func(st *sqliteStmts, now int64) (err error) {
+		p, err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, m, attrs, now)
+		return err
+	})
+	if err != nil {
+		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+	}
+	if !p.Duplicate {
+		q.wake.wake()
+	}
+	return p, nil
+}
+
+// PublishBatch publishes ms in one transaction (which commits all or
+// none of them), in order, and returns what each publish got, as Publish
+// would have. Use it to load many messages at once.
+func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error) {
+	if q.s.closed.Load() {
+		return nil, ErrClosed
+	}
+	attrs := make([][]byte, len(ms))
+	for i, m := range ms {
+		if err := checkOutgoing(m); err != nil {
+			return nil, err
+		}
+		var err error
+		if attrs[i], err = encodeAttrs(m.Attributes); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]queue.Published, len(ms))
+	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+		for i, m := range ms {
+			var err error
+			if out[i], err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, m, attrs[i], now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+	}
+	q.wake.wake()
+	return out, nil
+}
+
+// PublishTx implements [queue.TxPublisher]: it inserts the message in
+// tx, the caller's transaction on the same database (for instance the one
+// idem.DoTx hands to its function on a sqlitestore.Store), so the message
+// is queued if and only if tx commits. Dedup works as for Publish, inside
+// tx. Receivers of this process are woken at once (they find the message
+// once tx has committed, polling from 5 ms on).
+func (q *SQLiteQueue) PublishTx(ctx context.Context, tx *sql.Tx, m queue.Outgoing) (queue.Published, error) {
+	if q.s.closed.Load() {
+		return queue.Published{}, ErrClosed
+	}
+	if tx == nil {
+		return queue.Published{}, fmt.Errorf("%w: nil transaction", ErrBadMessage)
+	}
+	if err := checkOutgoing(m); err != nil {
+		return queue.Published{}, err
+	}
+	attrs, err := encodeAttrs(m.Attributes)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	var stmts [3]*sql.Stmt
+	for i, sq := range []string{sqliteDedupGet, sqliteInsert, sqliteDedupPut} {
+		if i != 1 && q.cfg.dedupFor(m) == "" {
+			continue
+		}
+		if stmts[i], err = tx.PrepareContext(ctx, sq); err != nil {
+			return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+		}
+		defer stmts[i].Close()
+	}
+	p, err := q.publishIn(stmts[0], stmts[1], stmts[2], m, attrs, q.s.now())
+	if err != nil {
+		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+	}
+	if !p.Duplicate {
+		q.wake.wake()
+	}
+	return p, nil
+}
+
+// publishIn publishes m inside a write transaction.
+func (q *SQLiteQueue) publishIn(get, insert, put *sql.Stmt, m queue.Outgoing, attrs []byte, now int64) (queue.Published, error) {
+	dedup := q.cfg.dedupFor(m)
+	if dedup != "" {
+		var id, exp int64
+		err := get.QueryRow(q.name, dedup).Scan(&id, &exp)
+		switch {
+		case err == nil && exp > now:
+			return queue.Published{ID: formatID(id), Duplicate: true}, nil
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return queue.Published{}, err
+		}
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var id int64
+	err := insert.QueryRow(q.name, body, nullBytes(attrs), nullString(m.GroupID), nullString(m.DedupID),
+		now+m.Delay.Microseconds(), now).Scan(&id)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	if dedup != "" {
+		if _, err := put.Exec(q.name, dedup, id, now+q.cfg.dedupWindow.Microseconds()); err != nil {
+			return queue.Published{}, err
+		}
+	}
+	return queue.Published{ID: formatID(id)}, nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// Receive implements [queue.Source]. It hands out up to max messages
+// (max < 1 means 1) that are visible, oldest visible first, hiding each
+// for the queue's visibility timeout and counting the receive. A message
+// of a FIFO group is handed out only when every earlier message of its
+// group has been acked or dead-lettered (so one per group per call). When
+// none is visible, Receive waits: a publish through this process's
+// handle wakes it at once; otherwise it looks again after 5 ms, doubling
+// the wait up to the poll interval ([WithPollInterval]). It returns ctx's
+// error when ctx is done first.
+func (q *SQLiteQueue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	if max < 1 {
+		max = 1
+	}
+	backoff := 5 * time.Millisecond
+	for {
+		if q.s.closed.Load() {
+			return nil, ErrClosed
+		}
+		// Take the wake-up channel before looking, so that a publish
+		// committed during the look is not missed.
+		wake := q.wake.wait()
+		ds, err := q.receive(ctx, max)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		if err := q.waitVisible(ctx, &backoff, wake); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitVisible waits until a read (which takes no lock) finds a visible
+// message, backing off while none is.
+func (q *SQLiteQueue) waitVisible(ctx context.Context, backoff *time.Duration, wake <-chan struct{}) error {
+	for {
+		select {
+		case <-wake:
+			*backoff = 5 * time.Millisecond
+			return nil
+		default:
+		}
+		if err := sleep(ctx, *backoff, wake); err != nil {
+			return err
+		}
+		*backoff = min(2**backoff, q.s.cfg.poll)
+		var one int
+		err := q.s.db.QueryRowContext(ctx,
+			`SELECT 1 FROM idem_queue_messages WHERE queue = ? AND visible_at <= ? LIMIT 1`, q.name, q.s.now()).Scan(&one)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, sql.ErrNoRows):
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return q.s.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+		}
+	}
+}
+
+func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	var ds []queue.Delivery
+	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+		ds = ds[:0]
+		rows, err := st.receive.Query(now+q.cfg.visibility.Microseconds(), now, q.name, max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			d := &delivery{s: q}
+			var attrs, group, dedup sql.NullString
+			var first sql.NullInt64
+			var published int64
+			if err := rows.Scan(&d.id, &d.msg.Body, &attrs, &group, &dedup, &d.msg.ReceiveCount,
+				&d.receipt, &first, &published); err != nil {
+				return err
+			}
+			if d.msg.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
+				return err
+			}
+			d.msg.ID = formatID(d.id)
+			d.msg.GroupID, d.msg.DedupID = group.String, dedup.String
+			d.msg.FirstReceived = time.UnixMicro(first.Int64)
+			d.msg.Published = time.UnixMicro(published)
+			ds = append(ds, d)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
+	return ds, nil
+}
+
+// settle runs one conditional write of a delivery in the writer.
+func (q *SQLiteQueue) settle(ctx context.Context, d *delivery, what string, wake bool,
+	run func(st *sqliteStmts, now int64) (sql.Result, error)) error {
+	if q.s.closed.Load() {
+		return ErrClosed
+	}
+	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+		res, err := run(st, now)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return expired(d.id)
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrReceiptExpired) {
+			return err
+		}
+		return q.s.wrapErr(fmt.Errorf("sqlqueue: %s message %d of %s: %w", what, d.id, q.name, err))
+	}
+	if wake {
+		q.wake.wake()
+	}
+	return nil
+}
+
+func (q *SQLiteQueue) ack(ctx context.Context, d *delivery) error {
+	return q.settle(ctx, d, "ack", d.msg.GroupID != "", func(st *sqliteStmts, _ int64) (sql.Result, error) {
+		return st.ack.Exec(d.id, d.receipt)
+	})
+}
+
+func (q *SQLiteQueue) retry(ctx context.Context, d *delivery, delay time.Duration) error {
+	return q.settle(ctx, d, "retry", delay == 0, func(st *sqliteStmts, now int64) (sql.Result, error) {
+		return st.retry.Exec(now+delay.Microseconds(), d.id, d.receipt)
+	})
+}
+
+func (q *SQLiteQueue) extend(ctx context.Context, d *delivery, dur time.Duration) error {
+	return q.settle(ctx, d, "extend", false, func(st *sqliteStmts, now int64) (sql.Result, error) {
+		return st.extend.Exec(now+dur.Microseconds(), d.id, d.receipt)
+	})
+}
+
+func (q *SQLiteQueue) deadLetter(ctx context.Context, d *delivery, reason string) error {
+	return q.settle(ctx, d, "dead-letter", d.msg.GroupID != "", func(st *sqliteStmts, now int64) (sql.Result, error) {
+		res, err := st.deadCopy.Exec(reason, now, d.id, d.receipt)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return res, err
+		}
+		return st.deadDelete.Exec(d.id)
+	})
+}
+
+// Stats returns the queue's stats.
+func (q *SQLiteQueue) Stats(ctx context.Context) (Stats, error) {
+	sts, err := q.s.stats(ctx, q.name)
+	if err != nil || len(sts) == 0 {
+		return Stats{Queue: q.name}, err
+	}
+	return sts[0], nil
+}
+
+// DeadLetters returns up to limit (limit < 1: 100) of the queue's dead
+// letters, oldest message first, with the message as it was when it was
+// dead-lettered (receive count included).
+func (q *SQLiteQueue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	if q.s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if limit < 1 {
+		limit = 100
+	}
+	rows, err := q.s.db.QueryContext(ctx, `SELECT id, body, attributes, group_id, dedup_id, receive_count, first_received, published, reason, dead_at
+FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?`, q.name, limit)
+	if err != nil {
+		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err))
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var dl DeadLetter
+		var id, published, at int64
+		var attrs, group, dedup sql.NullString
+		var first sql.NullInt64
+		if err := rows.Scan(&id, &dl.Message.Body, &attrs, &group, &dedup, &dl.Message.ReceiveCount, &first, &published, &dl.Reason, &at); err != nil {
+			return nil, fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err)
+		}
+		if dl.Message.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
+			return nil, err
+		}
+		dl.Message.ID = formatID(id)
+		dl.Message.GroupID, dl.Message.DedupID = group.String, dedup.String
+		if first.Valid {
+			dl.Message.FirstReceived = time.UnixMicro(first.Int64)
+		}
+		dl.Message.Published = time.UnixMicro(published)
+		dl.At = time.UnixMicro(at)
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err)
+	}
+	return out, nil
+}
+
+// Redrive moves up to limit of the queue's dead letters (limit < 1: all
+// of them), oldest first, back into the queue, visible at once, with
+// their receive count reset to 0 and their id, body, attributes, group
+// and publish time kept. It returns how many it moved. It works in
+// transactions of up to 1,000 messages: if it fails part way, what was
+// moved stays moved.
+func (q *SQLiteQueue) Redrive(ctx context.Context, limit int) (int, error) {
+	if q.s.closed.Load() {
+		return 0, ErrClosed
+	}
+	total := 0
+	for limit < 1 || total < limit {
+		n := 1000
+		if limit >= 1 {
+			n = min(n, limit-total)
+		}
+		var moved int
+		err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+			moved = 0
+			tx := q.s.w.conn
+			rows, err := tx.QueryContext(bg, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+SELECT id, queue, body, attributes, group_id, dedup_id, ?, 0, published FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?
+RETURNING id`, now, q.name, n)
+			if err != nil {
+				return err
+			}
+			var ids []int64
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			for _, id := range ids {
+				if _, err := tx.ExecContext(bg, `DELETE FROM idem_queue_dead WHERE id = ?`, id); err != nil {
+					return err
+				}
+			}
+			moved = len(ids)
+			return nil
+		})
+		if err != nil {
+			return total, q.s.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
+		}
+		total += moved
+		if moved > 0 {
+			q.wake.wake()
+		}
+		if moved < n {
+			break
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,284 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// sqliteWriter is the group commit of a [SQLite] handle: one goroutine
+// that owns one connection of the pool, takes the operations queued since
+// its last commit (receives, settles, publishes; up to maxBatch), runs
+// them in one BEGIN IMMEDIATE ... COMMIT and answers each after the
+// COMMIT. Concurrent consumers and publishers so share one sync of the
+// write-ahead log instead of paying one each, and take SQLite's write lock
+// once per batch instead of once per call.
+type sqliteWriter struct {
+	s     *SQLite
+	conn  *sql.Conn
+	st    sqliteStmts
+	queue chan *sqliteOp
+
+	closing chan struct{}
+	done    chan struct{}
+	batch   []*sqliteOp
+}
+
+const maxBatch = 256
+
+type sqliteOp struct {
+	ctx  context.Context
+	run  func(st *sqliteStmts, now int64) error
+	err  error
+	done chan struct{}
+}
+
+// sqliteStmts are the writer's prepared statements on its connection.
+type sqliteStmts struct {
+	receive, ack, retry, extend, deadCopy, deadDelete,
+	dedupGet, insert, dedupPut, sweep *sql.Stmt
+}
+
+func (st *sqliteStmts) all() []**sql.Stmt {
+	return []**sql.Stmt{&st.receive, &st.ack, &st.retry, &st.extend, &st.deadCopy, &st.deadDelete,
+		&st.dedupGet, &st.insert, &st.dedupPut, &st.sweep}
+}
+
+var sqliteQueries = [...]string{
+	sqliteReceive, sqliteAck, sqliteRetry, sqliteExtend, sqliteDeadCopy, sqliteDeadDelete,
+	sqliteDedupGet, sqliteInsert, sqliteDedupPut, sqliteSweep,
+}
+
+const (
+	// sqliteReceive hands out up to ?4 visible messages of queue ?3 at
+	// ?2 (now), hidden until ?1. A message of a group is eligible only
+	// while no earlier message of its group is in the table (in flight,
+	// delayed or waiting): the group's head.
+	sqliteReceive = `UPDATE idem_queue_messages
+SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
+WHERE id IN (
+	SELECT m.id FROM idem_queue_messages m
+	WHERE m.queue = ?3 AND m.visible_at <= ?2
+	  AND (m.group_id IS NULL OR NOT EXISTS (
+		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id))
+	ORDER BY m.visible_at, m.id
+	LIMIT ?4)
+RETURNING id, body, attributes, group_id, dedup_id, receive_count, receipt, first_received, published`
+	sqliteAck      = `DELETE FROM idem_queue_messages WHERE id = ? AND receipt = ?`
+	sqliteRetry    = `UPDATE idem_queue_messages SET visible_at = ?, receipt = NULL WHERE id = ? AND receipt = ?`
+	sqliteExtend   = `UPDATE idem_queue_messages SET visible_at = ? WHERE id = ? AND receipt = ?`
+	sqliteDeadCopy = `INSERT OR REPLACE INTO idem_queue_dead (id, queue, body, attributes, group_id, dedup_id, receive_count, first_received, published, reason, dead_at)
+SELECT id, queue, body, attributes, group_id, dedup_id, receive_count, first_received, published, ?, ? FROM idem_queue_messages WHERE id = ? AND receipt = ?`
+	sqliteDeadDelete = `DELETE FROM idem_queue_messages WHERE id = ?`
+	sqliteDedupGet   = `SELECT message_id, expires_at FROM idem_queue_dedup WHERE queue = ? AND dedup_id = ?`
+	sqliteInsert     = `INSERT INTO idem_queue_messages (queue, body, attributes, group_id, dedup_id, visible_at, published)
+VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`
+	sqliteDedupPut = `INSERT OR REPLACE INTO idem_queue_dedup (queue, dedup_id, message_id, expires_at) VALUES (?, ?, ?, ?)`
+	sqliteSweep    = `DELETE FROM idem_queue_dedup WHERE (queue, dedup_id) IN (
+	SELECT queue, dedup_id FROM idem_queue_dedup WHERE expires_at <= ? LIMIT ?)`
+)
+
+func newSQLiteWriter(ctx context.Context, s *SQLite) (*sqliteWriter, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &sqliteWriter{
+		s:       s,
+		conn:    conn,
+		queue:   make(chan *sqliteOp, maxBatch),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+		batch:   make([]*sqliteOp, 0, maxBatch),
+	}
+	fail := func(err error) (*sqliteWriter, error) {
+		w.closeStmts()
+		conn.Close()
+		return nil, err
+	}
+	// The writer waits for the write lock like the ledger's writer does:
+	// keep the pool's busy timeout if it has one, else wait 10 s.
+	var busy int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return fail(err)
+	}
+	if busy == 0 {
+		if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = 10000"); err != nil {
+			return fail(err)
+		}
+	}
+	for i, p := range w.st.all() {
+		if *p, err = conn.PrepareContext(ctx, sqliteQueries[i]); err != nil {
+			return fail(fmt.Errorf("preparing %q: %w", sqliteQueries[i], err))
+		}
+	}
+	go w.loop()
+	return w, nil
+}
+
+func (w *sqliteWriter) closeStmts() {
+	for _, p := range w.st.all() {
+		if *p != nil {
+			(*p).Close()
+		}
+	}
+}
+
+// do queues run and waits for its answer. If ctx ends first, do returns
+// ctx's error; the operation may or may not have been committed.
+func (w *sqliteWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &sqliteOp{ctx: ctx, run: run, done: make(chan struct{})}
+	select {
+	case w.queue <- o:
+	case <-w.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.done:
+		select {
+		case <-o.done:
+			return o.err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+func (o *sqliteOp) finish(err error) {
+	o.err = err
+	close(o.done)
+}
+
+func (w *sqliteWriter) loop() {
+	defer func() {
+		w.closeStmts()
+		w.conn.Close()
+		close(w.done)
+	}()
+	for {
+		select {
+		case o := <-w.queue:
+			w.batch = append(w.batch[:0], o)
+		case <-w.closing:
+			for {
+				select {
+				case o := <-w.queue:
+					o.finish(ErrClosed)
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(w.batch) < cap(w.batch) {
+			select {
+			case o := <-w.queue:
+				w.batch = append(w.batch, o)
+			default:
+				break fill
+			}
+		}
+		w.runBatch(w.batch)
+		clear(w.batch)
+	}
+}
+
+func (w *sqliteWriter) close() {
+	close(w.closing)
+	<-w.done
+}
+
+var bg = context.Background()
+
+func (w *sqliteWriter) exec(q string) error {
+	_, err := w.conn.ExecContext(bg, q)
+	return err
+}
+
+// runBatch runs batch in one transaction and answers every operation. If
+// an operation fails, the transaction (which the failure may have
+// damaged) rolls back, that operation gets its error and the others run
+// again in a new one. If the COMMIT fails, every operation gets the error.
+func (w *sqliteWriter) runBatch(batch []*sqliteOp) {
+	s := w.s
+	for len(batch) > 0 {
+		live := batch[:0]
+		for _, o := range batch {
+			if err := o.ctx.Err(); err != nil {
+				o.finish(err) // the caller gave up before it ran
+				continue
+			}
+			live = append(live, o)
+		}
+		batch = live
+		if len(batch) == 0 {
+			return
+		}
+		unlock := s.lockWrites()
+		if err := w.exec("BEGIN IMMEDIATE"); err != nil {
+			// A transaction left open by a failed COMMIT: end it, try once more.
+			if w.exec("ROLLBACK") == nil {
+				err = w.exec("BEGIN IMMEDIATE")
+			}
+			if err != nil {
+				unlock()
+				err = fmt.Errorf("sqlqueue: begin: %w", err)
+				s.cfg.logger.Error("sqlqueue: write transaction failed to begin", "err", err, "ops", len(batch))
+				for _, o := range batch {
+					o.finish(s.wrapErr(err))
+				}
+				return
+			}
+		}
+		now := s.now()
+		failed := -1
+		for i, o := range batch {
+			if o.err = o.run(&w.st, now); o.err != nil && !errors.Is(o.err, ErrReceiptExpired) {
+				failed = i
+				break
+			}
+		}
+		if failed < 0 && now-s.lastSweep.Load() > int64(time.Minute/time.Microsecond) {
+			s.lastSweep.Store(now)
+			if _, err := w.st.sweep.Exec(now, 1000); err != nil {
+				s.cfg.logger.Warn("sqlqueue: sweeping expired dedup ids", "err", err)
+			}
+		}
+		if failed >= 0 {
+			w.exec("ROLLBACK")
+			unlock()
+			o := batch[failed]
+			o.finish(s.wrapErr(o.err))
+			batch = append(batch[:failed], batch[failed+1:]...)
+			continue
+		}
+		err := w.exec("COMMIT")
+		if err != nil {
+			w.exec("ROLLBACK")
+		}
+		unlock()
+		if err != nil {
+			err = fmt.Errorf("sqlqueue: commit: %w", err)
+			s.cfg.logger.Error("sqlqueue: write transaction failed to commit", "err", err, "ops", len(batch))
+			for _, o := range batch {
+				o.finish(s.wrapErr(err))
+			}
+			return
+		}
+		for _, o := range batch {
+			o.finish(o.err)
+		}
+		return
+	}
+}
