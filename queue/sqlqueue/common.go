@@ -389,3 +389,26 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 		return ctx.Err()
 	}
 }
+
+// wakeName wakes the receivers of one queue.
+func (ws *wakers) wakeName(name string) {
+	ws.mu.Lock()
+	w := ws.m[name]
+	ws.mu.Unlock()
+	if w != nil {
+		w.wake()
+	}
+}
+
+// wakeAll wakes every receiver.
+func (ws *wakers) wakeAll() {
+	ws.mu.Lock()
+	all := make([]*waker, 0, len(ws.m))
+	for _, w := range ws.m {
+		all = append(all, w)
+	}
+	ws.mu.Unlock()
+	for _, w := range all {
+		w.wake()
+	}
+}

@@ -1,0 +1,730 @@
+package sqlqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/queue"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres holds the queues kept in one PostgreSQL schema, on a pgx pool
+// (a pgstore.Store's Pool(), or the program's). Make one with
+// [NewPostgres]; it is safe for concurrent use, and any number of
+// processes may use the same tables. Close it before the pool.
+//
+// Receivers are woken by LISTEN/NOTIFY: every publish, retry, redrive, and
+// every settle that frees the next message of a FIFO group, notifies the
+// channel "idem_queue" (in a named schema: "idem_queue.SCHEMA") with the
+// queue's name, in its own transaction (so the notification arrives when
+// it commits). The handle listens on one connection of its own, taken
+// from the pool (and out of it) at the first Receive; if that connection
+// fails, receivers poll until it is back.
+type Postgres struct {
+	pool   *pgxpool.Pool
+	cfg    config
+	n      pgNames
+	wakers wakers
+	closed atomic.Bool
+
+	lmu      sync.Mutex
+	lstarted bool
+	lready   chan struct{} // closed once LISTEN has run (or failed)
+	lcancel  context.CancelFunc
+	ldone    chan struct{}
+	healthy  atomic.Bool // the listener is listening
+}
+
+type pgNames struct {
+	schema                   string
+	messages, dead, dedup    string // quoted, qualified
+	seq                      string // the messages' id sequence, as a string literal
+	versions                 string
+	channel                  string
+	lockKey                  int64
+	receive, publish, dedupP string
+	ack, ackNotify, retry    string
+	extend, deadLetter       string
+}
+
+func newPGNames(schema string) pgNames {
+	qual := func(name string) string {
+		if schema == "" {
+			return pgx.Identifier{name}.Sanitize()
+		}
+		return pgx.Identifier{schema, name}.Sanitize()
+	}
+	h := fnv.New64a()
+	h.Write([]byte("idem/sqlqueue\x00" + schema))
+	ch := "idem_queue"
+	if schema != "" {
+		ch += "." + schema
+	}
+	if len(ch) > 63 { // identifiers are truncated to 63 bytes
+		ch = ch[:63]
+	}
+	n := pgNames{
+		schema:   schema,
+		messages: qual("idem_queue_messages"),
+		dead:     qual("idem_queue_dead"),
+		dedup:    qual("idem_queue_dedup"),
+		versions: qual("idem_queue_migrations"),
+		channel:  ch,
+		lockKey:  int64(h.Sum64()),
+	}
+	n.seq = "'" + strings.ReplaceAll(qual("idem_queue_messages_id_seq"), "'", "''") + "'"
+	n.receive = n.render(`WITH picked AS (
+	SELECT m.id FROM {{messages}} m
+	WHERE m.queue = $1 AND m.visible_at <= now()
+	  AND (m.group_id IS NULL OR NOT EXISTS (
+		SELECT 1 FROM {{messages}} e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id))
+	ORDER BY m.visible_at, m.id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)
+UPDATE {{messages}} m
+SET visible_at = now() + $3 * interval '1 microsecond', receive_count = m.receive_count + 1,
+	receipt = (random() * 4e18)::bigint, first_received = coalesce(m.first_received, now())
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.body, m.attributes::text, m.group_id, m.dedup_id, m.receive_count, m.receipt, m.first_received, m.published`)
+	const insert = `INSERT INTO {{messages}} (id, queue, body, attributes, group_id, dedup_id, visible_at, published)
+	SELECT id, $1, $2, $3::jsonb, $4, $5, now() + $6 * interval '1 microsecond', now() FROM newid
+	RETURNING id`
+	n.publish = n.render(`WITH newid AS (SELECT nextval({{seq}}) AS id),
+ins AS (` + insert + `)
+SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`)
+	// A dedup id claims the message id first: the upsert takes the id
+	// unless an unexpired entry holds it (then nothing is inserted, and
+	// the entry names the first message).
+	n.dedupP = n.render(`WITH newid AS (
+	INSERT INTO {{dedup}} AS d (queue, dedup_id, message_id, expires_at)
+	VALUES ($1, $8, nextval({{seq}}), now() + $9 * interval '1 microsecond')
+	ON CONFLICT (queue, dedup_id) DO UPDATE SET message_id = excluded.message_id, expires_at = excluded.expires_at
+	WHERE d.expires_at <= now()
+	RETURNING message_id AS id),
+ins AS (` + insert + `)
+SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`)
+	n.ack = n.render(`DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2`)
+	n.ackNotify = n.render(`WITH del AS (DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2 RETURNING queue)
+SELECT pg_notify($3, queue) FROM del`)
+	n.retry = n.render(`WITH up AS (
+	UPDATE {{messages}} SET visible_at = now() + $3 * interval '1 microsecond', receipt = NULL
+	WHERE id = $1 AND receipt = $2 RETURNING queue)
+SELECT pg_notify($4, queue) FROM up`)
+	n.extend = n.render(`UPDATE {{messages}} SET visible_at = now() + $3 * interval '1 microsecond' WHERE id = $1 AND receipt = $2`)
+	n.deadLetter = n.render(`WITH del AS (DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2 RETURNING *),
+ins AS (
+	INSERT INTO {{dead}} (id, queue, body, attributes, group_id, dedup_id, receive_count, first_received, published, reason, dead_at)
+	SELECT id, queue, body, attributes, group_id, dedup_id, receive_count, first_received, published, $3, now() FROM del
+	ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, dead_at = excluded.dead_at, receive_count = excluded.receive_count
+	RETURNING queue)
+SELECT pg_notify($4, queue) FROM ins`)
+	return n
+}
+
+func (n pgNames) render(sql string) string {
+	id := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	return strings.NewReplacer(
+		"{{messages}}", n.messages,
+		"{{dead}}", n.dead,
+		"{{dedup}}", n.dedup,
+		"{{seq}}", n.seq,
+		"{{messages_visible}}", id("idem_queue_messages_visible"),
+		"{{messages_group}}", id("idem_queue_messages_group"),
+		"{{dead_queue}}", id("idem_queue_dead_queue"),
+		"{{dedup_expires}}", id("idem_queue_dedup_expires"),
+	).Replace(sql)
+}
+
+// NewPostgres returns the queues of pool's database, creating or updating
+// their tables unless [WithMigrate](false) says otherwise: the tables
+// idem_queue_messages, idem_queue_dead and idem_queue_dedup and their
+// version table idem_queue_migrations, in the schema [WithSchema] names
+// (default: the search_path's first). The migrations run in one
+// transaction under an advisory lock, so processes may start together.
+// ctx bounds the opening only. Closing the handle does not close pool.
+//
+// Times are the server's (now() of each statement's transaction); the
+// handle's statements need READ COMMITTED, the default.
+func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Postgres, error) {
+	if pool == nil {
+		return nil, errors.New("sqlqueue: NewPostgres: nil pool")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p := &Postgres{pool: pool, cfg: cfg, n: newPGNames(cfg.schema)}
+	if cfg.migrate {
+		if err := p.migrate(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		var exists bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.n.messages).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("sqlqueue: %w", err)
+		}
+		if !exists {
+			return nil, fmt.Errorf("%w: no table %s (open the queue with migrations on)", ErrNoTables, p.n.messages)
+		}
+	}
+	return p, nil
+}
+
+func (p *Postgres) migrate(ctx context.Context) error {
+	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
+	if err != nil {
+		return err
+	}
+	fail := func(what string, err error) error {
+		return fmt.Errorf("sqlqueue: migrating %s: %s: %w", p.n.messages, what, err)
+	}
+	// Fast path, without a lock or DDL: already up to date.
+	var exists bool
+	if err := p.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.n.versions).Scan(&exists); err != nil {
+		return fail("looking up the version table", err)
+	}
+	if exists {
+		var v int
+		if err := p.pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+p.n.versions).Scan(&v); err == nil && v >= len(ms) {
+			return nil
+		}
+	}
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return fail("begin", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", p.n.lockKey); err != nil {
+		return fail("taking the migration lock", err)
+	}
+	if p.n.schema != "" {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{p.n.schema}.Sanitize()); err != nil {
+			return fail("creating the schema", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.n.versions+` (
+	version    integer PRIMARY KEY,
+	name       text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return fail("creating the version table", err)
+	}
+	var cur int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+p.n.versions).Scan(&cur); err != nil {
+		return fail("reading the version", err)
+	}
+	for _, m := range ms {
+		if m.Version <= cur {
+			continue
+		}
+		if _, err := tx.Exec(ctx, p.n.render(m.SQL)); err != nil {
+			return fail(m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+p.n.versions+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			return fail("recording "+m.Name, err)
+		}
+		p.cfg.logger.Info("sqlqueue: applied migration", "migration", m.Name)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("commit", err)
+	}
+	return nil
+}
+
+// Schema returns the schema [WithSchema] named ("" for the search_path's).
+func (p *Postgres) Schema() string { return p.n.schema }
+
+// Close stops the handle's listener (and closes its connection); it does
+// not close the pool. Later calls fail with [ErrClosed]. Closing twice
+// does nothing.
+func (p *Postgres) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.lmu.Lock()
+	started := p.lstarted
+	p.lmu.Unlock()
+	if started {
+		p.lcancel()
+		<-p.ldone
+	}
+	return nil
+}
+
+func (p *Postgres) wrapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if p.closed.Load() && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w: %s (open the queue with migrations on): %w", ErrNoTables, p.n.messages, err)
+	}
+	return err
+}
+
+// listen starts the listener once and waits until it has run LISTEN (or
+// failed to), or ctx is done.
+func (p *Postgres) listen(ctx context.Context) {
+	p.lmu.Lock()
+	if !p.lstarted && !p.closed.Load() {
+		p.lstarted = true
+		lctx, cancel := context.WithCancel(context.Background())
+		p.lcancel = cancel
+		p.lready = make(chan struct{})
+		p.ldone = make(chan struct{})
+		go p.listenLoop(lctx)
+	}
+	ready := p.lready
+	p.lmu.Unlock()
+	if ready == nil {
+		return
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
+}
+
+func (p *Postgres) listenLoop(ctx context.Context) {
+	defer close(p.ldone)
+	readyOnce := sync.OnceFunc(func() { close(p.lready) })
+	defer readyOnce()
+	for ctx.Err() == nil {
+		err := p.listenOnce(ctx, readyOnce)
+		p.healthy.Store(false)
+		p.wakers.wakeAll() // receivers fall back to polling
+		if ctx.Err() != nil {
+			return
+		}
+		p.cfg.logger.Warn("sqlqueue: LISTEN connection failed; receivers poll until it is back", "err", err)
+		readyOnce()
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (p *Postgres) listenOnce(ctx context.Context, ready func()) error {
+	pc, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack() // the listener's own, out of the pool
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{p.n.channel}.Sanitize()); err != nil {
+		return err
+	}
+	p.healthy.Store(true)
+	// Messages published while no listener ran were not announced.
+	p.wakers.wakeAll()
+	ready()
+	for {
+		nt, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		p.wakers.wakeName(nt.Payload)
+	}
+}
+
+// Queue returns the queue name of the database (queues need no creating:
+// a name with no messages is an empty queue). opts apply after the
+// handle's [WithDefaults].
+func (p *Postgres) Queue(name string, opts ...QueueOption) (*PostgresQueue, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	cfg := p.cfg.queue
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &PostgresQueue{p: p, name: name, cfg: cfg, wake: p.wakers.get(name)}, nil
+}
+
+// Stats returns the stats of every queue that has messages or dead
+// letters, sorted by name. It scans the tables: an operator's call.
+func (p *Postgres) Stats(ctx context.Context) ([]Stats, error) {
+	return p.stats(ctx, "")
+}
+
+func (p *Postgres) stats(ctx context.Context, only string) ([]Stats, error) {
+	if p.closed.Load() {
+		return nil, ErrClosed
+	}
+	rows, err := p.pool.Query(ctx, `WITH m AS (
+	SELECT queue,
+		count(*) FILTER (WHERE visible_at <= now()) AS ready,
+		count(*) FILTER (WHERE visible_at > now() AND receipt IS NOT NULL) AS in_flight,
+		count(*) FILTER (WHERE visible_at > now() AND receipt IS NULL) AS delayed,
+		coalesce(extract(epoch FROM now() - min(published)) * 1e6, 0)::bigint AS oldest
+	FROM `+p.n.messages+` WHERE $1 = '' OR queue = $1 GROUP BY queue),
+d AS (SELECT queue, count(*) AS dead FROM `+p.n.dead+` WHERE $1 = '' OR queue = $1 GROUP BY queue)
+SELECT coalesce(m.queue, d.queue), coalesce(m.ready, 0), coalesce(m.in_flight, 0), coalesce(m.delayed, 0),
+	coalesce(d.dead, 0), coalesce(m.oldest, 0)
+FROM m FULL JOIN d ON m.queue = d.queue ORDER BY 1`, only)
+	if err != nil {
+		return nil, p.wrapErr(fmt.Errorf("sqlqueue: stats: %w", err))
+	}
+	defer rows.Close()
+	var out []Stats
+	for rows.Next() {
+		var st Stats
+		var oldest int64
+		if err := rows.Scan(&st.Queue, &st.Ready, &st.InFlight, &st.Delayed, &st.DeadLettered, &oldest); err != nil {
+			return nil, fmt.Errorf("sqlqueue: stats: %w", err)
+		}
+		st.OldestAge = max(time.Duration(oldest)*time.Microsecond, 0)
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, p.wrapErr(fmt.Errorf("sqlqueue: stats: %w", err))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+// Sweep deletes up to limit dedup ids whose window has passed and returns
+// how many it deleted. An expired id already behaves as absent (a publish
+// takes it over); sweeping only reclaims space. Run it from time to time
+// (the handle does not on its own).
+func (p *Postgres) Sweep(ctx context.Context, limit int) (int, error) {
+	if p.closed.Load() {
+		return 0, ErrClosed
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.n.dedup+` WHERE (queue, dedup_id) IN (
+	SELECT queue, dedup_id FROM `+p.n.dedup+` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+	if err != nil {
+		return 0, p.wrapErr(fmt.Errorf("sqlqueue: sweep: %w", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// PostgresQueue is one named queue of a [Postgres] database. It
+// implements [queue.Source], [queue.Publisher] and [queue.TxPublisher] for
+// [pgx.Tx].
+type PostgresQueue struct {
+	p    *Postgres
+	name string
+	cfg  queueConfig
+	wake *waker
+}
+
+var (
+	_ queue.Source              = (*PostgresQueue)(nil)
+	_ queue.Publisher           = (*PostgresQueue)(nil)
+	_ queue.TxPublisher[pgx.Tx] = (*PostgresQueue)(nil)
+)
+
+// Name returns the queue's name.
+func (q *PostgresQueue) Name() string { return q.name }
+
+// Visibility implements [queue.Source]: the queue's visibility timeout.
+func (q *PostgresQueue) Visibility() time.Duration { return q.cfg.visibility }
+
+// querier is the pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Publish implements [queue.Publisher]: one INSERT (and NOTIFY) that has
+// committed when Publish returns. With a dedup id (Outgoing.DedupID, or
+// the body's hash under [WithContentDedup]) seen inside the dedup window,
+// nothing is inserted and the first message's id comes back with
+// Duplicate set; concurrent publishes of one id insert one message.
+func (q *PostgresQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	if q.p.closed.Load() {
+		return queue.Published{}, ErrClosed
+	}
+	return q.publishOn(ctx, q.p.pool, m)
+}
+
+// PublishTx implements [queue.TxPublisher]: it inserts the message in
+// tx, the caller's transaction on the same database (for instance the one
+// idem.DoTx hands to its function on a pgstore.Store), so the message is
+// queued if and only if tx commits; receivers are notified at the commit.
+// Dedup works as for Publish; under REPEATABLE READ or SERIALIZABLE a
+// concurrent publish of the same dedup id makes tx fail with a
+// serialization error instead of waiting.
+func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoing) (queue.Published, error) {
+	if q.p.closed.Load() {
+		return queue.Published{}, ErrClosed
+	}
+	if tx == nil {
+		return queue.Published{}, fmt.Errorf("%w: nil transaction", ErrBadMessage)
+	}
+	return q.publishOn(ctx, tx, m)
+}
+
+func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgoing) (queue.Published, error) {
+	if err := checkOutgoing(m); err != nil {
+		return queue.Published{}, err
+	}
+	attrs, err := encodeAttrs(m.Attributes)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var attrArg any
+	if attrs != nil {
+		attrArg = string(attrs)
+	}
+	args := []any{q.name, body, attrArg, nullString(m.GroupID), nullString(m.DedupID), m.Delay.Microseconds(), q.p.n.channel}
+	dedup := q.cfg.dedupFor(m)
+	for range 3 {
+		var id int64
+		var err error
+		if dedup == "" {
+			err = db.QueryRow(ctx, q.p.n.publish, args...).Scan(&id)
+		} else {
+			err = db.QueryRow(ctx, q.p.n.dedupP, append(args, dedup, q.cfg.dedupWindow.Microseconds())...).Scan(&id)
+		}
+		if err == nil {
+			return queue.Published{ID: formatID(id)}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return queue.Published{}, q.p.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+		}
+		// An unexpired entry holds the id: a duplicate of its message.
+		err = db.QueryRow(ctx, `SELECT message_id FROM `+q.p.n.dedup+` WHERE queue = $1 AND dedup_id = $2`, q.name, dedup).Scan(&id)
+		if err == nil {
+			return queue.Published{ID: formatID(id), Duplicate: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return queue.Published{}, q.p.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+		}
+		// Swept between the two statements: try again.
+	}
+	return queue.Published{}, fmt.Errorf("sqlqueue: publish to %s: dedup id %q keeps changing", q.name, dedup)
+}
+
+// Receive implements [queue.Source]. It hands out up to max messages
+// (max < 1 means 1) that are visible, oldest visible first, with one
+// UPDATE over a SELECT ... FOR UPDATE SKIP LOCKED, so concurrent receivers
+// (in any process) never get the same message while it is hidden. A
+// message of a FIFO group is handed out only when every earlier message of
+// its group has been acked or dead-lettered (so one per group per call).
+// When none is visible, Receive waits for a notification, for the next
+// message to fall due (a delay or a visibility timeout ending), or for
+// the poll interval, whichever comes first. It returns ctx's error when
+// ctx is done first.
+func (q *PostgresQueue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
+	n = max(n, 1)
+	q.p.listen(ctx)
+	for {
+		if q.p.closed.Load() {
+			return nil, ErrClosed
+		}
+		wake := q.wake.wait()
+		ds, err := q.receive(ctx, n)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		wait := q.p.cfg.poll
+		var due *int64
+		err = q.p.pool.QueryRow(ctx, `SELECT (extract(epoch FROM min(visible_at) - now()) * 1e6)::bigint FROM `+q.p.n.messages+`
+WHERE queue = $1 AND visible_at > now()`, q.name).Scan(&due)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+		}
+		if due != nil {
+			wait = min(wait, max(time.Duration(*due)*time.Microsecond, time.Millisecond))
+		}
+		if err := sleep(ctx, wait, wake); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (q *PostgresQueue) receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	rows, err := q.p.pool.Query(ctx, q.p.n.receive, q.name, max, q.cfg.visibility.Microseconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+	}
+	defer rows.Close()
+	var ds []queue.Delivery
+	for rows.Next() {
+		d := &delivery{s: q}
+		var attrs, group, dedup *string
+		var first *time.Time
+		if err := rows.Scan(&d.id, &d.msg.Body, &attrs, &group, &dedup, &d.msg.ReceiveCount, &d.receipt, &first, &d.msg.Published); err != nil {
+			return nil, fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err)
+		}
+		if attrs != nil {
+			if d.msg.Attributes, err = decodeAttrs([]byte(*attrs)); err != nil {
+				return nil, err
+			}
+		}
+		d.msg.ID = formatID(d.id)
+		if group != nil {
+			d.msg.GroupID = *group
+		}
+		if dedup != nil {
+			d.msg.DedupID = *dedup
+		}
+		if first != nil {
+			d.msg.FirstReceived = *first
+		}
+		ds = append(ds, d)
+	}
+	if err := rows.Err(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
+	return ds, nil
+}
+
+func (q *PostgresQueue) settle(ctx context.Context, d *delivery, what, sql string, args ...any) error {
+	if q.p.closed.Load() {
+		return ErrClosed
+	}
+	tag, err := q.p.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return q.p.wrapErr(fmt.Errorf("sqlqueue: %s message %d of %s: %w", what, d.id, q.name, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return expired(d.id)
+	}
+	return nil
+}
+
+func (q *PostgresQueue) ack(ctx context.Context, d *delivery) error {
+	if d.msg.GroupID != "" {
+		return q.settle(ctx, d, "ack", q.p.n.ackNotify, d.id, d.receipt, q.p.n.channel)
+	}
+	return q.settle(ctx, d, "ack", q.p.n.ack, d.id, d.receipt)
+}
+
+func (q *PostgresQueue) retry(ctx context.Context, d *delivery, delay time.Duration) error {
+	return q.settle(ctx, d, "retry", q.p.n.retry, d.id, d.receipt, delay.Microseconds(), q.p.n.channel)
+}
+
+func (q *PostgresQueue) extend(ctx context.Context, d *delivery, dur time.Duration) error {
+	return q.settle(ctx, d, "extend", q.p.n.extend, d.id, d.receipt, dur.Microseconds())
+}
+
+func (q *PostgresQueue) deadLetter(ctx context.Context, d *delivery, reason string) error {
+	return q.settle(ctx, d, "dead-letter", q.p.n.deadLetter, d.id, d.receipt, reason, q.p.n.channel)
+}
+
+// Stats returns the queue's stats.
+func (q *PostgresQueue) Stats(ctx context.Context) (Stats, error) {
+	sts, err := q.p.stats(ctx, q.name)
+	if err != nil || len(sts) == 0 {
+		return Stats{Queue: q.name}, err
+	}
+	return sts[0], nil
+}
+
+// DeadLetters returns up to limit (limit < 1: 100) of the queue's dead
+// letters, oldest message first, as they were when dead-lettered.
+func (q *PostgresQueue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	if q.p.closed.Load() {
+		return nil, ErrClosed
+	}
+	if limit < 1 {
+		limit = 100
+	}
+	rows, err := q.p.pool.Query(ctx, `SELECT id, body, attributes::text, group_id, dedup_id, receive_count, first_received, published, reason, dead_at
+FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2`, q.name, limit)
+	if err != nil {
+		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err))
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var dl DeadLetter
+		var id int64
+		var attrs, group, dedup *string
+		var first *time.Time
+		if err := rows.Scan(&id, &dl.Message.Body, &attrs, &group, &dedup, &dl.Message.ReceiveCount, &first, &dl.Message.Published, &dl.Reason, &dl.At); err != nil {
+			return nil, fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err)
+		}
+		if attrs != nil {
+			if dl.Message.Attributes, err = decodeAttrs([]byte(*attrs)); err != nil {
+				return nil, err
+			}
+		}
+		dl.Message.ID = formatID(id)
+		if group != nil {
+			dl.Message.GroupID = *group
+		}
+		if dedup != nil {
+			dl.Message.DedupID = *dedup
+		}
+		if first != nil {
+			dl.Message.FirstReceived = *first
+		}
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err))
+	}
+	return out, nil
+}
+
+// Redrive moves up to limit of the queue's dead letters (limit < 1: all
+// of them), oldest first, back into the queue, visible at once, with
+// their receive count reset to 0 and their id, body, attributes, group
+// and publish time kept. It returns how many it moved. It works in
+// statements of up to 1,000 messages: if it fails part way, what was
+// moved stays moved.
+func (q *PostgresQueue) Redrive(ctx context.Context, limit int) (int, error) {
+	if q.p.closed.Load() {
+		return 0, ErrClosed
+	}
+	total := 0
+	for limit < 1 || total < limit {
+		n := 1000
+		if limit >= 1 {
+			n = min(n, limit-total)
+		}
+		var moved int
+		err := q.p.pool.QueryRow(ctx, `WITH picked AS (
+	SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+moved AS (DELETE FROM `+q.p.n.dead+` d USING picked WHERE d.id = picked.id RETURNING d.*),
+ins AS (
+	INSERT INTO `+q.p.n.messages+` (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
+	RETURNING id)
+SELECT count(*) FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved)
+		if err != nil {
+			return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
+		}
+		total += moved
+		if moved < n {
+			break
+		}
+	}
+	return total, nil
+}
