@@ -255,6 +255,18 @@ func (s *Store) lockWrites(ctx context.Context) (unlock func()) {
 
 func (s *Store) unlockWrites() { <-s.wlock }
 
+// LockWrites takes this process's turn at the database's write lock: the
+// turn the store's group-commit writer and [Store.InTx] take around each
+// of their transactions. Code that writes the same file through [Store.DB]
+// on a connection of its own (queue/sqlqueue's writer) takes it around
+// each of its write transactions too, so that the two hand SQLite's lock
+// over at once instead of polling for it in SQLite's busy handler (which
+// sleeps up to 100 ms between tries). It waits at most the busy timeout,
+// or until ctx ends; it then returns without the turn (unlock does
+// nothing) and the caller's BEGIN IMMEDIATE waits in SQLite as it would
+// without it. Call unlock once, after COMMIT or ROLLBACK.
+func (s *Store) LockWrites(ctx context.Context) (unlock func()) { return s.lockWrites(ctx) }
+
 // now reads the clock at the precision the store keeps.
 func (s *Store) now() time.Time { return truncate(s.cfg.clock()) }
 
