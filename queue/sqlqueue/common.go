@@ -129,6 +129,18 @@ func WithMigrate(migrate bool) Option {
 	return func(c *config) { c.migrate = migrate }
 }
 
+// WithWriteLock gives a [SQLite] handle a process-local turn at the
+// database's write lock, taken around each of its write transactions:
+// pass a sqlitestore.Store's LockWrites when the queue shares the store's
+// file, so that the queue's writer and the store's hand SQLite's lock over
+// at once instead of polling for it in SQLite's busy handler (which sleeps
+// up to 100 ms between tries: under load, most of the time). lock must
+// return an unlock function; it may return without the turn (then unlock
+// does nothing). [Postgres] ignores it.
+func WithWriteLock(lock func(ctx context.Context) (unlock func())) Option {
+	return func(c *config) { c.writeLock = lock }
+}
+
 // WithDefaults sets the [QueueOption]s every queue of the handle starts
 // from; the options given to Queue apply after them.
 func WithDefaults(opts ...QueueOption) Option {
