@@ -40,6 +40,11 @@
 //	                     decided) are recorded in the journal.
 //	sweep                delete expired records in batches (--batch N) until
 //	                     none are left; Ctrl-C stops between batches.
+//	queue stats          per sqlqueue queue in the store's database: ready,
+//	                     in flight, delayed, dead-lettered, oldest age;
+//	                     --queue Q, --schema S (PostgreSQL), --json.
+//	queue redrive        dead letters back into their queue, receive count
+//	                     reset; --queue Q, --limit N, --schema S, --json.
 //	explain KEY          the key's story from its journal, and the verdict of
 //	                     the "two emails, one booking" decision tree; --json.
 //	demo                 the receipts worker with redeliveries, two consumers
