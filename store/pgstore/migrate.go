@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 
+	embedded "github.com/idemkit/idem/internal/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -27,29 +25,13 @@ type migration struct {
 // migrations returns the embedded migrations in version order. File names
 // are NNN_description.sql, numbered from 1 without gaps.
 func migrations() ([]migration, error) {
-	paths, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	loaded, err := embedded.Load(migrationFiles, "migrations", "pgstore")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, p := range paths {
-		base := strings.TrimPrefix(p, "migrations/")
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("pgstore: migration %s: name must be NNN_description.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := range ms {
-		if ms[i].version != i+1 {
-			return nil, fmt.Errorf("pgstore: migration %s: versions must be 1, 2, 3... without gaps", ms[i].name)
-		}
+	ms := make([]migration, len(loaded))
+	for i, m := range loaded {
+		ms[i] = migration{version: m.Version, name: m.Name, sql: m.SQL}
 	}
 	return ms, nil
 }

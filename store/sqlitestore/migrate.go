@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	embedded "github.com/idemkit/idem/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -28,31 +26,15 @@ type migration struct {
 }
 
 // migrations returns the embedded migrations in version order. File names
-// are NNN_description.sql.
+// are NNN_description.sql, numbered from 1 without gaps.
 func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	loaded, err := embedded.Load(migrationFiles, "migrations", "sqlitestore")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, n := range names {
-		base := strings.TrimPrefix(n, "migrations/")
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("sqlitestore: migration %s: name must be NNN_description.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := range ms {
-		if ms[i].version != i+1 {
-			return nil, fmt.Errorf("sqlitestore: migration %s: versions must be 1, 2, 3... without gaps", ms[i].name)
-		}
+	ms := make([]migration, len(loaded))
+	for i, m := range loaded {
+		ms[i] = migration{version: m.Version, name: m.Name, sql: m.SQL}
 	}
 	return ms, nil
 }
