@@ -1,0 +1,117 @@
+// Package sqlqueue is a durable queue in SQL: in SQLite, in the same file as
+// the ledger of store/sqlitestore (idem's embedded default), and in
+// PostgreSQL. It implements [queue.Source], [queue.Delivery] and
+// [queue.Publisher], and [queue.TxPublisher] for *sql.Tx (SQLite) and
+// pgx.Tx (PostgreSQL), so that a message can be published in the same
+// transaction as the ledger's claim and completion ([idem.DoTx]).
+//
+//	store, err := sqlitestore.Open(ctx, "idem.db")
+//	...
+//	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+//	...
+//	defer queues.Close()
+//	orders, err := queues.Queue("orders", sqlqueue.WithVisibility(time.Minute))
+//	_, err = orders.Publish(ctx, queue.Outgoing{Body: body, DedupID: orderID})
+//	c, err := queue.NewConsumer(orders, idem.New(store), keyOf, handle)
+//
+// On PostgreSQL, [NewPostgres] takes a pgxpool.Pool (a pgstore.Store's
+// Pool(), or the program's own).
+//
+// # Queues
+//
+// All queues of a database share three tables, created by the handle's
+// migrations: idem_queue_messages (one row per message: the queue's name,
+// body, attributes as JSON, group id, dedup id, when it becomes visible,
+// its receive count, its current receipt, when it was first received and
+// published), idem_queue_dead (dead letters, with the reason and when) and
+// idem_queue_dedup (dedup id → first message id, until the window ends).
+// A queue needs no creating: [SQLite.Queue] and [Postgres.Queue] name one.
+//
+// # Delivery
+//
+// Receive picks up to max visible messages, oldest visible first, and in
+// the same statement hides them for the visibility timeout
+// ([WithVisibility], default 30 s), counts the receive and writes a fresh
+// receipt. Ack, Retry, Extend and DeadLetter act only while the receipt is
+// still the message's: a delivery whose visibility lapsed, and whose
+// message another receiver got, gets [ErrReceiptExpired] and changes
+// nothing. Retry(delay) hides the message for delay (0: visible at once)
+// and clears the receipt. DeadLetter moves the row to idem_queue_dead with
+// the reason in one transaction. The receive count starts at 1 and grows
+// with every receive; Redrive resets it to 0.
+//
+// # FIFO groups
+//
+// A message with a GroupID is handed out only while no earlier message of
+// its group (a lower id) is still in the queue: received and not settled,
+// delayed, or waiting. So a group is worked through one message at a time,
+// in publish order; a Retry keeps the message at the head of its group
+// (and blocks the group until it is acked or dead-lettered); other groups
+// and ungrouped messages are not held up. A group's next message becomes
+// visible when its head is acked or dead-lettered.
+//
+// # Dedup
+//
+// A publish with a dedup id (Outgoing.DedupID; or, under
+// [WithContentDedup], the SHA-256 of the body) that the queue has seen
+// inside its dedup window ([WithDedupWindow], default
+// [DefaultDedupWindow]: the ledger's default retention of 7 days, where SQS
+// fixes 5 minutes) inserts nothing and returns the first message's id with
+// Duplicate set, whether or not that message has been consumed since. The
+// first publish after the window inserts a new message and starts a new
+// window. Broker dedup is a first line only: the consumer's ledger is what
+// makes the effect happen once.
+//
+// # SQLite
+//
+// Every write of a [SQLite] handle (receives, settles, publishes) goes
+// through one writer goroutine on one connection of the pool, which runs
+// the calls queued since its last commit in one BEGIN IMMEDIATE ...
+// COMMIT: concurrent consumers share a sync of the write-ahead log. The
+// ledger's writer takes the same SQLite write lock; give the handle the
+// store's turn with [WithWriteLock](store.LockWrites) so that the two hand
+// the lock over directly instead of polling for it (SQLite's busy handler
+// sleeps up to 100 ms between tries). Other processes on the same file wait
+// for the lock up to the busy timeout. Durability is the pool's
+// synchronous setting (sqlitestore: FULL).
+//
+// A Receive that finds nothing waits: a publish, Retry(0), redrive, or
+// settle that frees a group's next message, through the same handle,
+// wakes it at once; otherwise it looks again after 5 ms, doubling up to
+// the poll interval ([WithPollInterval], default 1 s), with a read that
+// takes no lock. Times are unix microseconds on the handle's clock
+// ([WithClock]).
+//
+// Do not call Publish (or any other method of a handle on the store's
+// file) from inside an [idem.DoTx] function: the transaction holds the
+// write lock, which Publish would wait for. Use PublishTx with the
+// function's transaction.
+//
+// # PostgreSQL
+//
+// Receive is one UPDATE over a SELECT ... FOR UPDATE SKIP LOCKED, so any
+// number of receivers in any number of processes never hold the same
+// message at once. Publishes, retries, redrives and dead letters NOTIFY
+// the channel "idem_queue" (or "idem_queue.SCHEMA") with the queue's name;
+// each handle LISTENs on one connection of its own (taken out of the pool
+// at its first Receive) and wakes its receivers. A receiver that finds
+// nothing sleeps until a notification, until the next message of its
+// queue falls due (a delay or visibility ending, read from the table), or
+// for the poll interval, whichever comes first; if the LISTEN connection
+// fails, receivers poll until it is back. Times are the server's.
+//
+// # Housekeeping
+//
+// Expired dedup ids behave as absent; [SQLite.Sweep] and [Postgres.Sweep]
+// delete them (a SQLite handle also sweeps 1,000 a minute on its own).
+// [SQLiteQueue.Stats] and [SQLite.Stats] count ready, in-flight, delayed and
+// dead-lettered messages and the oldest message's age; [SQLiteQueue.Redrive]
+// moves dead letters back. The idem command does both: `idem queue stats`
+// and `idem queue redrive`.
+//
+// # Defaults
+//
+// Visibility 30 s; dedup window 7 days; content dedup off; poll interval
+// 1 s; migrations on; PostgreSQL schema: the search_path's first; SQLite
+// clock: [time.Now]; no logging.
+package sqlqueue
