@@ -560,7 +560,55 @@ WHERE queue = $1 AND visible_at > now()`, q.name).Scan(&due)
 	}
 }
 
-func (q *PostgresQueue) receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+// receiveTimeout bounds a receive statement, which runs to its end even
+// when the caller gives up meanwhile.
+const receiveTimeout = 30 * time.Second
+
+// receive runs one receive statement. It runs to its end even if ctx ends
+// meanwhile (a statement cancelled after its commit would hide the
+// messages it took for the visibility timeout); if ctx has ended by then,
+// it hands the messages back and returns ctx's error.
+func (q *PostgresQueue) receive(ctx context.Context, n int) ([]queue.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiveTimeout)
+	defer cancel()
+	ds, err := q.receiveRows(sctx, n)
+	if ctx.Err() != nil {
+		q.handBack(ds)
+		return nil, ctx.Err()
+	}
+	return ds, err
+}
+
+// handBack returns messages received after the caller gave up: visible
+// at once, the receive uncounted.
+func (q *PostgresQueue) handBack(ds []queue.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ids := make([]int64, len(ds))
+	receipts := make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i], receipts[i] = d.(*delivery).id, d.(*delivery).receipt
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), receiveTimeout)
+	defer cancel()
+	_, err := q.p.pool.Exec(ctx, `WITH up AS (
+	UPDATE `+q.p.n.messages+` m SET visible_at = now(), receipt = NULL, receive_count = m.receive_count - 1,
+		first_received = CASE WHEN m.receive_count = 1 THEN NULL ELSE m.first_received END
+	FROM unnest($1::bigint[], $2::bigint[]) AS r(id, receipt)
+	WHERE m.id = r.id AND m.receipt = r.receipt
+	RETURNING m.queue)
+SELECT pg_notify($3, queue) FROM up`, ids, receipts, q.p.n.channel)
+	if err != nil {
+		q.p.cfg.logger.Warn("sqlqueue: handing back messages received after the receiver gave up; they return after the visibility timeout",
+			"queue", q.name, "messages", len(ds), "err", err)
+	}
+}
+
+func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Delivery, error) {
 	rows, err := q.p.pool.Query(ctx, q.p.n.receive, q.name, max, q.cfg.visibility.Microseconds())
 	if err != nil {
 		if ctx.Err() != nil {

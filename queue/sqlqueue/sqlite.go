@@ -273,7 +273,7 @@ func (s *SQLite) Sweep(ctx context.Context, limit int) (int, error) {
 		}
 		n, err = res.RowsAffected()
 		return err
-	})
+	}, nil)
 	return int(n), s.wrapErr(err)
 }
 
@@ -320,7 +320,7 @@ func (q *SQLiteQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Publ
 	err = q.s.w.do(ctx, func(st *sqliteStmts, now int64) (err error) {
 		p, err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, m, attrs, now)
 		return err
-	})
+	}, nil)
 	if err != nil {
 		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
 	}
@@ -356,7 +356,7 @@ func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]
 			}
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
 	}
@@ -537,12 +537,35 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 			ds = append(ds, d)
 		}
 		return rows.Err()
-	})
+	}, func() { q.handBack(ds) })
 	if err != nil {
 		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
 	return ds, nil
+}
+
+// handBack returns messages that a receive took after its caller had
+// given up: visible at once, the receive uncounted.
+func (q *SQLiteQueue) handBack(ds []queue.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	err := q.s.w.do(bg, func(st *sqliteStmts, now int64) error {
+		for _, d := range ds {
+			d := d.(*delivery)
+			if _, err := st.handBack.Exec(now, d.id, d.receipt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		q.s.cfg.logger.Warn("sqlqueue: handing back messages received after the receiver gave up; they return after the visibility timeout",
+			"queue", q.name, "messages", len(ds), "err", err)
+		return
+	}
+	q.wake.wake()
 }
 
 // settle runs one conditional write of a delivery in the writer.
@@ -562,7 +585,7 @@ func (q *SQLiteQueue) settle(ctx context.Context, d *delivery, what string, wake
 			return expired(d.id)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		if errors.Is(err, ErrReceiptExpired) {
 			return err
@@ -703,7 +726,7 @@ RETURNING id`, now, q.name, n)
 			}
 			moved = len(ids)
 			return nil
-		})
+		}, nil)
 		if err != nil {
 			return total, q.s.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
 		}

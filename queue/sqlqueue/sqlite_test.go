@@ -515,6 +515,7 @@ func TestSQLitePublishTx(t *testing.T) {
 func TestSQLiteConcurrentReceivers(t *testing.T) {
 	a := openSQLite(t, "", nil)
 	b := openSQLite(t, a.path, nil)
+
 	const n = 600
 	qa := a.queue(t, "work", sqlqueue.WithVisibility(time.Minute))
 	qb := b.queue(t, "work", sqlqueue.WithVisibility(time.Minute))
@@ -616,5 +617,36 @@ func TestSQLiteNoTables(t *testing.T) {
 	_, err = sqlqueue.NewSQLite(context.Background(), st.DB(), sqlqueue.WithMigrate(false))
 	if !errors.Is(err, sqlqueue.ErrNoTables) {
 		t.Fatalf("NewSQLite without migrations on a database without the tables: %v, want ErrNoTables", err)
+	}
+}
+
+// TestSQLiteReceiveGivenUp: a receive that commits after its caller gave
+// up (here: while another connection held the write lock) hands its
+// messages back at once, uncounted, instead of hiding them for the
+// visibility timeout.
+func TestSQLiteReceiveGivenUp(t *testing.T) {
+	e := openSQLite(t, "", nil)
+	q := e.queue(t, "q", sqlqueue.WithVisibility(time.Hour))
+	publish(t, q, queue.Outgoing{Body: []byte("m")})
+	conn, err := e.store.DB().Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ds, err := q.Receive(ctx, 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
+		t.Fatalf("receive while the lock is held = %d, %v; want the deadline", len(ds), err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	ds = receive(t, q, 1) // not after the hour's visibility
+	if m := ds[0].Message(); m.ReceiveCount != 1 {
+		t.Fatalf("receive count %d after a receive nobody saw, want 1", m.ReceiveCount)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,26 +30,37 @@ type sqliteWriter struct {
 const maxBatch = 256
 
 type sqliteOp struct {
-	ctx  context.Context
-	run  func(st *sqliteStmts, now int64) error
-	err  error
-	done chan struct{}
+	ctx context.Context
+	run func(st *sqliteStmts, now int64) error
+	// late, if set, runs (in its own goroutine) after an op that committed
+	// although its caller had given up waiting: a receive hands its
+	// messages back.
+	late  func()
+	state atomic.Int32 // opQueued, opTaken (by the writer) or opAbandoned (by the caller)
+	err   error
+	done  chan struct{}
 }
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
 
 // sqliteStmts are the writer's prepared statements on its connection.
 type sqliteStmts struct {
 	receive, ack, retry, extend, deadCopy, deadDelete,
-	dedupGet, insert, dedupPut, sweep *sql.Stmt
+	dedupGet, insert, dedupPut, sweep, handBack *sql.Stmt
 }
 
 func (st *sqliteStmts) all() []**sql.Stmt {
 	return []**sql.Stmt{&st.receive, &st.ack, &st.retry, &st.extend, &st.deadCopy, &st.deadDelete,
-		&st.dedupGet, &st.insert, &st.dedupPut, &st.sweep}
+		&st.dedupGet, &st.insert, &st.dedupPut, &st.sweep, &st.handBack}
 }
 
 var sqliteQueries = [...]string{
 	sqliteReceive, sqliteAck, sqliteRetry, sqliteExtend, sqliteDeadCopy, sqliteDeadDelete,
-	sqliteDedupGet, sqliteInsert, sqliteDedupPut, sqliteSweep,
+	sqliteDedupGet, sqliteInsert, sqliteDedupPut, sqliteSweep, sqliteHandBack,
 }
 
 const (
@@ -75,6 +87,11 @@ SELECT id, queue, body, attributes, group_id, dedup_id, receive_count, first_rec
 	sqliteDedupGet   = `SELECT message_id, expires_at FROM idem_queue_dedup WHERE queue = ? AND dedup_id = ?`
 	sqliteInsert     = `INSERT INTO idem_queue_messages (queue, body, attributes, group_id, dedup_id, visible_at, published)
 VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`
+	// sqliteHandBack undoes a receive whose caller never saw it.
+	sqliteHandBack = `UPDATE idem_queue_messages
+SET visible_at = ?, receipt = NULL, receive_count = receive_count - 1,
+	first_received = CASE WHEN receive_count = 1 THEN NULL ELSE first_received END
+WHERE id = ? AND receipt = ?`
 	sqliteDedupPut = `INSERT OR REPLACE INTO idem_queue_dedup (queue, dedup_id, message_id, expires_at) VALUES (?, ?, ?, ?)`
 	sqliteSweep    = `DELETE FROM idem_queue_dedup WHERE (queue, dedup_id) IN (
 	SELECT queue, dedup_id FROM idem_queue_dedup WHERE expires_at <= ? LIMIT ?)`
@@ -127,12 +144,14 @@ func (w *sqliteWriter) closeStmts() {
 }
 
 // do queues run and waits for its answer. If ctx ends first, do returns
-// ctx's error; the operation may or may not have been committed.
-func (w *sqliteWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error) error {
+// ctx's error: the operation does not run if the writer has not taken it
+// yet; otherwise it may or may not commit, and late (if not nil) runs
+// once it has.
+func (w *sqliteWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error, late func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o := &sqliteOp{ctx: ctx, run: run, done: make(chan struct{})}
+	o := &sqliteOp{ctx: ctx, run: run, late: late, done: make(chan struct{})}
 	select {
 	case w.queue <- o:
 	case <-w.closing:
@@ -144,6 +163,14 @@ func (w *sqliteWriter) do(ctx context.Context, run func(st *sqliteStmts, now int
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
+		if !o.state.CompareAndSwap(opQueued, opAbandoned) && o.late != nil {
+			go func() {
+				<-o.done
+				if o.err == nil {
+					o.late()
+				}
+			}()
+		}
 		return ctx.Err()
 	case <-w.done:
 		select {
@@ -212,19 +239,19 @@ func (w *sqliteWriter) exec(q string) error {
 // again in a new one. If the COMMIT fails, every operation gets the error.
 func (w *sqliteWriter) runBatch(batch []*sqliteOp) {
 	s := w.s
+	live := batch[:0]
+	for _, o := range batch {
+		if !o.state.CompareAndSwap(opQueued, opTaken) {
+			continue // the caller gave up: it does not run
+		}
+		if err := o.ctx.Err(); err != nil {
+			o.finish(err) // the caller is giving up: it does not run either
+			continue
+		}
+		live = append(live, o)
+	}
+	batch = live
 	for len(batch) > 0 {
-		live := batch[:0]
-		for _, o := range batch {
-			if err := o.ctx.Err(); err != nil {
-				o.finish(err) // the caller gave up before it ran
-				continue
-			}
-			live = append(live, o)
-		}
-		batch = live
-		if len(batch) == 0 {
-			return
-		}
 		unlock := s.lockWrites()
 		if err := w.exec("BEGIN IMMEDIATE"); err != nil {
 			// A transaction left open by a failed COMMIT: end it, try once more.
