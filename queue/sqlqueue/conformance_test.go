@@ -1,0 +1,97 @@
+package sqlqueue_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/queuetest"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// loadMessages keeps the suite's load check short enough for the race
+// detector; BenchmarkEndToEnd measures throughput.
+const loadMessages = 2000
+
+// deadLetters reads a queue's dead letters for the suite.
+func deadLetters(t *testing.T, src queue.Source) []queuetest.DeadLetter {
+	t.Helper()
+	var dls []sqlqueue.DeadLetter
+	var err error
+	switch q := src.(type) {
+	case *sqlqueue.SQLiteQueue:
+		dls, err = q.DeadLetters(context.Background(), 1000)
+	case *sqlqueue.PostgresQueue:
+		dls, err = q.DeadLetters(context.Background(), 1000)
+	default:
+		t.Fatalf("deadLetters: unexpected source %T", src)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []queuetest.DeadLetter
+	for _, dl := range dls {
+		out = append(out, queuetest.DeadLetter{Message: dl.Message, Reason: dl.Reason})
+	}
+	return out
+}
+
+var features = queuetest.Features{FIFO: true, DedupWindow: true, Delay: true, RetryDelay: true, DeadLetter: true, LoadMessages: loadMessages}
+
+// TestConformanceSQLite runs the adapter suite on SQLite, with the ledger
+// in the same file (sqlitestore) for the consumer checks.
+func TestConformanceSQLite(t *testing.T) {
+	var cur atomic.Pointer[sqliteEnv] // the environment New made last
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T, vis time.Duration) (queue.Source, queue.Publisher) {
+			e := openSQLite(t, "", nil, sqlqueue.WithPollInterval(100*time.Millisecond))
+			cur.Store(e)
+			q := e.queue(t, "conformance", sqlqueue.WithVisibility(vis))
+			return q, q
+		},
+		DeadLetters: deadLetters,
+		Store: func(t *testing.T) idem.Store {
+			if e := cur.Load(); e != nil {
+				return e.store
+			}
+			st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+		Features: features,
+	})
+}
+
+// TestConformancePostgres runs the adapter suite on PostgreSQL, with the
+// ledger in pgstore in the same schema (a table per test).
+func TestConformancePostgres(t *testing.T) {
+	pool := pgPool(t)
+	schema := pgSchema(t, pool)
+	p := openPostgres(t, pool, schema, sqlqueue.WithPollInterval(100*time.Millisecond))
+	var n atomic.Int64
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T, vis time.Duration) (queue.Source, queue.Publisher) {
+			q := pgQueue(t, p, fmt.Sprint("conformance-", n.Add(1)), sqlqueue.WithVisibility(vis))
+			return q, q
+		},
+		DeadLetters: deadLetters,
+		Store: func(t *testing.T) idem.Store { // a table of the test's own
+			st, err := pgstore.New(context.Background(), pool, pgstore.WithSchema(schema), pgstore.WithTable(fmt.Sprint("ledger_", n.Add(1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+		Features: features,
+	})
+}
