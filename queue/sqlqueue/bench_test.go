@@ -3,8 +3,8 @@ package sqlqueue_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,30 +15,80 @@ import (
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
-// BenchmarkManualEndToEnd publishes b.N messages in batches of 1,000, then
-// consumes them with workers that receive a batch, run a no-op effect
-// through the ledger per message and ack it.
-func BenchmarkManualEndToEnd(b *testing.B) {
-	for _, workers := range []int{64} {
-		b.Run(fmt.Sprint("workers=", workers), func(b *testing.B) {
+// countingSource counts the acks of its deliveries and closes done at the
+// n-th.
+type countingSource struct {
+	queue.Source
+	acked atomic.Int64
+	n     int64
+	done  chan struct{}
+}
+
+func (s *countingSource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = &countingDelivery{Delivery: d, s: s}
+	}
+	return ds, err
+}
+
+type countingDelivery struct {
+	queue.Delivery
+	s *countingSource
+}
+
+func (d *countingDelivery) Ack(ctx context.Context) error {
+	err := d.Delivery.Ack(ctx)
+	if err == nil && d.s.acked.Add(1) == d.s.n {
+		close(d.s.done)
+	}
+	return err
+}
+
+// BenchmarkEndToEnd is the embedded default end to end: sqlqueue on
+// SQLite in the file of a durable sqlitestore ledger (synchronous=FULL).
+// It publishes b.N messages in batches of 1,000 (PublishBatch), then
+// consumes them through queue.Consumer with a no-op effect under the
+// ledger (one key per message), and reports publish, consume and overall
+// messages per second. Run it with -benchtime 100000x.
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, tc := range []struct {
+		name               string
+		concurrency, batch int
+	}{
+		{"consumer=default", 8, 10}, // queue's defaults
+		{"consumer=64x64", 64, 64},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
 			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithWriteLock(st.LockWrites))
+			opts := []sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}
+			if os.Getenv("SQLQUEUE_BENCH_NOLOCK") != "" {
+				opts = nil
+			}
+			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer qs.Close()
 			q, _ := qs.Queue("bench")
 			l := idem.New(st, idem.WithLogger(discard))
+			src := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
+			c, err := queue.NewConsumer(src, l, queue.MessageIDKey("bench"),
+				func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
+				queue.WithConcurrency(tc.concurrency), queue.WithBatchSize(tc.batch), queue.WithLogger(discard))
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			start := time.Now()
 			batch := make([]queue.Outgoing, 0, 1000)
 			for i := range b.N {
-				batch = append(batch, queue.Outgoing{Body: fmt.Appendf(nil, "%d", i)})
+				batch = append(batch, queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i)})
 				if len(batch) == cap(batch) || i == b.N-1 {
 					if _, err := q.PublishBatch(ctx, batch); err != nil {
 						b.Fatal(err)
@@ -47,39 +97,24 @@ func BenchmarkManualEndToEnd(b *testing.B) {
 				}
 			}
 			published := time.Since(start)
-			var done atomic.Int64
-			var wg sync.WaitGroup
-			cstart := time.Now()
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for done.Load() < int64(b.N) {
-						rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-						ds, err := q.Receive(rctx, 10)
-						cancel()
-						if err != nil {
-							continue
-						}
-						for _, d := range ds {
-							if _, err := l.Do(ctx, idem.Key("m", d.Message().ID), func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
-								b.Error(err)
-								return
-							}
-							if err := d.Ack(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-							done.Add(1)
-						}
-					}
-				}()
+			cctx, stop := context.WithCancel(ctx)
+			ran := make(chan error, 1)
+			go func() { ran <- c.Run(cctx) }()
+			select {
+			case <-src.done:
+			case err := <-ran:
+				b.Fatalf("the consumer stopped: %v", err)
 			}
-			wg.Wait()
-			consumed := time.Since(cstart)
+			total := time.Since(start)
+			b.StopTimer()
+			stop()
+			<-ran
+			consumed := total - published
 			b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 			b.ReportMetric(float64(b.N)/consumed.Seconds(), "consumed/s")
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			b.ReportMetric(float64(b.N)/total.Seconds(), "msgs/s")
+			s := st.Stats()
+			b.ReportMetric(float64(s.Commits)/float64(b.N), "ledger-commits/msg")
 		})
 	}
 }

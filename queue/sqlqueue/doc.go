@@ -92,7 +92,9 @@
 // Receive is one UPDATE over a SELECT ... FOR UPDATE SKIP LOCKED, so any
 // number of receivers in any number of processes never hold the same
 // message at once. Publishes, retries, redrives and dead letters NOTIFY
-// the channel "idem_queue" (or "idem_queue.SCHEMA") with the queue's name;
+// the channel "idem_queue" (or "idem_queue.SCHEMA") with the queue's name
+// (Publish just after its commit, folding concurrent publishes into one
+// NOTIFY, so that publishers' commits need not take turns);
 // each handle LISTENs on one connection of its own (taken out of the pool
 // at its first Receive) and wakes its receivers. A receiver that finds
 // nothing sleeps until a notification, until the next message of its

@@ -23,13 +23,18 @@ import (
 // [NewPostgres]; it is safe for concurrent use, and any number of
 // processes may use the same tables. Close it before the pool.
 //
-// Receivers are woken by LISTEN/NOTIFY: every publish, retry, redrive, and
-// every settle that frees the next message of a FIFO group, notifies the
-// channel "idem_queue" (in a named schema: "idem_queue.SCHEMA") with the
-// queue's name, in its own transaction (so the notification arrives when
-// it commits). The handle listens on one connection of its own, taken
-// from the pool (and out of it) at the first Receive; if that connection
-// fails, receivers poll until it is back.
+// Receivers are woken by LISTEN/NOTIFY on the channel "idem_queue" (in a
+// named schema: "idem_queue.SCHEMA"), with the queue's name as payload.
+// PublishTx, Retry, Redrive, DeadLetter and an Ack that frees the next
+// message of a FIFO group notify in their own transaction (so the
+// notification arrives when it commits). Publish notifies just after its
+// commit, from one goroutine per handle that folds the publishes to a
+// queue made meanwhile into one NOTIFY: a NOTIFY inside each publishing
+// transaction would make their commits take turns (PostgreSQL queues
+// notifications under a global lock at commit). Receivers of the same
+// handle are woken at once. The handle listens on one connection of its
+// own, taken from the pool (and out of it) at the first Receive; if that
+// connection fails, receivers poll until it is back.
 type Postgres struct {
 	pool   *pgxpool.Pool
 	cfg    config
@@ -43,6 +48,17 @@ type Postgres struct {
 	lcancel  context.CancelFunc
 	ldone    chan struct{}
 	healthy  atomic.Bool // the listener is listening
+
+	// The notifier sends the NOTIFYs of Publish after its commit, from one
+	// goroutine, coalescing the publishes to a queue made meanwhile into
+	// one: a NOTIFY in the publishing transaction would serialize the
+	// commits of all publishers (PostgreSQL takes a global lock to queue
+	// notifications at commit).
+	nmu      sync.Mutex
+	npending map[string]struct{}
+	nkick    chan struct{}
+	nstop    chan struct{}
+	ndone    chan struct{}
 }
 
 type pgNames struct {
@@ -53,6 +69,7 @@ type pgNames struct {
 	channel                  string
 	lockKey                  int64
 	receive, publish, dedupP string
+	publishQuiet, dedupQuiet string // without NOTIFY, for Publish (see notifier)
 	ack, ackNotify, retry    string
 	extend, deadLetter       string
 }
@@ -99,20 +116,26 @@ RETURNING m.id, m.body, m.attributes::text, m.group_id, m.dedup_id, m.receive_co
 	const insert = `INSERT INTO {{messages}} (id, queue, body, attributes, group_id, dedup_id, visible_at, published)
 	SELECT id, $1, $2, $3::jsonb, $4, $5, now() + $6 * interval '1 microsecond', now() FROM newid
 	RETURNING id`
-	n.publish = n.render(`WITH newid AS (SELECT nextval({{seq}}) AS id),
-ins AS (` + insert + `)
-SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`)
+	const notify = `
+SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`
+	const quiet = `
+SELECT ins.id FROM ins WHERE $7::text IS NOT NULL`
+	publish := `WITH newid AS (SELECT nextval({{seq}}) AS id),
+ins AS (` + insert + `)`
+	n.publish = n.render(publish + notify)
+	n.publishQuiet = n.render(publish + quiet)
 	// A dedup id claims the message id first: the upsert takes the id
 	// unless an unexpired entry holds it (then nothing is inserted, and
 	// the entry names the first message).
-	n.dedupP = n.render(`WITH newid AS (
+	dedup := `WITH newid AS (
 	INSERT INTO {{dedup}} AS d (queue, dedup_id, message_id, expires_at)
 	VALUES ($1, $8, nextval({{seq}}), now() + $9 * interval '1 microsecond')
 	ON CONFLICT (queue, dedup_id) DO UPDATE SET message_id = excluded.message_id, expires_at = excluded.expires_at
 	WHERE d.expires_at <= now()
 	RETURNING message_id AS id),
-ins AS (` + insert + `)
-SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`)
+ins AS (` + insert + `)`
+	n.dedupP = n.render(dedup + notify)
+	n.dedupQuiet = n.render(dedup + quiet)
 	n.ack = n.render(`DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2`)
 	n.ackNotify = n.render(`WITH del AS (DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2 RETURNING queue)
 SELECT pg_notify($3, queue) FROM del`)
@@ -241,6 +264,56 @@ func (p *Postgres) migrate(ctx context.Context) error {
 	return nil
 }
 
+// notify announces a publish to name's receivers: this handle's at once,
+// other processes' by a NOTIFY that the notifier sends shortly.
+func (p *Postgres) notify(name string) {
+	p.wakers.wakeName(name)
+	p.nmu.Lock()
+	defer p.nmu.Unlock()
+	if p.nstop == nil {
+		p.npending = map[string]struct{}{}
+		p.nkick = make(chan struct{}, 1)
+		p.nstop = make(chan struct{})
+		p.ndone = make(chan struct{})
+		go p.notifyLoop()
+	}
+	p.npending[name] = struct{}{}
+	select {
+	case p.nkick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Postgres) notifyLoop() {
+	defer close(p.ndone)
+	for {
+		stopping := false
+		select {
+		case <-p.nkick:
+		case <-p.nstop:
+			stopping = true
+		}
+		p.nmu.Lock()
+		names := make([]string, 0, len(p.npending))
+		for n := range p.npending {
+			names = append(names, n)
+		}
+		clear(p.npending)
+		p.nmu.Unlock()
+		for _, n := range names {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := p.pool.Exec(ctx, "SELECT pg_notify($1, $2)", p.n.channel, n); err != nil {
+				p.cfg.logger.Warn("sqlqueue: NOTIFY after a publish failed; other processes' receivers find the message at their next poll",
+					"queue", n, "err", err)
+			}
+			cancel()
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
 // Schema returns the schema [WithSchema] named ("" for the search_path's).
 func (p *Postgres) Schema() string { return p.n.schema }
 
@@ -257,6 +330,13 @@ func (p *Postgres) Close() error {
 	if started {
 		p.lcancel()
 		<-p.ldone
+	}
+	p.nmu.Lock()
+	stop, done := p.nstop, p.ndone
+	p.nmu.Unlock()
+	if stop != nil {
+		close(stop) // sends what is pending, then returns
+		<-done
 	}
 	return nil
 }
@@ -454,7 +534,11 @@ func (q *PostgresQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Pu
 	if q.p.closed.Load() {
 		return queue.Published{}, ErrClosed
 	}
-	return q.publishOn(ctx, q.p.pool, m)
+	p, err := q.publishOn(ctx, q.p.pool, m, q.p.n.publishQuiet, q.p.n.dedupQuiet)
+	if err == nil && !p.Duplicate {
+		q.p.notify(q.name)
+	}
+	return p, err
 }
 
 // PublishTx implements [queue.TxPublisher]: it inserts the message in
@@ -471,10 +555,10 @@ func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoi
 	if tx == nil {
 		return queue.Published{}, fmt.Errorf("%w: nil transaction", ErrBadMessage)
 	}
-	return q.publishOn(ctx, tx, m)
+	return q.publishOn(ctx, tx, m, q.p.n.publish, q.p.n.dedupP)
 }
 
-func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgoing) (queue.Published, error) {
+func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgoing, plain, withDedup string) (queue.Published, error) {
 	if err := checkOutgoing(m); err != nil {
 		return queue.Published{}, err
 	}
@@ -496,9 +580,9 @@ func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgo
 		var id int64
 		var err error
 		if dedup == "" {
-			err = db.QueryRow(ctx, q.p.n.publish, args...).Scan(&id)
+			err = db.QueryRow(ctx, plain, args...).Scan(&id)
 		} else {
-			err = db.QueryRow(ctx, q.p.n.dedupP, append(args, dedup, q.cfg.dedupWindow.Microseconds())...).Scan(&id)
+			err = db.QueryRow(ctx, withDedup, append(args, dedup, q.cfg.dedupWindow.Microseconds())...).Scan(&id)
 		}
 		if err == nil {
 			return queue.Published{ID: formatID(id)}, nil
