@@ -58,6 +58,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}{
 		{"consumer=default", 8, 10}, // queue's defaults
 		{"consumer=64x64", 64, 64},
+		{"consumer=256x128", 256, 128},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
