@@ -612,7 +612,9 @@ func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgo
 // When none is visible, Receive waits for a notification, for the next
 // message to fall due (a delay or a visibility timeout ending), or for
 // the poll interval, whichever comes first. It returns ctx's error when
-// ctx is done first.
+// ctx is done first; a receive statement already sent runs to its end
+// (bounded at 30 s) and its messages are then handed back, visible at
+// once and the receive uncounted.
 func (q *PostgresQueue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 	n = max(n, 1)
 	q.p.listen(ctx)

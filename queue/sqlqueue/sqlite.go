@@ -457,7 +457,9 @@ func nullBytes(b []byte) any {
 // none is visible, Receive waits: a publish through this process's
 // handle wakes it at once; otherwise it looks again after 5 ms, doubling
 // the wait up to the poll interval ([WithPollInterval]). It returns ctx's
-// error when ctx is done first.
+// error when ctx is done first; a receive that the writer had already
+// begun is then undone (its messages visible again, the receive
+// uncounted) rather than hidden for the visibility timeout.
 func (q *SQLiteQueue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
 	if max < 1 {
 		max = 1

@@ -62,6 +62,7 @@ func openSQLite(t *testing.T, path string, clock *fakeClock, opts ...sqlqueue.Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts = append([]sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}, opts...)
 	qs, err := sqlqueue.NewSQLite(context.Background(), st.DB(), opts...)
 	if err != nil {
 		st.Close()
