@@ -430,3 +430,43 @@ func TestPostgresNoTables(t *testing.T) {
 		t.Fatalf("NewPostgres without migrations on an empty schema: %v, want ErrNoTables", err)
 	}
 }
+
+// TestPostgresListenerLost: when the LISTEN connection dies, receivers
+// fall back to polling, and the handle listens again.
+func TestPostgresListenerLost(t *testing.T) {
+	pool := pgPool(t)
+	schema := pgSchema(t, pool)
+	p := openPostgres(t, pool, schema, sqlqueue.WithPollInterval(300*time.Millisecond))
+	q := pgQueue(t, p, "q")
+	other := pgQueue(t, openPostgres(t, pool, schema), "q")
+	receiveNone(t, q) // starts the listener
+	listen := "LISTEN " + pgx.Identifier{"idem_queue." + schema}.Sanitize()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE query = $1`, listen).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("terminated %d listening backends, want 1", n)
+	}
+	publish(t, other, queue.Outgoing{Body: []byte("while deaf")})
+	ds := receive(t, q, 1)
+	if string(ds[0].Message().Body) != "while deaf" {
+		t.Fatalf("received %q", bodies(ds))
+	}
+	ds[0].Ack(context.Background())
+	// It listens again within a second or so.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the handle did not listen again after its connection was terminated")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
