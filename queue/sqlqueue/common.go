@@ -42,7 +42,8 @@ var (
 	// 200 bytes.
 	ErrBadName = errors.New("sqlqueue: a queue name must be 1 to 200 bytes")
 	// ErrBadMessage is returned by Publish for a message the queue cannot
-	// take (a negative delay, a nil body is fine); nothing is published.
+	// take (a negative delay, a nil transaction for PublishTx); nothing is
+	// published. A nil or empty body is fine.
 	ErrBadMessage = errors.New("sqlqueue: bad message")
 	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres]
 	// (it wraps [idem.ErrClosed]).

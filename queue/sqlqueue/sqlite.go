@@ -82,8 +82,8 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) now() int64 { return s.cfg.clock().UnixMicro() }
 
-// lockWrites is the hook for taking a process-local write turn; SQLite's
-// own lock serializes writers, so it does nothing unless configured.
+// lockWrites takes the process-local write turn of [WithWriteLock], if
+// one was given; SQLite's own lock serializes the writers either way.
 func (s *SQLite) lockWrites() (unlock func()) {
 	if s.cfg.writeLock == nil {
 		return func() {}
