@@ -470,3 +470,32 @@ WHERE query = $1`, listen).Scan(&n); err != nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestPostgresClosed(t *testing.T) {
+	pool := pgPool(t)
+	p := openPostgres(t, pool, pgSchema(t, pool), sqlqueue.WithPollInterval(time.Hour))
+	q := pgQueue(t, p, "q")
+	publish(t, q, queue.Outgoing{Body: []byte("x")})
+	ds := receive(t, q, 1)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := q.Receive(context.Background(), 1)
+		waiting <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	p.Close()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("waiting receive at close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting receive did not return at Close")
+	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("y")}); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("publish after close: %v", err)
+	}
+	if err := ds[0].Ack(context.Background()); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("ack after close: %v", err)
+	}
+}

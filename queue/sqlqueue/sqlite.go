@@ -70,13 +70,15 @@ func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error)
 }
 
 // Close stops the writer (calls queued for it fail with [ErrClosed]) and
-// returns its connection to the pool; it does not close the pool. Later
-// calls fail with ErrClosed. Closing twice does nothing.
+// returns its connection to the pool; it does not close the pool. Waiting
+// receives and later calls fail with ErrClosed. Closing twice does
+// nothing.
 func (s *SQLite) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	s.w.close()
+	s.wakers.wakeAll() // waiting receivers return ErrClosed
 	return nil
 }
 

@@ -593,11 +593,25 @@ func TestSQLiteConcurrentReceivers(t *testing.T) {
 }
 
 func TestSQLiteClosed(t *testing.T) {
-	e := openSQLite(t, "", nil)
+	e := openSQLite(t, "", nil, sqlqueue.WithPollInterval(time.Hour))
 	q := e.queue(t, "q")
 	publish(t, q, queue.Outgoing{Body: []byte("x")})
 	ds := receive(t, q, 1)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := q.Receive(context.Background(), 1)
+		waiting <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
 	e.qs.Close()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("waiting receive at close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting receive did not return at Close")
+	}
 	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("y")}); !errors.Is(err, idem.ErrClosed) {
 		t.Fatalf("publish after close: %v", err)
 	}
