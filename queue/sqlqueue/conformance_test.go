@@ -18,7 +18,7 @@ import (
 
 // loadMessages keeps the suite's load check short enough for the race
 // detector; BenchmarkEndToEnd measures throughput.
-const loadMessages = 2000
+const loadMessages = 1000
 
 // deadLetters reads a queue's dead letters for the suite.
 func deadLetters(t *testing.T, src queue.Source) []queuetest.DeadLetter {
@@ -48,6 +48,7 @@ var features = queuetest.Features{FIFO: true, DedupWindow: true, Delay: true, Re
 // TestConformanceSQLite runs the adapter suite on SQLite, with the ledger
 // in the same file (sqlitestore) for the consumer checks.
 func TestConformanceSQLite(t *testing.T) {
+	t.Parallel()                      // mostly waits for visibility timeouts and delays
 	var cur atomic.Pointer[sqliteEnv] // the environment New made last
 	queuetest.Run(t, queuetest.Harness{
 		New: func(t *testing.T, vis time.Duration) (queue.Source, queue.Publisher) {
@@ -75,6 +76,7 @@ func TestConformanceSQLite(t *testing.T) {
 // TestConformancePostgres runs the adapter suite on PostgreSQL, with the
 // ledger in pgstore in the same schema (a table per test).
 func TestConformancePostgres(t *testing.T) {
+	t.Parallel()
 	pool := pgPool(t)
 	schema := pgSchema(t, pool)
 	p := openPostgres(t, pool, schema, sqlqueue.WithPollInterval(100*time.Millisecond))
