@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// setup opens a ledger and a receipts queue in one SQLite file of t's own.
+func setup(t *testing.T) (*sqlitestore.Store, *sqlqueue.SQLiteQueue) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { queues.Close() })
+	q, err := queues.Queue("receipts", sqlqueue.WithVisibility(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, q
+}
+
+func publishJob(t *testing.T, q *sqlqueue.SQLiteQueue, order int) {
+	t.Helper()
+	body, _ := json.Marshal(Job{OrderID: order, UserID: 7, To: "user7@example.com"})
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drain runs the workers until the queue is empty.
+func drain(t *testing.T, q *sqlqueue.SQLiteQueue, workers ...*queue.Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, c := range workers {
+		wg.Go(func() { _ = c.Run(ctx) })
+	}
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready+st.InFlight+st.Delayed == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue not drained: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func worker(t *testing.T, store idem.Store, q queue.Source, mail Mailer, ledgerOpts ...idem.Option) *queue.Consumer {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	l := idem.New(store, append([]idem.Option{idem.WithLogger(quiet)}, ledgerOpts...)...)
+	c, err := Worker(q, l, mail, queue.WithLogger(quiet), queue.WithBackoff(10*time.Millisecond, 50*time.Millisecond), queue.WithBusyDelay(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Verify it (seed 000): call your handler twice with the same payload. One
+// email should arrive.
+func TestSamePayloadTwiceOneEmail(t *testing.T) {
+	store, q := setup(t)
+	publishJob(t, q, 42)
+	publishJob(t, q, 42)
+	mail := NewOutbox()
+	drain(t, q, worker(t, store, q, mail))
+	if sent := mail.Sent(); len(sent) != 1 || sent[0].Key != "receipt:42:7" {
+		t.Fatalf("sent %+v, want one email for receipt:42:7", sent)
+	}
+}
+
+// Verify it: throw after the send on purpose. The message redelivers and no
+// second email goes out, under either policy: the provider is asked first.
+func TestThrowAfterSendNoSecondEmail(t *testing.T) {
+	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		t.Run(p.String(), func(t *testing.T) {
+			store, q := setup(t)
+			publishJob(t, q, 42)
+			mail := NewOutbox()
+			mail.FailAfterSend = 1
+			drain(t, q, worker(t, store, q, mail, idem.WithPolicy(p), idem.WithLease(200*time.Millisecond)))
+			if sent := mail.Sent(); len(sent) != 1 {
+				t.Fatalf("sent %d emails, want 1: the redelivery must find the first send", len(sent))
+			}
+			rec, err := store.Get(context.Background(), "receipt:42:7")
+			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "msg-0001" {
+				t.Fatalf("record %+v, %v; want completed with the first send's id", rec.Status, err)
+			}
+			if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeResolvedDone {
+				t.Fatalf("the journal's last entry is %q, want %q (reconciled, not sent again)", last.Outcome, idem.OutcomeResolvedDone)
+			}
+		})
+	}
+}
+
+// Verify it: run two consumers against the same message at once. Exactly
+// one should win.
+func TestTwoConsumersOneEmail(t *testing.T) {
+	store, q := setup(t)
+	for range 4 {
+		publishJob(t, q, 42) // four copies, two consumers taking them at once
+	}
+	mail := NewOutbox()
+	drain(t, q, worker(t, store, q, mail, idem.WithOwner("a")), worker(t, store, q, mail, idem.WithOwner("b")))
+	if sent := mail.Sent(); len(sent) != 1 {
+		t.Fatalf("sent %d emails, want 1", len(sent))
+	}
+}
+
+// A job that is not JSON is dead-lettered at once, not retried.
+func TestUndecodableJobDeadLettered(t *testing.T) {
+	store, q := setup(t)
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	mail := NewOutbox()
+	drain(t, q, worker(t, store, q, mail))
+	st, err := q.Stats(context.Background())
+	if err != nil || st.DeadLettered != 1 || len(mail.Sent()) != 0 {
+		t.Fatalf("stats %+v (%v), sent %d; want one dead letter and no email", st, err, len(mail.Sent()))
+	}
+}
+
+func TestRun(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, filepath.Join(t.TempDir(), "idem.db"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "6 orders, 6 emails sent") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+}
