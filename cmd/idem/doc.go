@@ -16,6 +16,8 @@
 //	dynamodb://TABLE?region=R&endpoint=URL
 //	                             the DynamoDB table TABLE (store/dynamostore); credentials
 //	                             from the AWS SDK's chain; endpoint for an emulator
+//	redis://USER:PASSWORD@HOST:PORT/DB?idem_prefix=P, rediss://...
+//	                             keys under prefix P in a Redis database (store/redisstore)
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
 // Commands that read or repair records never create a store that does not
