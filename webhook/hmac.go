@@ -1,0 +1,298 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Encoding is how a signature is written in its header.
+type Encoding int
+
+const (
+	Hex       Encoding = iota // lower- or upper-case hex (the default)
+	Base64                    // standard base64, padded
+	Base64URL                 // URL-safe base64, padded or not
+)
+
+func (e Encoding) decode(s string) ([]byte, error) {
+	switch e {
+	case Base64:
+		return base64.StdEncoding.DecodeString(s)
+	case Base64URL:
+		return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+	default:
+		return hex.DecodeString(s)
+	}
+}
+
+func (e Encoding) encode(b []byte) string {
+	switch e {
+	case Base64:
+		return base64.StdEncoding.EncodeToString(b)
+	case Base64URL:
+		return base64.RawURLEncoding.EncodeToString(b)
+	default:
+		return hex.EncodeToString(b)
+	}
+}
+
+// Part is one piece of the content a generic [HMAC] scheme signs: a literal
+// string, the value of a request header, or the raw body. Build parts with
+// [Literal], [HeaderValue] and [Body].
+type Part struct {
+	literal string
+	header  string
+	body    bool
+}
+
+// Literal is a fixed string in the signed content ("v0:", ".").
+func Literal(s string) Part { return Part{literal: s} }
+
+// HeaderValue is the value of request header name in the signed content. The
+// header must appear exactly once.
+func HeaderValue(name string) Part { return Part{header: http.CanonicalHeaderKey(name)} }
+
+// Body is the raw request body, byte for byte, in the signed content.
+var Body = Part{body: true}
+
+// HMACConfig configures a generic HMAC scheme; see [NewHMAC].
+type HMACConfig struct {
+	// Header carries the signature (required).
+	Header string
+	// Prefix is stripped from each signature before decoding ("sha256=",
+	// "v0="). A signature without it is of an unknown version.
+	Prefix string
+	// Separator splits Header into several signatures (rotation on the
+	// sender's side); "" means the header holds one.
+	Separator string
+	// Encoding of the signature: [Hex] (default), [Base64], [Base64URL].
+	Encoding Encoding
+	// Hash is the HMAC's hash; nil means SHA-256.
+	Hash func() hash.Hash
+	// Signed lists the parts of the signed content, concatenated; nil means
+	// the body alone.
+	Signed []Part
+	// TimestampHeader, if set, holds a signed Unix time in seconds, checked
+	// against the tolerance. It must be one of the Signed parts.
+	TimestampHeader string
+	// IDHeader, if set, holds the event id. It must be one of the Signed
+	// parts (an unsigned id header could be changed by whoever replays the
+	// request), and its value must not contain a byte of any Literal part
+	// (which would make the signed content ambiguous). When empty, the id
+	// comes from ID.
+	IDHeader string
+	// Secrets, used as the strings they are (no decoding). At least one.
+	Secrets []string
+	// Tolerance for TimestampHeader: 0 means [DefaultTolerance], negative
+	// means unchecked.
+	Tolerance time.Duration
+	// ID takes the event id from the verified body when IDHeader is empty;
+	// nil means [BodyHash].
+	ID IDFunc
+}
+
+// HMAC is a generic HMAC signature scheme, configured by an [HMACConfig].
+// The GitHub, Shopify and Slack schemes are HMACs.
+type HMAC struct {
+	// Tolerance and ID are as in [HMACConfig]; they may be changed before
+	// the scheme is used.
+	Tolerance time.Duration
+	ID        IDFunc
+
+	name    string
+	cfg     HMACConfig
+	secrets [][]byte
+	forbid  string // bytes an IDHeader value must not contain
+}
+
+// NewHMAC returns a generic HMAC scheme. It fails with [ErrNoSecret] without
+// a non-empty secret, and with an error when Header is empty or the
+// timestamp or id header is not signed.
+func NewHMAC(cfg HMACConfig) (*HMAC, error) { return newHMAC("HMAC", cfg) }
+
+func newHMAC(name string, cfg HMACConfig) (*HMAC, error) {
+	if cfg.Header == "" {
+		return nil, fmt.Errorf("webhook: %s scheme needs a signature header", name)
+	}
+	cfg.Header = http.CanonicalHeaderKey(cfg.Header)
+	if cfg.Hash == nil {
+		cfg.Hash = sha256.New
+	}
+	if cfg.Signed == nil {
+		cfg.Signed = []Part{Body}
+	}
+	s := &HMAC{name: name, Tolerance: cfg.Tolerance, ID: cfg.ID}
+	signed := map[string]bool{}
+	for _, p := range cfg.Signed {
+		if p.header != "" {
+			signed[p.header] = true
+		}
+		s.forbid += p.literal
+	}
+	for _, h := range []*string{&cfg.TimestampHeader, &cfg.IDHeader} {
+		if *h == "" {
+			continue
+		}
+		*h = http.CanonicalHeaderKey(*h)
+		if !signed[*h] {
+			return nil, fmt.Errorf("webhook: %s scheme: header %s is not part of the signed content", name, *h)
+		}
+	}
+	for i, k := range cfg.Secrets {
+		if k == "" {
+			return nil, fmt.Errorf("%w: secret %d is empty", ErrNoSecret, i)
+		}
+		s.secrets = append(s.secrets, []byte(k))
+	}
+	if len(s.secrets) == 0 {
+		return nil, fmt.Errorf("%w: no secret given", ErrNoSecret)
+	}
+	cfg.Secrets = nil // kept only in s.secrets
+	s.cfg = cfg
+	return s, nil
+}
+
+// String describes the scheme without its secrets.
+func (s *HMAC) String() string { return secretsString(s.name, len(s.secrets)) }
+
+// parseHMACSignatures splits a signature header into decoded signatures.
+// known is false when no entry carried the prefix. At most 64 entries are
+// read; entries that do not decode are skipped (they match nothing).
+func parseHMACSignatures(v, sep, prefix string, enc Encoding) (sigs [][]byte, known bool) {
+	entries := []string{v}
+	if sep != "" {
+		entries = strings.SplitN(v, sep, 65)
+		entries = entries[:min(len(entries), 64)]
+	}
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		rest, ok := strings.CutPrefix(e, prefix)
+		if !ok {
+			continue
+		}
+		known = true
+		if b, err := enc.decode(rest); err == nil && len(b) > 0 {
+			sigs = append(sigs, b)
+		}
+	}
+	return sigs, known
+}
+
+// content builds the signed content from h and body.
+func (s *HMAC) content(h http.Header, body []byte) ([]byte, map[string]string, error) {
+	vals := make(map[string]string, 2)
+	n := 0
+	for _, p := range s.cfg.Signed {
+		if p.header != "" {
+			v, err := single(h, p.header)
+			if err != nil {
+				return nil, nil, err
+			}
+			vals[p.header] = v
+			n += len(v)
+		}
+		n += len(p.literal)
+		if p.body {
+			n += len(body)
+		}
+	}
+	c := make([]byte, 0, n)
+	for _, p := range s.cfg.Signed {
+		switch {
+		case p.header != "":
+			c = append(c, vals[p.header]...)
+		case p.body:
+			c = append(c, body...)
+		default:
+			c = append(c, p.literal...)
+		}
+	}
+	return c, vals, nil
+}
+
+// Verify implements [Scheme].
+func (s *HMAC) Verify(h http.Header, body []byte, now time.Time) (Event, error) {
+	v, err := single(h, s.cfg.Header)
+	if err != nil {
+		return Event{}, err
+	}
+	content, vals, err := s.content(h, body)
+	if err != nil {
+		return Event{}, err
+	}
+	var ts time.Time
+	if s.cfg.TimestampHeader != "" {
+		if ts, err = parseUnix(vals[s.cfg.TimestampHeader]); err != nil {
+			return Event{}, err
+		}
+	}
+	if s.cfg.IDHeader != "" && strings.ContainsAny(vals[s.cfg.IDHeader], s.forbid) {
+		return Event{}, fmt.Errorf("%w: %s contains a separator of the signed content", ErrMalformed, s.cfg.IDHeader)
+	}
+	sigs, known := parseHMACSignatures(v, s.cfg.Separator, s.cfg.Prefix, s.cfg.Encoding)
+	if !known {
+		return Event{}, fmt.Errorf("%w: %s", ErrUnknownVersion, s.cfg.Header)
+	}
+	ok := false
+	for _, k := range s.secrets {
+		m := hmac.New(s.cfg.Hash, k)
+		m.Write(content)
+		mac := m.Sum(nil)
+		for _, sig := range sigs {
+			if hmac.Equal(sig, mac) {
+				ok = true
+			}
+		}
+	}
+	if !ok {
+		return Event{}, ErrNoMatch
+	}
+	if s.cfg.TimestampHeader != "" {
+		if err := checkTime(ts, now, tolerance(s.Tolerance)); err != nil {
+			return Event{}, err
+		}
+	}
+	var id string
+	if s.cfg.IDHeader != "" {
+		id = vals[s.cfg.IDHeader]
+	} else {
+		idf := s.ID
+		if idf == nil {
+			idf = BodyHash
+		}
+		if id, err = idf(body); err != nil {
+			return Event{}, err
+		}
+	}
+	if err := checkID(id); err != nil {
+		return Event{}, err
+	}
+	return Event{ID: id, Timestamp: ts}, nil
+}
+
+// Sign returns the signature header's value for h and body under every
+// secret (joined by Separator, or the first secret's alone when the header
+// holds one). It is for tests and senders; h must hold the signed headers.
+func (s *HMAC) Sign(h http.Header, body []byte) (string, error) {
+	content, _, err := s.content(h, body)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	for _, k := range s.secrets {
+		m := hmac.New(s.cfg.Hash, k)
+		m.Write(content)
+		out = append(out, s.cfg.Prefix+s.cfg.Encoding.encode(m.Sum(nil)))
+		if s.cfg.Separator == "" {
+			break
+		}
+	}
+	return strings.Join(out, s.cfg.Separator), nil
+}

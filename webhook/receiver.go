@@ -1,0 +1,338 @@
+package webhook
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+)
+
+// Defaults of a [Receiver], unless an [Option] says otherwise.
+const (
+	// DefaultMaxBody is the largest body a Receiver reads (1 MiB); a larger
+	// one is answered 413.
+	DefaultMaxBody = 1 << 20
+	// DefaultBodyTimeout is how long a Receiver waits for the whole body
+	// (10 s); a slower one (a slow-loris sender) is answered 408.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultRetryAfter is the Retry-After, in seconds, of a 503.
+	DefaultRetryAfter = 5
+)
+
+// The attributes of a captured message ([queue.Outgoing.Attributes]).
+const (
+	AttrSource      = "webhook-source"       // the Receiver's source name
+	AttrEventID     = "webhook-event-id"     // the event id, from signed data
+	AttrVerified    = "webhook-verified"     // "true": the signature was verified
+	AttrTimestamp   = "webhook-timestamp"    // the signed timestamp (Unix seconds), when the scheme signs one
+	AttrContentType = "webhook-content-type" // the request's Content-Type, when it has one
+)
+
+// ReplayedHeader marks an answer replayed to a duplicate delivery, as
+// Stripe's API does.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Receiver is an [http.Handler] that accepts webhooks from one source: it
+// verifies each request's signature, recognises the event by an id taken
+// from signed data, and captures the event durably into a queue before it
+// answers 2xx, so that a 2xx always means "taken responsibility", and a
+// retried delivery never becomes a second message.
+//
+// For each request, in order:
+//
+//   - a method other than POST: 405 with Allow: POST;
+//   - a body over the limit ([WithMaxBody], default 1 MiB): 413; a body not
+//     read in time ([WithBodyTimeout], default 10 s): 408;
+//   - a signature that does not verify, a stale or future timestamp: 401,
+//     with an application/problem+json reason (never a secret);
+//     authentic but without a usable event id: 400;
+//   - the operation key accept:<source>:<event id> ([Key]) is claimed in
+//     the ledger and the event is captured (see [Publish] and [PublishTx]).
+//     The message carries the raw body and the attributes AttrSource,
+//     AttrEventID, AttrVerified, AttrTimestamp and AttrContentType; its
+//     DedupID is the operation key. The answer (200 and a small JSON body)
+//     is stored as the key's result;
+//   - a duplicate of a captured event: the first answer again, status and
+//     body, with Idempotent-Replayed: true;
+//   - a duplicate while the first delivery is being captured: 409 with
+//     Retry-After (seconds left on the first one's lease);
+//   - the queue or the store failing: 503 with Retry-After, never 2xx. The
+//     key is released (or left to its lease), so the sender's retry
+//     captures the event.
+//
+// The body is verified and published as the raw bytes received; it is never
+// parsed and re-serialized (schemes that take the id from the body parse a
+// copy). The ledger's retention must cover the sender's retry horizon
+// (Standard Webhooks retries for about 3 days; the default 7 days does).
+type Receiver struct {
+	source      string
+	scheme      Scheme
+	ledger      *idem.Ledger
+	capture     Capture
+	maxBody     int64
+	bodyTimeout time.Duration
+	now         func() time.Time
+	log         *slog.Logger
+}
+
+// Option configures a [Receiver].
+type Option func(*Receiver)
+
+// WithMaxBody sets the largest body read (default [DefaultMaxBody]).
+// Non-positive values are ignored.
+func WithMaxBody(n int64) Option {
+	return func(r *Receiver) {
+		if n > 0 {
+			r.maxBody = n
+		}
+	}
+}
+
+// WithBodyTimeout sets how long the body may take to arrive, from the
+// moment the handler starts (default [DefaultBodyTimeout]). It needs a
+// connection whose read deadline can be set (net/http's server); the
+// server's own ReadTimeout still applies. Non-positive values are ignored.
+func WithBodyTimeout(d time.Duration) Option {
+	return func(r *Receiver) {
+		if d > 0 {
+			r.bodyTimeout = d
+		}
+	}
+}
+
+// WithClock sets the clock that signed timestamps are checked against
+// (default [time.Now]).
+func WithClock(now func() time.Time) Option {
+	return func(r *Receiver) {
+		if now != nil {
+			r.now = now
+		}
+	}
+}
+
+// WithLogger sets the logger for rejected requests and capture failures
+// (default [slog.Default]). The ledger logs each capture itself.
+func WithLogger(l *slog.Logger) Option {
+	return func(r *Receiver) {
+		if l != nil {
+			r.log = l
+		}
+	}
+}
+
+// NewReceiver returns a Receiver for webhooks from source (a name such as
+// "stripe" or "github-acme": it scopes the keys, so two endpoints never
+// share an event id), verified by scheme, deduplicated in l and captured by
+// capture. It fails when an argument is missing or when capture cannot work
+// with l's store (a [PublishTx] of a transaction type the store does not
+// run).
+func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, opts ...Option) (*Receiver, error) {
+	switch {
+	case source == "":
+		return nil, errors.New("webhook: NewReceiver: empty source")
+	case scheme == nil:
+		return nil, errors.New("webhook: NewReceiver: nil scheme")
+	case l == nil:
+		return nil, errors.New("webhook: NewReceiver: nil ledger")
+	case capture == nil:
+		return nil, errors.New("webhook: NewReceiver: nil capture")
+	}
+	if err := Key(source, "x").Err(); err != nil {
+		return nil, fmt.Errorf("webhook: NewReceiver: source: %w", err)
+	}
+	if err := capture.check(l); err != nil {
+		return nil, err
+	}
+	r := &Receiver{source: source, scheme: scheme, ledger: l, capture: capture,
+		maxBody: DefaultMaxBody, bodyTimeout: DefaultBodyTimeout, now: time.Now, log: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// Key returns the operation key under which a Receiver for source captures
+// event id: accept:<source>:<id>, the parts escaped as [idem.Key] does (a ':'
+// in the id cannot forge another source's key). An id so long that the key
+// would pass [idem.MaxKeyLen] is replaced by its SHA-256:
+// accept:<source>:sha256:<hex> (four parts, which no escaped id can
+// produce), so it is still captured once.
+func Key(source, id string) idem.OperationKey {
+	k := idem.Key("accept", source, id)
+	if k.Err() != nil && source != "" && id != "" {
+		sum := sha256.Sum256([]byte(id))
+		k = idem.Key("accept", source, "sha256", hex.EncodeToString(sum[:]))
+	}
+	return k
+}
+
+// answer is the stored result: a 3-digit status followed by the body.
+func encodeAnswer(status int, body []byte) []byte {
+	return append([]byte(strconv.Itoa(status)), body...)
+}
+
+func decodeAnswer(b []byte) (int, []byte, bool) {
+	if len(b) < 3 {
+		return 0, nil, false
+	}
+	st, err := strconv.Atoi(string(b[:3]))
+	if err != nil || st < 200 || st > 599 {
+		return 0, nil, false
+	}
+	return st, b[3:], true
+}
+
+type acceptedBody struct {
+	Status    string `json:"status"`
+	Source    string `json:"source"`
+	EventID   string `json:"event_id"`
+	MessageID string `json:"message_id,omitempty"`
+}
+
+// ServeHTTP implements [http.Handler].
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		rc.problem(w, r, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "webhooks are POSTed")
+		return
+	}
+	if r.ContentLength > rc.maxBody {
+		rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
+			fmt.Sprintf("the body may be at most %d bytes", rc.maxBody))
+		return
+	}
+	ctl := http.NewResponseController(w)
+	_ = ctl.SetReadDeadline(time.Now().Add(rc.bodyTimeout)) // ErrNotSupported outside net/http's server
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
+	_ = ctl.SetReadDeadline(time.Time{})
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooLarge):
+			rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
+				fmt.Sprintf("the body may be at most %d bytes", rc.maxBody))
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			rc.problem(w, r, http.StatusRequestTimeout, "body-timeout", "Body too slow",
+				fmt.Sprintf("the body must arrive within %v", rc.bodyTimeout))
+		default:
+			rc.problem(w, r, http.StatusBadRequest, "body-unreadable", "Body unreadable", "the body could not be read")
+		}
+		return
+	}
+
+	ev, err := rc.scheme.Verify(r.Header, body, rc.now())
+	if err != nil {
+		if Unauthentic(err) {
+			rc.problem(w, r, http.StatusUnauthorized, "signature-invalid", "Signature invalid", err.Error())
+		} else {
+			rc.problem(w, r, http.StatusBadRequest, "event-id-invalid", "Event id missing or invalid", err.Error())
+		}
+		return
+	}
+
+	key := Key(rc.source, ev.ID)
+	attrs := map[string]string{
+		AttrSource:   rc.source,
+		AttrEventID:  ev.ID,
+		AttrVerified: "true",
+	}
+	if !ev.Timestamp.IsZero() {
+		attrs[AttrTimestamp] = strconv.FormatInt(ev.Timestamp.Unix(), 10)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		attrs[AttrContentType] = ct
+	}
+	m := queue.Outgoing{Body: body, Attributes: attrs, DedupID: key.String()}
+	res, err := rc.capture.capture(r.Context(), rc.ledger, key, m, func(p queue.Published) []byte {
+		b, _ := json.Marshal(acceptedBody{Status: "accepted", Source: rc.source, EventID: ev.ID, MessageID: p.ID})
+		return encodeAnswer(http.StatusOK, b)
+	})
+	if err != nil {
+		rc.captureFailed(w, r, ev.ID, err)
+		return
+	}
+	status, answer, ok := decodeAnswer(res.Value)
+	if !ok {
+		rc.log.ErrorContext(r.Context(), "webhook: the stored answer cannot be read", "source", rc.source, "event_id", ev.ID)
+		rc.problem(w, r, http.StatusInternalServerError, "answer-unreadable", "Stored answer unreadable",
+			"the event was captured but its stored answer cannot be read")
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if res.Replayed {
+		h.Set(ReplayedHeader, "true")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(answer)
+}
+
+// captureFailed answers a capture that did not happen (or whose outcome is
+// unknown): never 2xx.
+func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id string, err error) {
+	var busy *idem.InProgressError
+	var pub *PublishError
+	switch {
+	case errors.As(err, &busy):
+		secs := int64((busy.RetryAfter + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		rc.problem(w, r, http.StatusConflict, "in-progress", "Delivery in progress",
+			"another delivery of this event is being captured; retry later")
+		return
+	case errors.Is(err, idem.ErrNotTransactional):
+		rc.log.ErrorContext(r.Context(), "webhook: capture misconfigured", "source", rc.source, "error", err)
+		rc.problem(w, r, http.StatusInternalServerError, "misconfigured", "Receiver misconfigured", "the event was not captured")
+		return
+	case errors.As(err, &pub):
+		rc.log.ErrorContext(r.Context(), "webhook: publish failed; answered 503 so the sender retries",
+			"source", rc.source, "event_id", id, "error", err)
+	default:
+		// Store errors, lease lost, indeterminate (AtMostOnce), failed keys,
+		// a request cancelled mid-capture: nothing here is "captured".
+		rc.log.ErrorContext(r.Context(), "webhook: capture failed; answered 503 so the sender retries",
+			"source", rc.source, "event_id", id, "error", err)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(DefaultRetryAfter))
+	rc.problem(w, r, http.StatusServiceUnavailable, "capture-failed", "Event not captured",
+		"the event could not be captured durably; retry later")
+}
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// ProblemTypePrefix begins the type URI of every problem a Receiver answers,
+// followed by a slug: signature-invalid, event-id-invalid, body-too-large,
+// body-timeout, body-unreadable, method-not-allowed, in-progress,
+// capture-failed, misconfigured, answer-unreadable.
+const ProblemTypePrefix = "urn:idem:webhook:"
+
+// problem writes an RFC 9457 problem. detail never holds a secret: it is a
+// scheme error's text (which names headers, never their values' secrets) or
+// a fixed sentence.
+func (rc *Receiver) problem(w http.ResponseWriter, r *http.Request, status int, slug, title, detail string) {
+	if status < 500 {
+		rc.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook: request refused",
+			slog.String("source", rc.source), slog.Int("status", status), slog.String("reason", detail))
+	}
+	b, _ := json.Marshal(problemBody{Type: ProblemTypePrefix + slug, Title: title, Status: status, Detail: detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
