@@ -1,0 +1,63 @@
+// Package webhook receives provider webhooks so that each event is captured
+// once: verified, recognised on every retry, and durably queued before the
+// sender hears 2xx.
+//
+// A [Receiver] is an http.Handler for one source. It verifies the request
+// with a [Scheme] over the raw body bytes, takes the event id from data the
+// signature covers, claims the operation key accept:<source>:<event id> in
+// an [idem.Ledger], and captures the event into a queue ([Capture]):
+//
+//	store, _ := sqlitestore.Open(ctx, "idem.db")
+//	l := idem.New(store) // retention 7 days: covers the senders' retry horizons
+//	scheme, _ := webhook.NewStandard(os.Getenv("WEBHOOK_SECRET"))
+//	rcv, _ := webhook.NewReceiver("billing", scheme, l, webhook.PublishTx[*sql.Tx](q))
+//	http.Handle("POST /hooks/billing", rcv)
+//
+// 2xx means "taken responsibility": the event is in the queue. A duplicate
+// delivery gets the first answer again with Idempotent-Replayed: true; a
+// duplicate that arrives while the first is being captured gets 409 and
+// Retry-After; a queue or store that fails gets 503, never 2xx, and the key
+// is released so the sender's retry captures the event.
+//
+// # Capture modes
+//
+// [PublishTx] captures in the ledger store's own transaction (sqlitestore
+// with *sql.Tx, pgstore with pgx.Tx, and a queue in the same database): the
+// claim, the message and the completion commit together, so every event is
+// queued exactly once. [Publish] works with any [queue.Publisher]: claim,
+// publish with DedupID = the operation key, complete. A crash between the
+// publish and the completion publishes again on the retry (under the same
+// DedupID, for brokers that deduplicate); the consumer's ledger is the last
+// line.
+//
+// # Schemes
+//
+// [NewStandard] (Standard Webhooks "v1" HMAC and "v1a" ed25519, under the
+// webhook-* or svix-* headers), [NewStripe], [NewGitHub], [NewShopify],
+// [NewSlack], and [NewHMAC] for other providers (header, prefix, encoding,
+// signed content, signed timestamp and id headers). Every scheme compares in
+// constant time, accepts several secrets at once (rotation), and checks a
+// signed timestamp within [DefaultTolerance] (5 minutes either way) unless
+// its Tolerance field says otherwise.
+//
+// Where the event id comes from:
+//
+//	scheme            event id                         signed?
+//	Standard          webhook-id / svix-id header      yes (id.timestamp.body)
+//	Stripe            body "id" (evt_...)              yes (the body)
+//	Slack             body "event_id", else body hash  yes (the body)
+//	GitHub, Shopify   "sha256:" + hex SHA-256 of body  yes (the body)
+//	HMAC              IDHeader if set, else ID(body)   IDHeader must be signed
+//
+// GitHub's X-GitHub-Delivery and Shopify's X-Shopify-Webhook-Id are not
+// covered by their signatures: anyone holding one signed delivery could
+// replay its body under a fresh id. Those schemes therefore key on the
+// signed body (both providers resend the same body on a retry), so such a
+// replay is answered as a duplicate and creates no second message. Set the
+// scheme's ID field ([JSONField]) to key on an id inside the body instead.
+//
+// Refusals: 405 (not POST), 413 (body over [DefaultMaxBody]), 408 (body
+// slower than [DefaultBodyTimeout]), 401 (not authentic), 400 (authentic but
+// without a usable id), each with an application/problem+json body whose
+// type begins with [ProblemTypePrefix]; none of them touches the ledger.
+package webhook
