@@ -64,7 +64,8 @@ func (c publishCapture) capture(ctx context.Context, l *idem.Ledger, key idem.Op
 // sqlitestore's file with *sql.Tx, or on pgstore's database with pgx.Tx);
 // [NewReceiver] refuses a store of another transaction type.
 //
-// When PublishTx fails the transaction rolls back (the key is as before)
+// A duplicate of an event already captured is answered from a read of its
+// record, without a transaction. When PublishTx fails the transaction rolls back (the key is as before)
 // and the receiver answers 503. Concurrent deliveries of one event are
 // serialized by the database: the first commits, the others replay its
 // answer.
@@ -85,6 +86,14 @@ func (c txCapture[Tx]) check(l *idem.Ledger) error {
 
 func (c txCapture[Tx]) capture(ctx context.Context, l *idem.Ledger, key idem.OperationKey, m queue.Outgoing,
 	answer func(queue.Published) []byte) (idem.Result, error) {
+	// A duplicate of a completed event is answered from a plain read, so it
+	// does not take the database's write lock (which serializes every
+	// transaction). A completed record cannot change until its retention
+	// passes, so the read cannot be stale in a way that matters; any other
+	// answer, or an error, goes on to the transaction, which decides.
+	if rec, err := l.Store().Get(ctx, key.String()); err == nil && rec.Status == idem.StatusCompleted {
+		return idem.Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
+	}
 	return idem.DoTx(ctx, l, key, func(ctx context.Context, tx Tx) ([]byte, error) {
 		pub, err := c.p.PublishTx(ctx, tx, m)
 		if err != nil {
