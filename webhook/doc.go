@@ -34,10 +34,11 @@
 //
 // [NewStandard] (Standard Webhooks "v1" HMAC and "v1a" ed25519, under the
 // webhook-* or svix-* headers), [NewStripe], [NewGitHub], [NewShopify],
-// [NewSlack], and [NewHMAC] for other providers (header, prefix, encoding,
+// [NewSlack], [NewTwilio] (which also signs the URL: a [RequestScheme]),
+// and [NewHMAC] for other providers (header, prefix, encoding,
 // signed content, signed timestamp and id headers). Every scheme compares in
 // constant time, accepts several secrets at once (rotation), and checks a
-// signed timestamp within [DefaultTolerance] (5 minutes either way) unless
+// signed timestamp (Standard, Stripe, Slack, HMAC with TimestampHeader) within [DefaultTolerance] (5 minutes either way) unless
 // its Tolerance field says otherwise.
 //
 // Where the event id comes from:
@@ -47,6 +48,7 @@
 //	Stripe            body "id" (evt_...)              yes (the body)
 //	Slack             body "event_id", else body hash  yes (the body)
 //	GitHub, Shopify   "sha256:" + hex SHA-256 of body  yes (the body)
+//	Twilio            "sha256:" + hex SHA-256 of body  yes (params or bodySHA256)
 //	HMAC              IDHeader if set, else ID(body)   IDHeader must be signed
 //
 // GitHub's X-GitHub-Delivery and Shopify's X-Shopify-Webhook-Id are not

@@ -233,7 +233,12 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ev, err := rc.scheme.Verify(r.Header, body, rc.now())
+	var ev Event
+	if rs, ok := rc.scheme.(RequestScheme); ok {
+		ev, err = rs.VerifyRequest(r, body, rc.now())
+	} else {
+		ev, err = rc.scheme.Verify(r.Header, body, rc.now())
+	}
 	if err != nil {
 		if Unauthentic(err) {
 			rc.problem(w, r, http.StatusUnauthorized, "signature-invalid", "Signature invalid", err.Error())
