@@ -48,7 +48,7 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func main() {
 	serve := flag.String("serve", "", "run a server: bare or receiver (internal)")
-	capture := flag.String("capture", "tx", "receiver capture: tx (PublishTx, one transaction) or plain (Publish)")
+	capture := flag.String("capture", "tx", "receiver capture: tx (PublishTx in the store's transaction), plain (Publish to a table of the store's file, one commit per message) or plain-batched (Publish to a queue file of its own, group commit)")
 	syncMode := flag.String("sync", "FULL", "SQLite synchronous mode: FULL or NORMAL")
 	dir := flag.String("dir", "", "directory for the database (default: a temporary one)")
 	duration := flag.Duration("duration", 10*time.Second, "how long each load runs")
@@ -146,6 +146,12 @@ func newReceiver(capture, syncMode, dir string) http.Handler {
 		c = webhook.PublishTx[*sql.Tx](q)
 	case "plain":
 		c = webhook.Publish(q)
+	case "plain-batched":
+		bq, err := newBatchQueue(filepath.Join(dir, fmt.Sprintf("queue-%d.db", os.Getpid())), syncMode)
+		if err != nil {
+			log.Fatal(err)
+		}
+		c = webhook.Publish(bq)
 	default:
 		log.Fatalf("unknown capture %q", capture)
 	}
@@ -332,4 +338,92 @@ func measure(mode, capture, syncMode, dir string, duration, warmup time.Duration
 	pct := func(p float64) time.Duration { return lat[min(int(float64(len(lat))*p), len(lat)-1)] }
 	return result{mode: mode, n: len(lat), rps: float64(len(lat)) / elapsed.Seconds(),
 		p50: pct(0.50), p99: pct(0.99), max: lat[len(lat)-1], statuses: statuses, replayed: replayed, errors: errs}, nil
+}
+
+// batchQueue is a queue in a SQLite file of its own whose writer commits
+// every publish queued meanwhile in one transaction (group commit), as
+// queue/sqlqueue's SQLite writer does.
+type batchQueue struct {
+	db   *sql.DB
+	reqs chan pubReq
+}
+
+type pubReq struct {
+	m    queue.Outgoing
+	done chan pubRes
+}
+
+type pubRes struct {
+	p   queue.Published
+	err error
+}
+
+func newBatchQueue(path, syncMode string) (*batchQueue, error) {
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)&_pragma=synchronous("+syncMode+")&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS webhook_load_queue (
+		id INTEGER PRIMARY KEY, dedup_id TEXT NOT NULL, body BLOB NOT NULL, attrs TEXT NOT NULL)`); err != nil {
+		return nil, err
+	}
+	q := &batchQueue{db: db, reqs: make(chan pubReq, 1024)}
+	go q.loop()
+	return q, nil
+}
+
+func (q *batchQueue) loop() {
+	batch := make([]pubReq, 0, 256)
+	for first := range q.reqs {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-q.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		res := make([]pubRes, len(batch))
+		tx, err := q.db.Begin()
+		if err == nil {
+			for i, r := range batch {
+				var x sql.Result
+				x, err = tx.Exec(`INSERT INTO webhook_load_queue (dedup_id, body, attrs) VALUES (?, ?, ?)`, r.m.DedupID, r.m.Body, attrs(r.m))
+				if err != nil {
+					break
+				}
+				id, _ := x.LastInsertId()
+				res[i].p = queue.Published{ID: fmt.Sprint(id)}
+			}
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				_ = tx.Rollback()
+			}
+		}
+		for i, r := range batch {
+			if err != nil {
+				res[i] = pubRes{err: err}
+			}
+			r.done <- res[i]
+		}
+	}
+}
+
+func (q *batchQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	done := make(chan pubRes, 1)
+	select {
+	case q.reqs <- pubReq{m: m, done: done}:
+	case <-ctx.Done():
+		return queue.Published{}, ctx.Err()
+	}
+	select {
+	case r := <-done:
+		return r.p, r.err
+	case <-ctx.Done():
+		return queue.Published{}, ctx.Err()
+	}
 }
