@@ -71,6 +71,12 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     key is released (or left to its lease), so the sender's retry
 //     captures the event.
 //
+// Serve it from an http.Server with a ReadHeaderTimeout: the Receiver bounds
+// the body's arrival, the server must bound the headers'. With [Publish], a
+// ledger made with idem.WithCache answers recent duplicates without a store
+// round trip; with [PublishTx], a duplicate of a captured event is answered
+// from a read, without a transaction.
+//
 // The body is verified and published as the raw bytes received; it is never
 // parsed and re-serialized (schemes that take the id from the body parse a
 // copy). The ledger's retention must cover the sender's retry horizon
