@@ -92,7 +92,8 @@ func main() {
 		fmt.Println(r)
 	}
 	if len(results) == 2 {
-		fmt.Printf("ratio receiver/bare: %.3f (throughput)\n", results[1].rps/results[0].rps)
+		fmt.Printf("ratio receiver/bare: %.3f (throughput), %.2f (server CPU per request)\n",
+			results[1].rps/results[0].rps, float64(results[1].cpuPerReq)/float64(results[0].cpuPerReq))
 	}
 }
 
@@ -219,11 +220,12 @@ type result struct {
 	statuses      map[int]int
 	replayed      int
 	errors        int
+	cpuPerReq     time.Duration // the server process's CPU time per request
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%-8s %8.0f req/s  n=%d  p50=%v p99=%v max=%v  statuses=%v replayed=%d errors=%d",
-		r.mode, r.rps, r.n, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond),
+	return fmt.Sprintf("%-8s %8.0f req/s  server CPU %v/req  n=%d  p50=%v p99=%v max=%v  statuses=%v replayed=%d errors=%d",
+		r.mode, r.rps, r.cpuPerReq.Round(time.Microsecond), r.n, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond),
 		r.statuses, r.replayed, r.errors)
 }
 
@@ -324,11 +326,13 @@ func measure(mode, capture, syncMode, dir string, duration, warmup time.Duration
 		wg.Go(func() { worker(uint64(i + 1)) })
 	}
 	time.Sleep(warmup)
+	cpu0 := procCPU(cmd.Process.Pid)
 	measured.Store(true)
 	t0 := time.Now()
 	time.Sleep(duration)
 	measured.Store(false)
 	elapsed := time.Since(t0)
+	cpu := procCPU(cmd.Process.Pid) - cpu0
 	stop.Store(true)
 	wg.Wait()
 	if len(lat) == 0 {
@@ -337,7 +341,8 @@ func measure(mode, capture, syncMode, dir string, duration, warmup time.Duration
 	slices.Sort(lat)
 	pct := func(p float64) time.Duration { return lat[min(int(float64(len(lat))*p), len(lat)-1)] }
 	return result{mode: mode, n: len(lat), rps: float64(len(lat)) / elapsed.Seconds(),
-		p50: pct(0.50), p99: pct(0.99), max: lat[len(lat)-1], statuses: statuses, replayed: replayed, errors: errs}, nil
+		p50: pct(0.50), p99: pct(0.99), max: lat[len(lat)-1], statuses: statuses, replayed: replayed, errors: errs,
+		cpuPerReq: cpu / time.Duration(len(lat))}, nil
 }
 
 // batchQueue is a queue in a SQLite file of its own whose writer commits
@@ -426,4 +431,22 @@ func (q *batchQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Publi
 	case <-ctx.Done():
 		return queue.Published{}, ctx.Err()
 	}
+}
+
+// procCPU is the user+system CPU time of process pid so far (Linux).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which is in parentheses): utime is the
+	// 14th field of the line, stime the 15th, in clock ticks (100/s).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
