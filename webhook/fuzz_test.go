@@ -1,11 +1,18 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // namedErr reports whether err is one of the package's sentinel errors: bad
@@ -135,6 +142,60 @@ func FuzzHMACSignatureHeader(f *testing.F) {
 		}
 		if _, err := gen.Verify(h, []byte("{}"), time.Unix(0, 0)); err != nil && !namedErr(err) {
 			t.Fatalf("generic: unnamed error %v", err)
+		}
+	})
+}
+
+// countingPub counts publishes (for the receiver fuzz test, which must not
+// publish anything).
+type countingPub struct{ n atomic.Int64 }
+
+func (p *countingPub) Publish(context.Context, queue.Outgoing) (queue.Published, error) {
+	p.n.Add(1)
+	return queue.Published{ID: "x"}, nil
+}
+
+// FuzzReceiverHeaders sends requests with arbitrary Standard Webhooks
+// headers and bodies through a Receiver: none is accepted unless it carries
+// the genuine signature, every refusal is a 4xx problem, and nothing is
+// published for a refused request.
+func FuzzReceiverHeaders(f *testing.F) {
+	f.Add(sw1ID, sw1TS, sw1Sig, sw1Body)
+	f.Add(sw1ID, sw1TS, swWrongSig, sw1Body)
+	f.Add("", "", "", "")
+	f.Add("msg:\xff", "1614265330", "v1,====", "{}")
+	s, err := NewStandard(sw1Secret)
+	if err != nil {
+		f.Fatal(err)
+	}
+	pub := new(countingPub)
+	rc, err := NewReceiver("fuzz", s, idem.New(memstore.New(), idem.WithLogger(quiet)), Publish(pub),
+		WithLogger(quiet), WithClock(func() time.Time { return unix(sw1TS) }), WithMaxBody(4096))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, ts, sig, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header["Webhook-Id"] = []string{id}
+		r.Header["Webhook-Timestamp"] = []string{ts}
+		r.Header["Webhook-Signature"] = []string{sig}
+		before := pub.n.Load()
+		a := serve(rc, r)
+		genuine := id == sw1ID && ts == sw1TS && body == sw1Body && strings.Contains(sig, sw1Sig[3:])
+		switch {
+		case a.status == 200:
+			if !genuine {
+				t.Fatalf("accepted id %q ts %q sig %q body %q", id, ts, sig, body)
+			}
+		case a.status == 401 || a.status == 400 || a.status == 413:
+			if pub.n.Load() != before {
+				t.Fatalf("a refused request (%d) was published", a.status)
+			}
+			if !strings.HasPrefix(a.header.Get("Content-Type"), "application/problem+json") {
+				t.Fatalf("refusal %d without a problem body", a.status)
+			}
+		default:
+			t.Fatalf("status %d for id %q ts %q sig %q: %s", a.status, id, ts, sig, a.body)
 		}
 	})
 }
