@@ -140,7 +140,11 @@ func WithLogger(l *slog.Logger) Option {
 // NewReceiver returns a Receiver for webhooks from source (a name such as
 // "stripe" or "github-acme": it scopes the keys, so two endpoints never
 // share an event id), verified by scheme, deduplicated in l and captured by
-// capture. It fails when an argument is missing or when capture cannot work
+// capture. Use a ledger under [idem.AtLeastOnce] (the default): a failed
+// publish then releases the key for the sender's retry. Under
+// [idem.AtMostOnce] a failed publish (whose message may or may not have
+// been accepted) leaves the key indeterminate, and every retry is answered
+// 503 until an operator resolves it (idem resolve). It fails when an argument is missing or when capture cannot work
 // with l's store (a [PublishTx] of a transaction type the store does not
 // run).
 func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, opts ...Option) (*Receiver, error) {

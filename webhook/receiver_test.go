@@ -414,3 +414,29 @@ func TestNewReceiverChecks(t *testing.T) {
 		}
 	}
 }
+
+// Under AtMostOnce a failed publish leaves the key indeterminate: the retry
+// is refused with 503 (never 200, never a second publish) until an operator
+// resolves it.
+func TestReceiverAtMostOncePublishFails(t *testing.T) {
+	e := newEnv(t, idem.WithPolicy(idem.AtMostOnce), idem.WithLease(time.Second))
+	rc, s := newReceiver(t, e, Publish(e.pub))
+	e.pub.setHook(func(context.Context) error { return errInjected })
+	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 503 {
+		t.Fatalf("%d %s, want 503", a.status, a.body)
+	}
+	e.pub.setHook(nil)
+	e.clock.Add(2 * time.Second)
+	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 503 {
+		t.Fatalf("retry of an indeterminate key: %d %s, want 503", a.status, a.body)
+	}
+	if n := len(e.pub.messages(t)); n != 0 {
+		t.Fatalf("%d messages", n)
+	}
+	if _, err := e.store.Resolve(context.Background(), "accept:acme:msg_amo", 0, idem.Resolution{Done: false, Reason: "operator: not published"}); err != nil {
+		t.Fatal(err)
+	}
+	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 200 {
+		t.Fatalf("after resolve: %d %s, want 200", a.status, a.body)
+	}
+}
