@@ -304,7 +304,18 @@ func TestGenericHMAC(t *testing.T) {
 		{"id with a separator", hID, "{}", now, ErrMalformed},
 		{"stale", h, "{}", now.Add(6 * time.Minute), ErrTooOld},
 		{"no prefix", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", strings.ReplaceAll(sig, "s1=", "")), "{}", now, ErrUnknownVersion},
+		{"future", h, "{}", now.Add(-6 * time.Minute), ErrTooNew},
+		{"missing signature", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now)), "{}", now, ErrNoSignature},
+		{"missing id header", hdr("X-Ts", formatUnix(now), "X-Sig", sig), "{}", now, ErrNoSignature},
+		{"truncated", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", sig[:12]), "{}", now, ErrNoMatch},
+		{"wrong", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", "s1="+strings.Repeat("A", 43)), "{}", now, ErrNoMatch},
 	})
+	other := cfg
+	other.Secrets = []string{"k3"}
+	s3, _ := NewHMAC(other)
+	if _, err := s3.Verify(h, []byte("{}"), now); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("wrong secret: %v", err)
+	}
 	// An id or timestamp header outside the signed content is refused at
 	// construction: an unsigned id could be changed by a replayer.
 	bad := cfg
