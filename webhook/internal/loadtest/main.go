@@ -350,6 +350,7 @@ func measure(mode, capture, syncMode, dir string, duration, warmup time.Duration
 // queue/sqlqueue's SQLite writer does.
 type batchQueue struct {
 	db   *sql.DB
+	ins  *sql.Stmt
 	reqs chan pubReq
 }
 
@@ -373,7 +374,11 @@ func newBatchQueue(path, syncMode string) (*batchQueue, error) {
 		id INTEGER PRIMARY KEY, dedup_id TEXT NOT NULL, body BLOB NOT NULL, attrs TEXT NOT NULL)`); err != nil {
 		return nil, err
 	}
-	q := &batchQueue{db: db, reqs: make(chan pubReq, 1024)}
+	ins, err := db.Prepare(`INSERT INTO webhook_load_queue (dedup_id, body, attrs) VALUES (?, ?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	q := &batchQueue{db: db, ins: ins, reqs: make(chan pubReq, 1024)}
 	go q.loop()
 	return q, nil
 }
@@ -394,9 +399,10 @@ func (q *batchQueue) loop() {
 		res := make([]pubRes, len(batch))
 		tx, err := q.db.Begin()
 		if err == nil {
+			ins := tx.Stmt(q.ins)
 			for i, r := range batch {
 				var x sql.Result
-				x, err = tx.Exec(`INSERT INTO webhook_load_queue (dedup_id, body, attrs) VALUES (?, ?, ?)`, r.m.DedupID, r.m.Body, attrs(r.m))
+				x, err = ins.Exec(r.m.DedupID, r.m.Body, attrs(r.m))
 				if err != nil {
 					break
 				}
