@@ -17,7 +17,8 @@
 // delivery gets the first answer again with Idempotent-Replayed: true; a
 // duplicate that arrives while the first is being captured gets 409 and
 // Retry-After; a queue or store that fails gets 503, never 2xx, and the key
-// is released so the sender's retry captures the event.
+// is released (or, when the store itself failed, left to its lease) so the
+// sender's retry captures the event.
 //
 // # Capture modes
 //
