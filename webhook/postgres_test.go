@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -55,10 +55,7 @@ func (p *pgPub) count(t *testing.T) int {
 // the row lock and then replay), and nothing from a publish that failed
 // after writing.
 func TestReceiverPostgresTx(t *testing.T) {
-	url := os.Getenv("IDEM_TEST_POSTGRES")
-	if url == "" {
-		t.Skip("set IDEM_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test?sslmode=disable to run the PostgreSQL capture tests")
-	}
+	url := testenv.Require(t, testenv.Postgres, "the webhook Receiver's PostgreSQL capture test")
 	ctx := context.Background()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
