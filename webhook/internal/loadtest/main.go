@@ -37,6 +37,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/idemkit/idem/webhook"
 )
@@ -48,7 +49,7 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func main() {
 	serve := flag.String("serve", "", "run a server: bare or receiver (internal)")
-	capture := flag.String("capture", "tx", "receiver capture: tx (PublishTx in the store's transaction), plain (Publish to a table of the store's file, one commit per message) or plain-batched (Publish to a queue file of its own, group commit)")
+	capture := flag.String("capture", "tx", "receiver capture: sqlqueue-tx (PublishTx to queue/sqlqueue in the store's transaction), sqlqueue (Publish to queue/sqlqueue in the store's file, group commit, shared write turn), tx (PublishTx to a table of the store's file), plain (Publish to a table of the store's file, one commit per message) or plain-batched (Publish to a queue file of its own, group commit)")
 	syncMode := flag.String("sync", "FULL", "SQLite synchronous mode: FULL or NORMAL")
 	dir := flag.String("dir", "", "directory for the database (default: a temporary one)")
 	duration := flag.Duration("duration", 10*time.Second, "how long each load runs")
@@ -147,6 +148,20 @@ func newReceiver(capture, syncMode, dir string) http.Handler {
 		c = webhook.PublishTx[*sql.Tx](q)
 	case "plain":
 		c = webhook.Publish(q)
+	case "sqlqueue-tx", "sqlqueue":
+		qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithWriteLock(st.LockWrites), sqlqueue.WithLogger(quiet))
+		if err != nil {
+			log.Fatal(err)
+		}
+		sq, err := qs.Queue("webhooks")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if capture == "sqlqueue-tx" {
+			c = webhook.PublishTx[*sql.Tx](sq)
+		} else {
+			c = webhook.Publish(sq)
+		}
 	case "plain-batched":
 		bq, err := newBatchQueue(filepath.Join(dir, fmt.Sprintf("queue-%d.db", os.Getpid())), syncMode)
 		if err != nil {
