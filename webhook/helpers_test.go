@@ -22,11 +22,12 @@ import (
 )
 
 // sqlitePub is a small queue over a table in the sqlitestore's own database
-// file, for these tests until queue/sqlqueue lands: Publish writes the row
-// on its own, PublishTx in the caller's transaction (so with PublishTx the
-// row commits with the claim and the completion, or not at all). It keeps
-// every publish, duplicates included (no dedup on DedupID), so the tests
-// see every copy the receiver makes.
+// file: Publish writes the row on its own, PublishTx in the caller's
+// transaction (so with PublishTx the row commits with the claim and the
+// completion, or not at all). It is kept beside queue/sqlqueue (see
+// sqlqueue_test.go) because it keeps every publish, duplicates included (no
+// dedup window on DedupID), so the tests see every copy the receiver makes,
+// and because it can fail or block on demand.
 type sqlitePub struct {
 	db *sql.DB
 	// hook, when set, runs before each publish; an error from it fails the
