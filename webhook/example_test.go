@@ -1,17 +1,23 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/idemkit/idem/webhook"
 )
 
@@ -58,4 +64,45 @@ func ExampleReceiver() {
 	// 200  {"status":"accepted","source":"billing","event_id":"msg_1","message_id":"1"}
 	// 200 true {"status":"accepted","source":"billing","event_id":"msg_1","message_id":"1"}
 	// queued: 1 msg_1 accept:billing:msg_1
+}
+
+// The embedded default: the ledger and the queue in one SQLite file, the
+// event captured in the claim's own transaction (exactly once), and a
+// consumer receiving it.
+func ExamplePublishTx() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "webhook-example")
+	defer os.RemoveAll(dir)
+	store, err := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	if err != nil {
+		panic(err)
+	}
+	defer queues.Close()
+	events, _ := queues.Queue("stripe-events")
+
+	scheme, _ := webhook.NewStripe("whsec_test_secret")
+	rcv, err := webhook.NewReceiver("stripe", scheme, idem.New(store), webhook.PublishTx[*sql.Tx](events))
+	if err != nil {
+		panic(err)
+	}
+	body := []byte(`{"id":"evt_1","type":"charge.succeeded"}`)
+	for range 2 { // Stripe retries: the same event, signed again
+		r := httptest.NewRequest(http.MethodPost, "/hooks/stripe", bytes.NewReader(body))
+		r.Header.Set("Stripe-Signature", scheme.Sign(time.Now(), body))
+		w := httptest.NewRecorder()
+		rcv.ServeHTTP(w, r)
+		fmt.Printf("%d replayed=%q\n", w.Code, w.Header().Get("Idempotent-Replayed"))
+	}
+	ds, _ := events.Receive(ctx, 10)
+	fmt.Println("queued:", len(ds), ds[0].Message().Attributes[webhook.AttrEventID], ds[0].Message().DedupID)
+	_ = ds[0].Ack(ctx)
+	// Output:
+	// 200 replayed=""
+	// 200 replayed="true"
+	// queued: 1 evt_1 accept:stripe:evt_1
 }
