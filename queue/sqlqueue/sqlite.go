@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,14 @@ type SQLite struct {
 	wakers    wakers
 	closed    atomic.Bool
 	lastSweep atomic.Int64
+
+	// txStmts are PublishTx's statements, prepared on db once: a
+	// transaction reuses the copy its connection already prepared.
+	txStmts struct {
+		once sync.Once
+		s    [3]*sql.Stmt // sqliteDedupGet, sqliteInsert, sqliteDedupPut
+		err  error
+	}
 }
 
 // NewSQLite returns the queues of db, creating or updating their tables
@@ -79,7 +88,24 @@ func (s *SQLite) Close() error {
 	}
 	s.w.close()
 	s.wakers.wakeAll() // waiting receivers return ErrClosed
+	for _, st := range s.txStmts.s {
+		if st != nil {
+			st.Close()
+		}
+	}
 	return nil
+}
+
+// publishTxStmts returns PublishTx's statements prepared on the pool.
+func (s *SQLite) publishTxStmts(ctx context.Context) ([3]*sql.Stmt, error) {
+	s.txStmts.once.Do(func() {
+		for i, q := range []string{sqliteDedupGet, sqliteInsert, sqliteDedupPut} {
+			if s.txStmts.s[i], s.txStmts.err = s.db.PrepareContext(context.WithoutCancel(ctx), q); s.txStmts.err != nil {
+				return
+			}
+		}
+	})
+	return s.txStmts.s, s.txStmts.err
 }
 
 func (s *SQLite) now() int64 { return s.cfg.clock().UnixMicro() }
@@ -386,14 +412,16 @@ func (q *SQLiteQueue) PublishTx(ctx context.Context, tx *sql.Tx, m queue.Outgoin
 	if err != nil {
 		return queue.Published{}, err
 	}
+	prepared, err := q.s.publishTxStmts(ctx)
+	if err != nil {
+		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+	}
 	var stmts [3]*sql.Stmt
-	for i, sq := range []string{sqliteDedupGet, sqliteInsert, sqliteDedupPut} {
+	for i, st := range prepared {
 		if i != 1 && q.cfg.dedupFor(m) == "" {
 			continue
 		}
-		if stmts[i], err = tx.PrepareContext(ctx, sq); err != nil {
-			return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
-		}
+		stmts[i] = tx.StmtContext(ctx, st)
 		defer stmts[i].Close()
 	}
 	p, err := q.publishIn(stmts[0], stmts[1], stmts[2], m, attrs, q.s.now())
