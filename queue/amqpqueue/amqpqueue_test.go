@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/tcprelay"
 	"net/url"
 	"strconv"
 	"testing"
@@ -270,15 +271,15 @@ func TestConnectionLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newProxy(t, u.Host)
+	px := tcprelay.New(t, u.Host)
 	pu := *u
-	pu.Host = px.addr()
+	pu.Host = px.Addr()
 	pconn := dial(t, pu.String())
 	psrc := f.source(t, pconn)
 	ppub := f.publisher(t, pconn)
 	d := receive(t, psrc, 1, 5*time.Second)[0]
 
-	px.blackhole()
+	px.Blackhole()
 	for name, settle := range map[string]func(context.Context) error{
 		"Ack":        d.Ack,
 		"Retry(0)":   func(ctx context.Context) error { return d.Retry(ctx, 0) },
@@ -298,7 +299,7 @@ func TestConnectionLost(t *testing.T) {
 	if err == nil {
 		t.Fatal("Publish over a silent connection returned nil")
 	}
-	px.close() // the broker sees the connection die and requeues
+	px.Close() // the broker sees the connection die and requeues
 
 	src := f.source(t, f.conn)
 	again := receive(t, src, 1, 10*time.Second)[0]

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -174,88 +172,5 @@ func receiveNone(tb testing.TB, s queue.Source, d time.Duration) {
 	}
 	if err == nil {
 		tb.Fatal("Receive returned no deliveries and no error")
-	}
-}
-
-// proxy is a TCP relay to the real broker that a test can cut off without
-// the client noticing (blackhole) or kill outright: the fault injection a
-// real broker cannot produce on demand.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	holed  bool
-}
-
-func newProxy(tb testing.TB, target string) *proxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	tb.Cleanup(p.close)
-	go p.serve()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			holed := p.holed
-			p.mu.Unlock()
-			if !holed {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *proxy) blackhole() {
-	p.mu.Lock()
-	p.holed = true
-	p.mu.Unlock()
-}
-
-// close kills every relayed connection and stops accepting.
-func (p *proxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idem/internal/tcprelay"
 	"sort"
 	"strconv"
 	"testing"
@@ -331,13 +332,13 @@ func TestConnectionLostMidAck(t *testing.T) {
 	publish(t, f.publisher(t, js), queue.Outgoing{Body: []byte("fragile")})
 
 	target := url[len("nats://"):]
-	px := newProxy(t, target)
-	_, pjs := connect(t, "nats://"+px.addr(), nats.MaxReconnects(0))
+	px := tcprelay.New(t, target)
+	_, pjs := connect(t, "nats://"+px.Addr(), nats.MaxReconnects(0))
 	psrc := f.source(t, pjs)
 	d := receive(t, psrc, 1, 5*time.Second)[0]
 	ppub := f.publisher(t, pjs)
 
-	px.blackhole()
+	px.Blackhole()
 	for name, settle := range map[string]func(context.Context) error{
 		"Ack":        d.Ack,
 		"Retry":      func(ctx context.Context) error { return d.Retry(ctx, 0) },

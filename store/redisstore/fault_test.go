@@ -3,11 +3,9 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"io"
+	"github.com/idemkit/idem/internal/tcprelay"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,76 +232,6 @@ func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p idem.Policy, he
 	}
 }
 
-// proxy forwards connections to a Redis server; armed, it drops the next
-// answer the server sends and closes that connection.
-type proxy struct {
-	ln     net.Listener
-	target string
-	drop   atomic.Int32
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
-		p.wg.Go(func() {
-			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := s.Read(buf)
-				if n > 0 {
-					if p.drop.Load() > 0 && p.drop.Add(-1) >= 0 {
-						s.Close()
-						return
-					}
-					if _, err := c.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-}
-
 func TestFaultAnswerLost(t *testing.T) {
 	testURL(t)
 	for _, retries := range []bool{false, true} {
@@ -316,12 +244,12 @@ func TestFaultAnswerLost(t *testing.T) {
 				t.Parallel()
 				clocks := new(testClocks)
 				prefix := newPrefix(t)
-				px := startProxy(t, serverAddr(t))
-				s := faultStore(t, clocks, px.addr(), prefix, retries)
+				px := tcprelay.New(t, serverAddr(t))
+				s := faultStore(t, clocks, px.Addr(), prefix, retries)
 				check := New(testClient(t), WithPrefix(prefix))
 				check.clock = clocks.get(t)
 				ctx := context.Background()
-				px.drop.Store(1)
+				px.DropAnswers(1)
 				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if retries {
 					if err != nil || !cr.Acquired || cr.Takeover || cr.Record.Fence != 1 || cr.Record.Owner != "lost" {
@@ -337,8 +265,8 @@ func TestFaultAnswerLost(t *testing.T) {
 				t.Parallel()
 				clocks := new(testClocks)
 				prefix := newPrefix(t)
-				px := startProxy(t, serverAddr(t))
-				s := faultStore(t, clocks, px.addr(), prefix, retries)
+				px := tcprelay.New(t, serverAddr(t))
+				s := faultStore(t, clocks, px.Addr(), prefix, retries)
 				check := New(testClient(t), WithPrefix(prefix))
 				check.clock = clocks.get(t)
 				ctx := context.Background()
@@ -346,7 +274,7 @@ func TestFaultAnswerLost(t *testing.T) {
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
-				px.drop.Store(1)
+				px.DropAnswers(1)
 				err = s.Complete(ctx, "k", cr.Record.Fence, []byte("sent"), time.Hour)
 				if retries {
 					if err != nil {
@@ -367,14 +295,14 @@ func TestFaultAnswerLost(t *testing.T) {
 		t.Run(name+"/extend_and_release", func(t *testing.T) {
 			t.Parallel()
 			clocks := new(testClocks)
-			px := startProxy(t, serverAddr(t))
-			s := faultStore(t, clocks, px.addr(), newPrefix(t), retries)
+			px := tcprelay.New(t, serverAddr(t))
+			s := faultStore(t, clocks, px.Addr(), newPrefix(t), retries)
 			ctx := context.Background()
 			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
 			if err != nil || !cr.Acquired {
 				t.Fatal(cr, err)
 			}
-			px.drop.Store(1)
+			px.DropAnswers(1)
 			until, err := s.Extend(ctx, "k", cr.Record.Fence, time.Hour)
 			if retries != (err == nil) || (err == nil && until.Before(cr.Now.Add(time.Hour))) {
 				t.Fatalf("Extend whose first answer was lost: %v, %v", until, err)
@@ -383,7 +311,7 @@ func TestFaultAnswerLost(t *testing.T) {
 				wantStoreErr(t, "Extend whose answer was lost", err)
 			}
 			_ = s.client.Ping(ctx).Err() // a new connection, so that the next drop hits the release
-			px.drop.Store(1)
+			px.DropAnswers(1)
 			err = s.Release(ctx, "k", cr.Record.Fence, "retry")
 			if retries != (err == nil) {
 				t.Fatalf("Release whose first answer was lost: %v", err)

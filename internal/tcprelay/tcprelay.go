@@ -1,0 +1,113 @@
+// Package tcprelay is a TCP relay between a client under test and a real
+// server, for the faults a real server cannot produce on demand: the
+// network going silent (Blackhole), an answer lost after the server acted
+// on the request (DropAnswers), and every connection dying at once (Close).
+// Everything else is the real server's.
+package tcprelay
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Relay forwards each connection it accepts to the target.
+type Relay struct {
+	ln     net.Listener
+	target string
+	holed  atomic.Bool
+	drop   atomic.Int32
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New starts a relay to target (host:port) on a free loopback port; it is
+// closed when tb ends.
+func New(tb testing.TB, target string) *Relay {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &Relay{ln: ln, target: target}
+	r.wg.Go(r.accept)
+	tb.Cleanup(r.Close)
+	return r
+}
+
+// Addr is the address clients dial instead of the target.
+func (r *Relay) Addr() string { return r.ln.Addr().String() }
+
+// Blackhole drops every byte from now on, both ways, and keeps the
+// sockets open: the client sees a silent network, not a closed one.
+func (r *Relay) Blackhole() { r.holed.Store(true) }
+
+// DropAnswers makes the relay drop the next n answers from the server (the
+// next n reads on any of its connections) and close the connection each
+// arrived on: the server did the work, the client never hears of it.
+func (r *Relay) DropAnswers(n int) { r.drop.Store(int32(n)) }
+
+// Close stops accepting and closes every relayed connection (the server
+// sees its clients die).
+func (r *Relay) Close() {
+	r.ln.Close()
+	r.mu.Lock()
+	r.closed = true
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *Relay) accept() {
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		r.conns = append(r.conns, c, s)
+		r.mu.Unlock()
+		r.wg.Go(func() { r.pipe(s, c, false) })
+		r.wg.Go(func() { r.pipe(c, s, true) })
+	}
+}
+
+// pipe copies src to dst until either fails; answers says src is the
+// server, whose reads DropAnswers may drop.
+func (r *Relay) pipe(dst, src net.Conn, answers bool) {
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if answers && r.drop.Load() > 0 && r.drop.Add(-1) >= 0 {
+				src.Close()
+				return
+			}
+			if !r.holed.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil { // EOF or a closed socket: pass the close on
+			return
+		}
+	}
+}
