@@ -1,0 +1,183 @@
+package queuetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// Ledger names a ledger store for [BenchmarkConsume].
+type Ledger struct {
+	Name string
+	// Open returns a fresh store (cleaned up with b).
+	Open func(b *testing.B) idem.Store
+}
+
+func memoryLedger(b *testing.B) idem.Store {
+	s := memstore.New()
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkConsume measures the consume rate of b.N messages published
+// beforehand into a queue newQueue makes, at 8 and 32 concurrent handlers
+// (batches of 10, a handler that does nothing): "plain", a receive-and-ack
+// loop of as many workers with no Consumer and no ledger; "ledger=memory",
+// a queue.Consumer with the ledger in memory (the Consumer's own cost);
+// "ledger=NAME" for each of ledgers; and "ledger-alone=NAME", that ledger's
+// Do of new keys without a queue (its ceiling). Each reports msgs/s.
+func BenchmarkConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), ledgers ...Ledger) {
+	for _, conc := range []int{8, 32} {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			b.Run("plain", func(b *testing.B) { benchConsume(b, newQueue, nil, conc) })
+			for _, lg := range append([]Ledger{{Name: "memory", Open: memoryLedger}}, ledgers...) {
+				b.Run("ledger="+lg.Name, func(b *testing.B) { benchConsume(b, newQueue, lg.Open(b), conc) })
+			}
+			// Each ledger alone (Do of a new key with a no-op fn, conc
+			// callers, no queue): the ceiling of ledger=NAME.
+			for _, lg := range ledgers {
+				b.Run("ledger-alone="+lg.Name, func(b *testing.B) {
+					l := idem.New(lg.Open(b), idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10*time.Minute))
+					var next atomic.Int64
+					var wg sync.WaitGroup
+					b.ResetTimer()
+					start := time.Now()
+					for range conc {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+								if _, err := l.Do(context.Background(), idem.Key("bench", strconv.FormatInt(i, 10)),
+									func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+				})
+			}
+		})
+	}
+}
+
+// ackCounter counts acks, and closes done at the target.
+type ackCounter struct {
+	queue.Source
+	n      atomic.Int64
+	target int64
+	done   chan struct{}
+}
+
+func (s *ackCounter) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = countedDelivery{d, s}
+	}
+	return ds, err
+}
+
+type countedDelivery struct {
+	queue.Delivery
+	s *ackCounter
+}
+
+func (d countedDelivery) Ack(ctx context.Context) error {
+	err := d.Delivery.Ack(ctx)
+	if err == nil && d.s.n.Add(1) == d.s.target {
+		close(d.s.done)
+	}
+	return err
+}
+
+// benchConsume publishes b.N messages (untimed), then times consuming them:
+// through a queue.Consumer with a ledger on store, or, when store is nil,
+// with a plain loop of conc workers that receive up to 10 and ack each.
+func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), store idem.Store, conc int) {
+	n := b.N
+	src, pub := newQueue(b)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var wg sync.WaitGroup
+	var pubErr atomic.Value
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := pub.Publish(context.Background(), queue.Outgoing{Body: fmt.Appendf(nil, "order-%s-%d x", run, i)}); err != nil {
+					pubErr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := pubErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	counter := &ackCounter{Source: src, target: int64(n), done: make(chan struct{})}
+	quiet := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopped sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if store == nil {
+		for range conc {
+			stopped.Add(1)
+			go func() {
+				defer stopped.Done()
+				for ctx.Err() == nil {
+					ds, _ := counter.Receive(ctx, 10)
+					for _, d := range ds {
+						if err := d.Ack(context.Background()); err != nil {
+							b.Error(err)
+						}
+					}
+				}
+			}()
+		}
+	} else {
+		l := idem.New(store, idem.WithLogger(quiet), idem.WithRetention(10*time.Minute))
+		c, err := queue.NewConsumer(counter, l,
+			func(m queue.Message) (idem.OperationKey, error) {
+				id, _, _ := strings.Cut(string(m.Body), " ")
+				return idem.Key("bench", id), nil
+			},
+			func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
+			queue.WithConcurrency(conc), queue.WithBatchSize(10), queue.WithHandlerTimeout(10*time.Second), queue.WithLogger(quiet))
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopped.Add(1)
+		go func() {
+			defer stopped.Done()
+			if err := c.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	select {
+	case <-counter.done:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("only %d of %d messages acked after 10 minutes", counter.n.Load(), n)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	stopped.Wait()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+}
