@@ -55,7 +55,7 @@ type Features struct {
 	// DeadLetter: DeadLetter moves the message where DeadLetters reads it.
 	DeadLetter bool
 	// LoadMessages is the size of the load check (default 100,000; 5,000
-	// with -short).
+	// with -short; IDEM_TEST_LOAD_MESSAGES overrides it).
 	LoadMessages int
 }
 
