@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+	_ "modernc.org/sqlite" // the driver both sides use ("sqlite")
+)
+
+// publishBatch is how many messages (jobs) each side publishes (inserts)
+// per call before consuming.
+const publishBatch = 1000
+
+// idemQueue is the queue the idem side publishes to and consumes from.
+type idemQueue struct {
+	name    string
+	src     queue.Source
+	publish func(ctx context.Context, ms []queue.Outgoing) error
+	close   func() error
+}
+
+// e2eResult is one side's end-to-end run: n messages published, then
+// consumed.
+type e2eResult struct {
+	n        int
+	publish  time.Duration
+	consume  time.Duration
+	describe string
+}
+
+func (r e2eResult) rate() float64 { return float64(r.n) / (r.publish + r.consume).Seconds() }
+
+func (r e2eResult) note() string {
+	return fmt.Sprintf("n=%d: publish %.0f/s, consume %.0f/s", r.n,
+		float64(r.n)/r.publish.Seconds(), float64(r.n)/r.consume.Seconds())
+}
+
+// countingSource counts the deliveries acked, so the run knows when the
+// last message is done (acked after its effect was recorded).
+type countingSource struct {
+	queue.Source
+	acked atomic.Int64
+	done  chan struct{}
+	want  int64
+	once  sync.Once
+}
+
+func (s *countingSource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = &countingDelivery{Delivery: d, s: s}
+	}
+	return ds, err
+}
+
+type countingDelivery struct {
+	queue.Delivery
+	s *countingSource
+}
+
+func (d *countingDelivery) Ack(ctx context.Context) error {
+	err := d.Delivery.Ack(ctx)
+	if err == nil && d.s.acked.Add(1) >= d.s.want {
+		d.s.once.Do(func() { close(d.s.done) })
+	}
+	return err
+}
+
+// idemE2E publishes n messages to q in batches, then consumes them with a
+// queue.Consumer on a ledger over store whose handler is a no-op: each
+// message is claimed, run and completed in the ledger, then acked.
+func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n int) (e2eResult, error) {
+	res := e2eResult{n: n}
+	start := time.Now()
+	batch := make([]queue.Outgoing, 0, publishBatch)
+	for i := range n {
+		batch = append(batch, queue.Outgoing{Body: strconv.AppendInt(nil, int64(i), 10)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := q.publish(ctx, batch); err != nil {
+				return res, fmt.Errorf("publish: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	res.publish = time.Since(start)
+
+	src := &countingSource{Source: q.src, done: make(chan struct{}), want: int64(n)}
+	var handled atomic.Int64
+	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log)), queue.MessageIDKey("bench"),
+		func(context.Context, queue.Message) ([]byte, error) {
+			handled.Add(1)
+			return nil, nil
+		},
+		queue.WithConcurrency(cfg.consumers), queue.WithBatchSize(cfg.batch), queue.WithLogger(cfg.log),
+		queue.WithHandlerTimeout(q.src.Visibility()/6))
+	if err != nil {
+		return res, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	start = time.Now()
+	go func() { ran <- c.Run(rctx) }()
+	select {
+	case <-src.done:
+		res.consume = time.Since(start)
+	case err := <-ran:
+		cancel()
+		return res, fmt.Errorf("consumer stopped after %d of %d: %v", src.acked.Load(), n, err)
+	case <-ctx.Done():
+		cancel()
+		<-ran
+		return res, ctx.Err()
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		return res, err
+	}
+	if h := handled.Load(); h != int64(n) {
+		return res, fmt.Errorf("the handler ran %d times for %d messages", h, n)
+	}
+	return res, nil
+}
+
+// e2eArgs is the job River inserts and works in the end-to-end runs.
+type e2eArgs struct {
+	N int `json:"n"`
+}
+
+func (e2eArgs) Kind() string { return "idem_bench_e2e" }
+
+// riverE2E inserts n jobs with InsertMany in batches, then starts a client
+// whose worker is a no-op and waits until River reports all n completed
+// (the completion written to the database).
+func riverE2E[TTx any](ctx context.Context, cfg *config, driver riverdriver.Driver[TTx], schema string, n int) (e2eResult, error) {
+	res := e2eResult{n: n}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[e2eArgs]) error { return nil }))
+	// The fetch settings and worker count are those `river bench` uses.
+	client, err := river.NewClient(driver, &river.Config{
+		Schema:            schema,
+		FetchCooldown:     2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2000}},
+		Workers:           workers,
+		Logger:            cfg.log,
+	})
+	if err != nil {
+		return res, err
+	}
+	events, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: n + 1000,
+		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled},
+	})
+	defer unsubscribe()
+
+	start := time.Now()
+	params := make([]river.InsertManyParams, 0, publishBatch)
+	for i := range n {
+		params = append(params, river.InsertManyParams{Args: e2eArgs{N: i}})
+		if len(params) == cap(params) || i == n-1 {
+			if _, err := client.InsertMany(ctx, params); err != nil {
+				return res, fmt.Errorf("insert: %w", err)
+			}
+			params = params[:0]
+		}
+	}
+	res.publish = time.Since(start)
+
+	start = time.Now()
+	if err := client.Start(ctx); err != nil {
+		return res, err
+	}
+	defer client.Stop(context.WithoutCancel(ctx))
+	for done := 0; done < n; {
+		select {
+		case ev := <-events:
+			if ev == nil {
+				return res, fmt.Errorf("river: subscription closed after %d of %d jobs", done, n)
+			}
+			if ev.Kind != river.EventKindJobCompleted || ev.Job.State != rivertype.JobStateCompleted {
+				return res, fmt.Errorf("river: job %d: %s (%s)", ev.Job.ID, ev.Kind, ev.Job.State)
+			}
+			done++
+		case <-time.After(2 * time.Minute):
+			return res, fmt.Errorf("river: no job completed for 2 minutes (%d of %d done)", done, n)
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	res.consume = time.Since(start)
+	return res, nil
+}
+
+// openRiverSQLite opens a new River database at path with modernc's
+// driver, in WAL mode with synchronous=FULL (the durability sqlitestore
+// uses), on one connection as riversqlite advises, and migrates it.
+func openRiverSQLite(ctx context.Context, cfg *config, path string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	m, err := rivermigrate.New(riversqlite.New(db), &rivermigrate.Config{Logger: cfg.log})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("river migrate: %w", err)
+	}
+	return db, nil
+}
+
+// compareE2ESQLite: the embedded default (a queue and the durable ledger in
+// one SQLite file) publishing then consuming cfg.e2eN messages, against
+// River on SQLite (riversqlite, modernc) inserting and working
+// cfg.riverLiteN jobs.
+func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
+	const comp = "e2e sqlite"
+	rep.target(target{comp: comp, ratio: 10, absolute: 10000})
+	dir, err := os.MkdirTemp("", "idem-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for round := 1; round <= cfg.rounds; round++ {
+		idemSide := func() error {
+			path := filepath.Join(dir, fmt.Sprintf("idem-%d.db", round))
+			st, err := sqlitestore.Open(ctx, path, sqlitestore.WithLogger(cfg.log))
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			q, err := newSQLiteQueue(ctx, cfg, st)
+			if err != nil {
+				return err
+			}
+			defer q.close()
+			load := loadavg()
+			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN)
+			if err != nil {
+				return fmt.Errorf("idem: %w", err)
+			}
+			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler", note: r.note()})
+			return nil
+		}
+		riverSide := func() error {
+			db, err := openRiverSQLite(ctx, cfg, filepath.Join(dir, fmt.Sprintf("river-%d.db", round)))
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			load := loadavg()
+			r, err := riverE2E(ctx, cfg, riversqlite.New(db), "", cfg.riverLiteN)
+			if err != nil {
+				return fmt.Errorf("river: %w", err)
+			}
+			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+				what: "riversqlite (modernc), InsertMany then work, no-op worker", note: r.note()})
+			return nil
+		}
+		if err := sides(round, idemSide, riverSide); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compareE2EPG: the same on PostgreSQL: idem's queue and pgstore ledger in
+// bench_idem against River (riverpgxv5) in bench_river, cfg.pgE2EN
+// messages (jobs) each.
+func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
+	const comp = "e2e pg"
+	if cfg.pgURL == "" {
+		return errors.New("set IDEM_TEST_POSTGRES (or -pg) to run the Postgres comparison")
+	}
+	rep.target(target{comp: comp, ratio: 1})
+	if err := resetSchemas(ctx, cfg.pgURL, cfg.log); err != nil {
+		return err
+	}
+	if !cfg.keep {
+		defer dropSchemas(context.WithoutCancel(ctx), cfg.pgURL)
+	}
+	for round := 1; round <= cfg.rounds; round++ {
+		idemSide := func() error {
+			st, pool, err := idemStore(ctx, cfg, cfg.consumers+4, fmt.Sprintf("e2e_%d", round))
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			defer st.Close()
+			q, err := newPGQueue(ctx, cfg, pool, round)
+			if err != nil {
+				return err
+			}
+			defer q.close()
+			load := loadavg()
+			r, err := idemE2E(ctx, cfg, st, q, cfg.pgE2EN)
+			if err != nil {
+				return fmt.Errorf("idem: %w", err)
+			}
+			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+				what: q.name + " + pgstore ledger, queue.Consumer, no-op handler", note: r.note()})
+			return nil
+		}
+		riverSide := func() error {
+			pool, err := newPool(ctx, cfg.pgURL, cfg.consumers+4)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if _, err := pool.Exec(ctx, "TRUNCATE "+riverSchema+".river_job"); err != nil {
+				return err
+			}
+			load := loadavg()
+			r, err := riverE2E(ctx, cfg, riverpgxv5.New(pool), riverSchema, cfg.pgE2EN)
+			if err != nil {
+				return fmt.Errorf("river: %w", err)
+			}
+			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+				what: "riverpgxv5, InsertMany then work, no-op worker", note: r.note()})
+			return nil
+		}
+		if err := sides(round, idemSide, riverSide); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+// Command compare runs idem and its anchors (River, asynq) side by side in
+// one process and prints a table of rates and ratios.
+//
+// Every comparison runs each side in turn, several rounds interleaved (the
+// order flips every round), so that a ratio compares two figures taken a few
+// seconds apart on the same machine. The load average is printed with each
+// figure. See ../../README.md for what each comparison measures.
+//
+//	IDEM_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
+//	IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 \
+//	go run ./cmd/compare -only pg,redis,e2e-sqlite,e2e-pg
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// config is what the flags set.
+type config struct {
+	only       map[string]bool
+	rounds     int
+	duration   time.Duration
+	warmup     time.Duration
+	callers    []int
+	pgURL      string
+	redisURL   string
+	idemDB     int
+	asynqDB    int
+	e2eN       int // idem's messages in the end-to-end runs
+	riverLiteN int
+	pgE2EN     int
+	consumers  int
+	batch      int
+	queue      string // idem's queue in the end-to-end runs: sqlqueue or memqueue
+	keep       bool
+	out        io.Writer
+	log        *slog.Logger
+}
+
+var comparisons = []string{"pg", "redis", "e2e-sqlite", "e2e-pg"}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (*config, error) {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	only := fs.String("only", strings.Join(comparisons, ","), "comparisons to run: "+strings.Join(comparisons, ","))
+	cfg := &config{out: os.Stdout}
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds of each comparison (sides interleaved, order flipped each round)")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured time of each side of a throughput comparison")
+	fs.DurationVar(&cfg.warmup, "warmup", 500*time.Millisecond, "unmeasured time before each throughput measurement")
+	callers := fs.String("callers", "8,64", "concurrent callers of the pg and redis comparisons")
+	fs.StringVar(&cfg.pgURL, "pg", os.Getenv("IDEM_TEST_POSTGRES"), "PostgreSQL URL (default $IDEM_TEST_POSTGRES)")
+	fs.StringVar(&cfg.redisURL, "redis", os.Getenv("IDEM_TEST_REDIS"), "Redis URL (default $IDEM_TEST_REDIS); its DB number is replaced by -idem-db and -asynq-db")
+	fs.IntVar(&cfg.idemDB, "idem-db", 8, "Redis DB for idem's records (flushed before each measurement)")
+	fs.IntVar(&cfg.asynqDB, "asynq-db", 9, "Redis DB for asynq (flushed before each measurement)")
+	fs.IntVar(&cfg.e2eN, "n", 100000, "messages idem publishes and consumes in e2e-sqlite")
+	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
+	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
+	fs.IntVar(&cfg.consumers, "consumers", 64, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
+	fs.IntVar(&cfg.batch, "batch", 10, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
+	fs.StringVar(&cfg.queue, "queue", defaultQueue, "idem's queue in the e2e runs: "+strings.Join(queueKinds(), " or "))
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the bench_idem and bench_river schemas after the run")
+	verbose := fs.Bool("v", false, "log the libraries' warnings and errors to stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	cfg.only = map[string]bool{}
+	for _, c := range strings.Split(*only, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if !slices.Contains(comparisons, c) {
+			return nil, fmt.Errorf("-only: unknown comparison %q (want %s)", c, strings.Join(comparisons, ","))
+		}
+		cfg.only[c] = true
+	}
+	for _, c := range strings.Split(*callers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-callers: %q is not a positive number", c)
+		}
+		cfg.callers = append(cfg.callers, n)
+	}
+	if !slices.Contains(queueKinds(), cfg.queue) {
+		return nil, fmt.Errorf("-queue: %q is not built in (want %s)", cfg.queue, strings.Join(queueKinds(), " or "))
+	}
+	if cfg.rounds < 1 || cfg.duration <= 0 || cfg.e2eN < 1 || cfg.riverLiteN < 1 || cfg.pgE2EN < 1 {
+		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n and -pg-n must be positive")
+	}
+	level := slog.LevelError + 100
+	if *verbose {
+		level = slog.LevelWarn
+	}
+	cfg.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return cfg, nil
+}
+
+// sample is one measured figure.
+type sample struct {
+	comp    string // comparison and variant, e.g. "pg claim"
+	side    string // "idem" or the anchor's name
+	what    string // what was run
+	callers int
+	round   int
+	rate    float64 // keys (or messages) per second
+	load    string  // load averages just before the measurement
+	note    string
+}
+
+// target is what a comparison must reach.
+type target struct {
+	comp     string
+	ratio    float64 // idem / anchor, 0 for none
+	absolute float64 // idem's own rate, 0 for none
+}
+
+type report struct {
+	mu      sync.Mutex
+	out     io.Writer
+	samples []sample
+	targets []target
+	notes   []string
+}
+
+func (r *report) add(s sample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples = append(r.samples, s)
+	fmt.Fprintf(r.out, "%-20s round %d callers %-3d %-6s %10.0f /s  load %s  %s%s\n",
+		s.comp, s.round, s.callers, s.side, s.rate, s.load, s.what, noteSuffix(s.note))
+}
+
+func noteSuffix(n string) string {
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
+}
+
+func (r *report) target(t target) { r.targets = append(r.targets, t) }
+
+func (r *report) note(format string, args ...any) {
+	n := fmt.Sprintf(format, args...)
+	r.notes = append(r.notes, n)
+	fmt.Fprintln(r.out, "note:", n)
+}
+
+// print writes the summary: per comparison and concurrency, each round's
+// two rates and their ratio, the median ratio and whether the target is met.
+func (r *report) print() {
+	type group struct {
+		comp    string
+		callers int
+	}
+	var order []group
+	byGroup := map[group]map[int][]sample{}
+	for _, s := range r.samples {
+		g := group{s.comp, s.callers}
+		if byGroup[g] == nil {
+			byGroup[g] = map[int][]sample{}
+			order = append(order, g)
+		}
+		byGroup[g][s.round] = append(byGroup[g][s.round], s)
+	}
+	fmt.Fprintln(r.out)
+	w := tabwriter.NewWriter(r.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "comparison\tcallers\tround\tidem /s\tanchor /s\tratio\tload (1/5/15 min)")
+	type verdict struct {
+		g      group
+		ratios []float64
+		idem   []float64
+	}
+	var verdicts []verdict
+	for _, g := range order {
+		rounds := make([]int, 0, len(byGroup[g]))
+		for k := range byGroup[g] {
+			rounds = append(rounds, k)
+		}
+		sort.Ints(rounds)
+		v := verdict{g: g}
+		for _, rd := range rounds {
+			var idem, anchor *sample
+			for i := range byGroup[g][rd] {
+				s := &byGroup[g][rd][i]
+				if s.side == "idem" {
+					idem = s
+				} else {
+					anchor = s
+				}
+			}
+			if idem == nil || anchor == nil {
+				continue
+			}
+			ratio := idem.rate / anchor.rate
+			v.ratios = append(v.ratios, ratio)
+			v.idem = append(v.idem, idem.rate)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.0f (%s)\t%.2f×\t%s / %s\n", g.comp, g.callers, rd,
+				idem.rate, anchor.rate, anchor.side, ratio, idem.load, anchor.load)
+		}
+		verdicts = append(verdicts, v)
+	}
+	w.Flush()
+	fmt.Fprintln(r.out)
+	for _, v := range verdicts {
+		if len(v.ratios) == 0 {
+			continue
+		}
+		med := median(v.ratios)
+		line := fmt.Sprintf("%s, %d callers: median ratio %.2f× (min %.2f, max %.2f)", v.g.comp, v.g.callers,
+			med, slices.Min(v.ratios), slices.Max(v.ratios))
+		for _, t := range r.targets {
+			if t.comp != v.g.comp {
+				continue
+			}
+			if t.ratio > 0 {
+				line += fmt.Sprintf("; target ≥ %.0f×: %s", t.ratio, metWord(med >= t.ratio))
+			}
+			if t.absolute > 0 {
+				mi := median(v.idem)
+				line += fmt.Sprintf("; idem median %.0f/s, target ≥ %.0f/s: %s", mi, t.absolute, metWord(mi >= t.absolute))
+			}
+		}
+		fmt.Fprintln(r.out, line)
+	}
+	for _, n := range r.notes {
+		fmt.Fprintln(r.out, "note:", n)
+	}
+}
+
+func metWord(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "NOT MET"
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return f[0] + " " + f[1] + " " + f[2]
+}
+
+func run(ctx context.Context, cfg *config) error {
+	rep := &report{out: cfg.out}
+	fmt.Fprintf(cfg.out, "compare: %s, rounds %d, %s per side (after %s warm-up), load %s\n",
+		time.Now().UTC().Format(time.RFC3339), cfg.rounds, cfg.duration, cfg.warmup, loadavg())
+	steps := []struct {
+		name string
+		f    func(context.Context, *config, *report) error
+	}{
+		{"pg", comparePG},
+		{"redis", compareRedis},
+		{"e2e-sqlite", compareE2ESQLite},
+		{"e2e-pg", compareE2EPG},
+	}
+	var errs []error
+	for _, s := range steps {
+		if !cfg.only[s.name] {
+			continue
+		}
+		if err := s.f(ctx, cfg, rep); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			fmt.Fprintf(cfg.out, "%s: %v\n", s.name, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.print()
+	return errors.Join(errs...)
+}
+
+// op does one unit of work and returns how many keys (or messages) it did.
+type op func(ctx context.Context) (int, error)
+
+// throughput runs callers goroutines, each calling the op newOp made for
+// it, for warmup and then for d, and returns the keys done per second
+// during d.
+func throughput(ctx context.Context, callers int, warmup, d time.Duration, newOp func(i int) op) (float64, error) {
+	var (
+		done    atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := range callers {
+		f := newOp(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				n, err := f(ctx)
+				if err != nil {
+					errOnce.Do(func() { first = err })
+					stop.Store(true)
+					cancel()
+					return
+				}
+				done.Add(int64(n))
+			}
+		}()
+	}
+	wait := func(d time.Duration) {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	wait(warmup)
+	c0, t0 := done.Load(), time.Now()
+	wait(d)
+	c1, t1 := done.Load(), time.Now()
+	stop.Store(true)
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+}
+
+// keys makes keys unique to one measurement.
+type keys struct {
+	prefix string
+	n      atomic.Int64
+}
+
+func newKeys(name string) *keys {
+	return &keys{prefix: fmt.Sprintf("%s-%x-", name, time.Now().UnixNano())}
+}
+
+func (k *keys) next() string {
+	return k.prefix + strconv.FormatInt(k.n.Add(1), 10)
+}
+
+// sides runs the two sides of one round in the order the round calls for:
+// idem first in odd rounds, the anchor first in even ones.
+func sides(round int, idem, anchor func() error) error {
+	first, second := idem, anchor
+	if round%2 == 0 {
+		first, second = anchor, idem
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
+}

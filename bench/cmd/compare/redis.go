@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisClient returns a client on db of the server cfg.redisURL names,
+// with one connection per caller, after flushing that db (and only it).
+func redisClient(ctx context.Context, cfg *config, db, conns int) (*redis.Client, error) {
+	o, err := redis.ParseURL(cfg.redisURL)
+	if err != nil {
+		return nil, err
+	}
+	o.DB = db
+	o.PoolSize, o.MinIdleConns = conns, conns
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClient(o)
+	if err := c.FlushDB(ctx).Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// compareRedis: redisstore's Claim then Complete of a new key against
+// asynq's Enqueue with Unique(ttl) of a task whose payload is the key, at
+// each concurrency, each in a Redis DB of its own.
+func compareRedis(ctx context.Context, cfg *config, rep *report) error {
+	if cfg.redisURL == "" {
+		return errors.New("set IDEM_TEST_REDIS (or -redis) to run the Redis comparison")
+	}
+	if cfg.idemDB == cfg.asynqDB {
+		return errors.New("-idem-db and -asynq-db must differ")
+	}
+	rep.target(target{comp: "redis claim+complete", ratio: 2})
+	const comp = "redis claim+complete"
+	for round := 1; round <= cfg.rounds; round++ {
+		for _, n := range cfg.callers {
+			idemSide := func() error {
+				c, err := redisClient(ctx, cfg, cfg.idemDB, n)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				s := redisstore.New(c, redisstore.WithPrefix("bench:"))
+				ks := newKeys("r")
+				result := []byte("ok")
+				load := loadavg()
+				rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+					return func(ctx context.Context) (int, error) {
+						r, err := s.Claim(ctx, claimRequest(ks.next()))
+						if err != nil {
+							return 0, err
+						}
+						if !r.Acquired {
+							return 0, fmt.Errorf("claim of a new key %q not acquired", r.Record.Key)
+						}
+						return 1, s.Complete(ctx, r.Record.Key, r.Record.Fence, result, time.Hour)
+					}
+				})
+				if err != nil {
+					return fmt.Errorf("idem: %w", err)
+				}
+				rep.add(sample{comp: comp, side: "idem", what: "redisstore Claim + Complete (new key)", callers: n, round: round, rate: rate, load: load})
+				return nil
+			}
+			asynqSide := func() error {
+				c, err := redisClient(ctx, cfg, cfg.asynqDB, n)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				client := asynq.NewClientFromRedisClient(c)
+				ks := newKeys("a")
+				load := loadavg()
+				rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+					return func(ctx context.Context) (int, error) {
+						t := asynq.NewTask("idem_bench_key", []byte(ks.next()))
+						_, err := client.EnqueueContext(ctx, t, asynq.Unique(time.Hour))
+						return 1, err
+					}
+				})
+				if err != nil {
+					return fmt.Errorf("asynq: %w", err)
+				}
+				rep.add(sample{comp: comp, side: "asynq", what: "asynq Client.Enqueue, Unique(1h) (new key)", callers: n, round: round, rate: rate, load: load})
+				return nil
+			}
+			if err := sides(round, idemSide, asynqSide); err != nil {
+				return err
+			}
+		}
+	}
+	if !cfg.keep {
+		for _, db := range []int{cfg.idemDB, cfg.asynqDB} {
+			if c, err := redisClient(context.WithoutCancel(ctx), cfg, db, 1); err == nil {
+				c.Close()
+			}
+		}
+	}
+	return nil
+}
