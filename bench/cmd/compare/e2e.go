@@ -40,11 +40,14 @@ type idemQueue struct {
 // e2eResult is one side's end-to-end run: n messages published, then
 // consumed.
 type e2eResult struct {
-	n        int
-	publish  time.Duration
-	consume  time.Duration
-	describe string
+	n       int
+	publish time.Duration
+	consume time.Duration
+	cpu     time.Duration // this process's CPU time over both
 }
+
+// cpuPer returns the process's CPU time per message, µs.
+func (r e2eResult) cpuPer() float64 { return float64(r.cpu.Microseconds()) / float64(r.n) }
 
 func (r e2eResult) rate() float64 { return float64(r.n) / (r.publish + r.consume).Seconds() }
 
@@ -89,6 +92,7 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // message is claimed, run and completed in the ledger, then acked.
 func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n int) (e2eResult, error) {
 	res := e2eResult{n: n}
+	cpu0 := cpuTime()
 	start := time.Now()
 	batch := make([]queue.Outgoing, 0, publishBatch)
 	for i := range n {
@@ -121,6 +125,7 @@ func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n 
 	select {
 	case <-src.done:
 		res.consume = time.Since(start)
+		res.cpu = cpuTime() - cpu0
 	case err := <-ran:
 		cancel()
 		return res, fmt.Errorf("consumer stopped after %d of %d: %v", src.acked.Load(), n, err)
@@ -171,6 +176,7 @@ func riverE2E[TTx any](ctx context.Context, cfg *config, driver riverdriver.Driv
 	})
 	defer unsubscribe()
 
+	cpu0 := cpuTime()
 	start := time.Now()
 	params := make([]river.InsertManyParams, 0, publishBatch)
 	for i := range n {
@@ -206,6 +212,7 @@ func riverE2E[TTx any](ctx context.Context, cfg *config, driver riverdriver.Driv
 		}
 	}
 	res.consume = time.Since(start)
+	res.cpu = cpuTime() - cpu0
 	return res, nil
 }
 
@@ -259,12 +266,15 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 				return err
 			}
 			defer q.close()
+			if round == 1 && q.name == memQueueName {
+				rep.note("e2e sqlite: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
+			}
 			load := loadavg()
 			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN)
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}
-			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
 				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler", note: r.note()})
 			return nil
 		}
@@ -279,7 +289,7 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 			if err != nil {
 				return fmt.Errorf("river: %w", err)
 			}
-			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
 				what: "riversqlite (modernc), InsertMany then work, no-op worker", note: r.note()})
 			return nil
 		}
@@ -307,7 +317,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 	}
 	for round := 1; round <= cfg.rounds; round++ {
 		idemSide := func() error {
-			st, pool, err := idemStore(ctx, cfg, cfg.consumers+4, fmt.Sprintf("e2e_%d", round))
+			st, pool, err := idemStore(ctx, cfg, cfg.pgConns, fmt.Sprintf("e2e_%d", round))
 			if err != nil {
 				return err
 			}
@@ -318,17 +328,20 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 				return err
 			}
 			defer q.close()
+			if round == 1 && q.name == memQueueName {
+				rep.note("e2e pg: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
+			}
 			load := loadavg()
 			r, err := idemE2E(ctx, cfg, st, q, cfg.pgE2EN)
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}
-			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
 				what: q.name + " + pgstore ledger, queue.Consumer, no-op handler", note: r.note()})
 			return nil
 		}
 		riverSide := func() error {
-			pool, err := newPool(ctx, cfg.pgURL, cfg.consumers+4)
+			pool, err := newPool(ctx, cfg.pgURL, cfg.pgConns)
 			if err != nil {
 				return err
 			}
@@ -341,7 +354,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 			if err != nil {
 				return fmt.Errorf("river: %w", err)
 			}
-			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), load: load,
+			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
 				what: "riverpgxv5, InsertMany then work, no-op worker", note: r.note()})
 			return nil
 		}

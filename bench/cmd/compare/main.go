@@ -20,12 +20,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -45,9 +47,11 @@ type config struct {
 	riverLiteN int
 	pgE2EN     int
 	consumers  int
+	pgConns    int
 	batch      int
 	queue      string // idem's queue in the end-to-end runs: sqlqueue or memqueue
 	keep       bool
+	profile    string
 	out        io.Writer
 	log        *slog.Logger
 }
@@ -83,10 +87,12 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.e2eN, "n", 100000, "messages idem publishes and consumes in e2e-sqlite")
 	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
-	fs.IntVar(&cfg.consumers, "consumers", 64, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
-	fs.IntVar(&cfg.batch, "batch", 10, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
+	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
+	fs.IntVar(&cfg.batch, "batch", 64, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
+	fs.IntVar(&cfg.pgConns, "pg-conns", 32, "connections of each side's pool in e2e-pg")
 	fs.StringVar(&cfg.queue, "queue", defaultQueue, "idem's queue in the e2e runs: "+strings.Join(queueKinds(), " or "))
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the bench_idem and bench_river schemas after the run")
+	fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	verbose := fs.Bool("v", false, "log the libraries' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -112,8 +118,9 @@ func parseFlags(args []string) (*config, error) {
 	if !slices.Contains(queueKinds(), cfg.queue) {
 		return nil, fmt.Errorf("-queue: %q is not built in (want %s)", cfg.queue, strings.Join(queueKinds(), " or "))
 	}
-	if cfg.rounds < 1 || cfg.duration <= 0 || cfg.e2eN < 1 || cfg.riverLiteN < 1 || cfg.pgE2EN < 1 {
-		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n and -pg-n must be positive")
+	if cfg.rounds < 1 || cfg.duration <= 0 || cfg.e2eN < 1 || cfg.riverLiteN < 1 || cfg.pgE2EN < 1 ||
+		cfg.consumers < 1 || cfg.batch < 1 || cfg.pgConns < 2 {
+		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n, -pg-n, -consumers and -batch must be positive, -pg-conns at least 2")
 	}
 	level := slog.LevelError + 100
 	if *verbose {
@@ -131,6 +138,7 @@ type sample struct {
 	callers int
 	round   int
 	rate    float64 // keys (or messages) per second
+	cpu     float64 // this process's CPU time (user+system) per key, µs
 	load    string  // load averages just before the measurement
 	note    string
 }
@@ -154,8 +162,8 @@ func (r *report) add(s sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.samples = append(r.samples, s)
-	fmt.Fprintf(r.out, "%-20s round %d callers %-3d %-6s %10.0f /s  load %s  %s%s\n",
-		s.comp, s.round, s.callers, s.side, s.rate, s.load, s.what, noteSuffix(s.note))
+	fmt.Fprintf(r.out, "%-20s round %d callers %-3d %-6s %10.0f /s %7.1f CPU-µs  load %s  %s%s\n",
+		s.comp, s.round, s.callers, s.side, s.rate, s.cpu, s.load, s.what, noteSuffix(s.note))
 }
 
 func noteSuffix(n string) string {
@@ -192,7 +200,7 @@ func (r *report) print() {
 	}
 	fmt.Fprintln(r.out)
 	w := tabwriter.NewWriter(r.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "comparison\tcallers\tround\tidem /s\tanchor /s\tratio\tload (1/5/15 min)")
+	fmt.Fprintln(w, "comparison\tcallers\tround\tidem /s\tanchor /s\tratio\tCPU-µs idem/anchor\tload (1/5/15 min)")
 	type verdict struct {
 		g      group
 		ratios []float64
@@ -222,8 +230,8 @@ func (r *report) print() {
 			ratio := idem.rate / anchor.rate
 			v.ratios = append(v.ratios, ratio)
 			v.idem = append(v.idem, idem.rate)
-			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.0f (%s)\t%.2f×\t%s / %s\n", g.comp, g.callers, rd,
-				idem.rate, anchor.rate, anchor.side, ratio, idem.load, anchor.load)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.0f (%s)\t%.2f×\t%.1f / %.1f\t%s / %s\n", g.comp, g.callers, rd,
+				idem.rate, anchor.rate, anchor.side, ratio, idem.cpu, anchor.cpu, idem.load, anchor.load)
 		}
 		verdicts = append(verdicts, v)
 	}
@@ -286,6 +294,17 @@ func loadavg() string {
 
 func run(ctx context.Context, cfg *config) error {
 	rep := &report{out: cfg.out}
+	if cfg.profile != "" {
+		f, err := os.Create(cfg.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(cfg.out, "compare: %s, rounds %d, %s per side (after %s warm-up), load %s\n",
 		time.Now().UTC().Format(time.RFC3339), cfg.rounds, cfg.duration, cfg.warmup, loadavg())
 	steps := []struct {
@@ -320,7 +339,7 @@ type op func(ctx context.Context) (int, error)
 // throughput runs callers goroutines, each calling the op newOp made for
 // it, for warmup and then for d, and returns the keys done per second
 // during d.
-func throughput(ctx context.Context, callers int, warmup, d time.Duration, newOp func(i int) op) (float64, error) {
+func throughput(ctx context.Context, callers int, warmup, d time.Duration, newOp func(i int) op) (rate, cpu float64, err error) {
 	var (
 		done    atomic.Int64
 		stop    atomic.Bool
@@ -354,18 +373,30 @@ func throughput(ctx context.Context, callers int, warmup, d time.Duration, newOp
 		}
 	}
 	wait(warmup)
-	c0, t0 := done.Load(), time.Now()
+	c0, t0, u0 := done.Load(), time.Now(), cpuTime()
 	wait(d)
-	c1, t1 := done.Load(), time.Now()
+	c1, t1, u1 := done.Load(), time.Now(), cpuTime()
 	stop.Store(true)
 	wg.Wait()
 	if first != nil {
-		return 0, first
+		return 0, 0, first
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+	if c1 == c0 {
+		return 0, 0, errors.New("nothing was done in the measured time")
+	}
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), float64((u1 - u0).Microseconds()) / float64(c1-c0), nil
+}
+
+// cpuTime returns the CPU time this process has used (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // keys makes keys unique to one measurement.

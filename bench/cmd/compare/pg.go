@@ -190,7 +190,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					defer s.Close()
 					ks := newKeys("pg")
 					load := loadavg()
-					rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+					rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
 						if batch == 1 {
 							return func(ctx context.Context) (int, error) {
 								r, err := s.Claim(ctx, claimRequest(ks.next()))
@@ -224,7 +224,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					if batch > 1 {
 						what = fmt.Sprintf("pgstore.Store.ClaimBatch of %d new keys", batch)
 					}
-					rep.add(sample{comp: comp, side: "idem", what: what, callers: n, round: round, rate: rate, load: load})
+					rep.add(sample{comp: comp, side: "idem", what: what, callers: n, round: round, rate: rate, cpu: cpu, load: load})
 					return nil
 				}
 				riverSide := func() error {
@@ -235,7 +235,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					defer pool.Close()
 					ks := newKeys("pg")
 					load := loadavg()
-					rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+					rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
 						if batch == 1 {
 							return func(ctx context.Context) (int, error) {
 								r, err := c.Insert(ctx, keyArgs{Key: ks.next()}, uniqueByArgs)
@@ -269,7 +269,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					if batch > 1 {
 						what = fmt.Sprintf("river.Client.InsertMany of %d, UniqueOpts{ByArgs: true}", batch)
 					}
-					rep.add(sample{comp: comp, side: "river", what: what, callers: n, round: round, rate: rate, load: load})
+					rep.add(sample{comp: comp, side: "river", what: what, callers: n, round: round, rate: rate, cpu: cpu, load: load})
 					return nil
 				}
 				if err := sides(round, idemSide, riverSide); err != nil {

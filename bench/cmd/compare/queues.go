@@ -54,9 +54,11 @@ func publisherFunc(p queue.Publisher, conc int) func(ctx context.Context, ms []q
 	}
 }
 
+const memQueueName = "queue/memqueue"
+
 // newMemQueue returns queue/memqueue: the in-memory reference queue, for a
 // run that measures the ledger and the consumer without a durable queue.
 func newMemQueue() idemQueue {
 	q := memqueue.New()
-	return idemQueue{name: "queue/memqueue", src: q, publish: publisherFunc(q, 1), close: func() error { return nil }}
+	return idemQueue{name: memQueueName, src: q, publish: publisherFunc(q, 1), close: func() error { return nil }}
 }

@@ -53,7 +53,7 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 				ks := newKeys("r")
 				result := []byte("ok")
 				load := loadavg()
-				rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+				rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
 					return func(ctx context.Context) (int, error) {
 						r, err := s.Claim(ctx, claimRequest(ks.next()))
 						if err != nil {
@@ -68,7 +68,7 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 				if err != nil {
 					return fmt.Errorf("idem: %w", err)
 				}
-				rep.add(sample{comp: comp, side: "idem", what: "redisstore Claim + Complete (new key)", callers: n, round: round, rate: rate, load: load})
+				rep.add(sample{comp: comp, side: "idem", what: "redisstore Claim + Complete (new key)", callers: n, round: round, rate: rate, cpu: cpu, load: load})
 				return nil
 			}
 			asynqSide := func() error {
@@ -80,7 +80,7 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 				client := asynq.NewClientFromRedisClient(c)
 				ks := newKeys("a")
 				load := loadavg()
-				rate, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+				rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
 					return func(ctx context.Context) (int, error) {
 						t := asynq.NewTask("idem_bench_key", []byte(ks.next()))
 						_, err := client.EnqueueContext(ctx, t, asynq.Unique(time.Hour))
@@ -90,7 +90,7 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 				if err != nil {
 					return fmt.Errorf("asynq: %w", err)
 				}
-				rep.add(sample{comp: comp, side: "asynq", what: "asynq Client.Enqueue, Unique(1h) (new key)", callers: n, round: round, rate: rate, load: load})
+				rep.add(sample{comp: comp, side: "asynq", what: "asynq Client.Enqueue, Unique(1h) (new key)", callers: n, round: round, rate: rate, cpu: cpu, load: load})
 				return nil
 			}
 			if err := sides(round, idemSide, asynqSide); err != nil {
