@@ -12,6 +12,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/riverqueue/river"
 )
@@ -35,15 +36,11 @@ func testConfig(t *testing.T) *config {
 }
 
 func needPostgres(t *testing.T, cfg *config) {
-	if cfg.pgURL == "" {
-		t.Skip("set IDEM_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test?sslmode=disable to run the Postgres comparison")
-	}
+	cfg.pgURL = testenv.Require(t, testenv.Postgres, "the Postgres comparison")
 }
 
 func needRedis(t *testing.T, cfg *config) {
-	if cfg.redisURL == "" {
-		t.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the Redis comparison")
-	}
+	cfg.redisURL = testenv.Require(t, testenv.Redis, "the Redis comparison")
 }
 
 // A key seen before is refused by both sides: River skips the insert as a
