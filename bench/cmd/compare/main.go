@@ -88,7 +88,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
-	fs.IntVar(&cfg.batch, "batch", 64, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
+	fs.IntVar(&cfg.batch, "batch", 128, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 32, "connections of each side's pool in e2e-pg")
 	fs.StringVar(&cfg.queue, "queue", defaultQueue, "idem's queue in the e2e runs: "+strings.Join(queueKinds(), " or "))
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the bench_idem and bench_river schemas after the run")

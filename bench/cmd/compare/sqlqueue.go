@@ -1,5 +1,3 @@
-//go:build sqlqueue
-
 package main
 
 import (
