@@ -60,6 +60,9 @@ var comparisons = []string{"pg", "redis", "e2e-sqlite", "e2e-pg"}
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(2)
