@@ -27,7 +27,7 @@ import (
 func testConfig(t *testing.T) *config {
 	t.Helper()
 	cfg, err := parseFlags([]string{"-rounds", "2", "-duration", "100ms", "-warmup", "20ms", "-callers", "2",
-		"-n", "300", "-river-sqlite-n", "50", "-pg-n", "100", "-consumers", "8"})
+		"-n", "300", "-prefill", "600", "-river-sqlite-n", "50", "-pg-n", "100", "-consumers", "8"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestPostgresSidesRefuseTheSameDuplicate(t *testing.T) {
 		t.Fatalf("ClaimBatch(k1, k2) = %+v, %v; want k1 refused, k2 acquired", res, err)
 	}
 
-	c, rpool, err := riverInserter(ctx, cfg, 2)
+	c, rpool, err := riverInserter(ctx, cfg, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}

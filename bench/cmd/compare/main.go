@@ -48,6 +48,7 @@ type config struct {
 	pgE2EN     int
 	consumers  int
 	pgConns    int
+	prefill    int
 	batch      int
 	queue      string // idem's queue in the end-to-end runs: sqlqueue or memqueue
 	keep       bool
@@ -92,6 +93,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
 	fs.IntVar(&cfg.batch, "batch", 128, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
+	fs.IntVar(&cfg.prefill, "prefill", 20000, "keys (jobs) put in each side's table before the pg measurements")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 32, "connections of each side's pool in e2e-pg")
 	fs.StringVar(&cfg.queue, "queue", defaultQueue, "idem's queue in the e2e runs: "+strings.Join(queueKinds(), " or "))
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the bench_idem and bench_river schemas after the run")

@@ -114,16 +114,17 @@ func dropSchemas(ctx context.Context, url string) error {
 }
 
 // riverInserter returns an insert-only River client (no queues) on a pool
-// of conns connections, and truncates River's job table so that every
-// measurement starts from an empty table, as idem's fresh table does.
-func riverInserter(ctx context.Context, cfg *config, conns int) (*river.Client[pgxTx], *pgxpool.Pool, error) {
+// of conns connections, after truncating River's job table if truncate.
+func riverInserter(ctx context.Context, cfg *config, conns int, truncate bool) (*river.Client[pgxTx], *pgxpool.Pool, error) {
 	pool, err := newPool(ctx, cfg.pgURL, conns)
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := pool.Exec(ctx, "TRUNCATE "+riverSchema+".river_job"); err != nil {
-		pool.Close()
-		return nil, nil, err
+	if truncate {
+		if _, err := pool.Exec(ctx, "TRUNCATE "+riverSchema+".river_job"); err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[keyArgs]) error { return nil }))
@@ -172,7 +173,16 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 	}
 	rep.note("Postgres synchronous_commit = %s (the same for both sides)", sc)
 
-	table := 0
+	// Both sides work on tables already in use: prefill rows are claimed
+	// (inserted) before the first measurement, and the tables keep growing
+	// through the run. (On a new, near-empty table pgstore plans each
+	// statement per call until the table passes 1 MB; see store/pgstore's
+	// plans.go. River caches its plans from the start.)
+	const table = "keys"
+	if err := prefillPG(ctx, cfg, table, cfg.prefill); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	rep.note("pg: each side's table was prefilled with %d keys (jobs) before the first measurement and grows through the run", cfg.prefill)
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, n := range cfg.callers {
 			for _, batch := range []int{1, 10} {
@@ -181,8 +191,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					comp = fmt.Sprintf("pg claim-batch%d", batch)
 				}
 				idemSide := func() error {
-					table++
-					s, pool, err := idemStore(ctx, cfg, n, fmt.Sprintf("keys_%d", table))
+					s, pool, err := idemStore(ctx, cfg, n, table)
 					if err != nil {
 						return err
 					}
@@ -228,7 +237,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 					return nil
 				}
 				riverSide := func() error {
-					c, pool, err := riverInserter(ctx, cfg, n)
+					c, pool, err := riverInserter(ctx, cfg, n, false)
 					if err != nil {
 						return err
 					}
@@ -279,4 +288,40 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 		}
 	}
 	return nil
+}
+
+// prefillPG claims n new keys in idem's table and inserts n unique jobs in
+// River's, in batches, unmeasured.
+func prefillPG(ctx context.Context, cfg *config, table string, n int) error {
+	s, pool, err := idemStore(ctx, cfg, 1, table)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	defer s.Close()
+	c, rpool, err := riverInserter(ctx, cfg, 1, true)
+	if err != nil {
+		return err
+	}
+	defer rpool.Close()
+	ks := newKeys("prefill")
+	for done := 0; done < n; done += 500 {
+		reqs := make([]idem.ClaimRequest, min(500, n-done))
+		params := make([]river.InsertManyParams, len(reqs))
+		for i := range reqs {
+			reqs[i] = claimRequest(ks.next())
+			params[i] = river.InsertManyParams{Args: keyArgs{Key: reqs[i].Key}, InsertOpts: uniqueByArgs}
+		}
+		if _, err := s.ClaimBatch(ctx, reqs); err != nil {
+			return err
+		}
+		if _, err := c.InsertMany(ctx, params); err != nil {
+			return err
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+s.Table()); err != nil {
+		return err
+	}
+	_, err = rpool.Exec(ctx, "ANALYZE "+riverSchema+".river_job")
+	return err
 }
