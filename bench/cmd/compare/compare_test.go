@@ -146,7 +146,7 @@ func TestComparisonsRun(t *testing.T) {
 	for comp := range cfg.only {
 		want := map[string][]string{
 			"pg":         {"pg claim, 2 callers: median ratio", "pg claim-batch10, 2 callers: median ratio"},
-			"redis":      {"redis claim+complete, 2 callers: median ratio"},
+			"redis":      {"redis claim+complete, 2 callers: median ratio", "redis claim, 2 callers: median ratio"},
 			"e2e-sqlite": {"e2e sqlite, 8 callers: median ratio"},
 			"e2e-pg":     {"e2e pg, 8 callers: median ratio"},
 		}[comp]

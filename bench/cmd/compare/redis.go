@@ -40,61 +40,71 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 		return errors.New("-idem-db and -asynq-db must differ")
 	}
 	rep.target(target{comp: "redis claim+complete", ratio: 2})
-	const comp = "redis claim+complete"
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, n := range cfg.callers {
-			idemSide := func() error {
-				c, err := redisClient(ctx, cfg, cfg.idemDB, n)
-				if err != nil {
+			for _, complete := range []bool{true, false} {
+				// claim+complete is the comparison; claim alone (one
+				// script, as asynq's enqueue is) is reported beside it.
+				comp, what := "redis claim+complete", "redisstore Claim + Complete (new key)"
+				if !complete {
+					comp, what = "redis claim", "redisstore Claim (new key)"
+				}
+				idemSide := func() error {
+					c, err := redisClient(ctx, cfg, cfg.idemDB, n)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					s := redisstore.New(c, redisstore.WithPrefix("bench:"))
+					ks := newKeys("r")
+					result := []byte("ok")
+					load := loadavg()
+					rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+						return func(ctx context.Context) (int, error) {
+							r, err := s.Claim(ctx, claimRequest(ks.next()))
+							if err != nil {
+								return 0, err
+							}
+							if !r.Acquired {
+								return 0, fmt.Errorf("claim of a new key %q not acquired", r.Record.Key)
+							}
+							if !complete {
+								return 1, nil
+							}
+							return 1, s.Complete(ctx, r.Record.Key, r.Record.Fence, result, time.Hour)
+						}
+					})
+					if err != nil {
+						return fmt.Errorf("idem: %w", err)
+					}
+					rep.add(sample{comp: comp, side: "idem", what: what, callers: n, round: round, rate: rate, cpu: cpu, load: load})
+					return nil
+				}
+				asynqSide := func() error {
+					c, err := redisClient(ctx, cfg, cfg.asynqDB, n)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					client := asynq.NewClientFromRedisClient(c)
+					ks := newKeys("a")
+					load := loadavg()
+					rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
+						return func(ctx context.Context) (int, error) {
+							t := asynq.NewTask("idem_bench_key", []byte(ks.next()))
+							_, err := client.EnqueueContext(ctx, t, asynq.Unique(time.Hour))
+							return 1, err
+						}
+					})
+					if err != nil {
+						return fmt.Errorf("asynq: %w", err)
+					}
+					rep.add(sample{comp: comp, side: "asynq", what: "asynq Client.Enqueue, Unique(1h) (new key)", callers: n, round: round, rate: rate, cpu: cpu, load: load})
+					return nil
+				}
+				if err := sides(round, idemSide, asynqSide); err != nil {
 					return err
 				}
-				defer c.Close()
-				s := redisstore.New(c, redisstore.WithPrefix("bench:"))
-				ks := newKeys("r")
-				result := []byte("ok")
-				load := loadavg()
-				rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
-					return func(ctx context.Context) (int, error) {
-						r, err := s.Claim(ctx, claimRequest(ks.next()))
-						if err != nil {
-							return 0, err
-						}
-						if !r.Acquired {
-							return 0, fmt.Errorf("claim of a new key %q not acquired", r.Record.Key)
-						}
-						return 1, s.Complete(ctx, r.Record.Key, r.Record.Fence, result, time.Hour)
-					}
-				})
-				if err != nil {
-					return fmt.Errorf("idem: %w", err)
-				}
-				rep.add(sample{comp: comp, side: "idem", what: "redisstore Claim + Complete (new key)", callers: n, round: round, rate: rate, cpu: cpu, load: load})
-				return nil
-			}
-			asynqSide := func() error {
-				c, err := redisClient(ctx, cfg, cfg.asynqDB, n)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				client := asynq.NewClientFromRedisClient(c)
-				ks := newKeys("a")
-				load := loadavg()
-				rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
-					return func(ctx context.Context) (int, error) {
-						t := asynq.NewTask("idem_bench_key", []byte(ks.next()))
-						_, err := client.EnqueueContext(ctx, t, asynq.Unique(time.Hour))
-						return 1, err
-					}
-				})
-				if err != nil {
-					return fmt.Errorf("asynq: %w", err)
-				}
-				rep.add(sample{comp: comp, side: "asynq", what: "asynq Client.Enqueue, Unique(1h) (new key)", callers: n, round: round, rate: rate, cpu: cpu, load: load})
-				return nil
-			}
-			if err := sides(round, idemSide, asynqSide); err != nil {
-				return err
 			}
 		}
 	}
