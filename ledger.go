@@ -474,6 +474,9 @@ func releasedWithError(rec Record) bool {
 	if n < 2 {
 		return false
 	}
+	if rec.Journal[n-1].AfterExpiry {
+		return false // the earlier attempt belongs to a record whose retention passed
+	}
 	e := rec.Journal[n-2]
 	return e.Outcome == OutcomeReleased && e.Reason != ""
 }

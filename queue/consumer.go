@@ -182,10 +182,17 @@ receive:
 		for ; n > len(units); n-- {
 			<-slots
 		}
-		for ; n < len(units); n++ { // a source that returned more than asked
-			slots <- struct{}{}
-		}
-		for _, u := range units {
+		for i, u := range units {
+			if i >= n { // a source that returned more than asked: wait for a slot
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					for _, u := range units[i:] {
+						c.handBack(hctx, u, "the consumer is stopping")
+					}
+					break receive
+				}
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -205,9 +212,30 @@ receive:
 		c.log.Warn("queue: shutdown timeout passed; cancelling the handlers still running and handing their messages back",
 			slog.Duration("shutdown_timeout", c.cfg.shutdownTimeout))
 		cancelHandlers()
-		<-done
+		// A handler that ignores its cancelled context must not keep Run
+		// from returning: its key stays guarded by the ledger's lease and
+		// its message comes back when its visibility lapses.
+		grace := time.NewTimer(shutdownGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			c.log.Error("queue: handlers still running after their contexts were cancelled; returning without them",
+				slog.Duration("grace", shutdownGrace))
+		}
 	}
 	return nil
+}
+
+// shutdownGrace is how long Run waits, after cancelling the handlers still
+// running at the shutdown timeout, for them to return.
+const shutdownGrace = 5 * time.Second
+
+// handBack returns a unit's messages to the broker untouched, in order.
+func (c *Consumer) handBack(ctx context.Context, unit []Delivery, why string) {
+	for _, d := range unit {
+		c.settle(ctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: why}, idem.Result{})
+	}
 }
 
 // fillWait is how long the receive loop, holding one free handler slot,
@@ -331,22 +359,20 @@ type verdict struct {
 // dead-lettered (so its FIFO group may go on).
 func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	m := d.Message()
-	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
-		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "max-receives", action: actionDeadLetter,
-			reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}, idem.Result{})
-	}
-	key, err := c.key(m)
-	if err == nil {
-		err = key.Err()
-	}
+	key, opts, err := c.prepare(m)
 	if err != nil {
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
+	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
+		// Busy retries and hand-backs count as receives too: before giving
+		// up on the message, ask the ledger whether its key is done or
+		// still running.
+		return c.settle(ctx, d, m, c.overMax(ctx, key, m), idem.Result{}, c.ledger.LogKey(key.String()))
+	}
 
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.handlerTimeout)
 	defer cancel()
-	opts := []idem.CallOption{idem.WithCorrelationID(m.ID)}
 	if dl, ok := ctx.Deadline(); ok {
 		// The lease must not outlive the invocation: a Lambda killed at its
 		// deadline leaves the key to the next delivery no later than that.
@@ -354,14 +380,62 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 			opts = append(opts, idem.WithLease(max(until, time.Second)))
 		}
 	}
-	if c.cfg.callOptions != nil {
-		opts = append(opts, c.cfg.callOptions(m)...)
-	}
-	stop := c.keepVisible(hctx, d, key)
+	// Extended until the outcome is recorded, not only while the handler
+	// may run: the ledger's closing writes come after the handler timeout.
+	stop := c.keepVisible(ctx, d, key)
 	res, err := c.do(hctx, key, m, opts)
 	stop()
 	v := c.judge(ctx, m, res, err)
 	return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
+}
+
+// prepare computes m's key and ledger call options, turning a panic in the
+// caller's key function or options function into an error: the message is
+// then dead-lettered, not the process crashed.
+func (c *Consumer) prepare(m Message) (key idem.OperationKey, opts []idem.CallOption, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	if key, err = c.key(m); err == nil {
+		err = key.Err()
+	}
+	if err != nil {
+		return key, nil, err
+	}
+	opts = []idem.CallOption{idem.WithCorrelationID(m.ID)}
+	if c.cfg.callOptions != nil {
+		opts = append(opts, c.cfg.callOptions(m)...)
+	}
+	return key, opts, nil
+}
+
+// overMax decides a message received more times than allowed from its
+// key's record: done → ack (replayed); another attempt running → retry
+// after the busy delay; otherwise (absent, failed, released, lapsed) →
+// dead letter. A store error retries.
+func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message) verdict {
+	dead := verdict{outcome: "dead-lettered", cause: "max-receives", action: actionDeadLetter,
+		reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}
+	rec, err := c.ledger.Store().Get(ctx, key.String())
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return dead
+	case err != nil:
+		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the key's record: " + err.Error()}
+	}
+	now, err := c.ledger.Store().Now(ctx)
+	if err != nil {
+		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the store's clock: " + err.Error()}
+	}
+	switch {
+	case rec.Status == idem.StatusCompleted && !rec.Expired(now):
+		return verdict{outcome: "replayed", action: actionAck, reason: "skipped, already done"}
+	case rec.Status == idem.StatusInProgress && !rec.Lapsed(now):
+		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}
+	}
+	return dead
 }
 
 // do runs the handler under the ledger, turning a panic into an error.

@@ -213,3 +213,109 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 	d.acks.Add(1)
 	return d.Delivery.Ack(ctx)
 }
+
+// greedySource returns every ready message, whatever max says.
+type greedySource struct{ *memqueue.Queue }
+
+func (g greedySource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	return g.Queue.Receive(ctx, 100)
+}
+
+// A source that hands out more than asked does not stall the consumer: the
+// extra messages wait for a free slot.
+func TestSourceReturningMoreThanAsked(t *testing.T) {
+	q := memqueue.New()
+	for i := range 7 {
+		q.Publish(context.Background(), queue.Outgoing{Body: []byte{byte('a' + i)}})
+	}
+	var calls atomic.Int32
+	c, err := queue.NewConsumer(greedySource{q}, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))), queue.MessageIDKey("m"),
+		func(context.Context, queue.Message) ([]byte, error) {
+			calls.Add(1)
+			time.Sleep(5 * time.Millisecond)
+			return nil, nil
+		},
+		queue.WithConcurrency(2), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for calls.Load() < 7 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if n := calls.Load(); n != 7 {
+		t.Fatalf("handled %d of 7 messages", n)
+	}
+}
+
+// A copy of a message whose key another worker is still running is not
+// dead-lettered for running out of receives while it waits: the ledger is
+// asked, and once the key is done the copy is acked as a replay.
+func TestBusyCopyOutlivesMaxReceives(t *testing.T) {
+	q := memqueue.New()
+	store := memstore.New()
+	release := make(chan struct{})
+	var calls atomic.Int32
+	c, err := queue.NewConsumer(q, idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler))),
+		func(m queue.Message) (idem.OperationKey, error) { return idem.Key("order", string(m.Body)), nil },
+		func(context.Context, queue.Message) ([]byte, error) {
+			calls.Add(1)
+			<-release
+			return nil, nil
+		}, queue.WithMaxReceives(2), queue.WithBusyDelay(10*time.Millisecond), queue.WithConcurrency(4), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Publish(context.Background(), queue.Outgoing{Body: []byte("42")})
+	q.Publish(context.Background(), queue.Outgoing{Body: []byte("42")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond) // the copy is retried well past two receives
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ready, held := q.Len(); ready+held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the messages were not settled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if dl := q.DeadLetters(); len(dl) != 0 {
+		t.Fatalf("dead letters %+v, want none: the copy waited for a running key", dl)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// A key function that panics dead-letters the message instead of crashing
+// the process.
+func TestKeyFuncPanicDeadLetters(t *testing.T) {
+	q := memqueue.New()
+	c, err := queue.NewConsumer(q, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))),
+		func(m queue.Message) (idem.OperationKey, error) { var parts []string; return idem.Key(parts[3]), nil },
+		noop, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")})
+	ds, _ := q.Receive(context.Background(), 1)
+	c.HandleBatch(context.Background(), ds)
+	if dl := q.DeadLetters(); len(dl) != 1 || !strings.Contains(dl[0].Reason, "panic") {
+		t.Fatalf("dead letters %+v, want the message with a reason naming the panic", dl)
+	}
+}
