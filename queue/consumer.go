@@ -64,8 +64,10 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 //     attempt lapsed: retried until someone resolves the key), a store error
 //     and [idem.ErrLeaseLost]: Retry with exponential backoff and jitter, or
 //     DeadLetter when this was the last receive allowed.
-//   - a message that arrives with a receive count over the maximum:
-//     DeadLetter without running the handler.
+//   - a message that arrives with a receive count over the maximum: the
+//     handler does not run; the key's record decides: done → Ack (a
+//     replay), another attempt running → Retry after the busy delay (busy
+//     retries and hand-backs count as receives too), otherwise DeadLetter.
 //
 // A message of a FIFO group runs only after the earlier messages of its
 // group in the same batch are acked or dead-lettered; once one is retried,

@@ -85,8 +85,9 @@ func WithHandlerTimeout(d time.Duration) Option {
 
 // WithMaxReceives sets how many deliveries a message gets (default
 // [DefaultMaxReceives]): a retryable failure on the last one, or a message
-// that arrives with a higher receive count, is dead-lettered with the reason.
-// 0 means no limit (a poison message then retries forever, with backoff).
+// that arrives with a higher receive count and whose key is neither done nor
+// running, is dead-lettered with the reason. 0 means no limit (a poison
+// message then retries forever, with backoff).
 func WithMaxReceives(n int) Option {
 	return func(c *config) {
 		if n >= 0 {
