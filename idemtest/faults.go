@@ -212,7 +212,7 @@ func testFaults(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
 		fs.Inject(OpExtend, Fault{Err: errInjected})
-		l := ledger(h, fs, idem.WithLease(hbLease))
+		l := ledger(h, fs, idem.WithLease(h.hbLease()))
 		var cancelledAfter time.Duration
 		start := time.Now()
 		_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
@@ -228,8 +228,8 @@ func testFaults(t *testing.T, h Harness) {
 			return []byte("late"), nil
 		})
 		wantErr(t, "Do whose heartbeats fail", err, idem.ErrLeaseLost)
-		if cancelledAfter < hbLease-hbLease/10 {
-			t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, hbLease)
+		if cancelledAfter < h.hbLease()-h.hbLease()/10 {
+			t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, h.hbLease())
 		}
 		if fs.Calls(OpExtend) < 2 {
 			t.Fatalf("%d heartbeats, want at least 2 before giving up", fs.Calls(OpExtend))
@@ -243,12 +243,12 @@ func testFaults(t *testing.T, h Harness) {
 		t.Parallel()
 		fs := NewFaultStore(newStore(t, h))
 		fs.Inject(OpExtend, Fault{Err: errInjected, Times: 1})
-		l := ledger(h, fs, idem.WithLease(hbLease))
+		l := ledger(h, fs, idem.WithLease(h.hbLease()))
 		res, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
 			select {
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
-			case <-time.After(2 * hbLease):
+			case <-time.After(2 * h.hbLease()):
 				return []byte("ok"), nil
 			}
 		})

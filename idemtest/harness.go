@@ -69,4 +69,20 @@ type Harness struct {
 	// Stores that wait on I/O (a network round trip, a disk sync) need more
 	// goroutines than CPUs to be measured at their throughput. Default 1.
 	Parallelism int
+	// HeartbeatLease is the lease of the tests that run heartbeats on the
+	// real clock (default [DefaultHeartbeatLease]; heartbeats come every
+	// third of it). A store whose calls can take tens of milliseconds under
+	// load (an emulator behind an HTTP API) sets a longer one, so that a
+	// slow heartbeat is not taken for a lost lease.
+	HeartbeatLease time.Duration
+}
+
+// DefaultHeartbeatLease is the default of [Harness.HeartbeatLease].
+const DefaultHeartbeatLease = 300 * time.Millisecond
+
+func (h Harness) hbLease() time.Duration {
+	if h.HeartbeatLease > 0 {
+		return h.HeartbeatLease
+	}
+	return DefaultHeartbeatLease
 }

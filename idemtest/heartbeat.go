@@ -10,10 +10,6 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// hbLease is the lease of the heartbeat tests. Heartbeats run on real
-// tickers (every third of the lease), so these tests take real time.
-const hbLease = 300 * time.Millisecond
-
 // realTime makes the store's clock move with real time until the returned
 // stop is called: with a frozen fake clock it advances the clock in small
 // steps; with a clock that moves by itself it does nothing.
@@ -55,8 +51,8 @@ func testHeartbeat(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
-		l := ledger(h, fs, idem.WithLease(hbLease))
-		other := ledger(h, s, idem.WithLease(hbLease), idem.WithOwner("other"))
+		l := ledger(h, fs, idem.WithLease(h.hbLease()))
+		other := ledger(h, s, idem.WithLease(h.hbLease()), idem.WithOwner("other"))
 		stop := realTime(t, h, s)
 		defer stop()
 		key := idem.Key("slow")
@@ -69,7 +65,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 			res, runErr = l.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
 				close(inside)
 				select {
-				case <-time.After(3 * hbLease):
+				case <-time.After(3 * h.hbLease()):
 					return []byte("slow result"), nil
 				case <-ctx.Done():
 					return nil, context.Cause(ctx)
@@ -96,7 +92,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 				res := do(t, other, key, c.fn(nil))
 				wantResult(t, res, []byte("slow result"), true, 1, 1)
 				return
-			case <-time.After(hbLease / 6):
+			case <-time.After(h.hbLease() / 6):
 			}
 			res, err := other.Do(context.Background(), key, c.fn([]byte("intruder")))
 			if err == nil && res.Replayed && string(res.Value) == "slow result" {
@@ -114,7 +110,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 	t.Run("lease_lost/resolved_while_running", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		l := ledger(h, s, idem.WithLease(hbLease))
+		l := ledger(h, s, idem.WithLease(h.hbLease()))
 		testLeaseLost(t, s, l, func(t *testing.T, rec idem.Record) {
 			_, err := s.Resolve(context.Background(), rec.Key, rec.Fence, idem.Resolution{Done: false, Reason: "operator", By: "op"})
 			noErr(t, "Resolve", err)
@@ -131,7 +127,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 			t.Skip("needs Harness.Advance: on the real clock the heartbeats keep the lease")
 		}
 		s := newStore(t, h)
-		l := ledger(h, s, idem.WithLease(hbLease))
+		l := ledger(h, s, idem.WithLease(h.hbLease()))
 		testLeaseLost(t, s, l, func(t *testing.T, rec idem.Record) {
 			takeOver(t, h, s, rec.Key)
 		}, func(t *testing.T, rec idem.Record) {

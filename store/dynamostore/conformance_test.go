@@ -45,6 +45,10 @@ func harness(t testing.TB) idemtest.Harness {
 			return New(newClient("http://127.0.0.1:1", func(o *dynamodb.Options) { o.RetryMaxAttempts = 2 }), "unreachable")
 		},
 		Parallelism: 8,
+		// dynalite is one Node.js process, and the SDK under -race spends
+		// about 1.5 ms a request: under CI load a heartbeat can take longer
+		// than the default lease's third.
+		HeartbeatLease: 1500 * time.Millisecond,
 	}
 }
 
