@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
@@ -45,6 +46,10 @@ func harness(t testing.TB) idemtest.Harness {
 			return s
 		},
 		Parallelism: 8,
+		// A network round trip under a loaded CI run can outlast a third of
+		// the default 300 ms lease (an extension timed out after one
+		// injected failure, and the lease was rightly given up).
+		HeartbeatLease: time.Second,
 	}
 }
 

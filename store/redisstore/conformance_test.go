@@ -29,6 +29,10 @@ func harness(t testing.TB, clocks *testClocks) idemtest.Harness {
 			return s
 		},
 		Parallelism: 25, // 50 goroutines on 2 CPUs
+		// A network round trip under a loaded CI run can outlast a third of
+		// the default 300 ms lease (an extension timed out after one
+		// injected failure, and the lease was rightly given up).
+		HeartbeatLease: time.Second,
 	}
 	if clocks != nil {
 		h.Advance = clocks.advance
