@@ -86,14 +86,9 @@ func (c txCapture[Tx]) check(l *idem.Ledger) error {
 
 func (c txCapture[Tx]) capture(ctx context.Context, l *idem.Ledger, key idem.OperationKey, m queue.Outgoing,
 	answer func(queue.Published) []byte) (idem.Result, error) {
-	// A duplicate of a completed event is answered from a plain read, so it
-	// does not take the database's write lock (which serializes every
-	// transaction). A completed record cannot change until its retention
-	// passes, so the read cannot be stale in a way that matters; any other
-	// answer, or an error, goes on to the transaction, which decides.
-	if rec, err := l.Store().Get(ctx, key.String()); err == nil && rec.Status == idem.StatusCompleted {
-		return idem.Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
-	}
+	// A duplicate finds the key completed inside the transaction's claim and
+	// is answered from it: no read ahead of the transaction, which would be
+	// a second round trip for every new event.
 	return idem.DoTx(ctx, l, key, func(ctx context.Context, tx Tx) ([]byte, error) {
 		pub, err := c.p.PublishTx(ctx, tx, m)
 		if err != nil {

@@ -75,7 +75,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 // the body's arrival, the server must bound the headers'. With [Publish], a
 // ledger made with idem.WithCache answers recent duplicates without a store
 // round trip; with [PublishTx], a duplicate of a captured event is answered
-// from a read, without a transaction.
+// from the claim inside the transaction (one round trip either way).
 //
 // The body is verified and published as the raw bytes received; it is never
 // parsed and re-serialized (schemes that take the id from the body parse a
