@@ -137,55 +137,8 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("sqlqueue: migrate: %w", err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlqueue: migrate: %w", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			conn.ExecContext(context.Background(), "ROLLBACK")
-		}
-	}()
-	// The same table store/sqlitestore keeps its version in.
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idem_migrations (
-	component  TEXT    NOT NULL,
-	version    INTEGER NOT NULL,
-	name       TEXT    NOT NULL,
-	applied_at INTEGER NOT NULL,
-	PRIMARY KEY (component, version)
-)`); err != nil {
-		return fmt.Errorf("sqlqueue: migrate: %w", err)
-	}
-	var current int
-	if err := conn.QueryRowContext(ctx,
-		`SELECT COALESCE(MAX(version), 0) FROM idem_migrations WHERE component = ?`, sqliteComponent).Scan(&current); err != nil {
-		return fmt.Errorf("sqlqueue: migrate: %w", err)
-	}
-	if current > len(ms) {
-		// Migrations only add: an older build works on a newer schema.
-		current = len(ms)
-	}
-	for _, m := range ms[current:] {
-		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
-			return fmt.Errorf("sqlqueue: migration %s: %w", m.Name, err)
-		}
-		if _, err := conn.ExecContext(ctx,
-			`INSERT INTO idem_migrations (component, version, name, applied_at) VALUES (?, ?, ?, ?)`,
-			sqliteComponent, m.Version, m.Name, s.now()); err != nil {
-			return fmt.Errorf("sqlqueue: migration %s: %w", m.Name, err)
-		}
-		s.cfg.logger.Info("sqlqueue: applied migration", "migration", m.Name)
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("sqlqueue: migrate: %w", err)
-	}
-	committed = true
-	return nil
+	// Migrations only add: an older build works on a newer schema.
+	return migrations.ApplySQLite(ctx, s.db, sqliteComponent, ms, s.now(), true, s.cfg.logger)
 }
 
 // Queue returns the queue name of the database (queues need no creating:

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	embedded "github.com/idemkit/idem/internal/migrations"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -429,7 +430,7 @@ func TestMigrations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ms, err := migrations()
+	ms, err := embedded.Load(migrationFiles, "migrations", component)
 	if err != nil || len(ms) == 0 {
 		t.Fatalf("migrations: %v %v", ms, err)
 	}
