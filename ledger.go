@@ -23,6 +23,10 @@ type Ledger struct {
 	owner      string
 	hashedKeys bool
 	cache      *resultCache
+	// claims and completes coalesce concurrent calls' store writes
+	// (WithCoalescing); nil sends each call's own.
+	claims    *batcher[ClaimRequest, ClaimResult]
+	completes *batcher[Completion, error]
 }
 
 // Result is what [Ledger.Do] returns for an operation that is done.
@@ -63,7 +67,84 @@ func New(store Store, opts ...Option) *Ledger {
 	if c.cacheSize > 0 {
 		l.cache = newResultCache(c.cacheSize)
 	}
+	if c.coalesce > 1 {
+		l.coalesce(c.coalesce)
+	}
 	return l
+}
+
+// coalesce sets up the batchers of [WithCoalescing] for what the store can
+// batch.
+func (l *Ledger) coalesce(size int) {
+	if bc, ok := l.store.(BatchClaimer); ok {
+		l.claims = &batcher[ClaimRequest, ClaimResult]{
+			size:    size,
+			flights: CoalescingFlights,
+			bound: func(rs []ClaimRequest) time.Duration {
+				var lease time.Duration
+				for _, r := range rs {
+					lease = max(lease, r.Lease)
+				}
+				return finishTimeout(lease)
+			},
+			one:    l.store.Claim,
+			many:   bc.ClaimBatch,
+			orphan: l.releaseOrphan,
+		}
+	}
+	if bc, ok := l.store.(BatchCompleter); ok {
+		l.completes = &batcher[Completion, error]{
+			size:    size,
+			flights: CoalescingFlights,
+			bound:   func([]Completion) time.Duration { return finishTimeout(0) },
+			one: func(ctx context.Context, c Completion) (error, error) {
+				err := l.store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+				if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+					return err, nil // the attempt's answer, not the store's failure
+				}
+				return nil, err
+			},
+			many:   bc.CompleteBatch,
+			orphan: func(Completion, error) {},
+		}
+	}
+}
+
+// claim claims for one call, in a batch with others' under WithCoalescing.
+func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if l.claims == nil {
+		return l.store.Claim(ctx, req)
+	}
+	return l.claims.do(ctx, req)
+}
+
+// complete records an attempt's result, in a batch with others' under
+// WithCoalescing.
+func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []byte, retention time.Duration) error {
+	if l.completes == nil {
+		return l.store.Complete(ctx, key, fence, val, retention)
+	}
+	refused, err := l.completes.do(ctx, Completion{Key: key, Fence: fence, Result: val, Retention: retention})
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
+// releaseOrphan releases a key a coalesced claim acquired for a caller that
+// had left (its context ended while the batch was on its way): fn never
+// ran, so the key is free for the next call whatever the policy.
+func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
+	if !cr.Acquired {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
+	defer cancel()
+	const reason = "not run: the caller left before its coalesced claim was answered"
+	if err := l.store.Release(ctx, cr.Record.Key, cr.Record.Fence, reason); err != nil {
+		l.log.LogAttrs(ctx, slog.LevelWarn, "idem: releasing an orphaned claim failed; the key waits for its lease",
+			l.LogKey(req.Key), slog.Int64("fence", cr.Record.Fence), slog.String("correlation_id", req.Correlation), slog.Any("error", err))
+	}
 }
 
 // Store returns the ledger's store.
@@ -115,7 +196,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
-	cr, err := l.store.Claim(ctx, l.claimRequest(key.s, c))
+	cr, err := l.claim(ctx, l.claimRequest(key.s, c))
 	if err != nil {
 		return Result{}, l.storeError(ctx, "claim", key.s, c, Record{}, err)
 	}
@@ -310,7 +391,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 			_, err = l.store.Resolve(fctx, key, fence, Resolution{Done: true, Result: val, Retention: c.retention,
 				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)"})
 		} else {
-			err = l.store.Complete(fctx, key, fence, val, c.retention)
+			err = l.complete(fctx, key, fence, val, c.retention)
 		}
 		if err != nil {
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {

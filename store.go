@@ -122,6 +122,23 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 }
 
+// Completion is one attempt's result, for [BatchCompleter].
+type Completion struct {
+	Key       string
+	Fence     int64
+	Result    []byte
+	Retention time.Duration
+}
+
+// BatchCompleter is implemented by stores that complete many attempts in one
+// round trip. It does what [Store.Complete] does for each of cs: errs[i] is
+// nil when cs[i] was recorded and [ErrLeaseLost] (or [ErrNotFound]) when
+// its attempt no longer held the key. err is a store failure: then which
+// completions were recorded is unknown, as after a failed Complete.
+type BatchCompleter interface {
+	CompleteBatch(ctx context.Context, cs []Completion) (errs []error, err error)
+}
+
 // TxStore is implemented by stores that can run the caller's writes in the
 // same transaction as the claim and the completion, so an effect in the
 // store's own database happens exactly once. See [DoTx].

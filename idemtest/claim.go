@@ -1,6 +1,7 @@
 package idemtest
 
 import (
+	"errors"
 	"context"
 	"testing"
 	"time"
@@ -261,6 +262,53 @@ func testClaim(t *testing.T, h Harness) {
 		}
 		if res, err := bc.ClaimBatch(context.Background(), nil); err != nil || len(res) != 0 {
 			t.Fatalf("ClaimBatch(nil) = %d results, %v; want none, nil", len(res), err)
+		}
+	})
+
+	t.Run("complete_batch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		bc, ok := s.(idem.BatchCompleter)
+		if !ok {
+			t.Skip("the store does not implement idem.BatchCompleter")
+		}
+		ctx := context.Background()
+		a, b := acquire(t, s, req(h, "a")), acquire(t, s, req(h, "b"))
+		stale := acquire(t, s, req(h, "stale"))
+		lapse(t, h, s, "stale")
+		taken := acquire(t, s, req(h, "stale")) // fence 2 holds it now
+		errs, err := bc.CompleteBatch(ctx, []idem.Completion{
+			{Key: "b", Fence: b.Record.Fence, Result: []byte("rb"), Retention: time.Hour},
+			{Key: "stale", Fence: stale.Record.Fence, Result: []byte("late"), Retention: time.Hour},
+			{Key: "absent", Fence: 1, Result: []byte("x"), Retention: time.Hour},
+			{Key: "a", Fence: a.Record.Fence, Result: []byte("ra"), Retention: time.Hour},
+		})
+		noErr(t, "CompleteBatch", err)
+		if len(errs) != 4 {
+			t.Fatalf("CompleteBatch returned %d answers for 4", len(errs))
+		}
+		for i, key := range []string{"b", "", "", "a"} {
+			if key == "" {
+				continue
+			}
+			noErr(t, "CompleteBatch of "+key, errs[i])
+			rec := get(t, s, key)
+			if rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+key {
+				t.Fatalf("%q after CompleteBatch: {%s, %q}, want {completed, %q}", key, rec.Status, rec.Result, "r"+key)
+			}
+		}
+		if !errors.Is(errs[1], idem.ErrLeaseLost) {
+			t.Fatalf("CompleteBatch of a taken-over attempt: %v, want ErrLeaseLost", errs[1])
+		}
+		if !errors.Is(errs[2], idem.ErrLeaseLost) && !errors.Is(errs[2], idem.ErrNotFound) {
+			t.Fatalf("CompleteBatch of an absent key: %v, want ErrLeaseLost or ErrNotFound", errs[2])
+		}
+		if rec := get(t, s, "stale"); rec.Status != idem.StatusInProgress || rec.Fence != taken.Record.Fence {
+			t.Fatalf("a stale completion changed the record: {%s, fence %d}, want {in_progress, %d}", rec.Status, rec.Fence, taken.Record.Fence)
+		}
+		wantNotFound(t, s, "absent")
+		if errs, err := bc.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
+			t.Fatalf("CompleteBatch(nil) = %v, %v; want none, nil", errs, err)
 		}
 	})
 }

@@ -75,6 +75,10 @@ type Harness struct {
 	// load (an emulator behind an HTTP API) sets a longer one, so that a
 	// slow heartbeat is not taken for a lost lease.
 	HeartbeatLease time.Duration
+
+	// coalesce makes the suite's ledgers use idem.WithCoalescing (set by
+	// the suite for its "coalesced" group).
+	coalesce bool
 }
 
 // DefaultHeartbeatLease is the default of [Harness.HeartbeatLease].

@@ -45,6 +45,24 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("race", func(t *testing.T) { t.Parallel(); testRace(t, h) })
 	t.Run("process", func(t *testing.T) { t.Parallel(); testProcess(t, h, suite) })
 	t.Run("powertools", func(t *testing.T) { t.Parallel(); testPowertools(t, h) })
+	t.Run("coalesced", func(t *testing.T) { t.Parallel(); testCoalesced(t, h) })
+}
+
+// testCoalesced runs the Ledger-level tests again on ledgers made with
+// idem.WithCoalescing, for stores that batch claims or completions: the
+// outcomes must not depend on whether calls shared a round trip.
+func testCoalesced(t *testing.T, h Harness) {
+	probe := newStore(t, h)
+	_, claims := probe.(idem.BatchClaimer)
+	_, completes := probe.(idem.BatchCompleter)
+	if !claims && !completes {
+		t.Skip("the store implements neither idem.BatchClaimer nor idem.BatchCompleter")
+	}
+	h.coalesce = true
+	t.Run("do", func(t *testing.T) { t.Parallel(); testDo(t, h) })
+	t.Run("policy", func(t *testing.T) { t.Parallel(); testPolicy(t, h) })
+	t.Run("failure", func(t *testing.T) { t.Parallel(); testFailure(t, h) })
+	t.Run("race", func(t *testing.T) { t.Parallel(); testRace(t, h) })
 }
 
 // newStore returns a fresh store from h, closed when t ends.
@@ -248,6 +266,9 @@ var discard = slog.New(slog.DiscardHandler)
 // ledger returns a Ledger on s that logs nothing, with the suite's lease.
 func ledger(h Harness, s idem.Store, opts ...idem.Option) *idem.Ledger {
 	all := append([]idem.Option{idem.WithLogger(discard), idem.WithOwner("idemtest"), idem.WithLease(lease(h))}, opts...)
+	if h.coalesce {
+		all = append(all, idem.WithCoalescing(16))
+	}
 	return idem.New(s, all...)
 }
 

@@ -87,14 +87,10 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 }
 
 // Completion is one attempt's result for [Store.CompleteBatch].
-type Completion struct {
-	Key       string
-	Fence     int64
-	Result    []byte
-	Retention time.Duration
-}
+type Completion = idem.Completion
 
-// CompleteBatch does what [Store.Complete] does for each of cs, in one
+// CompleteBatch implements [idem.BatchCompleter]: it does what
+// [Store.Complete] does for each of cs, in one
 // statement: one round trip and one commit for the whole batch, for
 // consumers that claimed a batch with [Store.ClaimBatch]. errs[i] is nil
 // when cs[i] was recorded and [idem.ErrLeaseLost] when its attempt no

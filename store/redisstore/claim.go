@@ -142,7 +142,11 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	for i, r := range reqs {
 		args[i] = s.claimArgs(r)
 	}
-	groups, err := s.batchGroups(ctx, reqs)
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	groups, err := s.batchGroups(ctx, keys)
 	if err != nil {
 		return nil, s.wrap("claim batch", "", err)
 	}
@@ -170,8 +174,8 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 // batchGroups splits a batch by the client that must run it: the store's
 // client for all, unless WAIT must follow the writes on each cluster
 // node's connection.
-func (s *Store) batchGroups(ctx context.Context, reqs []idem.ClaimRequest) (map[scripter][]int, error) {
-	all := make([]int, len(reqs))
+func (s *Store) batchGroups(ctx context.Context, keys []string) (map[scripter][]int, error) {
+	all := make([]int, len(keys))
 	for i := range all {
 		all[i] = i
 	}
@@ -182,7 +186,7 @@ func (s *Store) batchGroups(ctx context.Context, reqs []idem.ClaimRequest) (map[
 	groups := map[scripter][]int{}
 	byNode := map[*redis.Client]scripter{}
 	for _, i := range all {
-		m, err := cc.MasterForKey(ctx, s.rkey(reqs[i].Key))
+		m, err := cc.MasterForKey(ctx, s.rkey(keys[i]))
 		if err != nil {
 			return nil, err
 		}
@@ -196,6 +200,19 @@ func (s *Store) batchGroups(ctx context.Context, reqs []idem.ClaimRequest) (map[
 
 // claimGroup pipelines the claims idx of reqs on c and fills out.
 func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimRequest, idx []int, args [][]any, out []idem.ClaimResult) error {
+	return s.pipeline(ctx, c, scriptClaim, idx, func(i int) (string, []any) { return s.rkey(reqs[i].Key), args[i] },
+		func(i int, v any) (err error) {
+			out[i], err = claimResult(reqs[i], v)
+			return err
+		})
+}
+
+// pipeline runs script once for each of idx on c in one round trip (plus a
+// WAIT with WithWait), loading the script and resending those that found
+// it missing. call gives an index's key and arguments; answer takes an
+// index's reply and returns an error that fails the whole batch. A
+// NotReplicatedError is returned after every answer is taken.
+func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, idx []int, call func(i int) (string, []any), answer func(i int, v any) error) error {
 	var waitErr error
 	for try := 0; len(idx) > 0; try++ {
 		if try == 2 {
@@ -204,7 +221,8 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimReq
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
-			cmds[j] = scriptClaim.EvalSha(ctx, pipe, []string{s.rkey(reqs[i].Key)}, args[i]...)
+			key, args := call(i)
+			cmds[j] = script.EvalSha(ctx, pipe, []string{key}, args...)
 		}
 		var w *redis.Cmd
 		if s.cfg.waitReplicas > 0 {
@@ -221,7 +239,7 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimReq
 			if err != nil {
 				return err
 			}
-			if out[i], err = claimResult(reqs[i], v); err != nil {
+			if err := answer(i, v); err != nil {
 				return err
 			}
 		}
@@ -231,7 +249,7 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimReq
 			}
 		}
 		if len(again) > 0 {
-			if err := scriptClaim.Load(ctx, c).Err(); err != nil {
+			if err := script.Load(ctx, c).Err(); err != nil {
 				return err
 			}
 		}

@@ -28,6 +28,56 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 	return s.finish(ctx, "abandon", key, fence, idem.StatusInProgress, reason, 0)
 }
 
+// CompleteBatch implements [idem.BatchCompleter]: the completions are
+// pipelined, one script per completion, all sent in one round trip (one per
+// cluster node with [WithWait] on Redis Cluster). Each is atomic on its own,
+// with the same rules as [Store.Complete]: errs[i] is [idem.ErrLeaseLost]
+// when cs[i]'s attempt no longer held the key, and wraps [idem.ErrCorrupt]
+// when its record cannot be decoded. When err is not nil (the
+// connection failed mid-batch, or WithWait's replicas did not acknowledge),
+// some completions may have been recorded.
+func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs []error, err error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(cs))
+	if len(cs) == 0 {
+		return errs, nil
+	}
+	keys := make([]string, len(cs))
+	for i, c := range cs {
+		keys[i] = c.Key
+	}
+	groups, err := s.batchGroups(ctx, keys)
+	if err != nil {
+		return nil, s.wrap("complete batch", "", err)
+	}
+	for c, idx := range groups {
+		err := s.pipeline(ctx, c, scriptFinish, idx,
+			func(i int) (string, []any) {
+				return s.rkey(cs[i].Key), s.args(cs[i].Fence, string(idem.StatusCompleted), cs[i].Result, micros(cs[i].Retention))
+			},
+			func(i int, v any) error {
+				a, code, rerr := reply(v)
+				switch {
+				case rerr != nil:
+					return rerr
+				case code == -1:
+					errs[i] = replyCorrupt(cs[i].Key, a)
+				case code == 0:
+					errs[i] = idem.ErrLeaseLost
+				case code != 1 && code != 2:
+					return fmt.Errorf("unexpected reply %v", v)
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, s.wrap("complete batch", "", err)
+		}
+	}
+	return errs, nil
+}
+
 // finish runs the script that ends the attempt holding fence: one round
 // trip. A refused call (another fence, another status) marks the stale
 // attempt's journal entry with its late finish and returns

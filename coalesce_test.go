@@ -1,0 +1,283 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// gatedStore is a memstore whose claims wait at a gate and whose batch
+// calls are counted, so tests can make batches form on purpose.
+type gatedStore struct {
+	*memstore.Store
+	gate      atomic.Pointer[chan struct{}] // claims wait until it is closed
+	inClaim   atomic.Int32  // claims (single or batch) waiting at the gate
+	single    atomic.Int32
+	batches   atomic.Int32
+	batched   atomic.Int32 // requests sent in batches
+	completes atomic.Int32 // CompleteBatch calls
+	failBatch error        // ClaimBatch and CompleteBatch fail with it
+}
+
+func newGatedStore() *gatedStore {
+	g := &gatedStore{Store: memstore.New()}
+	g.shut()
+	return g
+}
+
+// shut puts up a new closed gate for the claims that come next.
+func (g *gatedStore) shut() {
+	ch := make(chan struct{})
+	g.gate.Store(&ch)
+}
+
+// open lets the claims waiting at the gate, and those that come, through.
+func (g *gatedStore) open() { close(*g.gate.Load()) }
+
+func (g *gatedStore) wait(ctx context.Context) error {
+	g.inClaim.Add(1)
+	defer g.inClaim.Add(-1)
+	select {
+	case <-*g.gate.Load():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gatedStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+	g.single.Add(1)
+	if err := g.wait(ctx); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	return g.Store.Claim(ctx, r)
+}
+
+func (g *gatedStore) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	g.batches.Add(1)
+	g.batched.Add(int32(len(rs)))
+	if err := g.wait(ctx); err != nil {
+		return nil, err
+	}
+	if g.failBatch != nil {
+		return nil, g.failBatch
+	}
+	return g.Store.ClaimBatch(ctx, rs)
+}
+
+func (g *gatedStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	g.completes.Add(1)
+	if g.failBatch != nil {
+		return nil, g.failBatch
+	}
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		errs[i] = g.Store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+	}
+	return errs, nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// occupy starts CoalescingFlights calls that wait at the store's gate, so
+// that every later call queues for a batch. It returns a WaitGroup for them.
+func occupy(t *testing.T, l *idem.Ledger, g *gatedStore, fn func(context.Context) ([]byte, error)) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range idem.CoalescingFlights {
+		wg.Go(func() {
+			if _, err := l.Do(context.Background(), idem.Key("lone", fmt.Sprint(i)), fn); err != nil {
+				t.Errorf("lone call %d: %v", i, err)
+			}
+		})
+	}
+	waitFor(t, "the lone calls to reach the store", func() bool { return g.inClaim.Load() == int32(idem.CoalescingFlights) })
+	return &wg
+}
+
+func quietLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
+	return idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+}
+
+// Calls made while every flight is busy go to the store together, each
+// call keeps its own outcome, and a lone call is sent as a plain Claim.
+func TestCoalescingBatchesCallsMadeWhileTheStoreIsBusy(t *testing.T) {
+	g := newGatedStore()
+	l := quietLedger(g, idem.WithCoalescing(8))
+	ctx := context.Background()
+
+	// A completed key, so one queued call is a replay.
+	g.open()
+	if _, err := l.Do(ctx, idem.Key("done"), func(context.Context) ([]byte, error) { return []byte("first"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if g.single.Load() != 1 || g.batches.Load() != 0 {
+		t.Fatalf("a lone call: %d claims, %d batches; want 1 claim", g.single.Load(), g.batches.Load())
+	}
+	g.shut()
+
+	var runs atomic.Int32
+	fn := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
+	lone := occupy(t, l, g, fn)
+	const queued = 20
+	results := make([]idem.Result, queued)
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		key := idem.Key("k", fmt.Sprint(i%19)) // keys 0 and 19 share a key
+		if i == 5 {
+			key = idem.Key("done")
+		}
+		wg.Go(func() { results[i], errs[i] = l.Do(ctx, key, fn) })
+	}
+	waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == queued })
+	g.open()
+	wg.Wait()
+	lone.Wait()
+
+	if got := g.batched.Load(); got != queued {
+		t.Errorf("%d requests went in batches, want %d", got, queued)
+	}
+	if b := g.batches.Load(); b < 3 || b > 4 { // 20 in batches of at most 8
+		t.Errorf("%d batches for %d queued calls of at most 8, want 3 (or 4)", b, queued)
+	}
+	if !results[5].Replayed || string(results[5].Value) != "first" || errs[5] != nil {
+		t.Errorf("the completed key in a batch: %+v, %v; want a replay of \"first\"", results[5], errs[5])
+	}
+	// Keys 0 and 19 are the same key in one batch: one ran, the other
+	// found it running (busy) or done.
+	a, b := errs[0], errs[19]
+	if (a == nil) == (b == nil) && !(results[0].Replayed || results[19].Replayed) {
+		t.Errorf("the same key twice in a batch: %v / %v, results %+v / %+v; want one run, one busy or replay", a, b, results[0], results[19])
+	}
+	for _, err := range []error{a, b} {
+		if err != nil && !errors.Is(err, idem.ErrInProgress) {
+			t.Errorf("the same key twice in a batch: %v, want ErrInProgress", err)
+		}
+	}
+	if want := int32(idem.CoalescingFlights + 19 - 1); runs.Load() != want { // 19 distinct new keys, one a replay
+		t.Errorf("fn ran %d times, want %d", runs.Load(), want)
+	}
+	for i := range queued {
+		if i == 5 || i == 0 || i == 19 {
+			continue
+		}
+		if errs[i] != nil || string(results[i].Value) != "ok" || results[i].Replayed || results[i].Fence != 1 {
+			t.Errorf("call %d: %+v, %v; want a fresh run at fence 1", i, results[i], errs[i])
+		}
+	}
+}
+
+// A batch the store fails is every waiting call's store error, never an
+// outcome, and fn does not run.
+func TestCoalescingBatchFailureIsEveryCallersStoreError(t *testing.T) {
+	g := newGatedStore()
+	g.failBatch = errors.New("connection reset")
+	l := quietLedger(g, idem.WithCoalescing(16))
+	var runs atomic.Int32
+	fn := func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil }
+	lone := occupy(t, l, g, fn)
+	const queued = 5
+	errs := make([]error, queued)
+	var wg sync.WaitGroup
+	for i := range queued {
+		wg.Go(func() { _, errs[i] = l.Do(context.Background(), idem.Key("k", fmt.Sprint(i)), fn) })
+	}
+	waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == queued })
+	g.open()
+	wg.Wait()
+	lone.Wait()
+	var se *idem.StoreError
+	for i, err := range errs {
+		if !errors.As(err, &se) || se.Op != "claim" {
+			t.Errorf("call %d: %v, want a *StoreError of the claim", i, err)
+		}
+	}
+	if runs.Load() != int32(idem.CoalescingFlights) {
+		t.Errorf("fn ran %d times, want only the %d lone calls", runs.Load(), idem.CoalescingFlights)
+	}
+}
+
+// A caller whose context ends while its claim waits in the queue is not
+// sent; one whose context ends after its batch left gets its claim
+// released, so the key is free at once, even under AtMostOnce.
+func TestCoalescingCallerThatLeaves(t *testing.T) {
+	g := newGatedStore()
+	l := quietLedger(g, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
+	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	lone := occupy(t, l, g, fn)
+
+	// Queued, then leaves before any flight lands: never sent.
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := l.Do(ctx, idem.Key("queued"), fn)
+		left <- err
+	}()
+	waitFor(t, "the call to queue", func() bool { return idem.CoalescingQueued(l) == 1 })
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a queued call whose context ended: %v, want context.Canceled", err)
+	}
+	if n := idem.CoalescingQueued(l); n != 0 {
+		t.Fatalf("%d calls still queued after the caller left", n)
+	}
+
+	// Sent in a batch, then leaves while the store holds the batch.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() {
+		_, err := l.Do(ctx2, idem.Key("sent"), fn)
+		left <- err
+	}()
+	var stay sync.WaitGroup
+	stay.Go(func() { _, _ = l.Do(context.Background(), idem.Key("stays"), fn) })
+	waitFor(t, "two calls to queue", func() bool { return idem.CoalescingQueued(l) == 2 })
+	// Let one lone flight land: it sends the queued two as a batch, which
+	// waits at the gate again.
+	g.gate2(t, func() {
+		waitFor(t, "the batch to reach the store", func() bool { return g.batches.Load() == 1 })
+	})
+	cancel2()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a sent call whose context ended: %v, want context.Canceled", err)
+	}
+	g.open()
+	stay.Wait()
+	lone.Wait()
+	waitFor(t, "the orphaned claim to be released", func() bool {
+		rec, err := g.Get(context.Background(), "sent")
+		return err == nil && rec.Status == idem.StatusReleased
+	})
+	res, err := l.Do(context.Background(), idem.Key("sent"), fn)
+	if err != nil || res.Replayed || string(res.Value) != "ok" {
+		t.Fatalf("the key of a caller that left: %+v, %v; want it to run (fn never ran before)", res, err)
+	}
+}
+
+// gate2 wakes the calls waiting at the gate (the lone calls, whose flights
+// then land and send the queued calls as a batch) and shuts a new gate for
+// the batch to wait at, then runs then.
+func (g *gatedStore) gate2(t *testing.T, then func()) {
+	t.Helper()
+	old := *g.gate.Load()
+	g.shut()
+	close(old)
+	then()
+}

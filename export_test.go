@@ -1,0 +1,12 @@
+package idem
+
+// CoalescingQueued reports how many calls wait for a batch of l's claims
+// (tests only).
+func CoalescingQueued(l *Ledger) int {
+	if l.claims == nil {
+		return -1
+	}
+	l.claims.mu.Lock()
+	defer l.claims.mu.Unlock()
+	return len(l.claims.queue)
+}
