@@ -19,7 +19,7 @@ import (
 type gatedStore struct {
 	*memstore.Store
 	gate      atomic.Pointer[chan struct{}] // claims wait until it is closed
-	inClaim   atomic.Int32  // claims (single or batch) waiting at the gate
+	inClaim   atomic.Int32                  // claims (single or batch) waiting at the gate
 	single    atomic.Int32
 	batches   atomic.Int32
 	batched   atomic.Int32 // requests sent in batches

@@ -1,8 +1,8 @@
 package idemtest
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
