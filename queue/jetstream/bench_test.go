@@ -28,12 +28,17 @@ func BenchmarkConsume(b *testing.B) {
 		f := newFixture(b, js, fixtureOpts{ackWait: time.Minute})
 		return f.source(b, js), f.publisher(b, js)
 	}
-	queuetest.BenchmarkConsume(b, newQueue, redisLedger())
+	queuetest.BenchmarkConsume(b, newQueue, redisLedgers()...)
 }
 
-// redisLedger is the ledger of the comparison: redisstore.
-func redisLedger() queuetest.Ledger {
-	return queuetest.Ledger{Name: "redis", Open: func(b *testing.B) idem.Store {
+// redisLedgers are the ledgers of the comparison: redisstore, and
+// redisstore with calls coalesced (idem.WithCoalescing).
+func redisLedgers() []queuetest.Ledger {
+	open := func(b *testing.B) idem.Store {
 		return testredis.Open(b, testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis"))
-	}}
+	}
+	return []queuetest.Ledger{
+		{Name: "redis", Open: open},
+		{Name: "redis-coalesced", Open: open, Options: []idem.Option{idem.WithCoalescing(64)}},
+	}
 }

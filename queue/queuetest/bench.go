@@ -21,6 +21,14 @@ type Ledger struct {
 	Name string
 	// Open returns a fresh store (cleaned up with b).
 	Open func(b *testing.B) idem.Store
+	// Options are given to the ledger made on the store (the benchmark
+	// adds a quiet logger and a 10-minute retention first).
+	Options []idem.Option
+}
+
+func (lg Ledger) ledger(b *testing.B) *idem.Ledger {
+	opts := append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10 * time.Minute)}, lg.Options...)
+	return idem.New(lg.Open(b), opts...)
 }
 
 func memoryLedger(b *testing.B) idem.Store {
@@ -41,13 +49,13 @@ func BenchmarkConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, que
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
 			b.Run("plain", func(b *testing.B) { benchConsume(b, newQueue, nil, conc) })
 			for _, lg := range append([]Ledger{{Name: "memory", Open: memoryLedger}}, ledgers...) {
-				b.Run("ledger="+lg.Name, func(b *testing.B) { benchConsume(b, newQueue, lg.Open(b), conc) })
+				b.Run("ledger="+lg.Name, func(b *testing.B) { benchConsume(b, newQueue, lg.ledger(b), conc) })
 			}
 			// Each ledger alone (Do of a new key with a no-op fn, conc
 			// callers, no queue): the ceiling of ledger=NAME.
 			for _, lg := range ledgers {
 				b.Run("ledger-alone="+lg.Name, func(b *testing.B) {
-					l := idem.New(lg.Open(b), idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(10*time.Minute))
+					l := lg.ledger(b)
 					var next atomic.Int64
 					var wg sync.WaitGroup
 					b.ResetTimer()
@@ -103,9 +111,9 @@ func (d countedDelivery) Ack(ctx context.Context) error {
 }
 
 // benchConsume publishes b.N messages (untimed), then times consuming them:
-// through a queue.Consumer with a ledger on store, or, when store is nil,
+// through a queue.Consumer with the ledger l, or, when l is nil,
 // with a plain loop of conc workers that receive up to 10 and ack each.
-func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), store idem.Store, conc int) {
+func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), l *idem.Ledger, conc int) {
 	n := b.N
 	src, pub := newQueue(b)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -135,7 +143,7 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	if store == nil {
+	if l == nil {
 		for range conc {
 			stopped.Add(1)
 			go func() {
@@ -151,7 +159,6 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 			}()
 		}
 	} else {
-		l := idem.New(store, idem.WithLogger(quiet), idem.WithRetention(10*time.Minute))
 		c, err := queue.NewConsumer(counter, l,
 			func(m queue.Message) (idem.OperationKey, error) {
 				id, _, _ := strings.Cut(string(m.Body), " ")

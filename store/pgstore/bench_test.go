@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -164,6 +165,35 @@ func BenchmarkClaimBatch10(b *testing.B) {
 }
 
 // BenchmarkClaim: Claim of a new key alone (one statement, one commit),
+// BenchmarkDo: Ledger.Do of a new key with a no-op fn (a claim and a
+// completion), each call's own statements ("plain") or sharing them with
+// the calls made at the same time ("coalesced", idem.WithCoalescing(64):
+// concurrent claims go as one ClaimBatch statement and one commit, and so
+// do completions).
+func BenchmarkDo(b *testing.B) {
+	for _, mode := range []string{"plain", "coalesced"} {
+		for _, n := range callers {
+			b.Run(fmt.Sprintf("%s/callers=%d", mode, n), func(b *testing.B) {
+				opts := []idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(time.Hour)}
+				if mode == "coalesced" {
+					opts = append(opts, idem.WithCoalescing(64))
+				}
+				l := idem.New(benchStore(b, n), opts...)
+				ctx := context.Background()
+				fn := func(context.Context) ([]byte, error) { return []byte("result"), nil }
+				runCallers(b, n, 1, func(pb *testing.PB, keys *keyGen) {
+					for pb.Next() {
+						if _, err := l.Do(ctx, idem.Key(keys.next()), fn); err != nil {
+							b.Errorf("Do: %v", err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
 // the figure to hold against pgbench's single-row insert.
 func BenchmarkClaim(b *testing.B) {
 	for _, n := range callers {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os/exec"
 	"regexp"
@@ -151,6 +152,32 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDo: Ledger.Do of a new key with a no-op fn (a claim and a
+// completion), each call's own round trips ("plain") or sharing them with
+// the calls made at the same time ("coalesced", idem.WithCoalescing(64):
+// concurrent claims go as one pipeline, and so do completions).
+func BenchmarkDo(b *testing.B) {
+	for _, mode := range []string{"plain", "coalesced"} {
+		b.Run(mode, func(b *testing.B) {
+			opts := []idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(time.Hour)}
+			if mode == "coalesced" {
+				opts = append(opts, idem.WithCoalescing(64))
+			}
+			l := idem.New(benchStore(b), opts...)
+			ctx := context.Background()
+			fn := func(context.Context) ([]byte, error) { return []byte("result"), nil }
+			runCallers(b, 1, func(pb *testing.PB, keys *keyGen) {
+				for pb.Next() {
+					if _, err := l.Do(ctx, idem.Key(keys.next()), fn); err != nil {
+						b.Errorf("Do: %v", err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkClaimBatch10: ClaimBatch of 10 new keys, one pipeline per op.
