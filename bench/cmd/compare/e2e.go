@@ -108,7 +108,7 @@ func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n 
 
 	src := &countingSource{Source: q.src, done: make(chan struct{}), want: int64(n)}
 	var handled atomic.Int64
-	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log)), queue.MessageIDKey("bench"),
+	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log), idem.WithCoalescing(cfg.coalesce)), queue.MessageIDKey("bench"),
 		func(context.Context, queue.Message) ([]byte, error) {
 			handled.Add(1)
 			return nil, nil
