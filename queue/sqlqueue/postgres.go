@@ -59,6 +59,9 @@ type Postgres struct {
 	nkick    chan struct{}
 	nstop    chan struct{}
 	ndone    chan struct{}
+
+	amu  sync.Mutex
+	acks *pgAcks // started by the first ack
 }
 
 type pgNames struct {
@@ -70,7 +73,8 @@ type pgNames struct {
 	lockKey                  int64
 	receive, publish, dedupP string
 	publishQuiet, dedupQuiet string // without NOTIFY, for Publish (see notifier)
-	ack, ackNotify, retry    string
+	ack, ackMany, ackNotify  string
+	retry                    string
 	extend, deadLetter       string
 }
 
@@ -137,6 +141,8 @@ ins AS (` + insert + `)`
 	n.dedupP = n.render(dedup + notify)
 	n.dedupQuiet = n.render(dedup + quiet)
 	n.ack = n.render(`DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2`)
+	n.ackMany = n.render(`DELETE FROM {{messages}} m USING unnest($1::bigint[], $2::bigint[]) AS a(id, receipt)
+WHERE m.id = a.id AND m.receipt = a.receipt RETURNING m.id`)
 	n.ackNotify = n.render(`WITH del AS (DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2 RETURNING queue)
 SELECT pg_notify($3, queue) FROM del`)
 	n.retry = n.render(`WITH up AS (
@@ -321,7 +327,10 @@ func (p *Postgres) Schema() string { return p.n.schema }
 // not close the pool. Later calls fail with [ErrClosed]. Closing twice
 // does nothing.
 func (p *Postgres) Close() error {
-	if p.closed.Swap(true) {
+	p.amu.Lock() // acker sees closed, or Close sees its acker
+	already := p.closed.Swap(true)
+	p.amu.Unlock()
+	if already {
 		return nil
 	}
 	p.lmu.Lock()
@@ -337,6 +346,12 @@ func (p *Postgres) Close() error {
 	if stop != nil {
 		close(stop) // sends what is pending, then returns
 		<-done
+	}
+	p.amu.Lock()
+	acks := p.acks
+	p.amu.Unlock()
+	if acks != nil {
+		acks.close() // acks on their way finish; queued ones get ErrClosed
 	}
 	return nil
 }
@@ -756,7 +771,11 @@ func (q *PostgresQueue) ack(ctx context.Context, d *delivery) error {
 	if d.msg.GroupID != "" {
 		return q.settle(ctx, d, "ack", q.p.n.ackNotify, d.id, d.receipt, q.p.n.channel)
 	}
-	return q.settle(ctx, d, "ack", q.p.n.ack, d.id, d.receipt)
+	a := q.p.acker()
+	if a == nil {
+		return ErrClosed
+	}
+	return a.ack(ctx, d.id, d.receipt)
 }
 
 func (q *PostgresQueue) retry(ctx context.Context, d *delivery, delay time.Duration) error {

@@ -499,3 +499,55 @@ func TestPostgresClosed(t *testing.T) {
 		t.Fatalf("ack after close: %v", err)
 	}
 }
+
+// Acks made at once are deleted in groups; each still gets its own answer:
+// nil, or ErrReceiptExpired for a message received again since.
+func TestPostgresConcurrentAcks(t *testing.T) {
+	pool := pgPool(t)
+	schema := pgSchema(t, pool)
+	p := openPostgres(t, pool, schema)
+	q := pgQueue(t, p, "acks", sqlqueue.WithVisibility(time.Minute))
+	const n = 300
+	for i := range n {
+		publish(t, q, queue.Outgoing{Body: fmt.Appendf(nil, "m%d", i)})
+	}
+	var ds []queue.Delivery
+	for len(ds) < n {
+		ds = append(ds, receive(t, q, n-len(ds))...)
+	}
+	// Another receiver took message 7 since: its receipt changed.
+	stale := ds[7].Message().ID
+	if _, err := pool.Exec(context.Background(),
+		"UPDATE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()+" SET receipt = receipt + 1000 WHERE id = $1", stale); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, d := range ds {
+		wg.Go(func() {
+			<-start
+			errs[i] = d.Ack(context.Background())
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if ds[i].Message().ID == stale {
+			if !errors.Is(err, sqlqueue.ErrReceiptExpired) {
+				t.Errorf("ack of the message received again: %v, want ErrReceiptExpired", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ack %d: %v", i, err)
+		}
+	}
+	st, err := q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready+st.InFlight != 1 {
+		t.Fatalf("after the acks: %+v; want only the re-received message left", st)
+	}
+}
