@@ -573,13 +573,75 @@ func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoi
 	return q.publishOn(ctx, tx, m, q.p.n.publish, q.p.n.dedupP)
 }
 
-func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgoing, plain, withDedup string) (queue.Published, error) {
+// PublishBatch publishes ms in one transaction (which commits all or none
+// of them), in order, and returns what each publish got, as Publish would
+// have. A run of messages without a dedup id goes to the server in one
+// round trip. Use it to load many messages at once.
+func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error) {
+	if q.p.closed.Load() {
+		return nil, ErrClosed
+	}
+	args := make([][]any, len(ms))
+	for i, m := range ms {
+		var err error
+		if args[i], err = q.publishArgs(m); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]queue.Published, len(ms))
+	err := pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
+		for i := 0; i < len(ms); {
+			if q.cfg.dedupFor(ms[i]) != "" {
+				p, err := q.publishOn(ctx, tx, ms[i], q.p.n.publishQuiet, q.p.n.dedupQuiet)
+				if err != nil {
+					return err
+				}
+				out[i] = p
+				i++
+				continue
+			}
+			j := i
+			var b pgx.Batch
+			for ; j < len(ms) && q.cfg.dedupFor(ms[j]) == ""; j++ {
+				b.Queue(q.p.n.publishQuiet, args[j]...)
+			}
+			br := tx.SendBatch(ctx, &b)
+			for k := i; k < j; k++ {
+				var id int64
+				if err := br.QueryRow().Scan(&id); err != nil {
+					br.Close()
+					return err
+				}
+				out[k] = queue.Published{ID: formatID(id)}
+			}
+			if err := br.Close(); err != nil {
+				return err
+			}
+			i = j
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
+	}
+	for _, p := range out {
+		if !p.Duplicate {
+			q.p.notify(q.name)
+			break
+		}
+	}
+	return out, nil
+}
+
+// publishArgs checks m and returns the arguments of the publish
+// statements ($1 – $7).
+func (q *PostgresQueue) publishArgs(m queue.Outgoing) ([]any, error) {
 	if err := checkOutgoing(m); err != nil {
-		return queue.Published{}, err
+		return nil, err
 	}
 	attrs, err := encodeAttrs(m.Attributes)
 	if err != nil {
-		return queue.Published{}, err
+		return nil, err
 	}
 	body := m.Body
 	if body == nil {
@@ -589,7 +651,14 @@ func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgo
 	if attrs != nil {
 		attrArg = string(attrs)
 	}
-	args := []any{q.name, body, attrArg, nullString(m.GroupID), nullString(m.DedupID), m.Delay.Microseconds(), q.p.n.channel}
+	return []any{q.name, body, attrArg, nullString(m.GroupID), nullString(m.DedupID), m.Delay.Microseconds(), q.p.n.channel}, nil
+}
+
+func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgoing, plain, withDedup string) (queue.Published, error) {
+	args, err := q.publishArgs(m)
+	if err != nil {
+		return queue.Published{}, err
+	}
 	dedup := q.cfg.dedupFor(m)
 	for range 3 {
 		var id int64

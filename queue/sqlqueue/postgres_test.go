@@ -551,3 +551,57 @@ func TestPostgresConcurrentAcks(t *testing.T) {
 		t.Fatalf("after the acks: %+v; want only the re-received message left", st)
 	}
 }
+
+// PublishBatch publishes in order, in one transaction, deduplicating
+// against the table and within the batch; an invalid message publishes
+// nothing.
+func TestPostgresPublishBatch(t *testing.T) {
+	pool := pgPool(t)
+	p := openPostgres(t, pool, pgSchema(t, pool))
+	q := pgQueue(t, p, "batch")
+	first := publish(t, q, queue.Outgoing{Body: []byte("first"), DedupID: "k"})
+	ctx := context.Background()
+	var ms []queue.Outgoing
+	for i := range 50 {
+		ms = append(ms, queue.Outgoing{Body: fmt.Appendf(nil, "p%02d", i)})
+	}
+	ms = append(ms, queue.Outgoing{Body: []byte("x1"), DedupID: "x"}, queue.Outgoing{Body: []byte("x2"), DedupID: "x"},
+		queue.Outgoing{Body: []byte("k2"), DedupID: "k"}, queue.Outgoing{Body: []byte("last"), GroupID: "g"})
+	res, err := q.PublishBatch(ctx, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(ms) {
+		t.Fatalf("%d results for %d messages", len(res), len(ms))
+	}
+	x1, x2, k2 := res[50], res[51], res[52]
+	if x1.Duplicate || !x2.Duplicate || x2.ID != x1.ID || !k2.Duplicate || k2.ID != first.ID || res[53].Duplicate {
+		t.Fatalf("dedup in the batch: x1 %+v, x2 %+v, k2 %+v (first %s), last %+v", x1, x2, k2, first.ID, res[53])
+	}
+	var got []string
+	for len(got) < 53 {
+		for _, d := range receive(t, q, 100) {
+			got = append(got, string(d.Message().Body))
+		}
+	}
+	want := []string{"first"}
+	for i := range 50 {
+		want = append(want, fmt.Sprintf("p%02d", i))
+	}
+	want = append(want, "x1", "last")
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("received %v, want %v (publish order)", got, want)
+	}
+	// A message that cannot be published stops the batch before anything
+	// is written.
+	if _, err := q.PublishBatch(ctx, []queue.Outgoing{{Body: []byte("ok")}, {Body: []byte("bad"), Delay: -time.Second}}); err == nil {
+		t.Fatal("a batch with an invalid message was published")
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready != 0 {
+		t.Fatalf("after the refused batch: %+v; want nothing new", st)
+	}
+}
