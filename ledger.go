@@ -464,65 +464,85 @@ func call(ctx context.Context, fn func(context.Context) ([]byte, error)) (val []
 	return val, err, false, nil
 }
 
-// heartbeat extends a lease while fn runs.
+// heartbeat extends a lease while fn runs. It is a timer, not a goroutine:
+// most fns end before the first extension is due, and then it costs a
+// timer set and stopped.
 type heartbeat struct {
-	done chan struct{}
-	quit chan struct{}
-	lost atomic.Pointer[error]
-	once sync.Once
+	l        *Ledger
+	ctx      context.Context // for the store calls and logs: never cancelled
+	c        *callConfig
+	rec      Record
+	interval time.Duration
+	cancel   context.CancelCauseFunc
+	// deadline is the lease as this process must assume it: the last
+	// grant's request time plus the lease (the store granted it no
+	// earlier). When an extension fails after that, another attempt may
+	// own the key: fn is cancelled. Used by beats only, which run one at a
+	// time (under run).
+	deadline time.Time
+
+	timer   *time.Timer
+	run     sync.Mutex // held by a beat; stop waits for it
+	stopped atomic.Bool
+	lost    atomic.Pointer[error]
+	once    sync.Once
 }
 
 func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, claimed time.Time, cancel context.CancelCauseFunc) *heartbeat {
-	h := &heartbeat{done: make(chan struct{}), quit: make(chan struct{})}
-	lease := c.lease
-	interval := max(lease/3, time.Millisecond)
-	hctx := context.WithoutCancel(ctx)
-	go func() {
-		defer close(h.done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		// The lease as this process must assume it: it ends at the last
-		// grant's request time plus the lease (the store granted it no
-		// earlier). When an extension fails after that, another attempt may
-		// own the key: fn is cancelled.
-		deadline := claimed.Add(lease)
-		for {
-			select {
-			case <-h.quit:
-				return
-			case <-t.C:
-			}
-			asked := time.Now()
-			ectx, ecancel := context.WithTimeout(hctx, interval)
-			_, err := l.store.Extend(ectx, rec.Key, rec.Fence, lease)
-			ecancel()
-			if err == nil {
-				deadline = asked.Add(lease)
-				continue
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				h.fail(ErrLeaseLost, cancel)
-				return
-			}
-			l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", err))
-			if !time.Now().Before(deadline) {
-				h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err), cancel)
-				return
-			}
-		}
-	}()
+	h := &heartbeat{l: l, ctx: context.WithoutCancel(ctx), c: c, rec: rec, cancel: cancel,
+		interval: max(c.lease/3, time.Millisecond), deadline: claimed.Add(c.lease)}
+	h.run.Lock() // a first beat waits for h.timer
+	h.timer = time.AfterFunc(h.interval, h.beat)
+	h.run.Unlock()
 	return h
 }
 
-func (h *heartbeat) fail(err error, cancel context.CancelCauseFunc) {
-	h.lost.Store(&err)
-	cancel(err)
+// beat extends the lease once and sets the timer for the next, unless the
+// lease is lost or the heartbeat stopped.
+func (h *heartbeat) beat() {
+	h.run.Lock()
+	defer h.run.Unlock()
+	if h.stopped.Load() {
+		return
+	}
+	asked := time.Now()
+	ectx, ecancel := context.WithTimeout(h.ctx, h.interval)
+	_, err := h.l.store.Extend(ectx, h.rec.Key, h.rec.Fence, h.c.lease)
+	ecancel()
+	switch {
+	case err == nil:
+		h.deadline = asked.Add(h.c.lease)
+	case errors.Is(err, ErrLeaseLost):
+		h.fail(ErrLeaseLost)
+		return
+	default:
+		h.l.logOutcome(h.ctx, slog.LevelWarn, "heartbeat-failed", h.c, h.rec, slog.Any("error", err))
+		if !time.Now().Before(h.deadline) {
+			h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err))
+			return
+		}
+	}
+	if !h.stopped.Load() {
+		// Beats keep their cadence from one request to the next, however
+		// long an extension took.
+		h.timer.Reset(max(h.interval-time.Since(asked), 0))
+	}
 }
 
-// stop ends the heartbeat and reports whether the lease was lost.
+func (h *heartbeat) fail(err error) {
+	h.lost.Store(&err)
+	h.cancel(err)
+}
+
+// stop ends the heartbeat, waiting for a beat under way, and reports
+// whether the lease was lost.
 func (h *heartbeat) stop() error {
-	h.once.Do(func() { close(h.quit) })
-	<-h.done
+	h.once.Do(func() {
+		h.stopped.Store(true)
+		h.timer.Stop()
+		h.run.Lock() // a beat under way finishes first
+		h.run.Unlock()
+	})
 	if p := h.lost.Load(); p != nil {
 		return *p
 	}
