@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -546,35 +547,44 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 	return err == nil && v.action != actionRetry
 }
 
-// keepVisible extends d every extendEvery until the returned func is called.
+// keepVisible extends d every extendEvery until the returned func is
+// called. It is a timer, not a goroutine: most handlers end before the
+// first extension is due.
 func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.OperationKey) (stop func()) {
 	if c.cfg.extendEvery <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(c.cfg.extendEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := d.Extend(ctx, c.extendBy); err != nil && ctx.Err() == nil {
-					// The ledger still guards the effect: another worker that
-					// gets the message finds the key busy.
-					c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed",
-						c.ledger.LogKey(key.String()), slog.String("message_id", d.Message().ID), slog.Any("error", err))
-				}
-			}
+	var (
+		run     sync.Mutex // held by an extension; stop waits for it
+		stopped atomic.Bool
+		t       *time.Timer
+	)
+	extend := func() {
+		run.Lock()
+		defer run.Unlock()
+		if stopped.Load() || ctx.Err() != nil {
+			return
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+		asked := time.Now()
+		if err := d.Extend(ctx, c.extendBy); err != nil && ctx.Err() == nil {
+			// The ledger still guards the effect: another worker that
+			// gets the message finds the key busy.
+			c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed",
+				c.ledger.LogKey(key.String()), slog.String("message_id", d.Message().ID), slog.Any("error", err))
+		}
+		if !stopped.Load() {
+			t.Reset(max(c.cfg.extendEvery-time.Since(asked), 0))
+		}
+	}
+	run.Lock() // a first extension waits for t
+	t = time.AfterFunc(c.cfg.extendEvery, extend)
+	run.Unlock()
+	return func() {
+		stopped.Store(true)
+		t.Stop()
+		run.Lock() // an extension under way finishes first
+		run.Unlock()
+	}
 }
 
 // backoff is the retry delay after the n-th failure: base·2^(n-1), capped,
