@@ -226,6 +226,10 @@
 // keys at 2.5 to 6 times pgbench's rate in keys (typically 3), and a
 // ClaimBatch followed by a CompleteBatch of the 10 at 1.2 to 3.3 times
 // (typically 1.6). A duplicate (a claim of a completed key) only
-// reads: about 8,000 a second from one goroutine. See bench_test.go for
-// the commands.
+// reads: about 8,000 a second from one goroutine. A Ledger made with
+// [idem.WithCoalescing] sends its concurrent calls' claims as ClaimBatch
+// statements and their completions as CompleteBatch statements: at 64
+// callers, 0.44 to 0.48 times pgbench's rate for a claim and a completion
+// of each key, two to three times the unbatched figure; at 8 callers it
+// gains nothing. See bench_test.go for the commands.
 package pgstore

@@ -135,4 +135,9 @@
 // a completion TIME, one HMGET, one HSET and a PEXPIREAT. List and Sweep
 // SCAN the keys under the prefix (see [Store.List]): their cost grows with
 // the number of records, so they are for operators, not for a hot path.
+//
+// [Store.ClaimBatch] and [Store.CompleteBatch] pipeline their scripts in
+// one round trip; a Ledger made with [idem.WithCoalescing] uses them for
+// the claims and completions of concurrent calls. On a loaded 2-core
+// machine that doubled Do's rate at 50 callers (see docs/benchmarks.md).
 package redisstore
