@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -40,14 +41,21 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 		return errors.New("-idem-db and -asynq-db must differ")
 	}
 	rep.target(target{comp: "redis claim+complete", ratio: 2})
+	rep.target(target{comp: "redis coalesced Do", ratio: 2})
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, n := range cfg.callers {
-			for _, complete := range []bool{true, false} {
+			for _, mode := range []string{"claim+complete", "claim", "coalesced"} {
 				// claim+complete is the comparison; claim alone (one
-				// script, as asynq's enqueue is) is reported beside it.
+				// script, as asynq's enqueue is) and a Ledger's Do with
+				// coalesced calls (a claim and a completion, each sent with
+				// the other callers' in one pipeline) are reported beside it.
+				complete := mode != "claim"
 				comp, what := "redis claim+complete", "redisstore Claim + Complete (new key)"
-				if !complete {
+				switch mode {
+				case "claim":
 					comp, what = "redis claim", "redisstore Claim (new key)"
+				case "coalesced":
+					comp, what = "redis coalesced Do", fmt.Sprintf("Ledger.Do on redisstore, WithCoalescing(%d) (new key)", n)
 				}
 				idemSide := func() error {
 					c, err := redisClient(ctx, cfg, cfg.idemDB, n)
@@ -58,9 +66,15 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 					s := redisstore.New(c, redisstore.WithPrefix("bench:"))
 					ks := newKeys("r")
 					result := []byte("ok")
+					l := idem.New(s, idem.WithLogger(cfg.log), idem.WithRetention(time.Hour), idem.WithCoalescing(n))
+					fn := func(context.Context) ([]byte, error) { return result, nil }
 					load := loadavg()
 					rate, cpu, err := throughput(ctx, n, cfg.warmup, cfg.duration, func(int) op {
 						return func(ctx context.Context) (int, error) {
+							if mode == "coalesced" {
+								_, err := l.Do(ctx, idem.Key(ks.next()), fn)
+								return 1, err
+							}
 							r, err := s.Claim(ctx, claimRequest(ks.next()))
 							if err != nil {
 								return 0, err
