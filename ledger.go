@@ -476,10 +476,13 @@ type heartbeat struct {
 	cancel   context.CancelCauseFunc
 	// deadline is the lease as this process must assume it: the last
 	// grant's request time plus the lease (the store granted it no
-	// earlier). When an extension fails after that, another attempt may
-	// own the key: fn is cancelled. Used by beats only, which run one at a
-	// time (under run).
+	// earlier). After it another attempt may own the key: fn is cancelled,
+	// by a beat whose extension failed or by the watchdog, which fires at
+	// the deadline unless an extension moved it (a store call that hangs
+	// past its context must not keep fn running). Used by beats only,
+	// which run one at a time (under run).
 	deadline time.Time
+	watchdog *time.Timer // started by the first beat
 
 	timer   *time.Timer
 	run     sync.Mutex // held by a beat; stop waits for it
@@ -505,13 +508,21 @@ func (h *heartbeat) beat() {
 	if h.stopped.Load() {
 		return
 	}
+	if h.watchdog == nil {
+		h.watchdog = time.AfterFunc(time.Until(h.deadline), h.expire)
+	}
 	asked := time.Now()
-	ectx, ecancel := context.WithTimeout(h.ctx, h.interval)
+	// An extension may take the beat's interval, but not past the lease
+	// this process can count on: when the store cannot answer by then, fn
+	// is cancelled at once, not a beat later.
+	ectx, ecancel := context.WithDeadline(h.ctx, minTime(asked.Add(h.interval), h.deadline))
 	_, err := h.l.store.Extend(ectx, h.rec.Key, h.rec.Fence, h.c.lease)
 	ecancel()
+	next := asked.Add(h.interval) // beats keep their cadence, however long an extension took
 	switch {
 	case err == nil:
 		h.deadline = asked.Add(h.c.lease)
+		h.watchdog.Reset(time.Until(h.deadline))
 	case errors.Is(err, ErrLeaseLost):
 		h.fail(ErrLeaseLost)
 		return
@@ -521,17 +532,34 @@ func (h *heartbeat) beat() {
 			h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err))
 			return
 		}
+		// Try again no later than when the lease runs out.
+		next = minTime(next, h.deadline)
 	}
 	if !h.stopped.Load() {
-		// Beats keep their cadence from one request to the next, however
-		// long an extension took.
-		h.timer.Reset(max(h.interval-time.Since(asked), 0))
+		h.timer.Reset(max(time.Until(next), 0))
 	}
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// expire cancels fn when the lease ran out with no extension granted.
+func (h *heartbeat) expire() {
+	if h.stopped.Load() {
+		return
+	}
+	h.fail(fmt.Errorf("%w: the lease ran out before the store granted an extension", ErrLeaseLost))
+}
+
+// fail records the first loss of the lease and cancels fn.
 func (h *heartbeat) fail(err error) {
-	h.lost.Store(&err)
-	h.cancel(err)
+	if h.lost.CompareAndSwap(nil, &err) {
+		h.cancel(err)
+	}
 }
 
 // stop ends the heartbeat, waiting for a beat under way, and reports
@@ -541,6 +569,9 @@ func (h *heartbeat) stop() error {
 		h.stopped.Store(true)
 		h.timer.Stop()
 		h.run.Lock() // a beat under way finishes first
+		if h.watchdog != nil {
+			h.watchdog.Stop()
+		}
 		h.run.Unlock()
 	})
 	if p := h.lost.Load(); p != nil {

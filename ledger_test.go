@@ -2,8 +2,10 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,5 +53,62 @@ func TestCacheKeepsItsOwnCopyOfAFreshResult(t *testing.T) {
 	again, err := l.Do(ctx, key, func(ctx context.Context) ([]byte, error) { return nil, nil })
 	if err != nil || !again.Replayed || string(again.Value) != "hello" {
 		t.Fatalf("replay after the caller changed its Value: %q replayed=%v err=%v, want \"hello\"", again.Value, again.Replayed, err)
+	}
+}
+
+// hangingExtends is a memstore whose Extend ignores its context and
+// answers only when released: a store client that hangs.
+type hangingExtends struct {
+	*memstore.Store
+	release chan struct{}
+	entered chan struct{}
+}
+
+func (h *hangingExtends) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-h.release
+	return h.Store.Extend(context.Background(), key, fence, lease)
+}
+
+// When an extension hangs past its context, fn is still cancelled when the
+// lease runs out: the watchdog does not wait for the store to answer.
+func TestLeaseRunsOutWhileAnExtensionHangs(t *testing.T) {
+	s := &hangingExtends{Store: memstore.New(), release: make(chan struct{}), entered: make(chan struct{}, 1)}
+	lease := 90 * time.Millisecond
+	l := idem.New(s, idem.WithLease(lease), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	var released atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Do(context.Background(), idem.Key("hang"), func(ctx context.Context) ([]byte, error) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * lease):
+				t.Error("fn was not cancelled when its lease ran out")
+				return nil, nil
+			}
+			if released.Load() {
+				t.Error("fn was cancelled only after the hanging extension answered")
+			}
+			if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+				t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+			}
+			return nil, nil
+		})
+		done <- err
+	}()
+	<-s.entered
+	// fn must be cancelled while the extension still hangs.
+	select {
+	case err := <-done:
+		t.Fatalf("Do returned %v while its heartbeat was still in the store", err)
+	case <-time.After(30 * lease):
+	}
+	released.Store(true)
+	close(s.release)
+	if err := <-done; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
 	}
 }

@@ -239,6 +239,39 @@ func testFaults(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("extend_hangs", func(t *testing.T) {
+		// Heartbeats reach a store that never answers (each Extend waits
+		// until its context ends): fn is cancelled when its lease runs out,
+		// not an extension timeout later, and nothing is recorded.
+		t.Parallel()
+		s := newStore(t, h)
+		fs := NewFaultStore(s)
+		fs.Inject(OpExtend, Fault{Delay: time.Hour})
+		lease := h.hbLease()
+		l := ledger(h, fs, idem.WithLease(lease))
+		var cancelledAfter time.Duration
+		start := time.Now()
+		_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+			select {
+			case <-ctx.Done():
+				cancelledAfter = time.Since(start)
+				if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+					t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("fn was not cancelled although every heartbeat hung")
+			}
+			return []byte("late"), nil
+		})
+		wantErr(t, "Do whose heartbeats hang", err, idem.ErrLeaseLost)
+		if cancelledAfter < lease-lease/10 || cancelledAfter > 3*lease {
+			t.Fatalf("fn cancelled after %v; want when its lease of %v ran out", cancelledAfter, lease)
+		}
+		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || len(rec.Result) != 0 {
+			t.Fatalf("after the lost lease: {%s, result %q}, want in_progress with nothing recorded", rec.Status, rec.Result)
+		}
+	})
+
 	t.Run("extend_fails_once", func(t *testing.T) {
 		t.Parallel()
 		fs := NewFaultStore(newStore(t, h))

@@ -36,7 +36,8 @@ type Fault struct {
 	// Err is returned instead of the store's answer. When nil the call goes
 	// through to the store, after Delay.
 	Err error
-	// Delay is waited before the call, as a slow network or disk would.
+	// Delay is waited before the call, as a slow network or disk would;
+	// the call's context ending first ends the wait with its error.
 	Delay time.Duration
 	// After calls the real store first and then returns Err anyway: the
 	// write happened but its answer was lost (a timeout after the commit).
@@ -124,12 +125,20 @@ func (f *FaultStore) fault(op Op) *Fault {
 }
 
 // run calls real unless op has a fault.
-func run(f *FaultStore, op Op, real func() error) error {
+func run(ctx context.Context, f *FaultStore, op Op, real func() error) error {
 	ft := f.fault(op)
 	if ft == nil {
 		return real()
 	}
-	time.Sleep(ft.Delay)
+	if ft.Delay > 0 {
+		t := time.NewTimer(ft.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 	if ft.Err == nil {
 		return real()
 	}
@@ -141,7 +150,7 @@ func run(f *FaultStore, op Op, real func() error) error {
 
 // Claim implements idem.Store.
 func (f *FaultStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
-	err = run(f, OpClaim, func() error { res, err = f.store.Claim(ctx, req); return err })
+	err = run(ctx, f, OpClaim, func() error { res, err = f.store.Claim(ctx, req); return err })
 	if err != nil {
 		return idem.ClaimResult{}, err
 	}
@@ -150,27 +159,27 @@ func (f *FaultStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem
 
 // Complete implements idem.Store.
 func (f *FaultStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return run(f, OpComplete, func() error { return f.store.Complete(ctx, key, fence, result, retention) })
+	return run(ctx, f, OpComplete, func() error { return f.store.Complete(ctx, key, fence, result, retention) })
 }
 
 // Fail implements idem.Store.
 func (f *FaultStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return run(f, OpFail, func() error { return f.store.Fail(ctx, key, fence, reason, retention) })
+	return run(ctx, f, OpFail, func() error { return f.store.Fail(ctx, key, fence, reason, retention) })
 }
 
 // Release implements idem.Store.
 func (f *FaultStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return run(f, OpRelease, func() error { return f.store.Release(ctx, key, fence, reason) })
+	return run(ctx, f, OpRelease, func() error { return f.store.Release(ctx, key, fence, reason) })
 }
 
 // Abandon implements idem.Store.
 func (f *FaultStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return run(f, OpAbandon, func() error { return f.store.Abandon(ctx, key, fence, reason) })
+	return run(ctx, f, OpAbandon, func() error { return f.store.Abandon(ctx, key, fence, reason) })
 }
 
 // Extend implements idem.Store.
 func (f *FaultStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
-	err = run(f, OpExtend, func() error { until, err = f.store.Extend(ctx, key, fence, lease); return err })
+	err = run(ctx, f, OpExtend, func() error { until, err = f.store.Extend(ctx, key, fence, lease); return err })
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -179,7 +188,7 @@ func (f *FaultStore) Extend(ctx context.Context, key string, fence int64, lease 
 
 // Get implements idem.Store.
 func (f *FaultStore) Get(ctx context.Context, key string) (rec idem.Record, err error) {
-	err = run(f, OpGet, func() error { rec, err = f.store.Get(ctx, key); return err })
+	err = run(ctx, f, OpGet, func() error { rec, err = f.store.Get(ctx, key); return err })
 	if err != nil {
 		return idem.Record{}, err
 	}
@@ -188,7 +197,7 @@ func (f *FaultStore) Get(ctx context.Context, key string) (rec idem.Record, err 
 
 // List implements idem.Store.
 func (f *FaultStore) List(ctx context.Context, q idem.ListQuery) (recs []idem.Record, err error) {
-	err = run(f, OpList, func() error { recs, err = f.store.List(ctx, q); return err })
+	err = run(ctx, f, OpList, func() error { recs, err = f.store.List(ctx, q); return err })
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +206,7 @@ func (f *FaultStore) List(ctx context.Context, q idem.ListQuery) (recs []idem.Re
 
 // Resolve implements idem.Store.
 func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (rec idem.Record, err error) {
-	err = run(f, OpResolve, func() error { rec, err = f.store.Resolve(ctx, key, fence, r); return err })
+	err = run(ctx, f, OpResolve, func() error { rec, err = f.store.Resolve(ctx, key, fence, r); return err })
 	if err != nil {
 		return idem.Record{}, err
 	}
@@ -206,12 +215,12 @@ func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r ide
 
 // Delete implements idem.Store.
 func (f *FaultStore) Delete(ctx context.Context, key string) error {
-	return run(f, OpDelete, func() error { return f.store.Delete(ctx, key) })
+	return run(ctx, f, OpDelete, func() error { return f.store.Delete(ctx, key) })
 }
 
 // Sweep implements idem.Store.
 func (f *FaultStore) Sweep(ctx context.Context, limit int) (n int, err error) {
-	err = run(f, OpSweep, func() error { n, err = f.store.Sweep(ctx, limit); return err })
+	err = run(ctx, f, OpSweep, func() error { n, err = f.store.Sweep(ctx, limit); return err })
 	if err != nil {
 		return 0, err
 	}
@@ -220,7 +229,7 @@ func (f *FaultStore) Sweep(ctx context.Context, limit int) (n int, err error) {
 
 // Now implements idem.Store.
 func (f *FaultStore) Now(ctx context.Context) (t time.Time, err error) {
-	err = run(f, OpNow, func() error { t, err = f.store.Now(ctx); return err })
+	err = run(ctx, f, OpNow, func() error { t, err = f.store.Now(ctx); return err })
 	if err != nil {
 		return time.Time{}, err
 	}
