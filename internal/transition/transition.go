@@ -3,9 +3,15 @@
 // own (a mutex, a write transaction). Stores that decide in the backend (SQL
 // conditions, Lua, DynamoDB expressions) implement the same rules there; the
 // conformance suite in idemtest holds both to them.
+//
+// The rules come in two forms over the same code: functions that copy on
+// write (Claim, Finish, Extend, Resolve: the record passed in is never
+// modified, for stores that decode a record, change it and encode it again),
+// and [Slot], a record changed in place under the store's lock (memstore).
 package transition
 
 import (
+	"slices"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -13,27 +19,14 @@ import (
 
 // Claim applies req to rec (nil if absent) at now. When the claim is
 // acquired it returns the record to store; otherwise next is nil and nothing
-// must be written.
+// must be written. rec is not modified.
 func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.Record, res idem.ClaimResult) {
 	res.Now = now
-	if rec != nil && !rec.Expired(now) {
-		switch rec.Status {
-		case idem.StatusCompleted, idem.StatusFailed:
-			res.Record = *rec
-			return nil, res
-		case idem.StatusInProgress:
-			if !rec.Lapsed(now) || (rec.Policy != idem.AtLeastOnce && !req.TakeLapsed) {
-				res.Record = *rec
-				return nil, res
-			}
-			res.Takeover = true
-		case idem.StatusReleased:
-		default:
-			res.Record = *rec
-			return nil, res
-		}
+	take, takeover := claimable(rec, req, now)
+	if !take {
+		res.Record = *rec
+		return nil, res
 	}
-
 	var n *idem.Record
 	if rec == nil {
 		// A new key's record and its first journal entry share one
@@ -42,32 +35,55 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 		n = &b.rec
 		n.Journal = b.entry[:0:1]
 	} else {
-		n = new(idem.Record)
+		n = cloneGrow(rec, 1)
 	}
-	n.Key, n.CreatedAt = req.Key, now
-	afterExpiry := false
-	if rec != nil {
-		// Keep fence and numbering growing even across expiry, so a holder
-		// from before the expiry is still refused.
-		n.Fence, n.Attempt, n.Reason, n.CreatedAt = rec.Fence, rec.Attempt, rec.Reason, rec.CreatedAt
-		n.Journal = append(n.Journal, rec.Journal...)
-		if rec.Expired(now) {
-			afterExpiry = true
-			n.CreatedAt = now
+	claim(n, rec != nil, req, now, takeover)
+	res.Acquired, res.Takeover = true, takeover
+	res.Record = *n
+	return n, res
+}
+
+// claimable reports whether req may claim rec (nil if absent) at now, and
+// whether that takes over a lapsed attempt.
+func claimable(rec *idem.Record, req idem.ClaimRequest, now time.Time) (take, takeover bool) {
+	if rec == nil || rec.Expired(now) {
+		return true, false
+	}
+	switch rec.Status {
+	case idem.StatusReleased:
+		return true, false
+	case idem.StatusInProgress:
+		if !rec.Lapsed(now) || (rec.Policy != idem.AtLeastOnce && !req.TakeLapsed) {
+			return false, false
 		}
-		if res.Takeover && len(n.Journal) > 0 {
-			last := &n.Journal[len(n.Journal)-1]
-			if last.Fence == rec.Fence && last.Outcome == "" {
-				last.Outcome = idem.OutcomeLapsed
-			}
+		return true, true
+	}
+	return false, false // completed, failed, or a status this code does not know
+}
+
+// claim writes an acquired claim into n: the record as found when found
+// (claimable said yes), otherwise a zero record.
+func claim(n *idem.Record, found bool, req idem.ClaimRequest, now time.Time, takeover bool) {
+	// Fence, attempt and reason carry over even across expiry, so a holder
+	// from before the expiry is still refused and numbering keeps growing.
+	afterExpiry := found && n.Expired(now)
+	if !found || afterExpiry {
+		n.CreatedAt = now
+	}
+	if takeover && len(n.Journal) > 0 {
+		last := &n.Journal[len(n.Journal)-1]
+		if last.Fence == n.Fence && last.Outcome == "" {
+			last.Outcome = idem.OutcomeLapsed
 		}
 	}
+	n.Key = req.Key
 	n.Status = idem.StatusInProgress
 	n.Policy = req.Policy
 	n.Fence++
 	n.Attempt++
 	n.Owner = req.Owner
 	n.Fingerprint = req.Fingerprint
+	n.Result = nil
 	n.LeaseUntil = now.Add(req.Lease)
 	n.ExpiresAt = now.Add(max(req.Lease, req.Retention))
 	n.UpdatedAt = now
@@ -78,13 +94,10 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 		Correlation: req.Correlation,
 		Started:     now,
 		LeaseUntil:  n.LeaseUntil,
-		Takeover:    res.Takeover,
+		Takeover:    takeover,
 		AfterExpiry: afterExpiry,
 		Policy:      req.Policy.String(),
 	})
-	res.Acquired = true
-	res.Record = *n
-	return n, res
 }
 
 // Append adds e to the journal, keeping the newest idem.MaxJournal entries.
@@ -107,15 +120,33 @@ type Ending struct {
 // Finish ends the attempt holding fence. On success it returns the record to
 // store. On idem.ErrLeaseLost it may still return a record to store: the
 // stale attempt's journal entry annotated with its late finish (nil when
-// there is nothing to annotate).
+// there is nothing to annotate). rec is not modified.
 func Finish(rec *idem.Record, fence int64, end Ending, now time.Time) (*idem.Record, error) {
-	if rec == nil || rec.Expired(now) {
+	if ok, late := held(rec, fence, now); !ok {
+		if late {
+			return annotateLate(rec, fence, now), idem.ErrLeaseLost
+		}
 		return nil, idem.ErrLeaseLost
 	}
-	if rec.Fence != fence || rec.Status != idem.StatusInProgress {
-		return annotateLate(rec, fence, now), idem.ErrLeaseLost
-	}
 	n := clone(rec)
+	finish(n, fence, end, now)
+	return n, nil
+}
+
+// held reports whether fence holds rec at now. When it does not, late
+// reports whether rec is there to record the stale attempt's late finish.
+func held(rec *idem.Record, fence int64, now time.Time) (ok, late bool) {
+	if rec == nil || rec.Expired(now) {
+		return false, false
+	}
+	if rec.Fence != fence || rec.Status != idem.StatusInProgress {
+		return false, true
+	}
+	return true, false
+}
+
+// finish writes end into n, which fence holds.
+func finish(n *idem.Record, fence int64, end Ending, now time.Time) {
 	n.UpdatedAt = now
 	n.LeaseUntil = now
 	outcome := ""
@@ -142,21 +173,26 @@ func Finish(rec *idem.Record, fence int64, end Ending, now time.Time) (*idem.Rec
 		e.Outcome = outcome
 		e.Reason = end.Reason
 	}
-	return n, nil
 }
 
 // Extend renews the lease of the attempt holding fence. Like Finish, on
 // idem.ErrLeaseLost it may return the stale attempt's journal entry annotated
 // with LateFinish, to store: a refused heartbeat proves the attempt was still
-// running.
+// running. rec is not modified.
 func Extend(rec *idem.Record, fence int64, lease time.Duration, now time.Time) (*idem.Record, error) {
-	if rec == nil || rec.Expired(now) {
+	if ok, late := held(rec, fence, now); !ok {
+		if late {
+			return annotateLate(rec, fence, now), idem.ErrLeaseLost
+		}
 		return nil, idem.ErrLeaseLost
 	}
-	if rec.Fence != fence || rec.Status != idem.StatusInProgress {
-		return annotateLate(rec, fence, now), idem.ErrLeaseLost
-	}
 	n := clone(rec)
+	extend(n, fence, lease, now)
+	return n, nil
+}
+
+// extend renews the lease of n, which fence holds.
+func extend(n *idem.Record, fence int64, lease time.Duration, now time.Time) {
 	n.LeaseUntil = now.Add(lease)
 	if n.ExpiresAt.Before(n.LeaseUntil) {
 		n.ExpiresAt = n.LeaseUntil
@@ -165,18 +201,31 @@ func Extend(rec *idem.Record, fence int64, lease time.Duration, now time.Time) (
 	if e := entry(n, fence); e != nil {
 		e.LeaseUntil = n.LeaseUntil
 	}
+}
+
+// Resolve applies an operator's decision. rec is not modified.
+func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*idem.Record, error) {
+	if err := resolvable(rec, fence, now); err != nil {
+		return nil, err
+	}
+	n := clone(rec)
+	resolve(n, r, now)
 	return n, nil
 }
 
-// Resolve applies an operator's decision.
-func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*idem.Record, error) {
+func resolvable(rec *idem.Record, fence int64, now time.Time) error {
 	if rec == nil || rec.Expired(now) {
-		return nil, idem.ErrNotFound
+		return idem.ErrNotFound
 	}
 	if fence != 0 && rec.Fence != fence {
-		return nil, idem.ErrLeaseLost
+		return idem.ErrLeaseLost
 	}
-	n := clone(rec)
+	return nil
+}
+
+// resolve writes r into n (resolvable said yes).
+func resolve(n *idem.Record, r idem.Resolution, now time.Time) {
+	decided := n.Fence
 	n.Fence++
 	n.UpdatedAt = now
 	n.LeaseUntil = now
@@ -195,7 +244,7 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 		n.Status = idem.StatusReleased
 		n.Result = nil
 	}
-	if e := entry(n, rec.Fence); e != nil && e.Outcome == "" {
+	if e := entry(n, decided); e != nil && e.Outcome == "" {
 		e.Ended = now
 		e.Outcome = outcome
 		e.Reason = r.Reason
@@ -210,18 +259,29 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 			Outcome: outcome, Reason: r.Reason, ResolvedBy: r.By, Decision: true,
 		})
 	}
-	return n, nil
 }
 
+// annotateLate returns a copy of rec with the LateFinish of fence's open
+// journal entry set, or nil if there is no such entry.
 func annotateLate(rec *idem.Record, fence int64, now time.Time) *idem.Record {
+	i := lateEntry(rec, fence)
+	if i < 0 {
+		return nil
+	}
+	n := clone(rec)
+	n.Journal[i].LateFinish = now
+	return n
+}
+
+// lateEntry returns the index of fence's journal entry if it is still open
+// (no outcome, no late finish yet), else -1.
+func lateEntry(rec *idem.Record, fence int64) int {
 	for i := range rec.Journal {
-		if e := rec.Journal[i]; e.Fence == fence && e.Ended.IsZero() && e.LateFinish.IsZero() {
-			n := clone(rec)
-			n.Journal[i].LateFinish = now
-			return n
+		if e := &rec.Journal[i]; e.Fence == fence && e.Ended.IsZero() && e.LateFinish.IsZero() {
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 func entry(r *idem.Record, fence int64) *idem.JournalEntry {
@@ -241,8 +301,14 @@ func clone(r *idem.Record) *idem.Record {
 		b.rec.Journal = b.entry[:1:1]
 		return &b.rec
 	}
+	return cloneGrow(r, 0)
+}
+
+// cloneGrow copies r and its journal, leaving room for extra more entries.
+func cloneGrow(r *idem.Record, extra int) *idem.Record {
 	n := *r
-	n.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	n.Journal = make([]idem.JournalEntry, len(r.Journal), len(r.Journal)+extra)
+	copy(n.Journal, r.Journal)
 	return &n
 }
 
@@ -250,4 +316,125 @@ func clone(r *idem.Record) *idem.Record {
 type recordWithEntry struct {
 	rec   idem.Record
 	entry [1]idem.JournalEntry
+}
+
+// Slot is a record that a store keeps as a Go value and changes in place
+// under its own lock (memstore), applying the same rules as the functions
+// above without copying the record on every write. A nil *Slot is an absent
+// key.
+//
+// Aliasing: a record returned by a Slot never changes afterwards. Its fields
+// are a copy; its Journal is either a fresh copy (after an acquired claim,
+// [Slot.Copy]) or the slot's own array lent to the caller (a claim that
+// found the record). A lent journal is copied before the slot next writes
+// one of its entries.
+type Slot struct {
+	rec   idem.Record
+	lent  bool                 // rec.Journal's array is held by a caller: copy before writing
+	first [1]idem.JournalEntry // a new key's journal, in the slot's own allocation
+}
+
+// NewSlot claims an absent key: it returns the slot to keep and the result.
+func NewSlot(req idem.ClaimRequest, now time.Time) (*Slot, idem.ClaimResult) {
+	s := new(Slot)
+	s.rec.Journal = s.first[:0:1]
+	claim(&s.rec, false, req, now, false)
+	return s, s.acquired(now, false)
+}
+
+// Claim applies req to the slot's record at now, in place.
+func (s *Slot) Claim(req idem.ClaimRequest, now time.Time) idem.ClaimResult {
+	take, takeover := claimable(&s.rec, req, now)
+	if !take {
+		// Duplicates are the common case here: lend the journal rather
+		// than copy it on every one.
+		s.lent = true
+		return idem.ClaimResult{Record: s.rec, Now: now}
+	}
+	s.own()
+	claim(&s.rec, true, req, now, takeover)
+	return s.acquired(now, takeover)
+}
+
+// acquired is the result of an acquired claim. The caller gets its own copy
+// of the journal: the attempt's ending will write the slot's entry in place,
+// and copying it now keeps the slot's journal in the slot's allocation.
+func (s *Slot) acquired(now time.Time, takeover bool) idem.ClaimResult {
+	res := idem.ClaimResult{Acquired: true, Takeover: takeover, Record: s.rec, Now: now}
+	res.Record.Journal = slices.Clone(s.rec.Journal)
+	return res
+}
+
+// own makes the slot the only holder of its journal's array.
+func (s *Slot) own() {
+	if s.lent {
+		s.rec.Journal = slices.Clone(s.rec.Journal)
+		s.lent = false
+	}
+}
+
+// Finish ends the attempt holding fence, like [Finish], in place. On
+// idem.ErrLeaseLost it records the stale attempt's late finish, if any.
+func (s *Slot) Finish(fence int64, end Ending, now time.Time) error {
+	if s == nil {
+		return idem.ErrLeaseLost
+	}
+	if ok, late := held(&s.rec, fence, now); !ok {
+		if late {
+			s.annotateLate(fence, now)
+		}
+		return idem.ErrLeaseLost
+	}
+	s.own()
+	finish(&s.rec, fence, end, now)
+	return nil
+}
+
+// Extend renews the lease of the attempt holding fence, like [Extend], in
+// place, and returns the new LeaseUntil.
+func (s *Slot) Extend(fence int64, lease time.Duration, now time.Time) (time.Time, error) {
+	if s == nil {
+		return time.Time{}, idem.ErrLeaseLost
+	}
+	if ok, late := held(&s.rec, fence, now); !ok {
+		if late {
+			s.annotateLate(fence, now)
+		}
+		return time.Time{}, idem.ErrLeaseLost
+	}
+	s.own()
+	extend(&s.rec, fence, lease, now)
+	return s.rec.LeaseUntil, nil
+}
+
+// Resolve applies an operator's decision, like [Resolve], in place.
+func (s *Slot) Resolve(fence int64, r idem.Resolution, now time.Time) error {
+	if s == nil {
+		return idem.ErrNotFound
+	}
+	if err := resolvable(&s.rec, fence, now); err != nil {
+		return err
+	}
+	s.own()
+	resolve(&s.rec, r, now)
+	return nil
+}
+
+func (s *Slot) annotateLate(fence int64, now time.Time) {
+	if i := lateEntry(&s.rec, fence); i >= 0 {
+		s.own()
+		s.rec.Journal[i].LateFinish = now
+	}
+}
+
+// Peek returns the slot's record: read it, never modify it or keep it.
+func (s *Slot) Peek() *idem.Record { return &s.rec }
+
+// Copy returns the slot's record with its own copies of the result and the
+// journal, for callers that may do what they like with it.
+func (s *Slot) Copy() idem.Record {
+	r := s.rec
+	r.Result = append([]byte(nil), r.Result...)
+	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	return r
 }

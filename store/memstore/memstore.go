@@ -31,7 +31,7 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	records map[string]*idem.Record
+	records map[string]*transition.Slot
 	_       [40]byte // keep shards on separate cache lines
 }
 
@@ -49,7 +49,7 @@ func New(opts ...Option) *Store {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].records = make(map[string]*idem.Record)
+		s.shards[i].records = make(map[string]*transition.Slot)
 	}
 	return s
 }
@@ -80,15 +80,15 @@ func (s *Store) with(ctx context.Context, key string, f func(sh *shard, now time
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
 	err = s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
-		next, r := transition.Claim(sh.records[req.Key], req, now)
-		if next != nil {
-			sh.records[req.Key] = next
+		if slot := sh.records[req.Key]; slot != nil {
+			res = slot.Claim(req, now)
+			// The slot may lend its journal (it copies before writing
+			// it again); the result is copied because callers hand it to
+			// users.
+			res.Record.Result = append([]byte(nil), res.Record.Result...)
+			return nil
 		}
-		res = r
-		// Stored records are never modified in place (transition copies on
-		// write), so sharing the journal is safe; the result is copied
-		// because callers hand it to users.
-		res.Record.Result = append([]byte(nil), r.Record.Result...)
+		sh.records[req.Key], res = transition.NewSlot(req, now)
 		return nil
 	})
 	return res, err
@@ -109,11 +109,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 
 func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
 	return s.with(ctx, key, func(sh *shard, now time.Time) error {
-		next, err := transition.Finish(sh.records[key], fence, end, now)
-		if next != nil {
-			sh.records[key] = next
-		}
-		return err
+		return sh.records[key].Finish(fence, end, now)
 	})
 }
 
@@ -140,15 +136,8 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
-		next, err := transition.Extend(sh.records[key], fence, lease, now)
-		if next != nil {
-			sh.records[key] = next // on ErrLeaseLost: the late trace
-		}
-		if err != nil {
-			return err
-		}
-		until = next.LeaseUntil
-		return nil
+		until, err = sh.records[key].Extend(fence, lease, now)
+		return err
 	})
 	return until, err
 }
@@ -156,11 +145,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key string) (rec idem.Record, err error) {
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
-		r := sh.records[key]
-		if r == nil || r.Expired(now) {
+		slot := sh.records[key]
+		if slot == nil || slot.Peek().Expired(now) {
 			return idem.ErrNotFound
 		}
-		rec = copyRecord(*r)
+		rec = slot.Copy()
 		return nil
 	})
 	return rec, err
@@ -183,7 +172,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, r := range sh.records {
+		for k, slot := range sh.records {
+			r := slot.Peek()
 			if k <= q.After && q.After != "" || r.Expired(now) {
 				continue
 			}
@@ -193,7 +183,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 			if q.Stuck && !r.Lapsed(now) {
 				continue
 			}
-			out = append(out, copyRecord(*r))
+			out = append(out, slot.Copy())
 		}
 		sh.mu.Unlock()
 	}
@@ -206,13 +196,13 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 
 // Resolve implements idem.Store.
 func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (rec idem.Record, err error) {
+	r.Result = append([]byte(nil), r.Result...) // the caller keeps its slice
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
-		next, err := transition.Resolve(sh.records[key], fence, r, now)
-		if err != nil {
+		slot := sh.records[key]
+		if err := slot.Resolve(fence, r, now); err != nil {
 			return err
 		}
-		sh.records[key] = next
-		rec = copyRecord(*next)
+		rec = slot.Copy()
 		return nil
 	})
 	return rec, err
@@ -221,8 +211,8 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.with(ctx, key, func(sh *shard, now time.Time) error {
-		r := sh.records[key]
-		if r == nil || r.Expired(now) {
+		slot := sh.records[key]
+		if slot == nil || slot.Peek().Expired(now) {
 			return idem.ErrNotFound
 		}
 		delete(sh.records, key)
@@ -243,11 +233,11 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, r := range sh.records {
+		for k, slot := range sh.records {
 			if n >= limit {
 				break
 			}
-			if r.Expired(now) {
+			if slot.Peek().Expired(now) {
 				delete(sh.records, k)
 				n++
 			}
@@ -269,12 +259,4 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
-}
-
-// copyRecord returns r with its slices copied, so callers cannot alter what
-// the store keeps.
-func copyRecord(r idem.Record) idem.Record {
-	r.Result = append([]byte(nil), r.Result...)
-	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
-	return r
 }
