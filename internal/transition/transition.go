@@ -12,6 +12,7 @@ package transition
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -329,14 +330,26 @@ type recordWithEntry struct {
 // found the record). A lent journal is copied before the slot next writes
 // one of its entries.
 type Slot struct {
-	rec   idem.Record
-	lent  bool                 // rec.Journal's array is held by a caller: copy before writing
-	first [1]idem.JournalEntry // a new key's journal, in the slot's own allocation
+	rec  idem.Record
+	lent bool // rec.Journal's array is held by a caller: copy before writing
+	// pinned: some array of the slot's was lent, so the slot may not be
+	// reused (see Free).
+	pinned bool
+	first  [1]idem.JournalEntry // a new key's journal, in the slot's own allocation
 }
+
+// free holds slots that stores dropped and nobody else can reach, for the
+// next new key: a process that keeps a retention sweeps as many records as
+// it creates, and reusing their memory spares the garbage collector most of
+// the bytes of a new record. The pool empties itself across collections.
+var free sync.Pool
 
 // NewSlot claims an absent key: it returns the slot to keep and the result.
 func NewSlot(req idem.ClaimRequest, now time.Time) (*Slot, idem.ClaimResult) {
-	s := new(Slot)
+	s, _ := free.Get().(*Slot)
+	if s == nil {
+		s = new(Slot)
+	}
 	s.rec.Journal = s.first[:0:1]
 	claim(&s.rec, false, req, now, false)
 	return s, s.acquired(now, false)
@@ -348,7 +361,7 @@ func (s *Slot) Claim(req idem.ClaimRequest, now time.Time) idem.ClaimResult {
 	if !take {
 		// Duplicates are the common case here: lend the journal rather
 		// than copy it on every one.
-		s.lent = true
+		s.lent, s.pinned = true, true
 		return idem.ClaimResult{Record: s.rec, Now: now}
 	}
 	s.own()
@@ -425,6 +438,19 @@ func (s *Slot) annotateLate(fence int64, now time.Time) {
 		s.own()
 		s.rec.Journal[i].LateFinish = now
 	}
+}
+
+// Free gives the slot back for reuse by a later [NewSlot]. Call it once the
+// store has dropped the slot (deleted or swept the key) and holds no other
+// reference to it; the slot must not be used afterwards. A slot that lent
+// its journal to a caller is left to the garbage collector instead, since
+// the caller may still read it.
+func (s *Slot) Free() {
+	if s.pinned {
+		return
+	}
+	*s = Slot{}
+	free.Put(s)
 }
 
 // Peek returns the slot's record: read it, never modify it or keep it.

@@ -29,7 +29,8 @@ type handed struct {
 // checks that (1) both give the same results and keep the same records, (2)
 // the copy-on-write functions never modify the record passed in, and (3) no
 // record a Slot handed out (a claim's, Copy's) changes afterwards, whatever
-// later calls do to the key: Slots change records in place.
+// later calls do to the key: Slots change records in place, and dropped
+// slots are reused for new keys.
 func TestSlotMatchesCopyOnWrite(t *testing.T) {
 	for seed := range uint64(64) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runDifferential(t, seed, 300) })
@@ -68,7 +69,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 		key := keys[rng.IntN(len(keys))]
 		rec, slot := cow[key], slots[key]
 		var what string
-		switch op := rng.IntN(10); op {
+		switch op := rng.IntN(11); op {
 		case 0: // time passes
 			now = now.Add(dur(4))
 			what = "advance"
@@ -140,6 +141,13 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			}
 			if next != nil {
 				cow[key] = next
+			}
+		case 10: // the store drops the key (Delete, Sweep)
+			what = "drop"
+			if slot != nil {
+				delete(cow, key)
+				delete(slots, key)
+				slot.Free() // a later NewSlot may reuse it
 			}
 		case 9: // a reader
 			what = "copy"

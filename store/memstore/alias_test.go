@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -104,6 +105,47 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 	for i := range kept {
 		if !reflect.DeepEqual(kept[i], want[i]) {
 			t.Errorf("record %d changed after it was handed out:\n got %+v\nwant %+v", i, kept[i], want[i])
+		}
+	}
+}
+
+// TestDroppedRecordsReusedSafely: memstore reuses the memory of deleted and
+// swept records for new keys; records handed out before must not see it.
+func TestDroppedRecordsReusedSafely(t *testing.T) {
+	ctx := context.Background()
+	clock := idemtest.NewClock(idemtest.ClockStart)
+	s := memstore.New(memstore.WithClock(clock.Now))
+	var kept, want []idem.Record
+	for i := range 200 {
+		key := fmt.Sprint("k", i)
+		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "w", Lease: time.Second, Retention: time.Second})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %v %+v", key, err, res)
+		}
+		if err := s.Complete(ctx, key, res.Record.Fence, []byte(key), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, res.Record, got)
+		want = append(want, deepCopy(res.Record), deepCopy(got))
+		switch i % 3 {
+		case 0:
+			if err := s.Delete(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			clock.Advance(time.Second)
+			if _, err := s.Sweep(ctx, 1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range kept {
+		if !reflect.DeepEqual(kept[i], want[i]) {
+			t.Fatalf("record %d changed after it was handed out:\n got %+v\nwant %+v", i, kept[i], want[i])
 		}
 	}
 }

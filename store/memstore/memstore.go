@@ -216,6 +216,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			return idem.ErrNotFound
 		}
 		delete(sh.records, key)
+		slot.Free()
 		return nil
 	})
 }
@@ -239,6 +240,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 			}
 			if slot.Peek().Expired(now) {
 				delete(sh.records, k)
+				slot.Free()
 				n++
 			}
 		}
