@@ -328,7 +328,9 @@ type recordWithEntry struct {
 // are a copy; its Journal is either a fresh copy (after an acquired claim,
 // [Slot.Copy]) or the slot's own array lent to the caller (a claim that
 // found the record). A lent journal is copied before the slot next writes
-// one of its entries.
+// one of its entries. The slot's Result is never written in place either
+// (a new result replaces the slice), but callers that hand a record to
+// users still copy it: users may write to it.
 type Slot struct {
 	rec  idem.Record
 	lent bool // rec.Journal's array is held by a caller: copy before writing

@@ -3,7 +3,11 @@
 // it exits. It passes the same conformance suite as the durable stores.
 //
 // Records are sharded by key hash so that concurrent calls on different keys
-// rarely contend. The clock is time.Now unless [WithClock] says otherwise.
+// rarely contend. Each record is changed in place under its shard's lock
+// (internal/transition: the same rules as every other store), never while a
+// caller can see it: records handed out are snapshots. The memory of deleted
+// and swept records is reused for new keys. The clock is time.Now unless
+// [WithClock] says otherwise.
 package memstore
 
 import (
