@@ -84,11 +84,13 @@
 //
 // # Transactions (DoTx)
 //
-// [Store.InTx] begins an IMMEDIATE transaction on a connection of
-// [Store.DB], claims the key in it and calls fn with the *sql.Tx. The
-// program's writes in fn and the key's completion commit together, or roll
-// back together when fn fails (the key is then as it was): an effect on the
-// program's own tables happens exactly once, whatever crashes.
+// [Store.InTx] runs in the group-commit writer's transaction, in a
+// savepoint of its own: it claims the key and calls fn with the *sql.Tx.
+// The program's writes in fn and the key's completion commit together (with
+// the rest of the batch, under one sync), or roll back together when fn
+// fails (the key is then as it was; the batch's other operations still
+// commit): an effect on the program's own tables happens exactly once,
+// whatever crashes.
 //
 //	res, err := idem.DoTx(ctx, l, idem.Key("credit", orderID),
 //		func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
@@ -96,8 +98,15 @@
 //			return nil, err
 //		})
 //
-// The transaction holds the database's write lock while fn runs, so every
-// other write waits: keep fn short, and make its writes through tx.
+// fn runs on the writer's goroutine, so every other write waits: keep fn
+// short, make its reads and writes through tx, never call tx.Commit or
+// tx.Rollback, and never call the store from fn (that deadlocks: the call
+// waits for the writer, which waits for fn).
+//
+// [Store.WriteTx] runs any unit of work that way (a savepoint of the
+// writer's next transaction, answered after its COMMIT): queue/sqlqueue
+// uses it (sqlqueue.WithGroupCommit) so that a queue in the store's file
+// shares the ledger's commits.
 //
 // # Schema
 //

@@ -19,6 +19,7 @@ type driverRW struct {
 	conn                               driver.Conn
 	insertS, loadS, updateS, removeS   driver.Stmt
 	sweepS, beginS, commitS, rollbackS driver.Stmt
+	savepointS, releaseS, rollbackToS  driver.Stmt
 	args                               [numColumns + 1]driver.NamedValue
 	dest                               [numColumns + 1]driver.Value
 	vals                               [numColumns + 1]any
@@ -49,6 +50,9 @@ func newDriverRW(dc any) (*driverRW, error) {
 		{&w.beginS, "BEGIN IMMEDIATE"},
 		{&w.commitS, "COMMIT"},
 		{&w.rollbackS, "ROLLBACK"},
+		{&w.savepointS, sqlSavepoint},
+		{&w.releaseS, sqlRelease},
+		{&w.rollbackToS, sqlRollbackTo},
 	} {
 		st, err := prep.PrepareContext(bg, x.q)
 		if err != nil {
@@ -74,7 +78,7 @@ func newDriverRW(dc any) (*driverRW, error) {
 }
 
 func (w *driverRW) close() {
-	for _, st := range []driver.Stmt{w.insertS, w.loadS, w.updateS, w.removeS, w.sweepS, w.beginS, w.commitS, w.rollbackS} {
+	for _, st := range []driver.Stmt{w.insertS, w.loadS, w.updateS, w.removeS, w.sweepS, w.beginS, w.commitS, w.rollbackS, w.savepointS, w.releaseS, w.rollbackToS} {
 		if st != nil {
 			st.Close()
 		}
@@ -138,6 +142,12 @@ func (w *driverRW) begin() error { return w.control(w.beginS) }
 func (w *driverRW) commit() error { return w.control(w.commitS) }
 
 func (w *driverRW) rollback() error { return w.control(w.rollbackS) }
+
+func (w *driverRW) savepoint() error { return w.control(w.savepointS) }
+
+func (w *driverRW) release() error { return w.control(w.releaseS) }
+
+func (w *driverRW) rollbackTo() error { return w.control(w.rollbackToS) }
 
 func (w *driverRW) control(st driver.Stmt) error {
 	_, err := st.(driver.StmtExecContext).ExecContext(bg, nil)

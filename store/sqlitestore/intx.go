@@ -11,75 +11,121 @@ import (
 	"github.com/idemkit/idem/internal/transition"
 )
 
-// InTx implements [idem.TxStore] for *sql.Tx (see [idem.DoTx]). It begins an
-// IMMEDIATE transaction on a connection of [Store.DB] (not the group-commit
-// writer's; SQLite's write lock serializes the two) and claims req in it. If
-// the claim is not acquired, the transaction rolls back and InTx returns
-// the claim's result without calling fn. Otherwise it calls fn with the
-// transaction: when fn returns nil, the key is completed with fn's result
-// (kept for retention) in the same transaction, which then commits, so fn's
-// writes and the completion happen together or not at all; when fn returns
-// an error, the transaction rolls back (fn's writes and the claim are
-// undone, the key is as it was) and InTx returns the error unchanged.
+// WriteTx runs fn inside the group-commit writer's next write transaction,
+// the one the store's own claims and completions share, and returns once
+// that transaction has committed (or failed). It lets code that keeps its
+// tables in the same file (queue/sqlqueue, the caller's own) share the
+// store's commits, and so their syncs of the write-ahead log, instead of
+// taking turns at SQLite's write lock with transactions of its own.
 //
-// fn must use tx for its writes to the database: another connection would
-// wait for the write lock tx holds, until the busy timeout. For the same
-// reason fn must not call the Store's own mutating methods (they fail after
-// the busy timeout). The write lock is held while fn runs, so every other
-// write of the store waits for fn: keep fn short.
+// fn runs in a SAVEPOINT of the transaction tx: when fn returns an error,
+// its writes (and only its) are rolled back and WriteTx returns the error
+// unchanged; the batch's other operations commit. When fn returns nil,
+// its writes commit with the batch, and WriteTx returns nil once the
+// COMMIT is durable, or the COMMIT's error (then nothing of the batch was
+// written). In the rare case that a statement failure ends the whole
+// transaction (SQLITE_FULL, SQLITE_IOERR, a write interrupted because its
+// context ended), the writer rolls back and runs the batch's other
+// operations again in a new transaction, calling their fn again: fn must
+// have no effect outside tx that a second call would repeat.
+//
+// fn runs on the writer's goroutine while every other write of the store
+// waits, so:
+//   - keep it short: SQL statements on tx, no network calls, no waiting;
+//   - use tx for every read and write of the database, and never call the
+//     store's methods (Claim, Complete, InTx, WriteTx, ...) or anything that
+//     waits for them: they wait for the writer, which waits for fn, so they
+//     deadlock (until ctx ends);
+//   - never call tx.Commit or tx.Rollback, nor RELEASE or ROLLBACK TO a
+//     savepoint it did not make: the transaction is the batch's. (If fn
+//     does call Commit or Rollback, every operation that ran before it in
+//     the batch is answered with an error, as its outcome is unknown.)
+//
+// ctx is passed to fn. If it ends while fn is still queued, WriteTx returns
+// ctx's error and fn does not run; once fn has begun, WriteTx waits for the
+// transaction's outcome. A panic in fn rolls back its savepoint and is
+// raised again in WriteTx's caller.
+func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return s.w.doUnit(ctx, fn)
+}
+
+// InTx implements [idem.TxStore] for *sql.Tx (see [idem.DoTx]). It runs as
+// one unit of work of the group-commit writer (see [Store.WriteTx]): the
+// claim of req, fn and the completion share the writer's transaction with
+// the other operations of its batch, inside a savepoint of their own. If
+// the claim is not acquired, InTx returns its result without calling fn.
+// Otherwise it calls fn with the transaction: when fn returns nil, the key
+// is completed with fn's result (kept for retention) in the same
+// savepoint, which commits with the batch, so fn's writes and the
+// completion happen together or not at all; when fn returns an error, the
+// savepoint rolls back (fn's writes and the claim are undone, the key is
+// as it was) and InTx returns the error unchanged.
+//
+// fn runs on the writer's goroutine, so the rules of WriteTx apply: fn
+// must be short, must use tx for its reads and writes, must not call
+// tx.Commit or tx.Rollback, and must not call the store (or the Ledger on
+// it) again, which would deadlock; in the rare case that the whole batch
+// is rolled back by a failed statement, fn may be called again.
 func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
 	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (idem.ClaimResult, []byte, error) {
 	if s.closed.Load() {
 		return idem.ClaimResult{}, nil, errClosed
 	}
-	unlock := s.lockWrites(ctx)
-	defer unlock()
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock=immediate)
-	if err != nil {
-		return idem.ClaimResult{}, nil, s.txErr("begin", err)
-	}
-	rolledBack := false
-	rollback := func() {
-		if !rolledBack {
-			rolledBack = true
-			tx.Rollback()
-		}
-	}
-	defer rollback()
-
-	w := newSQLRW(ctx, s.dbStmts.inTx(ctx, tx))
-	var res idem.ClaimResult
-	if _, _, err := applyIn(w, req.Key, claimM(req, &res), s.now()); err != nil {
-		return idem.ClaimResult{}, nil, s.txErr("claim", err)
-	}
-	if !res.Acquired {
-		return res, nil, nil
-	}
-
-	val, err := fn(ctx, tx)
-	if err != nil {
-		rollback()
-		return res, nil, err
-	}
-
-	end := transition.Ending{Status: idem.StatusCompleted, Result: val, Retention: retention}
-	if _, _, err := applyIn(w, req.Key, finishM(res.Record.Fence, end), s.now()); err != nil {
-		// ErrLeaseLost only if the clock passed the claim's expiry while
-		// fn ran: nobody else can write the key while tx holds the lock.
-		return res, nil, s.txErr("complete", err)
-	}
-	if err := tx.Commit(); err != nil {
-		rolledBack = true
-		return res, nil, s.txErr("commit", err)
-	}
-	rolledBack = true
-	s.held.forget(req.Key)
+	var (
+		res     idem.ClaimResult
+		val     []byte
+		storeOp string // the store's step that failed, if one did
+		fnErr   error  // fn's error, if it returned one
+		ran     bool
+	)
 	s.stats.ops.Add(2)
-	s.stats.commits.Add(1)
-	if s.cfg.sync == SyncFull {
-		s.stats.syncs.Add(1)
+	err := s.w.doUnit(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, val, storeOp, fnErr, ran = idem.ClaimResult{}, nil, "", nil, true
+		var err error
+		s.w.raw(func(w *driverRW) error {
+			_, _, err = applyIn(w, req.Key, claimM(req, &res), s.now())
+			return nil
+		})
+		if err != nil {
+			storeOp = "claim"
+			return err
+		}
+		if !res.Acquired {
+			return nil
+		}
+		if val, err = fn(ctx, tx); err != nil {
+			fnErr = err
+			return err
+		}
+		end := transition.Ending{Status: idem.StatusCompleted, Result: val, Retention: retention}
+		s.w.raw(func(w *driverRW) error {
+			// ErrLeaseLost only if the clock passed the claim's expiry while
+			// fn ran: nothing else writes the key inside the unit.
+			_, _, err = applyIn(w, req.Key, finishM(res.Record.Fence, end), s.now())
+			return nil
+		})
+		if err != nil {
+			storeOp = "complete"
+		}
+		return err
+	})
+	s.held.forget(req.Key)
+	switch {
+	case err == nil:
+		return res, val, nil
+	case !ran:
+		return idem.ClaimResult{}, nil, err // ctx's, ErrClosed, or BEGIN's
+	case storeOp != "":
+		return idem.ClaimResult{}, nil, s.txErr(storeOp, err)
+	case fnErr != nil && err == fnErr:
+		return res, nil, err // unchanged, as idem.DoTx expects
 	}
-	return res, val, nil
+	// The writer's (its COMMIT failed, say): nothing of the unit's is
+	// written.
+	return res, nil, s.txErr("commit", err)
 }
 
 func (s *Store) txErr(op string, err error) error {

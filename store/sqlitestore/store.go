@@ -27,18 +27,18 @@ type Store struct {
 	cfg  config
 	path string
 
-	db  *sql.DB // read-write pool: DB(), InTx, migrations
+	db  *sql.DB // read-write pool: DB(), the writer's connection, migrations
 	rdb *sql.DB // read-only pool: Get, List
 
-	dbStmts *stmts    // on db, for InTx transactions
-	getStmt *sql.Stmt // on rdb
+	spStmts [3]*sql.Stmt // on db: sqlSavepoint, sqlRelease, sqlRollbackTo, bound to the writer's transactions
+	getStmt *sql.Stmt    // on rdb
 
 	w     *writer
 	held  heldRecords
 	dupes dupEstimate
 	// wlock is this process's turn at SQLite's write lock, taken by the
-	// writer for each batch and by InTx for its transaction, so that the
-	// two hand the lock over at once instead of polling for it in SQLite's
+	// writer for each batch and by callers of LockWrites for their
+	// transactions, so that they hand the lock over at once instead of polling for it in SQLite's
 	// busy handler (which sleeps up to 100 ms between tries). Other
 	// processes and the callers' own transactions on DB() still meet at
 	// SQLite's lock.
@@ -136,8 +136,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if s.getStmt, err = s.rdb.PrepareContext(ctx, sqlLoad); err != nil {
 		return fail(err)
 	}
-	if s.dbStmts, err = prepareStmts(ctx, s.db); err != nil {
-		return fail(err)
+	for i, q := range []string{sqlSavepoint, sqlRelease, sqlRollbackTo} {
+		if s.spStmts[i], err = s.db.PrepareContext(ctx, q); err != nil {
+			return fail(err)
+		}
 	}
 	if s.w, err = newWriter(ctx, s); err != nil {
 		return fail(err)
@@ -185,8 +187,10 @@ func (s *Store) closeDBs() error {
 	if s.getStmt != nil {
 		s.getStmt.Close()
 	}
-	if s.dbStmts != nil {
-		s.dbStmts.close()
+	for _, st := range s.spStmts {
+		if st != nil {
+			st.Close()
+		}
 	}
 	var errs []error
 	if s.rdb != nil {
@@ -214,8 +218,9 @@ func (s *Store) Close() error {
 
 // DB returns the store's read-write connection pool, so that callers can
 // keep their own tables in the same database file (and write them in the
-// claim's transaction with InTx). Its transactions begin IMMEDIATE (they
-// take the write lock at BEGIN). Do not close it; [Store.Close] does.
+// claim's transaction with InTx, or in the writer's with WriteTx). Its
+// transactions begin IMMEDIATE (they take the write lock at BEGIN). Do not
+// close it; [Store.Close] does.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Path returns the database file's name as given to [Open].
@@ -256,12 +261,13 @@ func (s *Store) lockWrites(ctx context.Context) (unlock func()) {
 func (s *Store) unlockWrites() { <-s.wlock }
 
 // LockWrites takes this process's turn at the database's write lock: the
-// turn the store's group-commit writer and [Store.InTx] take around each
-// of their transactions. Code that writes the same file through [Store.DB]
-// on a connection of its own (queue/sqlqueue's writer) takes it around
-// each of its write transactions too, so that the two hand SQLite's lock
-// over at once instead of polling for it in SQLite's busy handler (which
-// sleeps up to 100 ms between tries). It waits at most the busy timeout,
+// turn the store's group-commit writer takes around each of its
+// transactions. Code that writes the same file through [Store.DB] on a
+// connection of its own takes it around each of its write transactions
+// too, so that the two hand SQLite's lock over at once instead of polling
+// for it in SQLite's busy handler (which sleeps up to 100 ms between
+// tries). [Store.WriteTx] is usually better: the caller's writes then
+// share the writer's transactions and syncs instead of taking turns. It waits at most the busy timeout,
 // or until ctx ends; it then returns without the turn (unlock does
 // nothing) and the caller's BEGIN IMMEDIATE waits in SQLite as it would
 // without it. Call unlock once, after COMMIT or ROLLBACK.

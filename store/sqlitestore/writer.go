@@ -3,7 +3,9 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,10 +15,15 @@ import (
 // COMMIT (and its sync) is done. Callers that arrive while a batch commits
 // queue up and share the next one, so the number of syncs per operation
 // falls as concurrency grows.
+//
+// The transaction is a *sql.Tx on the writer's connection, so that units of
+// work from outside the store ([Store.WriteTx], [Store.InTx]) can run in it;
+// the store's own operations run on the driver's statements (driverRW)
+// through sql.Conn.Raw, which skips database/sql's per-statement work.
 type writer struct {
 	s     *Store
 	conn  *sql.Conn
-	rw    *driverRW // set inside conn.Raw; used only by the loop
+	rw    *driverRW // used only by the loop, inside conn.Raw
 	queue chan *op
 
 	closing chan struct{} // closed by close: stop taking batches
@@ -24,17 +31,40 @@ type writer struct {
 	exited  chan struct{} // closed when the connection is closed
 
 	batch []*op
+	sp    *savepoints // of the current transaction; nil until a unit needs them
 }
 
-// op is one queued operation.
+// op is one queued operation: a store operation (run) or a unit of work
+// (unit).
 type op struct {
 	ctx context.Context
 	run func(w rw, now time.Time) error
 	// atomic: run writes more than once and must be undone as a whole when
 	// it fails (ClaimBatch).
 	atomic bool
-	err    error
-	done   chan struct{}
+	// unit runs in a savepoint of the writer's transaction (see
+	// Store.WriteTx).
+	unit     func(ctx context.Context, tx *sql.Tx) error
+	panicked any // what unit panicked with, re-raised in the caller
+
+	// state says who owns the op: the caller may abandon it while it is
+	// queued; once the writer has taken it (inside a transaction), the
+	// caller waits for its answer.
+	state atomic.Int32
+	err   error
+	done  chan struct{}
+}
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
+
+// take claims o for the writer's current transaction; false if its caller
+// abandoned it.
+func (o *op) take() bool {
+	return o.state.CompareAndSwap(opQueued, opTaken) || o.state.Load() == opTaken
 }
 
 // newWriter takes a connection from s.db for the writer and starts the
@@ -53,45 +83,51 @@ func newWriter(ctx context.Context, s *Store) (*writer, error) {
 		exited:  make(chan struct{}),
 		batch:   make([]*op, 0, s.cfg.maxBatch),
 	}
-	ready := make(chan error, 1)
-	go func() {
-		defer close(w.exited)
-		started := false
-		err := conn.Raw(func(dc any) error {
-			rw, err := newDriverRW(dc)
-			if err != nil {
-				return err
-			}
-			w.rw = rw
-			started = true
-			ready <- nil
-			w.loop()
-			rw.close()
-			return nil
-		})
-		if !started {
-			ready <- err
-			close(w.done)
-		}
+	// The driver's statements are prepared once and used only inside later
+	// Raw calls on the same connection, which hold its lock.
+	err = conn.Raw(func(dc any) (err error) {
+		w.rw, err = newDriverRW(dc)
+		return err
+	})
+	if err != nil {
 		conn.Close()
-	}()
-	if err := <-ready; err != nil {
-		<-w.exited
 		return nil, err
 	}
+	go func() {
+		defer close(w.exited)
+		w.loop()
+		conn.Raw(func(any) error { w.rw.close(); return nil })
+		conn.Close()
+	}()
 	return w, nil
 }
 
-// do queues run and waits for its answer. If ctx ends first, do returns
-// ctx's error; the operation may or may not have been committed.
+// do queues run and waits for its answer. If ctx ends while the operation
+// is still queued, do returns ctx's error and the operation does not run;
+// once the writer has taken it, do waits for its transaction's outcome.
 func (w *writer) do(ctx context.Context, atomic bool, run func(w rw, now time.Time) error) error {
+	return w.wait(ctx, &op{ctx: ctx, run: run, atomic: atomic})
+}
+
+// doUnit queues unit, to run in a savepoint of the writer's next
+// transaction, and waits for its answer as do does.
+func (w *writer) doUnit(ctx context.Context, unit func(ctx context.Context, tx *sql.Tx) error) error {
+	o := &op{ctx: ctx, unit: unit}
+	err := w.wait(ctx, o)
+	if o.panicked != nil {
+		panic(o.panicked)
+	}
+	return err
+}
+
+func (w *writer) wait(ctx context.Context, o *op) error {
 	if w.s.closed.Load() {
 		return errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o := &op{ctx: ctx, run: run, atomic: atomic, done: make(chan struct{})}
+	o.done = make(chan struct{})
 	select {
 	case w.queue <- o:
 	case <-w.closing:
@@ -103,7 +139,13 @@ func (w *writer) do(ctx context.Context, atomic bool, run func(w rw, now time.Ti
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
-		return ctx.Err()
+		if o.state.CompareAndSwap(opQueued, opAbandoned) {
+			return ctx.Err()
+		}
+		// Taken: it runs in a transaction that is already open, and its
+		// answer (after the COMMIT) says what happened to it.
+		<-o.done
+		return o.err
 	case <-w.done:
 		// The loop returned; it answered o unless o slipped into the queue
 		// after the loop's last look.
@@ -158,29 +200,46 @@ func (w *writer) close() error {
 	return nil
 }
 
-func (w *writer) begin() error {
-	err := w.rw.begin()
-	if err != nil && w.rw.rollback() == nil {
-		// A transaction was left open (by a failed COMMIT or ROLLBACK) and
-		// is ended now: try once more.
-		err = w.rw.begin()
-	}
-	return err
+// raw runs f on the writer's connection with the driver's statements.
+func (w *writer) raw(f func(rw *driverRW) error) error {
+	return w.conn.Raw(func(any) error { return f(w.rw) })
 }
 
+// rollbackRaw ends whatever transaction the connection has open, if any,
+// without database/sql (whose *sql.Tx may already count as done).
+func (w *writer) rollbackRaw() error {
+	return w.raw(func(rw *driverRW) error { return rw.rollback() })
+}
+
+func (w *writer) begin() (*sql.Tx, error) {
+	tx, err := w.conn.BeginTx(bg, nil) // BEGIN IMMEDIATE (_txlock=immediate)
+	if err != nil && w.rollbackRaw() == nil {
+		// A transaction was left open (by a failed COMMIT or ROLLBACK) and
+		// is ended now: try once more.
+		tx, err = w.conn.BeginTx(bg, nil)
+	}
+	return tx, err
+}
+
+// errTxEnded answers the operations of a transaction that a unit of work
+// committed or rolled back itself.
+var errTxEnded = errors.New("sqlitestore: a unit of work ended the writer's transaction (it must not call Commit or Rollback); the outcome of this operation is unknown")
+
 // runBatch runs batch in one transaction and answers every operation. An
-// operation whose outcome is an error (ErrLeaseLost, a corrupt record) is
-// answered with it and does not disturb the others. A failed statement may
-// have damaged the transaction, so the writer rolls back, answers that
-// operation with the error and runs the others again in a new transaction.
-// If the COMMIT fails, every operation of the batch gets the error: none is
+// operation whose outcome is an error (ErrLeaseLost, a corrupt record, a
+// unit's own error after its savepoint rolled back) is answered with it
+// and does not disturb the others. A failed statement may have damaged the
+// transaction (SQLite rolls it back on SQLITE_FULL, SQLITE_IOERR, an
+// interrupted write), so the writer rolls back, answers that operation
+// with the error and runs the others again in a new transaction. If the
+// COMMIT fails, every operation of the batch gets the error: none is
 // reported done unless it is durable.
 func (w *writer) runBatch(batch []*op) {
 	s := w.s
 	for len(batch) > 0 {
 		live := batch[:0]
 		for _, o := range batch {
-			if err := o.ctx.Err(); err != nil {
+			if err := o.ctx.Err(); err != nil && o.state.CompareAndSwap(opQueued, opAbandoned) {
 				o.finish(err) // the caller gave up before it ran
 				continue
 			}
@@ -191,7 +250,7 @@ func (w *writer) runBatch(batch []*op) {
 			return
 		}
 		unlock := s.lockWrites(bg)
-		err := w.begin()
+		tx, err := w.begin()
 		if err != nil {
 			unlock()
 			err = fmt.Errorf("sqlitestore: begin: %w", err)
@@ -201,29 +260,65 @@ func (w *writer) runBatch(batch []*op) {
 			}
 			return
 		}
+		w.sp = nil
 		w.rw.wrote = false
-		failed := -1
+		now := s.now()
+		failed, ended := -1, -1
 		for i, o := range batch {
-			err := o.run(w.rw, s.now())
-			o.err = err
-			if err != nil && (o.atomic || isStmtError(err)) {
-				failed = i
+			if !o.take() {
+				batch[i] = nil // abandoned by its caller, who has its answer
+				continue
+			}
+			switch {
+			case o.unit != nil:
+				failed, ended = w.runUnit(tx, o, i)
+			case o.atomic:
+				failed = w.runAtomic(o, now, i)
+			default:
+				w.raw(func(rw *driverRW) error {
+					o.err = o.run(rw, now)
+					return nil
+				})
+				if isStmtError(o.err) {
+					failed = i
+				}
+			}
+			if failed >= 0 || ended >= 0 {
 				break
 			}
 		}
-		if failed >= 0 {
-			w.rw.rollback()
+		switch {
+		case ended >= 0:
+			// A unit committed or rolled back the transaction: what ran
+			// before it may or may not be durable. Those operations get an
+			// error; the ones that did not run yet run in a new
+			// transaction.
+			w.rollbackRaw()
+			unlock()
+			s.cfg.logger.Error("sqlitestore: a unit of work ended the write transaction", "ops", ended+1)
+			for _, o := range batch[:ended+1] {
+				if o != nil {
+					o.finish(errTxEnded)
+				}
+			}
+			batch = compact(batch[ended+1:])
+			continue
+		case failed >= 0:
+			tx.Rollback()
+			w.rollbackRaw() // in case database/sql thinks the transaction over while SQLite does not
 			unlock()
 			s.stats.rollbacks.Add(1)
 			o := batch[failed]
 			s.cfg.logger.Warn("sqlitestore: operation failed, batch rolled back and retried", "err", o.err, "ops", len(batch)-1)
 			o.finish(o.err)
-			batch = append(batch[:failed], batch[failed+1:]...)
+			batch[failed] = nil
+			batch = compact(batch)
 			continue
 		}
-		err = w.rw.commit()
+		batch = compact(batch)
+		err = tx.Commit()
 		if err != nil {
-			w.rw.rollback()
+			w.rollbackRaw()
 		}
 		unlock()
 		if err != nil {
@@ -236,7 +331,8 @@ func (w *writer) runBatch(batch []*op) {
 		}
 		s.stats.batches.Add(1)
 		s.stats.batchedOps.Add(int64(len(batch)))
-		if w.rw.wrote {
+		if w.rw.wrote || w.sp != nil {
+			// A unit's writes are not counted: assume it wrote.
 			s.stats.commits.Add(1)
 			if s.cfg.sync == SyncFull {
 				s.stats.syncs.Add(1) // the COMMIT synced the log
@@ -247,4 +343,122 @@ func (w *writer) runBatch(batch []*op) {
 		}
 		return
 	}
+}
+
+// compact removes the nil entries of batch, in place.
+func compact(batch []*op) []*op {
+	out := batch[:0]
+	for _, o := range batch {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// runAtomic runs o (which writes more than once) in a savepoint, so that
+// its failure undoes its own writes only. It returns i if the failure
+// needs the whole transaction rolled back, else -1.
+func (w *writer) runAtomic(o *op, now time.Time, i int) (failed int) {
+	failed = -1
+	w.raw(func(rw *driverRW) error {
+		if err := rw.savepoint(); err != nil {
+			o.err = &stmtError{"savepoint", err}
+			failed = i
+			return nil
+		}
+		o.err = o.run(rw, now)
+		if o.err == nil {
+			if err := rw.release(); err != nil {
+				o.err = &stmtError{"release", err}
+				failed = i
+			}
+			return nil
+		}
+		if isStmtError(o.err) || rw.rollbackTo() != nil || rw.release() != nil {
+			failed = i
+		}
+		return nil
+	})
+	return failed
+}
+
+// runUnit runs the unit of work o in a savepoint of tx. It returns
+// failed = i if the transaction must be rolled back as a whole (the unit
+// failed and its savepoint could not be rolled back: SQLite had rolled the
+// transaction back), ended = i if the unit ended tx itself, else -1s.
+func (w *writer) runUnit(tx *sql.Tx, o *op, i int) (failed, ended int) {
+	failed, ended = -1, -1
+	sp, err := w.savepoints(tx)
+	if err == nil {
+		_, err = sp.save.Exec()
+	}
+	if err != nil {
+		if errors.Is(err, sql.ErrTxDone) {
+			return -1, i
+		}
+		o.err = fmt.Errorf("sqlitestore: savepoint: %w", err)
+		return i, -1
+	}
+	o.err = w.callUnit(tx, o)
+	if o.err == nil {
+		if _, err := sp.release.Exec(); err != nil {
+			if errors.Is(err, sql.ErrTxDone) {
+				return -1, i
+			}
+			// fn's writes are gone with the transaction (an interrupted
+			// statement whose error fn ignored, say).
+			o.err = fmt.Errorf("sqlitestore: the unit of work's transaction was rolled back: %w", err)
+			return i, -1
+		}
+		return -1, -1
+	}
+	_, err = sp.rollbackTo.Exec()
+	if err == nil {
+		_, err = sp.release.Exec()
+	}
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return -1, i
+	case err != nil:
+		return i, -1 // o.err stays the unit's error
+	}
+	return -1, -1
+}
+
+// callUnit calls o's unit, turning a panic into an error (the caller's
+// goroutine panics again with it) so that the writer survives it.
+func (w *writer) callUnit(tx *sql.Tx, o *op) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			o.panicked = p
+			err = fmt.Errorf("sqlitestore: unit of work panicked: %v", p)
+		}
+	}()
+	return o.unit(o.ctx, tx)
+}
+
+// savepoints are the statements that isolate a unit of work, bound to one
+// transaction.
+type savepoints struct {
+	save, release, rollbackTo *sql.Stmt
+}
+
+// The name is unusual so that a unit's own savepoints do not shadow it.
+const (
+	sqlSavepoint  = `SAVEPOINT idem_sqlitestore_unit`
+	sqlRelease    = `RELEASE idem_sqlitestore_unit`
+	sqlRollbackTo = `ROLLBACK TO idem_sqlitestore_unit`
+)
+
+func (w *writer) savepoints(tx *sql.Tx) (*savepoints, error) {
+	if w.sp == nil {
+		st := w.s.spStmts
+		w.sp = &savepoints{
+			save:       tx.StmtContext(bg, st[0]),
+			release:    tx.StmtContext(bg, st[1]),
+			rollbackTo: tx.StmtContext(bg, st[2]),
+		}
+	}
+	return w.sp, nil
 }
