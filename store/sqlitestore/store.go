@@ -30,7 +30,7 @@ type Store struct {
 	db  *sql.DB // read-write pool: DB(), the writer's connection, migrations
 	rdb *sql.DB // read-only pool: Get, List
 
-	spStmts [3]*sql.Stmt // on db: sqlSavepoint, sqlRelease, sqlRollbackTo, bound to the writer's transactions
+	spStmts [4]*sql.Stmt // on db: sqlSavepoint, sqlRelease, sqlRollbackTo, SELECT 1; bound to the writer's transactions
 	getStmt *sql.Stmt    // on rdb
 
 	w     *writer
@@ -136,7 +136,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if s.getStmt, err = s.rdb.PrepareContext(ctx, sqlLoad); err != nil {
 		return fail(err)
 	}
-	for i, q := range []string{sqlSavepoint, sqlRelease, sqlRollbackTo} {
+	for i, q := range []string{sqlSavepoint, sqlRelease, sqlRollbackTo, "SELECT 1"} {
 		if s.spStmts[i], err = s.db.PrepareContext(ctx, q); err != nil {
 			return fail(err)
 		}

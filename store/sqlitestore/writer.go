@@ -166,10 +166,18 @@ func (o *op) finish(err error) {
 func (w *writer) loop() {
 	defer close(w.done)
 	for {
+		var first *op
 		select {
-		case o := <-w.queue:
-			w.batch = append(w.batch[:0], o)
+		case first = <-w.queue:
 		case <-w.closing:
+		}
+		select {
+		case <-w.closing:
+			// Closing (select picks at random when both are ready): what
+			// is queued fails, as Close says.
+			if first != nil {
+				first.finish(errClosed)
+			}
 			for {
 				select {
 				case o := <-w.queue:
@@ -178,7 +186,9 @@ func (w *writer) loop() {
 					return
 				}
 			}
+		default:
 		}
+		w.batch = append(w.batch[:0], first)
 	fill:
 		for len(w.batch) < cap(w.batch) {
 			select {
@@ -394,7 +404,7 @@ func (w *writer) runUnit(tx *sql.Tx, o *op, i int) (failed, ended int) {
 		_, err = sp.save.Exec()
 	}
 	if err != nil {
-		if errors.Is(err, sql.ErrTxDone) {
+		if w.txEnded(tx, err) {
 			return -1, i
 		}
 		o.err = fmt.Errorf("sqlitestore: savepoint: %w", err)
@@ -403,7 +413,7 @@ func (w *writer) runUnit(tx *sql.Tx, o *op, i int) (failed, ended int) {
 	o.err = w.callUnit(tx, o)
 	if o.err == nil {
 		if _, err := sp.release.Exec(); err != nil {
-			if errors.Is(err, sql.ErrTxDone) {
+			if w.txEnded(tx, err) {
 				return -1, i
 			}
 			// fn's writes are gone with the transaction (an interrupted
@@ -418,12 +428,23 @@ func (w *writer) runUnit(tx *sql.Tx, o *op, i int) (failed, ended int) {
 		_, err = sp.release.Exec()
 	}
 	switch {
-	case errors.Is(err, sql.ErrTxDone):
+	case err != nil && w.txEnded(tx, err):
 		return -1, i
 	case err != nil:
 		return i, -1 // o.err stays the unit's error
 	}
 	return -1, -1
+}
+
+// txEnded reports whether tx is over (a unit called its Commit or
+// Rollback), after a statement on it failed with err: the statements bound
+// to tx fail with "statement is closed" then, so ask tx itself.
+func (w *writer) txEnded(tx *sql.Tx, err error) bool {
+	if errors.Is(err, sql.ErrTxDone) {
+		return true
+	}
+	var one int
+	return errors.Is(tx.StmtContext(bg, w.s.spStmts[3]).QueryRow().Scan(&one), sql.ErrTxDone)
 }
 
 // callUnit calls o's unit, turning a panic into an error (the caller's
