@@ -3,7 +3,6 @@ package sqlqueue_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -50,7 +49,12 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // It publishes b.N messages in batches of 1,000 (PublishBatch), then
 // consumes them through queue.Consumer with a no-op effect under the
 // ledger (one key per message), and reports publish, consume and overall
-// messages per second. Run it with -benchtime 100000x.
+// messages per second. Each consumer setting runs with the queue writing
+// through the store's group commit (writes=groupcommit,
+// sqlqueue.WithGroupCommit) and with a writer of its own that takes turns
+// with the store's (writes=writelock, sqlqueue.WithWriteLock), one after
+// the other, so that the two compare on the same machine load. Run it
+// with -benchtime 100000x.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, tc := range []struct {
 		name               string
@@ -60,62 +64,71 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{"consumer=64x64", 64, 64},
 		{"consumer=256x128", 256, 128},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			ctx := context.Background()
-			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			opts := []sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}
-			if os.Getenv("SQLQUEUE_BENCH_NOLOCK") != "" {
-				opts = nil
-			}
-			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer qs.Close()
-			q, _ := qs.Queue("bench")
-			l := idem.New(st, idem.WithLogger(discard))
-			src := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
-			c, err := queue.NewConsumer(src, l, queue.MessageIDKey("bench"),
-				func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
-				queue.WithConcurrency(tc.concurrency), queue.WithBatchSize(tc.batch), queue.WithLogger(discard))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			start := time.Now()
-			batch := make([]queue.Outgoing, 0, 1000)
-			for i := range b.N {
-				batch = append(batch, queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i)})
-				if len(batch) == cap(batch) || i == b.N-1 {
-					if _, err := q.PublishBatch(ctx, batch); err != nil {
-						b.Fatal(err)
-					}
-					batch = batch[:0]
-				}
-			}
-			published := time.Since(start)
-			cctx, stop := context.WithCancel(ctx)
-			ran := make(chan error, 1)
-			go func() { ran <- c.Run(cctx) }()
-			select {
-			case <-src.done:
-			case err := <-ran:
-				b.Fatalf("the consumer stopped: %v", err)
-			}
-			total := time.Since(start)
-			b.StopTimer()
-			stop()
-			<-ran
-			consumed := total - published
-			b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
-			b.ReportMetric(float64(b.N)/consumed.Seconds(), "consumed/s")
-			b.ReportMetric(float64(b.N)/total.Seconds(), "msgs/s")
-			s := st.Stats()
-			b.ReportMetric(float64(s.Commits)/float64(b.N), "ledger-commits/msg")
-		})
+		for _, writes := range []string{"groupcommit", "writelock"} {
+			b.Run(tc.name+"/writes="+writes, func(b *testing.B) {
+				benchEndToEnd(b, tc.concurrency, tc.batch, writes)
+			})
+		}
 	}
+}
+
+func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	opts := []sqlqueue.Option{sqlqueue.WithGroupCommit(st)}
+	if writes == "writelock" {
+		opts = []sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}
+	}
+	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer qs.Close()
+	q, _ := qs.Queue("bench")
+	l := idem.New(st, idem.WithLogger(discard))
+	src := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
+	c, err := queue.NewConsumer(src, l, queue.MessageIDKey("bench"),
+		func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
+		queue.WithConcurrency(concurrency), queue.WithBatchSize(batchSize), queue.WithLogger(discard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	batch := make([]queue.Outgoing, 0, 1000)
+	for i := range b.N {
+		batch = append(batch, queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i)})
+		if len(batch) == cap(batch) || i == b.N-1 {
+			if _, err := q.PublishBatch(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	published := time.Since(start)
+	before := st.Stats()
+	cctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(cctx) }()
+	select {
+	case <-src.done:
+	case err := <-ran:
+		b.Fatalf("the consumer stopped: %v", err)
+	}
+	total := time.Since(start)
+	b.StopTimer()
+	stop()
+	<-ran
+	consumed := total - published
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(b.N)/consumed.Seconds(), "consumed/s")
+	b.ReportMetric(float64(b.N)/total.Seconds(), "msgs/s")
+	s := st.Stats()
+	// The store's commits while consuming; with writes=groupcommit they
+	// carry the queue's writes too.
+	b.ReportMetric(float64(s.Commits-before.Commits)/float64(b.N), "ledger-commits/msg")
 }

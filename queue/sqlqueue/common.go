@@ -68,6 +68,9 @@ type config struct {
 	// writeLock, when set, is taken around each write transaction of the
 	// SQLite writer (see WithWriteLock).
 	writeLock func(ctx context.Context) (unlock func())
+	// groupCommit, when set, runs the SQLite handle's writes (see
+	// WithGroupCommit).
+	groupCommit GroupCommitter
 }
 
 func defaultConfig() config {
@@ -130,6 +133,24 @@ func WithMigrate(migrate bool) Option {
 	return func(c *config) { c.migrate = migrate }
 }
 
+// WithGroupCommit makes a [SQLite] handle write through gc instead of a
+// writer of its own: every write (publish, receive, ack, retry, extend,
+// dead-letter, redrive, sweep) is a unit of work of gc's write
+// transactions. Pass the sqlitestore.Store whose DB() the handle is made
+// on: the queue's writes then share the ledger's commits, and so their
+// syncs of the write-ahead log, instead of taking turns at SQLite's write
+// lock with transactions of their own (a Consumer's claim, completion and
+// ack of a message can commit under one sync). It supersedes
+// [WithWriteLock], which it makes pointless. With it the handle keeps no
+// connection of its own; gc must outlive the handle (close the handle
+// first). The handle's calls must not be made from inside one of gc's
+// units of work (inside idem.DoTx's function on the store, say: use
+// PublishTx with its transaction there), as they would wait for the writer
+// that runs them. [Postgres] ignores it.
+func WithGroupCommit(gc GroupCommitter) Option {
+	return func(c *config) { c.groupCommit = gc }
+}
+
 // WithWriteLock gives a [SQLite] handle a process-local turn at the
 // database's write lock, taken around each of its write transactions:
 // pass a sqlitestore.Store's LockWrites when the queue shares the store's
@@ -137,7 +158,9 @@ func WithMigrate(migrate bool) Option {
 // at once instead of polling for it in SQLite's busy handler (which sleeps
 // up to 100 ms between tries: under load, most of the time). lock must
 // return an unlock function; it may return without the turn (then unlock
-// does nothing). [Postgres] ignores it.
+// does nothing). [WithGroupCommit] is better when the store can be
+// given: the two writers then share commits instead of taking turns. A
+// handle with WithGroupCommit ignores it. [Postgres] ignores it.
 func WithWriteLock(lock func(ctx context.Context) (unlock func())) Option {
 	return func(c *config) { c.writeLock = lock }
 }

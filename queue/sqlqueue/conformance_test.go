@@ -46,13 +46,27 @@ func deadLetters(t *testing.T, src queue.Source) []queuetest.DeadLetter {
 var features = queuetest.Features{FIFO: true, DedupWindow: true, Delay: true, RetryDelay: true, DeadLetter: true, LoadMessages: loadMessages}
 
 // TestConformanceSQLite runs the adapter suite on SQLite, with the ledger
-// in the same file (sqlitestore) for the consumer checks.
+// in the same file (sqlitestore) for the consumer checks: the queue
+// writing through the store's group commit (WithGroupCommit), and with a
+// writer of its own that takes turns with the store's (WithWriteLock).
 func TestConformanceSQLite(t *testing.T) {
-	t.Parallel()                      // mostly waits for visibility timeouts and delays
+	t.Parallel() // mostly waits for visibility timeouts and delays
+	for _, mode := range []struct {
+		name string
+		gc   bool
+	}{{"groupcommit", true}, {"writelock", false}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			conformanceSQLite(t, mode.gc)
+		})
+	}
+}
+
+func conformanceSQLite(t *testing.T, gc bool) {
 	var cur atomic.Pointer[sqliteEnv] // the environment New made last
 	queuetest.Run(t, queuetest.Harness{
 		New: func(t *testing.T, vis time.Duration) (queue.Source, queue.Publisher) {
-			e := openSQLite(t, "", nil, sqlqueue.WithPollInterval(100*time.Millisecond))
+			e := openSQLiteMode(t, "", nil, gc, sqlqueue.WithPollInterval(100*time.Millisecond))
 			cur.Store(e)
 			q := e.queue(t, "conformance", sqlqueue.WithVisibility(vis))
 			return q, q

@@ -31,7 +31,7 @@ const sqliteComponent = "sqlqueue"
 type SQLite struct {
 	db        *sql.DB
 	cfg       config
-	w         *sqliteWriter
+	w         sqliteWrites
 	wakers    wakers
 	closed    atomic.Bool
 	lastSweep atomic.Int64
@@ -71,7 +71,12 @@ func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error)
 		}
 	}
 	var err error
-	if s.w, err = newSQLiteWriter(ctx, s); err != nil {
+	if cfg.groupCommit != nil {
+		s.w, err = newGCWriter(ctx, s, cfg.groupCommit)
+	} else {
+		s.w, err = newSQLiteWriter(ctx, s)
+	}
+	if err != nil {
 		return nil, s.wrapErr(fmt.Errorf("sqlqueue: starting the writer: %w", err))
 	}
 	s.lastSweep.Store(s.now())
@@ -685,7 +690,7 @@ func (q *SQLiteQueue) Redrive(ctx context.Context, limit int) (int, error) {
 		var moved int
 		err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
 			moved = 0
-			tx := q.s.w.conn
+			tx := st.x
 			rows, err := tx.QueryContext(bg, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
 SELECT id, queue, body, attributes, group_id, dedup_id, ?, 0, published FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?
 RETURNING id`, now, q.name, n)

@@ -48,7 +48,16 @@ type sqliteEnv struct {
 	clock *fakeClock // nil: the real clock
 }
 
+// openSQLite opens the queues with WithGroupCommit(store), the
+// recommended way.
 func openSQLite(t *testing.T, path string, clock *fakeClock, opts ...sqlqueue.Option) *sqliteEnv {
+	t.Helper()
+	return openSQLiteMode(t, path, clock, true, opts...)
+}
+
+// openSQLiteMode opens the queues with WithGroupCommit(store) if gc, else
+// with a writer of their own and WithWriteLock(store.LockWrites).
+func openSQLiteMode(t *testing.T, path string, clock *fakeClock, gc bool, opts ...sqlqueue.Option) *sqliteEnv {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "idem.db")
@@ -62,7 +71,11 @@ func openSQLite(t *testing.T, path string, clock *fakeClock, opts ...sqlqueue.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}, opts...)
+	mode := sqlqueue.WithWriteLock(st.LockWrites)
+	if gc {
+		mode = sqlqueue.WithGroupCommit(st)
+	}
+	opts = append([]sqlqueue.Option{mode}, opts...)
 	qs, err := sqlqueue.NewSQLite(context.Background(), st.DB(), opts...)
 	if err != nil {
 		st.Close()

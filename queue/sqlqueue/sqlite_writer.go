@@ -47,10 +47,27 @@ const (
 	opAbandoned
 )
 
-// sqliteStmts are the writer's prepared statements on its connection.
+// sqliteWrites runs the writes of a [SQLite] handle: its own group-commit
+// writer, or the units of work of a [GroupCommitter]'s.
+type sqliteWrites interface {
+	// do runs run in a write transaction and waits for its answer. If ctx
+	// ends first, do returns ctx's error: the operation does not run if the
+	// writer has not taken it yet; otherwise it may or may not commit, and
+	// late (if not nil) runs once it has.
+	do(ctx context.Context, run func(st *sqliteStmts, now int64) error, late func()) error
+	close()
+}
+
+// sqliteStmts are the prepared statements of a write transaction, and the
+// transaction's connection (or *sql.Tx) for other statements.
 type sqliteStmts struct {
 	receive, ack, retry, extend, deadCopy, deadDelete,
 	dedupGet, insert, dedupPut, sweep, handBack *sql.Stmt
+
+	x interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	}
 }
 
 func (st *sqliteStmts) all() []**sql.Stmt {
@@ -110,6 +127,7 @@ func newSQLiteWriter(ctx context.Context, s *SQLite) (*sqliteWriter, error) {
 		done:    make(chan struct{}),
 		batch:   make([]*sqliteOp, 0, maxBatch),
 	}
+	w.st.x = conn
 	fail := func(err error) (*sqliteWriter, error) {
 		w.closeStmts()
 		conn.Close()
@@ -276,11 +294,8 @@ func (w *sqliteWriter) runBatch(batch []*sqliteOp) {
 				break
 			}
 		}
-		if failed < 0 && now-s.lastSweep.Load() > int64(time.Minute/time.Microsecond) {
-			s.lastSweep.Store(now)
-			if _, err := w.st.sweep.Exec(now, 1000); err != nil {
-				s.cfg.logger.Warn("sqlqueue: sweeping expired dedup ids", "err", err)
-			}
+		if failed < 0 {
+			s.sweepDue(&w.st, now)
 		}
 		if failed >= 0 {
 			w.exec("ROLLBACK")
@@ -307,5 +322,106 @@ func (w *sqliteWriter) runBatch(batch []*sqliteOp) {
 			o.finish(o.err)
 		}
 		return
+	}
+}
+
+// sweepDue deletes up to 1,000 expired dedup ids inside the current write
+// transaction, once a minute.
+func (s *SQLite) sweepDue(st *sqliteStmts, now int64) {
+	if now-s.lastSweep.Load() <= int64(time.Minute/time.Microsecond) {
+		return
+	}
+	s.lastSweep.Store(now)
+	if _, err := st.sweep.Exec(now, 1000); err != nil {
+		s.cfg.logger.Warn("sqlqueue: sweeping expired dedup ids", "err", err)
+	}
+}
+
+// GroupCommitter runs units of work in the write transactions of another
+// writer: fn runs in a savepoint of the writer's next transaction (its
+// error rolls back its writes only) and the call returns once that
+// transaction has committed, or failed. If ctx ends while fn is still
+// queued, the call returns ctx's error and fn does not run; once fn has
+// begun, the call waits for the transaction's outcome. tx must be a
+// transaction of the *sql.DB the [SQLite] handle was made on.
+// *sqlitestore.Store implements it with its WriteTx, its group-commit
+// writer; see [WithGroupCommit].
+type GroupCommitter interface {
+	WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+}
+
+// gcWriter is sqliteWrites on a GroupCommitter: every write of the handle
+// is a unit of work of the committer's writer.
+type gcWriter struct {
+	s        *SQLite
+	gc       GroupCommitter
+	prepared sqliteStmts // on the pool; bound to each transaction
+
+	// The statements bound to the last transaction a unit ran in. Units
+	// run one at a time (the committer's writer runs them in turn), so
+	// only they touch these.
+	tx *sql.Tx
+	st sqliteStmts
+}
+
+func newGCWriter(ctx context.Context, s *SQLite, gc GroupCommitter) (*gcWriter, error) {
+	g := &gcWriter{s: s, gc: gc}
+	var err error
+	for i, p := range g.prepared.all() {
+		if *p, err = s.db.PrepareContext(ctx, sqliteQueries[i]); err != nil {
+			g.close()
+			return nil, fmt.Errorf("preparing %q: %w", sqliteQueries[i], err)
+		}
+	}
+	// Check that the committer's transactions are on s.db (a statement
+	// of another pool fails only when it runs).
+	err = gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		st := g.bind(tx)
+		var id, exp int64
+		err := st.dedupGet.QueryRowContext(ctx, "", "").Scan(&id, &exp)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		g.close()
+		return nil, fmt.Errorf("the group committer's transactions are not on the handle's database: %w", err)
+	}
+	return g, nil
+}
+
+// bind returns the statements bound to tx.
+func (g *gcWriter) bind(tx *sql.Tx) *sqliteStmts {
+	if g.tx != tx {
+		g.tx = tx
+		pp, bp := g.prepared.all(), g.st.all()
+		for i := range pp {
+			*bp[i] = tx.StmtContext(bg, *pp[i]) // closed when tx ends
+		}
+		g.st.x = tx
+	}
+	return &g.st
+}
+
+// do runs run as a unit of work. late is not needed: the committer answers
+// a unit it has begun with its outcome, whatever ctx does.
+func (g *gcWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error, _ func()) error {
+	return g.gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		st := g.bind(tx)
+		now := g.s.now()
+		err := run(st, now)
+		if err == nil {
+			g.s.sweepDue(st, now)
+		}
+		return err
+	})
+}
+
+func (g *gcWriter) close() {
+	for _, p := range g.prepared.all() {
+		if *p != nil {
+			(*p).Close()
+		}
 	}
 }
