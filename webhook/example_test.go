@@ -78,7 +78,7 @@ func ExamplePublishTx() {
 		panic(err)
 	}
 	defer store.Close()
-	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 	if err != nil {
 		panic(err)
 	}

@@ -16,7 +16,7 @@ import (
 // store's write turn.
 func openSQLQueue(t *testing.T, e *env) (*sqlqueue.SQLite, *sqlqueue.SQLiteQueue) {
 	t.Helper()
-	qs, err := sqlqueue.NewSQLite(context.Background(), e.store.DB(), sqlqueue.WithWriteLock(e.store.LockWrites), sqlqueue.WithLogger(quiet))
+	qs, err := sqlqueue.NewSQLite(context.Background(), e.store.DB(), sqlqueue.WithGroupCommit(e.store), sqlqueue.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

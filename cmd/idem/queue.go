@@ -115,7 +115,7 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 	}
 	switch st := s.(type) {
 	case *sqlitestore.Store:
-		h, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithMigrate(false), sqlqueue.WithWriteLock(st.LockWrites))
+		h, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithMigrate(false), sqlqueue.WithGroupCommit(st))
 		if err != nil {
 			return nil, queueOpenErr(err)
 		}

@@ -114,7 +114,7 @@ func run(ctx context.Context, w io.Writer, db string, orders int) error {
 		return err
 	}
 	defer store.Close()
-	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 	if err != nil {
 		return err
 	}

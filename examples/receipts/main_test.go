@@ -26,7 +26,7 @@ func setup(t *testing.T) (*sqlitestore.Store, *sqlqueue.SQLiteQueue) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 	if err != nil {
 		t.Fatal(err)
 	}

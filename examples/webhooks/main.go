@@ -70,7 +70,7 @@ func (a *App) open(ctx context.Context, secret string, log *slog.Logger) error {
 		id TEXT PRIMARY KEY, paid_cents INTEGER NOT NULL DEFAULT 0, payments INTEGER NOT NULL DEFAULT 0)`); err != nil {
 		return err
 	}
-	if a.Queues, err = sqlqueue.NewSQLite(ctx, a.Store.DB(), sqlqueue.WithWriteLock(a.Store.LockWrites)); err != nil {
+	if a.Queues, err = sqlqueue.NewSQLite(ctx, a.Store.DB(), sqlqueue.WithGroupCommit(a.Store)); err != nil {
 		return err
 	}
 	if a.Events, err = a.Queues.Queue("payment-events", sqlqueue.WithVisibility(time.Minute)); err != nil {

@@ -7,7 +7,7 @@
 //
 //	store, err := sqlitestore.Open(ctx, "idem.db")
 //	...
-//	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+//	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 //	...
 //	defer queues.Close()
 //	orders, err := queues.Queue("orders", sqlqueue.WithVisibility(time.Minute))
@@ -64,16 +64,18 @@
 //
 // # SQLite
 //
-// Every write of a [SQLite] handle (receives, settles, publishes) goes
-// through one writer goroutine on one connection of the pool, which runs
-// the calls queued since its last commit in one BEGIN IMMEDIATE ...
-// COMMIT: concurrent consumers share a sync of the write-ahead log. The
-// ledger's writer takes the same SQLite write lock; give the handle the
-// store's turn with [WithWriteLock](store.LockWrites) so that the two hand
-// the lock over directly instead of polling for it (SQLite's busy handler
-// sleeps up to 100 ms between tries). Other processes on the same file wait
-// for the lock up to the busy timeout. Durability is the pool's
-// synchronous setting (sqlitestore: FULL).
+// Every write of a [SQLite] handle (receives, settles, publishes) is
+// group-committed. Given the store with [WithGroupCommit](store), as
+// above, the handle writes through the store's own writer: each write is a
+// unit of work (a savepoint) of the ledger's next transaction, so a
+// Consumer's claim, completion and ack of many messages commit under one
+// sync of the write-ahead log. Without it, the handle runs a writer of its
+// own on one connection of the pool, which runs the calls queued since its
+// last commit in one BEGIN IMMEDIATE ... COMMIT and takes SQLite's write
+// lock by turns with the store's writer ([WithWriteLock](store.LockWrites)
+// makes them hand it over directly instead of polling for it). Other
+// processes on the same file wait for the lock up to the busy timeout.
+// Durability is the pool's synchronous setting (sqlitestore: FULL).
 //
 // A Receive that finds nothing waits: a publish, Retry(0), redrive, or
 // settle that frees a group's next message, through the same handle,
@@ -83,9 +85,9 @@
 // ([WithClock]).
 //
 // Do not call Publish (or any other method of a handle on the store's
-// file) from inside an [idem.DoTx] function: the transaction holds the
-// write lock, which Publish would wait for. Use PublishTx with the
-// function's transaction.
+// file) from inside an [idem.DoTx] function: the function runs on the
+// store's writer (and holds the write lock), which Publish would wait for.
+// Use PublishTx with the function's transaction.
 //
 // # PostgreSQL
 //

@@ -24,7 +24,7 @@ func ExampleNewSQLite() {
 		panic(err)
 	}
 	defer store.Close()
-	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +57,7 @@ func ExampleSQLiteQueue_PublishTx() {
 	defer os.RemoveAll(dir)
 	store, _ := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"))
 	defer store.Close()
-	queues, _ := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithWriteLock(store.LockWrites))
+	queues, _ := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
 	defer queues.Close()
 	emails, _ := queues.Queue("emails")
 	l := idem.New(store, idem.WithLogger(discard))

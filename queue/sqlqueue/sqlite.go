@@ -26,8 +26,9 @@ const sqliteComponent = "sqlqueue"
 // SQLite holds the queues kept in one SQLite database, usually the file of
 // a store/sqlitestore.Store (open it on the store's DB()). Make one with
 // [NewSQLite]; it is safe for concurrent use. Its writes (receives,
-// settles, publishes) go through one group-commit writer, on one
-// connection of the pool. Close it before the database.
+// settles, publishes) are group-committed: by the store's writer with
+// [WithGroupCommit], else by a writer of its own on one connection of the
+// pool. Close it before the store and the database.
 type SQLite struct {
 	db        *sql.DB
 	cfg       config
@@ -52,10 +53,11 @@ type SQLite struct {
 // idem_queue_dedup, versioned in idem_migrations under the component
 // "sqlqueue". ctx bounds the opening only.
 //
-// The handle keeps one connection of db for its writer until [SQLite.Close].
-// Its writes wait up to the connection's busy timeout (10 s if the pool
-// sets none) for SQLite's write lock, which the store's writer and other
-// processes also take.
+// With [WithGroupCommit] the handle's writes run in the committer's
+// transactions. Otherwise the handle keeps one connection of db for its
+// writer until [SQLite.Close]; its writes wait up to the connection's busy
+// timeout (10 s if the pool sets none) for SQLite's write lock, which the
+// store's writer and other processes also take.
 func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error) {
 	if db == nil {
 		return nil, errors.New("sqlqueue: NewSQLite: nil db")

@@ -19,7 +19,7 @@ func newSQLiteQueue(ctx context.Context, cfg *config, st *sqlitestore.Store) (id
 	if cfg.queue == "memqueue" {
 		return newMemQueue(), nil
 	}
-	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithWriteLock(st.LockWrites), sqlqueue.WithLogger(cfg.log))
+	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st), sqlqueue.WithLogger(cfg.log))
 	if err != nil {
 		return idemQueue{}, err
 	}

@@ -149,7 +149,7 @@ func newReceiver(capture, syncMode, dir string) http.Handler {
 	case "plain":
 		c = webhook.Publish(q)
 	case "sqlqueue-tx", "sqlqueue":
-		qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithWriteLock(st.LockWrites), sqlqueue.WithLogger(quiet))
+		qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st), sqlqueue.WithLogger(quiet))
 		if err != nil {
 			log.Fatal(err)
 		}
