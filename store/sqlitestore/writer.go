@@ -83,6 +83,14 @@ func newWriter(ctx context.Context, s *Store) (*writer, error) {
 		exited:  make(chan struct{}),
 		batch:   make([]*op, 0, s.cfg.maxBatch),
 	}
+	// Savepoints (WriteTx's units, ClaimBatch) copy each page they change
+	// to a sub-journal, which SQLite spills to a temporary file past 64 KiB
+	// unless temporary files are kept in memory: a write system call per
+	// page otherwise.
+	if _, err := conn.ExecContext(ctx, "PRAGMA temp_store = MEMORY"); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	// The driver's statements are prepared once and used only inside later
 	// Raw calls on the same connection, which hold its lock.
 	err = conn.Raw(func(dc any) (err error) {
