@@ -282,27 +282,40 @@ func (w *writer) runBatch(batch []*op) {
 		w.rw.wrote = false
 		now := s.now()
 		failed, ended := -1, -1
-		for i, o := range batch {
+		for i := 0; i < len(batch) && failed < 0 && ended < 0; {
+			o := batch[i]
 			if !o.take() {
 				batch[i] = nil // abandoned by its caller, who has its answer
+				i++
 				continue
 			}
 			switch {
 			case o.unit != nil:
 				failed, ended = w.runUnit(tx, o, i)
+				i++
 			case o.atomic:
 				failed = w.runAtomic(o, now, i)
+				i++
 			default:
+				// This and the plain operations after it, in one Raw call.
 				w.raw(func(rw *driverRW) error {
-					o.err = o.run(rw, now)
+					for ; i < len(batch); i++ {
+						o := batch[i]
+						if o.unit != nil || o.atomic {
+							return nil
+						}
+						if !o.take() {
+							batch[i] = nil
+							continue
+						}
+						o.err = o.run(rw, now)
+						if isStmtError(o.err) {
+							failed = i
+							return nil
+						}
+					}
 					return nil
 				})
-				if isStmtError(o.err) {
-					failed = i
-				}
-			}
-			if failed >= 0 || ended >= 0 {
-				break
 			}
 		}
 		switch {
