@@ -34,8 +34,9 @@ import (
 //   - keep it short: SQL statements on tx, no network calls, no waiting;
 //   - use tx for every read and write of the database, and never call the
 //     store's methods (Claim, Complete, InTx, WriteTx, ...) or anything that
-//     waits for them: they wait for the writer, which waits for fn, so they
-//     deadlock (until ctx ends);
+//     waits for them: they wait for the writer, which waits for fn. Called
+//     with the ctx fn was given they return [ErrOnWriter]; called with
+//     another context they deadlock until it ends;
 //   - never call tx.Commit or tx.Rollback, nor RELEASE or ROLLBACK TO a
 //     savepoint it did not make: the transaction is the batch's. (If fn
 //     does call Commit or Rollback, every operation that ran before it in
@@ -67,7 +68,8 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 // fn runs on the writer's goroutine, so the rules of WriteTx apply: fn
 // must be short, must use tx for its reads and writes, must not call
 // tx.Commit or tx.Rollback, and must not call the store (or the Ledger on
-// it) again, which would deadlock; in the rare case that the whole batch
+// it) again (with fn's ctx that returns [ErrOnWriter]; with another context
+// it deadlocks until that context ends); in the rare case that the whole batch
 // is rolled back by a failed statement, fn may be called again.
 func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
 	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (idem.ClaimResult, []byte, error) {

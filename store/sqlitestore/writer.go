@@ -132,6 +132,9 @@ func (w *writer) wait(ctx context.Context, o *op) error {
 	if w.s.closed.Load() {
 		return errClosed
 	}
+	if ctx.Value(onWriterKey{}) == w {
+		return ErrOnWriter
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -477,8 +480,18 @@ func (w *writer) callUnit(tx *sql.Tx, o *op) (err error) {
 			err = fmt.Errorf("sqlitestore: unit of work panicked: %v", p)
 		}
 	}()
-	return o.unit(o.ctx, tx)
+	return o.unit(context.WithValue(o.ctx, onWriterKey{}, w), tx)
 }
+
+// onWriterKey marks the context a unit of work runs with: a store call
+// made with it would wait for the writer, which is running the unit.
+type onWriterKey struct{}
+
+// ErrOnWriter is returned by a store call made from inside a WriteTx or
+// InTx function, with the context that function was given: the call would
+// wait for the writer, which waits for the function (a deadlock). Use the
+// function's tx instead.
+var ErrOnWriter = errors.New("sqlitestore: store called from inside its own WriteTx or InTx function (it would deadlock): use the function's tx")
 
 // savepoints are the statements that isolate a unit of work, bound to one
 // transaction.

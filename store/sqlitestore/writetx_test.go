@@ -328,3 +328,32 @@ func TestWriteTxClose(t *testing.T) {
 		t.Fatalf("rows %v, want only running", got)
 	}
 }
+
+// TestWriteTxStoreCalledFromInside: a store call made from inside a unit,
+// with the unit's context, is refused with ErrOnWriter instead of waiting
+// forever for the writer that runs the unit.
+func TestWriteTxStoreCalledFromInside(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	unitTable(t, s)
+	var inner error
+	err := s.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, inner = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		return insertUnit("a")(ctx, tx)
+	})
+	if err != nil || !errors.Is(inner, ErrOnWriter) {
+		t.Fatalf("WriteTx = %v, inner Claim = %v; want nil and ErrOnWriter", err, inner)
+	}
+	var nested error
+	_, _, err = s.InTx(ctx, idem.ClaimRequest{Key: "outer", Owner: "o", Lease: time.Minute, Retention: time.Hour}, time.Hour,
+		func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+			nested = s.WriteTx(ctx, insertUnit("b"))
+			return nil, nil
+		})
+	if err != nil || !errors.Is(nested, ErrOnWriter) {
+		t.Fatalf("InTx = %v, nested WriteTx = %v; want nil and ErrOnWriter", err, nested)
+	}
+	if rows := unitRows(t, s); !rows["a"] || rows["b"] {
+		t.Fatalf("units written: %v, want only a", rows)
+	}
+}
