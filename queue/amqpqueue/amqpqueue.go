@@ -51,13 +51,36 @@
 //
 // # Connections
 //
-// The adapter does not redial. When the channel closes (a channel error),
-// the next Receive or Publish opens a new one on the same connection; when
-// the connection is closed, they return errors wrapping [amqp.ErrClosed] and
-// the application must dial again and make a new Source and Publisher.
-// Deliveries received on a closed channel cannot be settled (the broker
-// has already put them back in the queue): their Ack, Retry and DeadLetter
-// return errors.
+// When the channel closes (a channel error), the next Receive or Publish
+// opens a new one on the same connection. What happens when the connection
+// closes (a broker restart, a dropped TCP connection, missed heartbeats)
+// depends on the constructor:
+//
+//   - [NewSource] and [NewPublisher] take a connection and never dial: once
+//     it is closed, Receive and Publish return errors wrapping
+//     [amqp.ErrClosed], and the application must dial again and make a new
+//     Source and Publisher. Close never closes that connection.
+//   - [NewSourceDial] and [NewPublisherDial] take a [DialFunc] (such as
+//     [DialURL]) and own the connections they dial. The Receive that finds
+//     the consumer's channel closed returns an error; the next Receive or
+//     Publish that finds the connection closed dials a new one (one
+//     attempt, bounded by its context, 10s without a deadline), opens a
+//     channel, sets the prefetch and consumes again. There is no retry loop
+//     inside the adapter: a [queue.Consumer] backs off between failed
+//     receives, and a publishing application retries Publish. Close closes
+//     the dialed connection.
+//
+// Deliveries received on a closed channel cannot be settled (the broker has
+// already put them back in the queue, to be delivered again, and the
+// ledger makes that a replay): their Ack, Retry and DeadLetter return
+// errors, and Retry and DeadLetter publish no copy. A publish whose confirm
+// has not arrived when the connection dies returns an error (the message
+// may or may not be stored), never a false success.
+//
+// amqp091-go's own connection recovery (amqp.Config.Recovery) is refused
+// with [ErrConfig]: it resumes a channel on a new connection, where the
+// delivery tags of messages received before start over, so settling one of
+// those could ack another message. Use a DialFunc instead.
 package amqpqueue
 
 import (
@@ -67,6 +90,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,13 +207,163 @@ func delayQueue(queueName string, d time.Duration) (string, int64) {
 // publisher publishes with confirms and the mandatory flag on one channel,
 // opened (again) on demand. Shared by Publisher and Source.
 type publisher struct {
-	conn *amqp.Connection
+	link *link
 	cfg  Config
 
-	guard   serial // guards ch, returns and opening them
+	guard   serial // guards ch, chConn, returns and opening them
 	ch      *amqp.Channel
+	chConn  *amqp.Connection // the connection ch was opened on
 	returns *returnTracker
 	delays  sync.Map // delay queue name -> struct{}: declared
+}
+
+// DialFunc opens a new connection to the broker, for [NewSourceDial] and
+// [NewPublisherDial]. It is called with the context of the Receive or
+// Publish that found the connection closed and should give up when that
+// context ends; [DialURL] does.
+type DialFunc func(ctx context.Context) (*amqp.Connection, error)
+
+// DialURL returns a DialFunc that dials url as [amqp.Dial] does (10s
+// heartbeats, PLAIN auth from the URL, TLS for amqps://) but gives up, TCP
+// connect and AMQP handshake included, when the dial's context ends.
+func DialURL(url string) DialFunc {
+	return func(ctx context.Context) (*amqp.Connection, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var nc net.Conn
+		var mu sync.Mutex
+		dialer := func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The library clears the deadline once the handshake is done.
+			deadline, ok := ctx.Deadline()
+			if !ok {
+				deadline = time.Now().Add(30 * time.Second) // amqp.Dial's handshake bound
+			}
+			if err := c.SetDeadline(deadline); err != nil {
+				c.Close()
+				return nil, err
+			}
+			mu.Lock()
+			nc = c
+			mu.Unlock()
+			return c, nil
+		}
+		// A cancelled ctx without a deadline ends the handshake too.
+		stop := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if nc != nil {
+				_ = nc.SetDeadline(time.Now())
+			}
+		})
+		conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dialer})
+		if !stop() && err == nil {
+			// ctx ended while the handshake finished: the deadline may have
+			// been set after the library cleared it.
+			_ = conn.Close()
+			return nil, ctx.Err()
+		}
+		return conn, err
+	}
+}
+
+// link is the connection a Source or a Publisher works on: either the
+// caller's, fixed (dial is nil), or one the link dialed itself and dials
+// again once it is closed.
+type link struct {
+	fixed *amqp.Connection
+	dial  DialFunc
+
+	cur    atomic.Pointer[amqp.Connection] // the dialed connection
+	guard  serial                          // one dial at a time; guards closed
+	closed bool
+}
+
+func fixedLink(conn *amqp.Connection) (*link, error) {
+	if err := checkConn(conn); err != nil {
+		return nil, err
+	}
+	return &link{fixed: conn, guard: newSerial()}, nil
+}
+
+// checkConn refuses a connection with amqp091-go's recovery enabled (see
+// the package documentation).
+func checkConn(conn *amqp.Connection) error {
+	if conn == nil {
+		return fmt.Errorf("%w: no connection", ErrConfig)
+	}
+	if conn.IsRecoveryEnabled() {
+		return fmt.Errorf("%w: the connection has amqp091 recovery enabled; settling a delivery received before a recovery could ack another message (use a DialFunc)", ErrConfig)
+	}
+	return nil
+}
+
+func dialLink(dial DialFunc) *link { return &link{dial: dial, guard: newSerial()} }
+
+// get returns the connection to open channels on. A dialing link whose
+// connection is closed dials a new one, once per call, bounded by ctx (10s
+// without a deadline). A failed Channel call reports amqp.ErrClosed only
+// once the connection is marked closed, so the next get dials.
+func (l *link) get(ctx context.Context) (*amqp.Connection, error) {
+	if l.dial == nil {
+		return l.fixed, nil
+	}
+	if c := l.cur.Load(); c != nil && !c.IsClosed() {
+		return c, nil
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	var conn *amqp.Connection
+	err := l.guard.do(ctx, func() error {
+		if l.closed {
+			return fmt.Errorf("amqpqueue: closed: %w", amqp.ErrClosed)
+		}
+		if c := l.cur.Load(); c != nil && !c.IsClosed() {
+			conn = c
+			return nil
+		}
+		c, err := l.dial(ctx)
+		if err != nil {
+			return fmt.Errorf("amqpqueue: dial: %w", err)
+		}
+		if err := checkConn(c); err != nil {
+			if c != nil {
+				_ = c.Close()
+			}
+			return err
+		}
+		l.cur.Store(c) // the one it replaces is closed: shut down, nothing to release
+		conn = c
+		return nil
+	})
+	if err != nil {
+		return nil, err // conn may still be written if ctx ended first
+	}
+	return conn, nil
+}
+
+// close closes the connection the link dialed and stops it dialing again.
+// It never closes the caller's connection.
+func (l *link) close(ctx context.Context) error {
+	if l.dial == nil {
+		return nil
+	}
+	return l.guard.do(ctx, func() error {
+		l.closed = true
+		c := l.cur.Swap(nil)
+		if c == nil || c.IsClosed() {
+			return nil
+		}
+		if err := c.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			return fmt.Errorf("amqpqueue: close connection: %w", err)
+		}
+		return nil
+	})
 }
 
 // serial runs blocking calls that ignore contexts (amqp091's channel open
@@ -220,14 +394,20 @@ func (s serial) do(ctx context.Context, fn func() error) error {
 }
 
 func (p *publisher) channel(ctx context.Context) (*amqp.Channel, *returnTracker, error) {
+	conn, err := p.link.get(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	var ch *amqp.Channel
 	var rt *returnTracker
-	err := p.guard.do(ctx, func() error {
-		if p.ch != nil && !p.ch.IsClosed() {
+	err = p.guard.do(ctx, func() error {
+		// A channel of an earlier connection is dead even if its close is
+		// not through yet.
+		if p.ch != nil && !p.ch.IsClosed() && p.chConn == conn {
 			ch, rt = p.ch, p.returns
 			return nil
 		}
-		c, err := p.conn.Channel()
+		c, err := conn.Channel()
 		if err != nil {
 			return fmt.Errorf("amqpqueue: open channel: %w", err)
 		}
@@ -235,7 +415,7 @@ func (p *publisher) channel(ctx context.Context) (*amqp.Channel, *returnTracker,
 			c.Close()
 			return fmt.Errorf("amqpqueue: confirm mode: %w", err)
 		}
-		p.ch, p.returns = c, newReturnTracker(c)
+		p.ch, p.chConn, p.returns = c, conn, newReturnTracker(c)
 		p.delays.Clear()
 		ch, rt = p.ch, p.returns
 		return nil
@@ -379,18 +559,43 @@ type Publisher struct {
 var _ queue.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher of cfg.Queue on conn. It opens its
-// channel on the first Publish.
+// channel on the first Publish, and a new one after a channel error. Once
+// conn is closed, Publish returns errors wrapping [amqp.ErrClosed]; see
+// [NewPublisherDial] for a Publisher that dials again.
 func NewPublisher(conn *amqp.Connection, cfg Config) (*Publisher, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Publisher{p: &publisher{conn: conn, cfg: cfg, guard: newSerial()}}, nil
+	l, err := fixedLink(conn)
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{p: &publisher{link: l, cfg: cfg, guard: newSerial()}}, nil
 }
 
-// Close closes the Publisher's channel.
+// NewPublisherDial returns a Publisher of cfg.Queue on connections it dials
+// with dial: the first Publish dials, and a Publish that finds the
+// connection closed dials a new one (one attempt per Publish; a failed dial
+// is the Publish's error). A publish in flight when the connection dies
+// returns an error, never a false success. Close closes the connection.
+func NewPublisherDial(dial DialFunc, cfg Config) (*Publisher, error) {
+	if dial == nil {
+		return nil, fmt.Errorf("%w: dial is nil", ErrConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &Publisher{p: &publisher{link: dialLink(dial), cfg: cfg, guard: newSerial()}}, nil
+}
+
+// Close closes the Publisher's channel and the connection it dialed, if
+// any (never a connection passed to [NewPublisher]). A Publisher made by
+// NewPublisherDial refuses to Publish after Close.
 func (p *Publisher) Close() error {
 	p.p.close()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	return p.p.link.close(ctx)
 }
 
 // Publish sends m as a persistent message and waits for the broker's
@@ -428,9 +633,9 @@ func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Publis
 // concurrent use. Close it to cancel the consumer: unacked deliveries go
 // back to the queue.
 type Source struct {
-	conn *amqp.Connection
+	link *link
 	cfg  Config
-	pub  *publisher
+	pub  *publisher // shares link
 
 	guard    serial // guards consumer and closed, and opening the channel
 	consumer *consumerChannel
@@ -440,6 +645,7 @@ type Source struct {
 // consumerChannel is one channel's consumption and its settle barrier.
 type consumerChannel struct {
 	ch         *amqp.Channel
+	conn       *amqp.Connection // the connection ch was opened on
 	deliveries <-chan amqp.Delivery
 	prefetch   int
 
@@ -451,29 +657,65 @@ type consumerChannel struct {
 var _ queue.Source = (*Source)(nil)
 
 // NewSource starts consuming cfg.Queue on conn with the configured
-// prefetch. The queue must exist (see [Declare]).
+// prefetch. The queue must exist (see [Declare]). After a channel error the
+// next Receive opens a new channel; once conn is closed, Receive returns
+// errors wrapping [amqp.ErrClosed]. See [NewSourceDial] for a Source that
+// dials again.
 func NewSource(ctx context.Context, conn *amqp.Connection, cfg Config) (*Source, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Source{conn: conn, cfg: cfg, pub: &publisher{conn: conn, cfg: cfg, guard: newSerial()}, guard: newSerial()}
+	l, err := fixedLink(conn)
+	if err != nil {
+		return nil, err
+	}
+	return newSource(ctx, l, cfg)
+}
+
+// NewSourceDial dials with dial and starts consuming cfg.Queue as
+// [NewSource] does. When the connection is lost, the Receive that finds it
+// closed returns an error (the consumer's receive backoff paces the
+// attempts), and the next Receive dials a new connection (one attempt per
+// Receive, bounded by its context, 10s without a deadline) and consumes
+// again. Deliveries received on the lost connection cannot be settled: the
+// broker has put them back in the queue, and their Ack, Retry and
+// DeadLetter return errors. Close closes the connection the Source dialed.
+func NewSourceDial(ctx context.Context, dial DialFunc, cfg Config) (*Source, error) {
+	if dial == nil {
+		return nil, fmt.Errorf("%w: dial is nil", ErrConfig)
+	}
+	return newSource(ctx, dialLink(dial), cfg)
+}
+
+func newSource(ctx context.Context, l *link, cfg Config) (*Source, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Source{link: l, cfg: cfg, pub: &publisher{link: l, cfg: cfg, guard: newSerial()}, guard: newSerial()}
 	if _, err := s.channel(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+		defer cancel()
+		_ = l.close(cctx) // a connection it dialed
 		return nil, err
 	}
 	return s, nil
 }
 
 func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
+	conn, err := s.link.get(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var c *consumerChannel
-	err := s.guard.do(ctx, func() error {
+	err = s.guard.do(ctx, func() error {
 		if s.closed {
 			return fmt.Errorf("amqpqueue: source closed: %w", amqp.ErrClosed)
 		}
-		if s.consumer != nil && !s.consumer.ch.IsClosed() {
+		if s.consumer != nil && !s.consumer.ch.IsClosed() && s.consumer.conn == conn {
 			c = s.consumer
 			return nil
 		}
-		ch, err := s.conn.Channel()
+		ch, err := conn.Channel()
 		if err != nil {
 			return fmt.Errorf("amqpqueue: open channel: %w", err)
 		}
@@ -486,7 +728,7 @@ func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
 			ch.Close()
 			return fmt.Errorf("amqpqueue: consume %s: %w", s.cfg.Queue, err)
 		}
-		s.consumer = &consumerChannel{ch: ch, deliveries: ds, prefetch: s.cfg.Prefetch, sem: make(chan struct{}, 1)}
+		s.consumer = &consumerChannel{ch: ch, conn: conn, deliveries: ds, prefetch: s.cfg.Prefetch, sem: make(chan struct{}, 1)}
 		c = s.consumer
 		return nil
 	})
@@ -497,18 +739,23 @@ func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
 }
 
 // Close cancels the consumer and closes the Source's channels. Unacked
-// deliveries return to the queue. It does not close the connection.
+// deliveries return to the queue. It closes the connection the Source
+// dialed (see [NewSourceDial]), never one passed to [NewSource].
 func (s *Source) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 	defer cancel()
 	s.pub.close()
-	return s.guard.do(ctx, func() error {
+	err := s.guard.do(ctx, func() error {
 		s.closed = true
-		if s.consumer != nil {
-			return s.consumer.ch.Close()
+		if s.consumer == nil {
+			return nil
 		}
-		return nil
+		if s.link.dial != nil && s.consumer.conn.IsClosed() {
+			return nil // lost with its connection; a new one is not dialed
+		}
+		return s.consumer.ch.Close()
 	})
+	return errors.Join(err, s.link.close(ctx))
 }
 
 // Visibility returns 0: AMQP has no visibility timeout (see the package
@@ -651,6 +898,9 @@ func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 		return d.settle(ctx, func() error { return d.c.ch.Nack(d.d.DeliveryTag, false, true) }, "nack")
 	}
 	return d.settle(ctx, func() error {
+		if err := d.c.open(); err != nil {
+			return err
+		}
 		msg := d.copy()
 		msg.Headers[HeaderReceives] = int64(d.m.ReceiveCount)
 		if err := d.src.pub.publishDelayed(ctx, delay, msg); err != nil {
@@ -677,6 +927,9 @@ func (d *Delivery) Extend(context.Context, time.Duration) error {
 // then acks the original.
 func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle(ctx, func() error {
+		if err := d.c.open(); err != nil {
+			return err
+		}
 		msg := d.copy()
 		msg.Headers[HeaderDeadLetterReason] = reason
 		msg.Headers[HeaderDeadLetterQueue] = d.src.cfg.Queue
@@ -730,6 +983,17 @@ func (d *Delivery) settle(ctx context.Context, send func() error, what string) e
 		return fmt.Errorf("amqpqueue: %s of message %s not confirmed (it may be delivered again): %w", what, d.m.ID, err)
 	}
 	d.settled = true
+	return nil
+}
+
+// open returns an error wrapping [amqp.ErrClosed] when the channel is
+// closed. Retry and DeadLetter check it before publishing a copy: the
+// broker has put the message back in the queue, and the ack after the copy
+// would fail.
+func (c *consumerChannel) open() error {
+	if c.ch.IsClosed() || c.conn.IsClosed() {
+		return fmt.Errorf("channel closed, the message is back in the queue: %w", amqp.ErrClosed)
+	}
 	return nil
 }
 
