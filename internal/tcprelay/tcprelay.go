@@ -1,7 +1,8 @@
 // Package tcprelay is a TCP relay between a client under test and a real
 // server, for the faults a real server cannot produce on demand: the
 // network going silent (Blackhole), an answer lost after the server acted
-// on the request (DropAnswers), and every connection dying at once (Close).
+// on the request (DropAnswers), and every connection dying at once (Cut,
+// or Close, which also stops accepting).
 // Everything else is the real server's.
 package tcprelay
 
@@ -49,6 +50,19 @@ func (r *Relay) Blackhole() { r.holed.Store(true) }
 // next n reads on any of its connections) and close the connection each
 // arrived on: the server did the work, the client never hears of it.
 func (r *Relay) DropAnswers(n int) { r.drop.Store(int32(n)) }
+
+// Cut closes every relayed connection and keeps accepting new ones: a
+// broker restart or a dropped network that comes back, to which a client
+// can reconnect.
+func (r *Relay) Cut() {
+	r.mu.Lock()
+	conns := r.conns
+	r.conns = nil
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
 
 // Close stops accepting and closes every relayed connection (the server
 // sees its clients die).

@@ -37,6 +37,31 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceDial runs the suite on a dialing Source and Publisher
+// (classic queue).
+func TestConformanceDial(t *testing.T) {
+	amqpURL(t)
+	var mu sync.Mutex
+	fixtures := map[queue.Source]*fixture{}
+	queuetest.Run(t, queuetest.Harness{
+		New: func(t *testing.T, _ time.Duration) (queue.Source, queue.Publisher) {
+			f := newFixture(t, false)
+			src := f.sourceDial(t, DialURL(f.url))
+			mu.Lock()
+			fixtures[src] = f
+			mu.Unlock()
+			return src, f.publisherDial(t, DialURL(f.url))
+		},
+		DeadLetters: func(t *testing.T, src queue.Source) []queuetest.DeadLetter {
+			mu.Lock()
+			f := fixtures[src]
+			mu.Unlock()
+			return f.peekDeadLetters(t)
+		},
+		Features: queuetest.Features{Delay: true, RetryDelay: true, DeadLetter: true, LoadMessages: 5_000},
+	})
+}
+
 // peekDeadLetters reads the dead-letter queue without removing anything:
 // it takes every message unacked on a fresh channel and closes the channel,
 // which puts them back.

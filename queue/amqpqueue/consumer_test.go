@@ -18,8 +18,17 @@ import (
 type countingSource struct {
 	queue.Source
 	received, acked atomic.Int32
+	ackFailed       atomic.Int32
 	mu              sync.Mutex
 	ids             map[string]bool // message ids delivered
+	ackedIDs        map[string]bool // message ids acked without error
+}
+
+// ackedDistinct is how many distinct messages were acked without error.
+func (s *countingSource) ackedDistinct() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ackedIDs)
 }
 
 func (s *countingSource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
@@ -46,10 +55,18 @@ type countingDelivery struct {
 
 func (d *countingDelivery) Ack(ctx context.Context) error {
 	err := d.Delivery.Ack(ctx)
-	if err == nil {
-		d.s.acked.Add(1)
+	if err != nil {
+		d.s.ackFailed.Add(1)
+		return err
 	}
-	return err
+	d.s.acked.Add(1)
+	d.s.mu.Lock()
+	if d.s.ackedIDs == nil {
+		d.s.ackedIDs = map[string]bool{}
+	}
+	d.s.ackedIDs[d.Message().ID] = true
+	d.s.mu.Unlock()
+	return nil
 }
 
 // RabbitMQ has no dedup, so the ledger is the only line: the same order
