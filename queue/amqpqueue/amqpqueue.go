@@ -763,7 +763,9 @@ func (s *Source) Close() error {
 func (s *Source) Visibility() time.Duration { return 0 }
 
 // Receive waits for the first delivery (or ctx) and returns it with up to
-// max-1 more that are already prefetched.
+// max-1 more that are already prefetched. It returns an error wrapping
+// [amqp.ErrClosed] when the consumer stops with its channel or connection;
+// on a Source made by [NewSourceDial], the next Receive dials again.
 func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
 	if max <= 0 {
 		max = 1

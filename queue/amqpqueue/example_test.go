@@ -51,3 +51,36 @@ func Example() {
 	}
 	_ = c.Run(ctx) // until ctx is done
 }
+
+// A Source and a Publisher that dial again when the connection is lost (a
+// broker restart, a dropped network): the Consumer's receive backoff paces
+// the attempts, and a message handled but not acked before the loss comes
+// back as a replay. Each owns, and closes, the connections it dials.
+func ExampleNewSourceDial() {
+	ctx := context.Background()
+	dial := amqpqueue.DialURL("amqp://guest:guest@127.0.0.1:5672/")
+	cfg := amqpqueue.Config{Queue: "orders", Quorum: true}
+	src, err := amqpqueue.NewSourceDial(ctx, dial, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+	pub, _ := amqpqueue.NewPublisherDial(dial, cfg)
+	defer pub.Close()
+	if _, err := pub.Publish(ctx, queue.Outgoing{Body: []byte("order-8891 user-7")}); err != nil {
+		log.Print(err) // not stored, or not confirmed: publish again
+	}
+
+	byOrder := func(m queue.Message) (idem.OperationKey, error) {
+		order, user, _ := strings.Cut(string(m.Body), " ")
+		return idem.Key("receipt", order, user), nil
+	}
+	c, err := queue.NewConsumer(src, idem.New(memstore.New()), byOrder,
+		func(ctx context.Context, m queue.Message) ([]byte, error) {
+			return []byte("sent"), nil // send the receipt
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = c.Run(ctx) // until ctx is done, across lost connections
+}
