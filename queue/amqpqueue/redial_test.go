@@ -363,6 +363,20 @@ func TestNoDialKeepsConnection(t *testing.T) {
 	publish(t, p, queue.Outgoing{Body: []byte("x")})
 	px.Cut()
 	waitClosed(t, conn)
+	// "x" may have been prefetched before the cut: a Receive may hand it
+	// out (it cannot be acked), then Receive fails.
+	for i := 0; ; i++ {
+		ds, err := src.Receive(context.Background(), 1)
+		if errors.Is(err, amqp.ErrClosed) {
+			break
+		}
+		if err != nil || i > 0 || len(ds) != 1 {
+			t.Fatalf("Receive %d on a closed connection: %d deliveries, %v; want amqp.ErrClosed (after at most the prefetched message)", i+1, len(ds), err)
+		}
+		if err := ds[0].Ack(context.Background()); !errors.Is(err, amqp.ErrClosed) {
+			t.Fatalf("Ack of a delivery prefetched before the cut: %v, want amqp.ErrClosed", err)
+		}
+	}
 	for range 2 {
 		if _, err := src.Receive(context.Background(), 1); !errors.Is(err, amqp.ErrClosed) {
 			t.Fatalf("Receive on a closed connection: %v, want amqp.ErrClosed", err)
