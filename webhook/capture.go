@@ -64,11 +64,17 @@ func (c publishCapture) capture(ctx context.Context, l *idem.Ledger, key idem.Op
 // sqlitestore's file with *sql.Tx, or on pgstore's database with pgx.Tx);
 // [NewReceiver] refuses a store of another transaction type.
 //
-// A duplicate of an event already captured is answered from a read of its
-// record, without a transaction. When PublishTx fails the transaction rolls back (the key is as before)
-// and the receiver answers 503. Concurrent deliveries of one event are
-// serialized by the database: the first commits, the others replay its
-// answer.
+// A duplicate of an event already captured is answered from the claim in
+// its transaction (the ledger's cache, [idem.WithCache], answers repeats
+// without one). When PublishTx fails the transaction rolls back (the key is
+// as before) and the receiver answers 503. Concurrent deliveries of one
+// event are serialized by the database: the first commits, the others
+// replay its answer.
+//
+// The message's DedupID is still the operation key, but the claim in the
+// same transaction is what makes the capture exactly once: a queue that
+// only receives these captures can turn its own dedup off (sqlqueue's
+// WithDedupWindow(0)) and save its dedup table's two statements per event.
 func PublishTx[Tx any](p queue.TxPublisher[Tx]) Capture { return txCapture[Tx]{p} }
 
 type txCapture[Tx any] struct{ p queue.TxPublisher[Tx] }

@@ -49,7 +49,7 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func main() {
 	serve := flag.String("serve", "", "run a server: bare or receiver (internal)")
-	capture := flag.String("capture", "tx", "receiver capture: sqlqueue-tx (PublishTx to queue/sqlqueue in the store's transaction), sqlqueue (Publish to queue/sqlqueue in the store's file, group commit, shared write turn), tx (PublishTx to a table of the store's file), plain (Publish to a table of the store's file, one commit per message) or plain-batched (Publish to a queue file of its own, group commit)")
+	capture := flag.String("capture", "tx", "receiver capture: sqlqueue-tx (PublishTx to queue/sqlqueue in the store's transaction), sqlqueue-tx-nodedup (the same, the queue's dedup window off: the ledger's claim in the transaction is the dedup), sqlqueue (Publish to queue/sqlqueue in the store's file, group commit, shared write turn), tx (PublishTx to a table of the store's file), plain (Publish to a table of the store's file, one commit per message) or plain-batched (Publish to a queue file of its own, group commit)")
 	syncMode := flag.String("sync", "FULL", "SQLite synchronous mode: FULL or NORMAL")
 	dir := flag.String("dir", "", "directory for the database (default: a temporary one)")
 	duration := flag.Duration("duration", 10*time.Second, "how long each load runs")
@@ -148,16 +148,22 @@ func newReceiver(capture, syncMode, dir string) http.Handler {
 		c = webhook.PublishTx[*sql.Tx](q)
 	case "plain":
 		c = webhook.Publish(q)
-	case "sqlqueue-tx", "sqlqueue":
+	case "sqlqueue-tx", "sqlqueue-tx-nodedup", "sqlqueue":
 		qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st), sqlqueue.WithLogger(quiet))
 		if err != nil {
 			log.Fatal(err)
 		}
-		sq, err := qs.Queue("webhooks")
+		var qopts []sqlqueue.QueueOption
+		if capture == "sqlqueue-tx-nodedup" {
+			// The claim in the same transaction already makes the capture
+			// exactly once: the queue's own dedup table is redundant.
+			qopts = append(qopts, sqlqueue.WithDedupWindow(0))
+		}
+		sq, err := qs.Queue("webhooks", qopts...)
 		if err != nil {
 			log.Fatal(err)
 		}
-		if capture == "sqlqueue-tx" {
+		if capture != "sqlqueue" {
 			c = webhook.PublishTx[*sql.Tx](sq)
 		} else {
 			c = webhook.Publish(sq)
