@@ -90,7 +90,9 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // idemE2E publishes n messages to q in batches, then consumes them with a
 // queue.Consumer on a ledger over store whose handler is a no-op: each
 // message is claimed, run and completed in the ledger, then acked.
-func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n int) (e2eResult, error) {
+// idemE2E publishes n messages to q and consumes them with a Consumer whose
+// ledger is on store; coalesce is its idem.WithCoalescing (0: off).
+func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n, coalesce int) (e2eResult, error) {
 	res := e2eResult{n: n}
 	cpu0 := cpuTime()
 	start := time.Now()
@@ -108,7 +110,7 @@ func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n 
 
 	src := &countingSource{Source: q.src, done: make(chan struct{}), want: int64(n)}
 	var handled atomic.Int64
-	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log), idem.WithCoalescing(cfg.coalesce)), queue.MessageIDKey("bench"),
+	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log), idem.WithCoalescing(coalesce)), queue.MessageIDKey("bench"),
 		func(context.Context, queue.Message) ([]byte, error) {
 			handled.Add(1)
 			return nil, nil
@@ -270,7 +272,7 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 				rep.note("e2e sqlite: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
 			}
 			load := loadavg()
-			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN)
+			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN, 0) // sqlitestore groups its writes itself: coalescing costs it
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}
@@ -332,7 +334,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 				rep.note("e2e pg: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
 			}
 			load := loadavg()
-			r, err := idemE2E(ctx, cfg, st, q, cfg.pgE2EN)
+			r, err := idemE2E(ctx, cfg, st, q, cfg.pgE2EN, cfg.coalesce)
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}

@@ -93,7 +93,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
-	fs.IntVar(&cfg.coalesce, "coalesce", 256, "idem.WithCoalescing of the ledger in the e2e runs, about the consumer concurrency (0: off)")
+	fs.IntVar(&cfg.coalesce, "coalesce", 256, "idem.WithCoalescing of the ledger in e2e-pg, about the consumer concurrency (0: off; e2e-sqlite never coalesces: sqlitestore groups its writes itself)")
 	fs.IntVar(&cfg.batch, "batch", 128, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
 	fs.IntVar(&cfg.prefill, "prefill", 20000, "keys (jobs) put in each side's table before the pg measurements")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 32, "connections of each side's pool in e2e-pg")
