@@ -90,8 +90,7 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // idemE2E publishes n messages to q in batches, then consumes them with a
 // queue.Consumer on a ledger over store whose handler is a no-op: each
 // message is claimed, run and completed in the ledger, then acked.
-// idemE2E publishes n messages to q and consumes them with a Consumer whose
-// ledger is on store; coalesce is its idem.WithCoalescing (0: off).
+// coalesce is the ledger's idem.WithCoalescing (0: off).
 func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n, coalesce int) (e2eResult, error) {
 	res := e2eResult{n: n}
 	cpu0 := cpuTime()
