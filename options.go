@@ -103,8 +103,9 @@ func WithCache(n int) Option {
 // It pays on stores with a network round trip or a commit per call
 // (pgstore: one statement and one commit per batch; redisstore: one
 // pipelined round trip) when many goroutines call the Ledger at once, as a
-// queue consumer's handlers do. It gains nothing on memstore, nor on
-// sqlitestore, which already groups concurrent writes into one commit.
+// queue consumer's handlers do. Leave it off on memstore (nothing to
+// share) and on sqlitestore, which already groups concurrent writes into
+// one commit: batching on top cost it a third of its rate end to end.
 // Default 0 (off); max ≤ 1 turns it off. Outcomes are the same either way:
 // each key is claimed and completed on its own terms, and a store failure
 // during a batch is every waiting call's store error. A batch waits for its
