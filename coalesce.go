@@ -53,21 +53,14 @@ func (b *batcher[Req, Res]) do(ctx context.Context, r Req) (Res, error) {
 		// request on its own context, as without coalescing.
 		b.busy++
 		b.mu.Unlock()
-		res, err := b.one(ctx, r)
-		b.land()
-		return res, err
+		defer b.land() // even if the store panics: the flight must come back
+		return b.one(ctx, r)
 	}
+	// Every flight is busy (calls wait only then): the next flight to
+	// land takes this call in its batch.
 	call := &batchCall[Req, Res]{ctx: ctx, req: r, done: make(chan struct{})}
 	b.queue = append(b.queue, call)
-	var batch []*batchCall[Req, Res]
-	if b.busy < b.flights {
-		b.busy++
-		batch = b.take()
-	}
 	b.mu.Unlock()
-	if batch != nil {
-		b.flush(batch)
-	}
 	select {
 	case <-call.done:
 		return call.res, call.err
@@ -125,22 +118,7 @@ func (b *batcher[Req, Res]) flush(batch []*batchCall[Req, Res]) {
 	for i, c := range batch {
 		reqs[i] = c.req
 	}
-	ctx, cancel := b.context(batch, reqs)
-	var (
-		res []Res
-		err error
-	)
-	if len(reqs) == 1 {
-		var r Res
-		r, err = b.one(ctx, reqs[0])
-		res = []Res{r}
-	} else {
-		res, err = b.many(ctx, reqs)
-		if err == nil && len(res) != len(reqs) {
-			err = fmt.Errorf("the store answered %d of a batch of %d (a store bug)", len(res), len(reqs))
-		}
-	}
-	cancel()
+	res, err := b.send(batch, reqs)
 	var orphans []int
 	b.mu.Lock()
 	for i, c := range batch {
@@ -156,10 +134,34 @@ func (b *batcher[Req, Res]) flush(batch []*batchCall[Req, Res]) {
 		close(c.done)
 	}
 	b.mu.Unlock()
+	b.land()
+	// Orphans are answered after the flight landed: releasing them must
+	// not hold up the calls waiting for it.
 	for _, i := range orphans {
 		b.orphan(reqs[i], res[i])
 	}
-	b.land()
+}
+
+// send makes the batch's store call. A panic in the store is every
+// caller's error (the flight's goroutine is not a caller's, so the panic
+// cannot be raised where someone would recover it).
+func (b *batcher[Req, Res]) send(batch []*batchCall[Req, Res], reqs []Req) (res []Res, err error) {
+	ctx, cancel := b.context(batch, reqs)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("the store panicked: %v", p)
+		}
+	}()
+	if len(reqs) == 1 {
+		r, err := b.one(ctx, reqs[0])
+		return []Res{r}, err
+	}
+	res, err = b.many(ctx, reqs)
+	if err == nil && len(res) != len(reqs) {
+		err = fmt.Errorf("the store answered %d of a batch of %d (a store bug)", len(res), len(reqs))
+	}
+	return res, err
 }
 
 // context is the context of a batch's store call: the first caller's

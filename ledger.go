@@ -115,7 +115,11 @@ func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if l.claims == nil {
 		return l.store.Claim(ctx, req)
 	}
-	return l.claims.do(ctx, req)
+	cr, err := l.claims.do(ctx, req)
+	if err == nil && cr.Err != nil {
+		return ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
+	}
+	return cr, err
 }
 
 // complete records an attempt's result, in a batch with others' under
@@ -133,9 +137,12 @@ func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []by
 
 // releaseOrphan releases a key a coalesced claim acquired for a caller that
 // had left (its context ended while the batch was on its way): fn never
-// ran, so the key is free for the next call whatever the policy.
+// ran, so the key is free for the next call whatever the policy. A
+// takeover is left to lapse instead, as after a crash: releasing it would
+// make the orphan's empty attempt, not the lapsed one that may have done
+// the effect, the attempt the next call's Reconcile hook is asked about.
 func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
-	if !cr.Acquired {
+	if !cr.Acquired || cr.Takeover {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
@@ -505,8 +512,8 @@ func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, 
 func (h *heartbeat) beat() {
 	h.run.Lock()
 	defer h.run.Unlock()
-	if h.stopped.Load() {
-		return
+	if h.stopped.Load() || h.lost.Load() != nil {
+		return // a lost lease is not extended again, even while fn runs on
 	}
 	if h.watchdog == nil {
 		h.watchdog = time.AfterFunc(time.Until(h.deadline), h.expire)

@@ -93,6 +93,11 @@ type ClaimResult struct {
 	Record Record
 	// Now is the store's clock at the claim.
 	Now time.Time
+	// Err, in a result of [BatchClaimer.ClaimBatch] only, is a failure of
+	// this key alone (its record cannot be decoded: [ErrCorrupt]); the
+	// batch's other keys have their outcomes. Nothing was written for the
+	// key. [Store.Claim] returns such a failure as its error.
+	Err error
 }
 
 // ListQuery selects records for [Store.List].
@@ -117,7 +122,8 @@ type Resolution struct {
 
 // BatchClaimer is implemented by stores that claim many keys in one round
 // trip, for consumers that receive batches. Results are in request order; a
-// per-key outcome is in its ClaimResult, a store failure is the error.
+// per-key outcome is in its ClaimResult (a failure of one key alone in its
+// Err), a store failure is the error.
 type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 }

@@ -265,6 +265,36 @@ func testClaim(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("batch_corrupt", func(t *testing.T) {
+		// A record that cannot be decoded fails its own key in a batch,
+		// not the batch: the other keys are claimed as they would be alone.
+		t.Parallel()
+		if h.Corrupt == nil {
+			t.Skip("Harness.Corrupt is not set")
+		}
+		s := newStore(t, h)
+		bc, ok := s.(idem.BatchClaimer)
+		if !ok {
+			t.Skip("the store does not implement idem.BatchClaimer")
+		}
+		bad := acquire(t, s, req(h, "bad"))
+		noErr(t, "Complete", s.Complete(context.Background(), "bad", bad.Record.Fence, []byte("r"), time.Hour))
+		h.Corrupt(t, s, "bad")
+		res, err := bc.ClaimBatch(context.Background(), []idem.ClaimRequest{req(h, "a"), req(h, "bad"), req(h, "b")})
+		noErr(t, "ClaimBatch with a corrupt record among its keys", err)
+		if len(res) != 3 {
+			t.Fatalf("ClaimBatch returned %d results for 3 requests", len(res))
+		}
+		if !errors.Is(res[1].Err, idem.ErrCorrupt) || res[1].Acquired {
+			t.Fatalf("the corrupt key's result: acquired %v, Err %v; want ErrCorrupt", res[1].Acquired, res[1].Err)
+		}
+		for _, i := range []int{0, 2} {
+			if res[i].Err != nil || !res[i].Acquired {
+				t.Fatalf("result %d (%q) beside a corrupt key: acquired %v, Err %v; want acquired", i, res[i].Record.Key, res[i].Acquired, res[i].Err)
+			}
+		}
+	})
+
 	t.Run("complete_batch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)

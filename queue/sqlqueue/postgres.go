@@ -142,7 +142,7 @@ ins AS (` + insert + `)`
 	n.dedupQuiet = n.render(dedup + quiet)
 	n.ack = n.render(`DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2`)
 	n.ackMany = n.render(`DELETE FROM {{messages}} m USING unnest($1::bigint[], $2::bigint[]) AS a(id, receipt)
-WHERE m.id = a.id AND m.receipt = a.receipt RETURNING m.id`)
+WHERE m.id = a.id AND m.receipt = a.receipt RETURNING m.id, m.receipt`)
 	n.ackNotify = n.render(`WITH del AS (DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2 RETURNING queue)
 SELECT pg_notify($3, queue) FROM del`)
 	n.retry = n.render(`WITH up AS (
@@ -351,7 +351,7 @@ func (p *Postgres) Close() error {
 	acks := p.acks
 	p.amu.Unlock()
 	if acks != nil {
-		acks.close() // acks on their way finish; queued ones get ErrClosed
+		acks.close() // acks a loop has taken finish; the others get ErrClosed
 	}
 	return nil
 }
@@ -576,7 +576,9 @@ func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoi
 // PublishBatch publishes ms in one transaction (which commits all or none
 // of them), in order, and returns what each publish got, as Publish would
 // have. A run of messages without a dedup id goes to the server in one
-// round trip. Use it to load many messages at once.
+// round trip. Use it to load many messages at once. Two batches publishing
+// the same dedup ids at once in opposite orders may deadlock: PostgreSQL
+// aborts one, which returns the error having published nothing.
 func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error) {
 	if q.p.closed.Load() {
 		return nil, ErrClosed

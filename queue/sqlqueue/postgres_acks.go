@@ -149,24 +149,36 @@ func (a *pgAcks) run(batch []*pgAck) {
 		answer(nil, err)
 		return
 	}
-	gone := make(map[int64]bool, len(batch))
+	// Keyed by receipt too: a stale ack of a message received again since
+	// may share the group with the ack of its new delivery. Each deleted
+	// row answers one ack; a second ack of the same delivery finds it gone.
+	type delivered struct{ id, receipt int64 }
+	gone := make(map[delivered]bool, len(batch))
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var d delivered
+		if err := rows.Scan(&d.id, &d.receipt); err != nil {
 			rows.Close()
 			answer(nil, err)
 			return
 		}
-		gone[id] = true
+		gone[d] = true
 	}
 	if err := rows.Err(); err != nil {
 		answer(nil, err)
 		return
 	}
-	answer(func(k *pgAck) bool { return gone[k.id] }, nil)
+	answer(func(k *pgAck) bool {
+		d := delivered{k.id, k.receipt}
+		if gone[d] {
+			delete(gone, d)
+			return true
+		}
+		return false
+	}, nil)
 }
 
-// close stops the loops; acks queued and not yet sent get ErrClosed.
+// close stops the loops: an ack a loop has taken is finished (each group
+// bounded by ackTimeout), the others get ErrClosed.
 func (a *pgAcks) close() {
 	close(a.stop)
 	a.stopped.Wait()

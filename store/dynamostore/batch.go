@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/idemkit/idem"
@@ -19,8 +20,9 @@ var _ idem.BatchClaimer = (*Store)(nil)
 // concurrently (at most 16 at a time), each as [Store.Claim] does it, and
 // the batch takes about as long as its slowest claim. A key that appears
 // more than once is claimed in request order, so its second claim finds
-// the first one's record. Results are in request order; if any claim
-// fails, the error is returned (the other claims may have been made).
+// the first one's record. Results are in request order; a record that
+// cannot be decoded fails its own key (ClaimResult.Err); if any other
+// claim fails, the error is returned (the other claims may have been made).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -50,6 +52,11 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 			defer func() { <-sem }()
 			for _, i := range idx {
 				res, err := s.Claim(ctx, reqs[i])
+				if errors.Is(err, idem.ErrCorrupt) {
+					// This key alone: its record cannot be read.
+					out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: err}
+					continue
+				}
 				if err != nil {
 					mu.Lock()
 					if first == nil {

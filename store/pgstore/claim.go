@@ -111,6 +111,7 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 	}
 	rec, err := raw.record()
 	if err != nil {
+		res.Record.Key = raw.key // the caller can charge the failure to this key
 		return res, false, err
 	}
 	res = idem.ClaimResult{Acquired: acquired, Record: rec, Now: now.UTC()}
@@ -228,6 +229,13 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 				}
 				return nil
 			})
+			if i, ok := index[res.Record.Key]; ok && err != nil && errors.Is(err, idem.ErrCorrupt) && !done[res.Record.Key] {
+				// This key alone: its record cannot be read. (If the
+				// statement acquired it, the claim lapses with its lease.)
+				done[res.Record.Key] = true
+				out[i] = idem.ClaimResult{Record: idem.Record{Key: res.Record.Key}, Err: err}
+				continue
+			}
 			if err != nil {
 				rows.Close()
 				return err

@@ -55,9 +55,9 @@ func TestCorruptRows(t *testing.T) {
 				if !errors.Is(err, idem.ErrCorrupt) {
 					t.Fatalf("Claim(%q) of a corrupt row: %v, want ErrCorrupt", key, err)
 				}
-				_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req(key), req("other-" + key)})
-				if !errors.Is(err, idem.ErrCorrupt) {
-					t.Fatalf("ClaimBatch with a corrupt row: %v, want ErrCorrupt", err)
+				res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req(key), req("other-" + key)})
+				if err != nil || len(res) != 2 || !errors.Is(res[0].Err, idem.ErrCorrupt) || res[1].Err != nil || !res[1].Acquired {
+					t.Fatalf("ClaimBatch with a corrupt row: %+v, %v; want ErrCorrupt for %q alone, the other key acquired", res, err, key)
 				}
 			}
 			if _, err := s.List(ctx, idem.ListQuery{}); !errors.Is(err, idem.ErrCorrupt) {

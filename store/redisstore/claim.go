@@ -201,9 +201,18 @@ func (s *Store) batchGroups(ctx context.Context, keys []string) (map[scripter][]
 // claimGroup pipelines the claims idx of reqs on c and fills out.
 func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimRequest, idx []int, args [][]any, out []idem.ClaimResult) error {
 	return s.pipeline(ctx, c, scriptClaim, idx, func(i int) (string, []any) { return s.rkey(reqs[i].Key), args[i] },
-		func(i int, v any) (err error) {
-			out[i], err = claimResult(reqs[i], v)
-			return err
+		func(i int, v any, rerr error) error {
+			if rerr == nil {
+				var err error
+				if out[i], err = claimResult(reqs[i], v); err == nil {
+					return nil
+				}
+				rerr = err
+			}
+			// This key alone (a record it cannot read, a reply error of its
+			// script): the batch's other claims stand.
+			out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: rerr}
+			return nil
 		})
 }
 
@@ -211,8 +220,10 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimReq
 // WAIT with WithWait), loading the script and resending those that found
 // it missing. call gives an index's key and arguments; answer takes an
 // index's reply and returns an error that fails the whole batch. A
-// NotReplicatedError is returned after every answer is taken.
-func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, idx []int, call func(i int) (string, []any), answer func(i int, v any) error) error {
+// NotReplicatedError is returned after every answer is taken. A reply
+// error of one script (the server refused that call) is passed to answer
+// with it; any other error ends the batch.
+func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, idx []int, call func(i int) (string, []any), answer func(i int, v any, err error) error) error {
 	var waitErr error
 	for try := 0; len(idx) > 0; try++ {
 		if try == 2 {
@@ -236,10 +247,11 @@ func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, 
 				again = append(again, i)
 				continue
 			}
-			if err != nil {
-				return err
+			var re redis.Error
+			if err != nil && (!errors.As(err, &re) || err == redis.Nil) {
+				return err // the connection, not this script
 			}
-			if err := answer(i, v); err != nil {
+			if err := answer(i, v, err); err != nil {
 				return err
 			}
 		}

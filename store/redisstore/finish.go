@@ -57,7 +57,11 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs [
 			func(i int) (string, []any) {
 				return s.rkey(cs[i].Key), s.args(cs[i].Fence, string(idem.StatusCompleted), cs[i].Result, micros(cs[i].Retention))
 			},
-			func(i int, v any) error {
+			func(i int, v any, err error) error {
+				if err != nil {
+					errs[i] = err // this completion's script was refused
+					return nil
+				}
 				a, code, rerr := reply(v)
 				switch {
 				case rerr != nil:

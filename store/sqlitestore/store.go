@@ -321,6 +321,12 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	err := s.w.do(ctx, true, func(w rw, now time.Time) error {
 		for i, req := range reqs {
 			if _, _, err := applyIn(w, req.Key, claimM(req, &out[i]), now); err != nil {
+				if errors.Is(err, idem.ErrCorrupt) {
+					// This key alone: its record cannot be read, nothing
+					// was written for it.
+					out[i] = idem.ClaimResult{Record: idem.Record{Key: req.Key}, Err: err}
+					continue
+				}
 				return err
 			}
 		}
