@@ -84,10 +84,22 @@
 // takes no lock. Times are unix microseconds on the handle's clock
 // ([WithClock]).
 //
+// Throughput follows the messages in flight: a Consumer's message waits
+// for three commits in turn (its claim, its completion, its ack), each
+// shared by every write queued meanwhile. With the Consumer's defaults (8
+// handlers, batches of 10) a commit carries about three writes and the
+// pipeline does a few thousand messages a second; with 256 handlers and
+// batches of 128 ([queue.WithConcurrency], [queue.WithBatchSize]) it did
+// 13,000 – 14,000 end to end on two cores (docs/benchmarks.md). Do not add
+// [idem.WithCoalescing] to a ledger on sqlitestore: its writer already
+// shares commits, and batching on top costs it.
+//
 // Do not call Publish (or any other method of a handle on the store's
 // file) from inside an [idem.DoTx] function: the function runs on the
-// store's writer (and holds the write lock), which Publish would wait for.
-// Use PublishTx with the function's transaction.
+// store's writer (and holds the write lock), which Publish would wait for
+// (called with the function's context, it fails with
+// sqlitestore.ErrOnWriter instead). Use PublishTx with the function's
+// transaction.
 //
 // # PostgreSQL
 //
