@@ -97,7 +97,7 @@
 // Do not call Publish (or any other method of a handle on the store's
 // file) from inside an [idem.DoTx] function: the function runs on the
 // store's writer (and holds the write lock), which Publish would wait for
-// (called with the function's context, it fails with
+// (with WithGroupCommit and the function's context, it fails with
 // sqlitestore.ErrOnWriter instead). Use PublishTx with the function's
 // transaction.
 //
