@@ -678,3 +678,32 @@ func TestSQLiteReceiveGivenUp(t *testing.T) {
 		t.Fatalf("receive count %d after a receive nobody saw, want 1", m.ReceiveCount)
 	}
 }
+
+// A Publish made from inside a DoTx function with its context fails with
+// sqlitestore.ErrOnWriter (the function runs on the store's writer, which
+// the Publish would wait for); PublishTx with its transaction works, and
+// the failed DoTx publishes nothing.
+func TestSQLitePublishInsideDoTx(t *testing.T) {
+	e := openSQLite(t, "", nil)
+	q := e.queue(t, "q")
+	l := idem.New(e.store, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	ctx := context.Background()
+	_, err := idem.DoTx(ctx, l, idem.Key("wrong"), func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		_, err := q.Publish(ctx, queue.Outgoing{Body: []byte("x")})
+		return nil, err
+	})
+	if !errors.Is(err, sqlitestore.ErrOnWriter) {
+		t.Fatalf("Publish inside DoTx: %v, want sqlitestore.ErrOnWriter", err)
+	}
+	res, err := idem.DoTx(ctx, l, idem.Key("right"), func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		p, err := q.PublishTx(ctx, tx, queue.Outgoing{Body: []byte("y")})
+		return []byte(p.ID), err
+	})
+	if err != nil || len(res.Value) == 0 {
+		t.Fatalf("PublishTx inside DoTx: %+v, %v", res, err)
+	}
+	ds := receive(t, q, 10)
+	if len(ds) != 1 || string(ds[0].Message().Body) != "y" {
+		t.Fatalf("received %d messages, want only the PublishTx one", len(ds))
+	}
+}
