@@ -108,7 +108,11 @@ func WithCache(n int) Option {
 // one commit: batching on top cost it a third of its rate end to end.
 // Default 0 (off); max ≤ 1 turns it off. Outcomes are the same either way:
 // each key is claimed and completed on its own terms, and a store failure
-// during a batch is every waiting call's store error. A batch waits for its
+// during a batch is every waiting call's store error (a record that cannot
+// be decoded fails only its own call). A call whose context ends while its
+// claim is on its way returns the context's error; if the claim was
+// acquired, the key is released, as fn never ran (a takeover is left to
+// lapse, so a Reconcile hook still sees the lapsed attempt). A batch waits for its
 // slowest key: on pgstore, a claim of a key whose row an open [DoTx]
 // transaction holds waits for that transaction, and so does its batch
 // (the other flight goes on).
