@@ -112,10 +112,10 @@ func WithCache(n int) Option {
 // be decoded fails only its own call). A call whose context ends while its
 // claim is on its way returns the context's error; if the claim was
 // acquired, the key is released, as fn never ran (a takeover is left to
-// lapse, so a Reconcile hook still sees the lapsed attempt). A batch waits for its
-// slowest key: on pgstore, a claim of a key whose row an open [DoTx]
-// transaction holds waits for that transaction, and so does its batch
-// (the other flight goes on).
+// lapse, so a Reconcile hook still sees the lapsed attempt). A batch
+// waits for its slowest key: on pgstore, a claim of a key whose row an
+// open [DoTx] transaction holds waits for that transaction, and so does
+// its batch (the other flight goes on).
 func WithCoalescing(max int) Option {
 	return ledgerOption(func(c *config) { c.coalesce = max })
 }
