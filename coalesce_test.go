@@ -281,3 +281,66 @@ func (g *gatedStore) gate2(t *testing.T, then func()) {
 	close(old)
 	then()
 }
+
+// poisonedBatches is a gatedStore whose batch claims fail one key alone,
+// as a store does for a record it cannot decode.
+type poisonedBatches struct {
+	*gatedStore
+	poison string
+}
+
+func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	var clean []idem.ClaimRequest
+	for _, r := range rs {
+		if r.Key != p.poison {
+			clean = append(clean, r)
+		}
+	}
+	res, err := p.gatedStore.ClaimBatch(ctx, clean)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]idem.ClaimResult, 0, len(rs))
+	for _, r := range rs {
+		if r.Key == p.poison {
+			out = append(out, idem.ClaimResult{Record: idem.Record{Key: r.Key}, Err: &idem.CorruptError{Key: r.Key, Detail: "test"}})
+			continue
+		}
+		out = append(out, res[0])
+		res = res[1:]
+	}
+	return out, nil
+}
+
+// A key the store fails alone in a batch (ClaimResult.Err) fails only its
+// own call; the batch's other calls run.
+func TestCoalescingPerKeyFailure(t *testing.T) {
+	g := newGatedStore()
+	p := &poisonedBatches{gatedStore: g, poison: "poison"}
+	l := quietLedger(p, idem.WithCoalescing(16))
+	var runs atomic.Int32
+	fn := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
+	lone := occupy(t, l, g, fn)
+	keys := []string{"a", "poison", "b"}
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { _, errs[i] = l.Do(context.Background(), idem.Key(k), fn) })
+	}
+	waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == len(keys) })
+	g.open()
+	wg.Wait()
+	lone.Wait()
+	if g.batches.Load() == 0 {
+		t.Fatal("the queued calls were not sent as a batch")
+	}
+	if !errors.Is(errs[1], idem.ErrCorrupt) {
+		t.Errorf("the failed key's call: %v, want ErrCorrupt", errs[1])
+	}
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("the other calls of the batch: %v, %v; want both run", errs[0], errs[2])
+	}
+	if want := int32(idem.CoalescingFlights + 2); runs.Load() != want {
+		t.Errorf("fn ran %d times, want %d", runs.Load(), want)
+	}
+}
