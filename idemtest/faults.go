@@ -209,33 +209,9 @@ func testFaults(t *testing.T, h Harness) {
 		// Heartbeats cannot reach the store: once the lease has passed by
 		// the local clock, fn is cancelled and Do reports the lost lease.
 		t.Parallel()
-		s := newStore(t, h)
-		fs := NewFaultStore(s)
-		fs.Inject(OpExtend, Fault{Err: errInjected})
-		l := ledger(h, fs, idem.WithLease(h.hbLease()))
-		var cancelledAfter time.Duration
-		start := time.Now()
-		_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
-			select {
-			case <-ctx.Done():
-				cancelledAfter = time.Since(start)
-				if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
-					t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("fn was not cancelled although no heartbeat reached the store")
-			}
-			return []byte("late"), nil
-		})
-		wantErr(t, "Do whose heartbeats fail", err, idem.ErrLeaseLost)
-		if cancelledAfter < h.hbLease()-h.hbLease()/10 {
-			t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, h.hbLease())
-		}
+		fs, _ := loseLease(t, h, Fault{Err: errInjected})
 		if fs.Calls(OpExtend) < 2 {
 			t.Fatalf("%d heartbeats, want at least 2 before giving up", fs.Calls(OpExtend))
-		}
-		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || len(rec.Result) != 0 {
-			t.Fatalf("after the lost lease: {%s, result %q}, want in_progress with nothing recorded", rec.Status, rec.Result)
 		}
 	})
 
@@ -244,31 +220,9 @@ func testFaults(t *testing.T, h Harness) {
 		// until its context ends): fn is cancelled when its lease runs out,
 		// not an extension timeout later, and nothing is recorded.
 		t.Parallel()
-		s := newStore(t, h)
-		fs := NewFaultStore(s)
-		fs.Inject(OpExtend, Fault{Delay: time.Hour})
-		lease := h.hbLease()
-		l := ledger(h, fs, idem.WithLease(lease))
-		var cancelledAfter time.Duration
-		start := time.Now()
-		_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
-			select {
-			case <-ctx.Done():
-				cancelledAfter = time.Since(start)
-				if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
-					t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("fn was not cancelled although every heartbeat hung")
-			}
-			return []byte("late"), nil
-		})
-		wantErr(t, "Do whose heartbeats hang", err, idem.ErrLeaseLost)
-		if cancelledAfter < lease-lease/10 || cancelledAfter > 3*lease {
+		_, cancelledAfter := loseLease(t, h, Fault{Delay: time.Hour})
+		if lease := h.hbLease(); cancelledAfter > 3*lease {
 			t.Fatalf("fn cancelled after %v; want when its lease of %v ran out", cancelledAfter, lease)
-		}
-		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || len(rec.Result) != 0 {
-			t.Fatalf("after the lost lease: {%s, result %q}, want in_progress with nothing recorded", rec.Status, rec.Result)
 		}
 	})
 
@@ -312,4 +266,40 @@ func testFaults(t *testing.T, h Harness) {
 		_, err = s.Claim(context.Background(), req(h, "k"))
 		wantErr(t, "Claim of a corrupt record", err, idem.ErrCorrupt)
 	})
+}
+
+// loseLease runs Do with a fn that waits for its context, on a store whose
+// heartbeats suffer fault, and checks what a lost lease must give: fn
+// cancelled with ErrLeaseLost no sooner than its lease could have passed,
+// Do's ErrLeaseLost, and nothing recorded. It returns the store and how
+// long fn ran.
+func loseLease(t *testing.T, h Harness, fault Fault) (*FaultStore, time.Duration) {
+	t.Helper()
+	s := newStore(t, h)
+	fs := NewFaultStore(s)
+	fs.Inject(OpExtend, fault)
+	lease := h.hbLease()
+	l := ledger(h, fs, idem.WithLease(lease))
+	var cancelledAfter time.Duration
+	start := time.Now()
+	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+		select {
+		case <-ctx.Done():
+			cancelledAfter = time.Since(start)
+			if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+				t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("fn was not cancelled although no heartbeat was granted")
+		}
+		return []byte("late"), nil
+	})
+	wantErr(t, "Do whose heartbeats are not granted", err, idem.ErrLeaseLost)
+	if cancelledAfter < lease-lease/10 {
+		t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, lease)
+	}
+	if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || len(rec.Result) != 0 {
+		t.Fatalf("after the lost lease: {%s, result %q}, want in_progress with nothing recorded", rec.Status, rec.Result)
+	}
+	return fs, cancelledAfter
 }

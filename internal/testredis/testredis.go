@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -38,4 +41,18 @@ func Open(tb testing.TB, url string) *redisstore.Store {
 		s.Close()
 	})
 	return s
+}
+
+// Ledgers are the Redis ledgers of the queue adapters' consume benchmarks
+// (issue 4: the ledger on Redis against the consumer without it):
+// redisstore, and redisstore with calls coalesced (idem.WithCoalescing).
+// The benchmark that opens one is skipped without IDEM_TEST_REDIS.
+func Ledgers() []queuetest.Ledger {
+	open := func(b *testing.B) idem.Store {
+		return Open(b, testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis"))
+	}
+	return []queuetest.Ledger{
+		{Name: "redis", Open: open},
+		{Name: "redis-coalesced", Open: open, Options: []idem.Option{idem.WithCoalescing(64)}},
+	}
 }

@@ -3,8 +3,6 @@ package amqpqueue
 import (
 	"testing"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/testredis"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
@@ -31,19 +29,7 @@ func BenchmarkConsume(b *testing.B) {
 			queuetest.BenchmarkConsume(b, func(b *testing.B) (queue.Source, queue.Publisher) {
 				f := newFixture(b, quorum)
 				return f.source(b, f.conn), f.publisher(b, f.conn)
-			}, redisLedgers()...)
+			}, testredis.Ledgers()...)
 		})
-	}
-}
-
-// redisLedgers are the ledgers of the comparison: redisstore, and
-// redisstore with calls coalesced (idem.WithCoalescing).
-func redisLedgers() []queuetest.Ledger {
-	open := func(b *testing.B) idem.Store {
-		return testredis.Open(b, testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis"))
-	}
-	return []queuetest.Ledger{
-		{Name: "redis", Open: open},
-		{Name: "redis-coalesced", Open: open, Options: []idem.Option{idem.WithCoalescing(64)}},
 	}
 }

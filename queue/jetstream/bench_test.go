@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/testredis"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
@@ -28,17 +26,5 @@ func BenchmarkConsume(b *testing.B) {
 		f := newFixture(b, js, fixtureOpts{ackWait: time.Minute})
 		return f.source(b, js), f.publisher(b, js)
 	}
-	queuetest.BenchmarkConsume(b, newQueue, redisLedgers()...)
-}
-
-// redisLedgers are the ledgers of the comparison: redisstore, and
-// redisstore with calls coalesced (idem.WithCoalescing).
-func redisLedgers() []queuetest.Ledger {
-	open := func(b *testing.B) idem.Store {
-		return testredis.Open(b, testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis"))
-	}
-	return []queuetest.Ledger{
-		{Name: "redis", Open: open},
-		{Name: "redis-coalesced", Open: open, Options: []idem.Option{idem.WithCoalescing(64)}},
-	}
+	queuetest.BenchmarkConsume(b, newQueue, testredis.Ledgers()...)
 }

@@ -142,11 +142,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	for i, r := range reqs {
 		args[i] = s.claimArgs(r)
 	}
-	keys := make([]string, len(reqs))
-	for i, r := range reqs {
-		keys[i] = r.Key
-	}
-	groups, err := s.batchGroups(ctx, keys)
+	groups, err := s.batchGroups(ctx, len(reqs), func(i int) string { return reqs[i].Key })
 	if err != nil {
 		return nil, s.wrap("claim batch", "", err)
 	}
@@ -174,8 +170,8 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 // batchGroups splits a batch by the client that must run it: the store's
 // client for all, unless WAIT must follow the writes on each cluster
 // node's connection.
-func (s *Store) batchGroups(ctx context.Context, keys []string) (map[scripter][]int, error) {
-	all := make([]int, len(keys))
+func (s *Store) batchGroups(ctx context.Context, n int, key func(i int) string) (map[scripter][]int, error) {
+	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
@@ -186,7 +182,7 @@ func (s *Store) batchGroups(ctx context.Context, keys []string) (map[scripter][]
 	groups := map[scripter][]int{}
 	byNode := map[*redis.Client]scripter{}
 	for _, i := range all {
-		m, err := cc.MasterForKey(ctx, s.rkey(keys[i]))
+		m, err := cc.MasterForKey(ctx, s.rkey(key(i)))
 		if err != nil {
 			return nil, err
 		}

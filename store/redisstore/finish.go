@@ -44,11 +44,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs [
 	if len(cs) == 0 {
 		return errs, nil
 	}
-	keys := make([]string, len(cs))
-	for i, c := range cs {
-		keys[i] = c.Key
-	}
-	groups, err := s.batchGroups(ctx, keys)
+	groups, err := s.batchGroups(ctx, len(cs), func(i int) string { return cs[i].Key })
 	if err != nil {
 		return nil, s.wrap("complete batch", "", err)
 	}
