@@ -47,6 +47,10 @@ func harness() idemtest.Harness {
 		},
 		// The writer waits on the disk: measure it with many callers.
 		Parallelism: 32,
+		// Every extension waits for a synced commit, behind the parallel
+		// suite's other writes: at 300 ms a slow disk made the one
+		// heartbeat after an injected failure miss the lease.
+		HeartbeatLease: time.Second,
 	}
 }
 

@@ -86,29 +86,43 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 	s.stats.ops.Add(2)
 	err := s.w.doUnit(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, val, storeOp, fnErr, ran = idem.ClaimResult{}, nil, "", nil, true
-		var err error
+		// The claim and the completion are decided in memory and written
+		// once, after fn: inside the unit nothing else writes the key, and
+		// the savepoint undoes fn's writes when it fails, so the claim
+		// would be undone with them. One read and one write instead of two
+		// of each: the writer is what every capture waits for.
+		var (
+			rec *idem.Record
+			ver int64
+			err error
+		)
 		s.w.raw(func(w *driverRW) error {
-			_, _, err = applyIn(w, req.Key, claimM(req, &res), s.now())
+			rec, ver, err = w.load(req.Key)
 			return nil
 		})
 		if err != nil {
 			storeOp = "claim"
 			return err
 		}
+		next, _ := claimM(req, &res)(rec, s.now())
 		if !res.Acquired {
-			return nil
+			return nil // a claim not acquired writes nothing
 		}
 		if val, err = fn(ctx, tx); err != nil {
 			fnErr = err
 			return err
 		}
 		end := transition.Ending{Status: idem.StatusCompleted, Result: val, Retention: retention}
-		s.w.raw(func(w *driverRW) error {
-			// ErrLeaseLost only if the clock passed the claim's expiry while
-			// fn ran: nothing else writes the key inside the unit.
-			_, _, err = applyIn(w, req.Key, finishM(res.Record.Fence, end), s.now())
-			return nil
-		})
+		// ErrLeaseLost only if the clock passed the claim's expiry while
+		// fn ran: a lapsed lease alone does not refuse it, as nothing
+		// could take the key over inside the unit.
+		done, err := finishM(res.Record.Fence, end)(next, s.now())
+		if err == nil {
+			s.w.raw(func(w *driverRW) error {
+				_, err = storeIn(w, req.Key, rec == nil, done, ver)
+				return nil
+			})
+		}
 		if err != nil {
 			storeOp = "complete"
 		}

@@ -154,22 +154,34 @@ func applyIn(w rw, key string, m mutation, now time.Time) (*idem.Record, int64, 
 	if next == nil {
 		return nil, 0, merr
 	}
+	wver, err := storeIn(w, key, rec == nil, next, ver)
+	if err != nil {
+		return nil, 0, err
+	}
+	return next, wver, merr
+}
+
+// storeIn writes next, the new state of key's record, inside a write
+// transaction: an insert when the key had no row (absent), else an update
+// of the version ver that was loaded in the same transaction. It returns
+// the version written.
+func storeIn(w rw, key string, absent bool, next *idem.Record, ver int64) (int64, error) {
 	args, err := encodeRecord(next)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	if rec == nil {
+	if absent {
 		ver = insertVersion()
 	}
-	ok, err := write(w, rec == nil, args, ver)
+	ok, err := write(w, absent, args, ver)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	if !ok {
 		// Nothing else writes inside our transaction.
-		return nil, 0, &stmtError{"write", fmt.Errorf("%q changed inside the write transaction", key)}
+		return 0, &stmtError{"write", fmt.Errorf("%q changed inside the write transaction", key)}
 	}
-	return next, newVersion(rec == nil, ver), merr
+	return newVersion(absent, ver), nil
 }
 
 // newVersion is the version of the record written: ver itself when it was

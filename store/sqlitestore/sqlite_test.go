@@ -607,6 +607,45 @@ func TestInTx(t *testing.T) {
 	}
 }
 
+// TestInTxTakeoverAndLeaseLost: InTx decides the claim and the completion
+// in memory and writes the record once, so a takeover must still close
+// the lapsed attempt in the journal, and a claim whose record expired while
+// fn ran must leave nothing behind.
+func TestInTxTakeoverAndLeaseLost(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	mustClaim(t, s, req("t"))
+	clk.Advance(31 * time.Second) // the first attempt's lease (30 s) passed
+	res, val, err := s.InTx(ctx, req("t"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
+		return []byte("second"), nil
+	})
+	if err != nil || !res.Acquired || !res.Takeover || res.Record.Fence != 2 || string(val) != "second" {
+		t.Fatalf("InTx over a lapsed attempt: %+v %q %v", res, val, err)
+	}
+	rec, err := s.Get(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != idem.StatusCompleted || rec.Fence != 2 || rec.Attempt != 2 || string(rec.Result) != "second" ||
+		len(rec.Journal) != 2 || rec.Journal[0].Outcome != idem.OutcomeLapsed ||
+		!rec.Journal[1].Takeover || rec.Journal[1].Outcome != idem.OutcomeCompleted {
+		t.Fatalf("record after the takeover: %+v", rec)
+	}
+
+	r := req("late")
+	r.Lease, r.Retention = time.Second, time.Second
+	_, _, err = s.InTx(ctx, r, time.Hour, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		clk.Advance(2 * time.Second) // fn outlives its claim's record
+		return []byte("late"), nil
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("InTx whose fn outlived its claim's expiry: %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Get(ctx, "late"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("key after the lease was lost: %v, want ErrNotFound (the unit rolled back)", err)
+	}
+}
+
 // TestInTxAndWriter runs InTx calls and group-committed claims at once:
 // they share the write lock without errors or long waits.
 func TestInTxAndWriter(t *testing.T) {
