@@ -102,8 +102,11 @@ RETURNING id, body, attributes, group_id, dedup_id, receive_count, receipt, firs
 SELECT id, queue, body, attributes, group_id, dedup_id, receive_count, first_received, published, ?, ? FROM idem_queue_messages WHERE id = ? AND receipt = ?`
 	sqliteDeadDelete = `DELETE FROM idem_queue_messages WHERE id = ?`
 	sqliteDedupGet   = `SELECT message_id, expires_at FROM idem_queue_dedup WHERE queue = ? AND dedup_id = ?`
-	sqliteInsert     = `INSERT INTO idem_queue_messages (queue, body, attributes, group_id, dedup_id, visible_at, published)
-VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`
+	sqliteInsert     = sqliteInsertHead + `(?, ?, ?, ?, ?, ?, ?) RETURNING id`
+	// sqliteInsertHead starts the insert of messages; PublishBatch adds
+	// many rows of VALUES to it.
+	sqliteInsertHead = `INSERT INTO idem_queue_messages (queue, body, attributes, group_id, dedup_id, visible_at, published)
+VALUES `
 	// sqliteHandBack undoes a receive whose caller never saw it.
 	sqliteHandBack = `UPDATE idem_queue_messages
 SET visible_at = ?, receipt = NULL, receive_count = receive_count - 1,
