@@ -55,7 +55,13 @@ type Store interface {
 	// completed with Result; not Done makes it released. It bumps the fence,
 	// so a holder still running is refused. When fence is non-zero the record
 	// must still have that fence (else ErrLeaseLost), which lets an operator
-	// resolve exactly the attempt they inspected.
+	// resolve exactly the attempt they inspected. A fence alone does not
+	// name an attempt for good: fences start again at 1 once Delete or Sweep
+	// has removed a record, so a record claimed and finished since by others
+	// can reach the same fence. Callers that decide an attempt in progress
+	// (a reconciler holding the claim, an operator who inspected a lapsed
+	// one) set [Resolution.InProgress] too. An absent or expired record is
+	// ErrNotFound.
 	Resolve(ctx context.Context, key string, fence int64, r Resolution) (Record, error)
 	// Delete removes the record whatever its state. ErrNotFound if absent.
 	Delete(ctx context.Context, key string) error
@@ -118,6 +124,14 @@ type Resolution struct {
 	Reason    string        // why, recorded in the journal and the record
 	Retention time.Duration // Done: keep the record this long from now; 0 means DefaultRetention
 	By        string        // who resolved it (journal owner)
+	// InProgress refuses the resolution with ErrLeaseLost unless the record
+	// is still in_progress, its lease running or lapsed alike: with a
+	// non-zero fence, the attempt at that fence that the caller holds or
+	// inspected. It keeps a caller from overwriting a record that was
+	// deleted and then claimed and finished by others up to the same fence.
+	// Leave it unset to overwrite a completed, failed or released record on
+	// purpose. An absent or expired record is still ErrNotFound.
+	InProgress bool
 }
 
 // BatchClaimer is implemented by stores that claim many keys in one round

@@ -206,7 +206,7 @@ func extend(n *idem.Record, fence int64, lease time.Duration, now time.Time) {
 
 // Resolve applies an operator's decision. rec is not modified.
 func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*idem.Record, error) {
-	if err := resolvable(rec, fence, now); err != nil {
+	if err := resolvable(rec, fence, r.InProgress, now); err != nil {
 		return nil, err
 	}
 	n := clone(rec)
@@ -214,11 +214,15 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 	return n, nil
 }
 
-func resolvable(rec *idem.Record, fence int64, now time.Time) error {
+// resolvable reports whether a resolution at fence (0: any) may decide rec
+// (nil if absent) at now. inProgress (idem.Resolution.InProgress) asks for
+// an in_progress record, as held does for a holder's writes: like held, it
+// does not look at the lease, so a lapsed attempt is still in progress.
+func resolvable(rec *idem.Record, fence int64, inProgress bool, now time.Time) error {
 	if rec == nil || rec.Expired(now) {
 		return idem.ErrNotFound
 	}
-	if fence != 0 && rec.Fence != fence {
+	if fence != 0 && rec.Fence != fence || inProgress && rec.Status != idem.StatusInProgress {
 		return idem.ErrLeaseLost
 	}
 	return nil
@@ -427,7 +431,7 @@ func (s *Slot) Resolve(fence int64, r idem.Resolution, now time.Time) error {
 	if s == nil {
 		return idem.ErrNotFound
 	}
-	if err := resolvable(&s.rec, fence, now); err != nil {
+	if err := resolvable(&s.rec, fence, r.InProgress, now); err != nil {
 		return err
 	}
 	s.own()

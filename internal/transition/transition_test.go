@@ -132,7 +132,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			if rng.IntN(2) == 0 {
 				f = 0
 			}
-			r := idem.Resolution{Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op", Retention: dur(8), By: "alice"}
+			r := idem.Resolution{Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op", Retention: dur(8), By: "alice", InProgress: rng.IntN(2) == 0}
 			what = fmt.Sprintf("resolve fence %d %+v", f, r)
 			next, werr := cowCall(rec, func() (*idem.Record, error) { return Resolve(rec, f, r, now) })
 			gerr := slot.Resolve(f, r, now)
