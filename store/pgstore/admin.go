@@ -93,7 +93,7 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 		}
 	}
 	var raw rawRecord
-	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By)).
+	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By), r.InProgress).
 		Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool

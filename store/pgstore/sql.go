@@ -348,8 +348,10 @@ RETURNING t.lease_until`
 
 // resolveSQL applies an operator's decision (transition.Resolve): $1 key,
 // $2 fence (0: any), $3 done, $4 result, $5 reason, $6 retention (µs), $7
-// by. It returns the record; no row means absent, expired or another
-// fence (the caller tells which with the exists statement).
+// by, $8 in progress only (idem.Resolution.InProgress: the status must be
+// in_progress, whatever the lease). It returns the record; no row means
+// absent, expired, another fence or not in progress (the caller tells
+// which with the exists statement).
 func resolveSQL(table, now string) string {
 	outcome := `CASE WHEN $3::boolean THEN '` + idem.OutcomeResolvedDone + `' ELSE '` + idem.OutcomeResolvedNotDone + `' END`
 	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(t.journal) WITH ORDINALITY AS j(e, o)
@@ -380,6 +382,7 @@ UPDATE ` + table + ` AS t SET
 	END
 FROM c
 WHERE t.key = $1 AND ` + live("c.now") + ` AND ($2::bigint = 0 OR t.fence = $2::bigint)
+	AND (NOT $8::boolean OR t.status = 'in_progress')
 RETURNING ` + cols("t")
 }
 
