@@ -62,12 +62,16 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Resolve implements [idem.Store]: one script that bumps the fence and
-// records the decision, checking the fence when it is not zero.
+// records the decision, checking the fence when it is not zero and the
+// status when r.InProgress.
 func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return idem.Record{}, err
 	}
-	done := "0"
+	done, inProgress := "0", "0"
+	if r.InProgress {
+		inProgress = "1"
+	}
 	ret := r.Retention
 	if r.Done {
 		done = "1"
@@ -75,7 +79,7 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 			ret = idem.DefaultRetention
 		}
 	}
-	v, err := s.eval(ctx, scriptResolve, key, s.args(fence, done, r.Result, r.Reason, micros(ret), r.By))
+	v, err := s.eval(ctx, scriptResolve, key, s.args(fence, done, r.Result, r.Reason, micros(ret), r.By, inProgress))
 	if v == nil {
 		return idem.Record{}, s.wrap("resolve", key, err)
 	}

@@ -102,7 +102,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				m.sameTime(what+" lease", until, next.LeaseUntil)
 			}
 		case 8:
-			res := idem.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: "op says", By: fmt.Sprint("op", r.IntN(2))}
+			res := idem.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: "op says", By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0}
 			if r.IntN(2) == 0 {
 				res.Retention = 10 * time.Minute
 			}

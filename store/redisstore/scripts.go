@@ -424,10 +424,12 @@ return {1, lu}
 // resolveScript applies an operator's (or a reconciler's) decision.
 //
 //	ARGV[3] call id, [4] fence (0: any), [5] "1" done, [6] result,
-//	[7] reason, [8] retention µs (done), [9] by
+//	[7] reason, [8] retention µs (done), [9] by, [10] "1" in progress
+//	only (idem.Resolution.InProgress: the status must be in_progress,
+//	whatever the lease)
 //
 // Returns {1, now, hash} resolved, {0} not found, {2} lease lost (another
-// fence), {-1, now, why} corrupt.
+// fence, or not in progress), {-1, now, why} corrupt.
 const resolveScript = header + helpers + `
 local id, fence = ARGV[3], tonumber(ARGV[4])
 local h, flat = load()
@@ -442,6 +444,7 @@ if not statuses[h.st] then return corrupt('unknown status') end
 local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 if fence ~= 0 and f ~= fence then return {2} end
+if ARGV[10] == '1' and h.st ~= 'in_progress' then return {2} end
 local done, reason, by = ARGV[5] == '1', ARGV[7], ARGV[9]
 local outcome = 'resolved-not-done'
 if done then
