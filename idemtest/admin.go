@@ -195,6 +195,105 @@ func testAdmin(t *testing.T, h Harness) {
 		wantErr(t, "Resolve of an absent key", err, idem.ErrNotFound)
 	})
 
+	// InProgress: a caller deciding an attempt (a reconciler holding the
+	// claim, an operator who inspected a lapsed one) resolves it whether its
+	// lease runs or has passed.
+	t.Run("resolve_in_progress", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		live := hold(t, h, s, "live")
+		rec, err := s.Resolve(ctx, "live", live.Record.Fence, idem.Resolution{Done: true, Result: []byte("found"), Retention: time.Hour, By: "op", InProgress: true})
+		noErr(t, "Resolve(InProgress) of an attempt with a live lease", err)
+		if rec.Status != idem.StatusCompleted || rec.Fence != live.Record.Fence+1 {
+			t.Fatalf("Resolve(InProgress) of a live attempt returned {%s, fence %d}, want {completed, %d}", rec.Status, rec.Fence, live.Record.Fence+1)
+		}
+		wantBytes(t, "Result", get(t, s, "live").Result, []byte("found"))
+
+		r := req(h, "lapsed")
+		r.Policy = idem.AtMostOnce
+		lapsed := acquire(t, s, r)
+		r = req(h, "lapsed-any-fence")
+		r.Policy = idem.AtMostOnce
+		acquire(t, s, r)
+		lapse(t, h, s, "lapsed-any-fence") // claimed last, so "lapsed" lapsed too
+		rec, err = s.Resolve(ctx, "lapsed", lapsed.Record.Fence, idem.Resolution{Done: false, Reason: "not in the provider's log", By: "op", InProgress: true})
+		noErr(t, "Resolve(InProgress) of a lapsed attempt", err)
+		if rec.Status != idem.StatusReleased || rec.Fence != lapsed.Record.Fence+1 {
+			t.Fatalf("Resolve(InProgress) of a lapsed attempt returned {%s, fence %d}, want {released, %d}", rec.Status, rec.Fence, lapsed.Record.Fence+1)
+		}
+		_, err = s.Resolve(ctx, "lapsed-any-fence", 0, idem.Resolution{Done: false, By: "op", InProgress: true})
+		noErr(t, "Resolve(fence 0, InProgress) of a lapsed attempt", err)
+		if got := get(t, s, "lapsed-any-fence"); got.Status != idem.StatusReleased {
+			t.Fatalf("after Resolve(fence 0, InProgress): %s, want released", got.Status)
+		}
+	})
+
+	// InProgress refuses a record that is not in progress at the fence,
+	// even though the fence matches: fences start again at 1 after Delete,
+	// so a holder's fence can name a record that others claimed and
+	// finished since.
+	t.Run("resolve_in_progress_refuses_finished", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		ctx := context.Background()
+		// unchanged fails the test unless key is still want, as it was
+		// before a refused Resolve.
+		unchanged := func(what, key string, want idem.Record) {
+			t.Helper()
+			got := get(t, s, key)
+			if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.Reason != want.Reason || len(got.Journal) != len(want.Journal) {
+				t.Fatalf("after %s: {%s, fence %d, attempt %d, reason %q, %d journal entries}, want unchanged {%s, fence %d, attempt %d, reason %q, %d journal entries}",
+					what, got.Status, got.Fence, got.Attempt, got.Reason, len(got.Journal), want.Status, want.Fence, want.Attempt, want.Reason, len(want.Journal))
+			}
+			wantBytes(t, what+": Result", got.Result, want.Result)
+		}
+		refused := func(key string, fence int64) {
+			t.Helper()
+			before := get(t, s, key)
+			for _, done := range []bool{true, false} {
+				what := fmt.Sprintf("Resolve(%q, fence %d, Done %v, InProgress) of a %s record", key, fence, done, before.Status)
+				_, err := s.Resolve(ctx, key, fence, idem.Resolution{Done: done, Result: []byte("reconciled"), Retention: time.Hour, Reason: "reconciled", By: "holder", InProgress: true})
+				wantErr(t, what, err, idem.ErrLeaseLost)
+				unchanged(what, key, before)
+			}
+		}
+
+		// The holder of fence 1 loses its record to a Delete; another
+		// caller claims the key again and completes it at fence 1.
+		holder := acquire(t, s, req(h, "k"))
+		noErr(t, "Delete", s.Delete(ctx, "k"))
+		other := req(h, "k")
+		other.Owner = "other"
+		again := acquire(t, s, other)
+		if again.Record.Fence != holder.Record.Fence {
+			t.Fatalf("claim after Delete: fence %d, want %d (fences start again)", again.Record.Fence, holder.Record.Fence)
+		}
+		noErr(t, "other's Complete", s.Complete(ctx, "k", again.Record.Fence, []byte("theirs"), longRetention))
+		refused("k", holder.Record.Fence)
+		refused("k", 0)
+		wantBytes(t, "Result", get(t, s, "k").Result, []byte("theirs"))
+
+		fin := func(key string, end func(fence int64) error) int64 {
+			t.Helper()
+			cr := acquire(t, s, req(h, key))
+			noErr(t, "finishing "+key, end(cr.Record.Fence))
+			return cr.Record.Fence
+		}
+		f := fin("failed", func(f int64) error { return s.Fail(ctx, "failed", f, "declined", longRetention) })
+		refused("failed", f)
+		f = fin("released", func(f int64) error { return s.Release(ctx, "released", f, "retry") })
+		refused("released", f)
+
+		// Absent and expired stay ErrNotFound.
+		_, err := s.Resolve(ctx, "absent", 1, idem.Resolution{InProgress: true})
+		wantErr(t, "Resolve(InProgress) of an absent key", err, idem.ErrNotFound)
+		f = fin("expired", func(f int64) error { return s.Complete(ctx, "expired", f, []byte("r"), retention(h)) })
+		pass(t, h, s, retention(h)+time.Millisecond)
+		_, err = s.Resolve(ctx, "expired", f, idem.Resolution{InProgress: true})
+		wantErr(t, "Resolve(InProgress) of an expired key", err, idem.ErrNotFound)
+	})
+
 	t.Run("delete", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
