@@ -395,8 +395,10 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	if fnErr == nil {
 		var err error
 		if *reconciled {
+			// InProgress: fence alone may name a record deleted and then
+			// claimed and finished by others up to the same fence.
 			_, err = l.store.Resolve(fctx, key, fence, Resolution{Done: true, Result: val, Retention: c.retention,
-				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)"})
+				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)", InProgress: true})
 		} else {
 			err = l.complete(fctx, key, fence, val, c.retention)
 		}

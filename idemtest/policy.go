@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,54 @@ func testPolicy(t *testing.T, h Harness) {
 			wantBytes(t, "replayed Value", res.Value, []byte("found-in-provider"))
 		})
 	}
+
+	// While the hook runs, an operator deletes the key and other callers
+	// claim and complete it again, up to the fence the reconciling call
+	// holds (fences start again after Delete). The hook's "done" must not
+	// overwrite their result.
+	t.Run("reconcile/done_after_delete_and_recomplete", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		l := ledger(h, s, idem.WithPolicy(idem.AtMostOnce))
+		crashed(t, h, s, "k", idem.AtMostOnce)
+		var held int64
+		hook := idem.WithReconcile(func(ctx context.Context, _ idem.Lapsed) ([]byte, bool, error) {
+			rec, err := s.Get(ctx, "k")
+			if err != nil {
+				return nil, false, err
+			}
+			held = rec.Fence
+			if err := s.Delete(ctx, "k"); err != nil {
+				return nil, false, err
+			}
+			r := req(h, "k")
+			r.Owner = "other"
+			for {
+				cr, err := s.Claim(ctx, r)
+				if err != nil {
+					return nil, false, err
+				}
+				if !cr.Acquired {
+					return nil, false, fmt.Errorf("other's claim found %s at fence %d", cr.Record.Status, cr.Record.Fence)
+				}
+				if cr.Record.Fence == held {
+					return []byte("found-in-provider"), true, s.Complete(ctx, "k", cr.Record.Fence, []byte("theirs"), longRetention)
+				}
+				if err := s.Release(ctx, "k", cr.Record.Fence, "again"); err != nil {
+					return nil, false, err
+				}
+			}
+		})
+		var c counter
+		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn([]byte("sent")), hook)
+		c.want(t, 0)
+		wantErr(t, "reconciled Do whose key was deleted and completed again at its fence", err, idem.ErrLeaseLost)
+		rec := get(t, s, "k")
+		if rec.Status != idem.StatusCompleted || rec.Fence != held || rec.Owner != "other" {
+			t.Fatalf("after the refused reconcile: {%s, fence %d, owner %q}, want the other caller's {completed, %d, other}", rec.Status, rec.Fence, rec.Owner, held)
+		}
+		wantBytes(t, "stored Result", rec.Result, []byte("theirs"))
+	})
 
 	t.Run("reconcile/not_done", func(t *testing.T) {
 		t.Parallel()
