@@ -522,6 +522,83 @@ func TestResolve(t *testing.T) {
 	})
 }
 
+// recompleting is a store on which, once, the key is deleted and then
+// claimed and completed again by others up to the fence it had, right after
+// a command read it: a record at the fence the command inspected that is no
+// longer the attempt it inspected.
+type recompleting struct {
+	idem.Store
+	once sync.Once
+	err  error
+}
+
+func (s *recompleting) Get(ctx context.Context, key string) (idem.Record, error) {
+	rec, err := s.Store.Get(ctx, key)
+	if err != nil {
+		return rec, err
+	}
+	s.once.Do(func() {
+		if s.err = s.Store.Delete(ctx, key); s.err != nil {
+			return
+		}
+		for {
+			cr, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "other", Lease: lease, Retention: retention})
+			if err != nil || !cr.Acquired {
+				s.err = fmt.Errorf("other's claim: %v %+v", err, cr)
+				return
+			}
+			if cr.Record.Fence == rec.Fence {
+				s.err = s.Store.Complete(ctx, key, cr.Record.Fence, []byte("theirs"), retention)
+				return
+			}
+			if s.err = s.Store.Release(ctx, key, cr.Record.Fence, "again"); s.err != nil {
+				return
+			}
+		}
+	})
+	return rec, err
+}
+
+// TestResolveRecompletedAtItsFence: resolve and release decide the
+// in-progress attempt they inspected, not a record that reached its fence
+// again after a delete.
+func TestResolveRecompletedAtItsFence(t *testing.T) {
+	for _, args := range [][]string{
+		{"resolve", "k", "--done", "--result", "mine"},
+		{"resolve", "k", "--not-done"},
+		{"release", "k"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			clk := newClock()
+			s := &recompleting{Store: memstore.New(memstore.WithClock(clk.Now))}
+			ctx := context.Background()
+			for range 2 { // fence 2: the record is recompleted by a claim, a release and a claim
+				cr, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "w1", Policy: idem.AtMostOnce, Lease: lease, Retention: retention})
+				if err != nil || !cr.Acquired {
+					t.Fatalf("claim: %v %+v", err, cr)
+				}
+				if cr.Record.Fence == 1 {
+					if err := s.Store.Release(ctx, "k", 1, "retry"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			clk.Advance(lease + time.Second) // indeterminate
+			stores := storeurl.New()
+			stores.SetMem("test", s)
+			r := runWith(ctx, stores, append([]string{"--store", "mem:test"}, args...)...)
+			if s.err != nil {
+				t.Fatal(s.err)
+			}
+			r.expectErr(t, 1, "changed while it was being decided")
+			rec, err := s.Store.Get(ctx, "k")
+			if err != nil || rec.Status != idem.StatusCompleted || rec.Fence != 2 || rec.Owner != "other" || string(rec.Result) != "theirs" {
+				t.Fatalf("after the refused %s: %v %+v, want the other caller's completed record at fence 2", args[0], err, rec)
+			}
+		})
+	}
+}
+
 func TestSweep(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		// "short" and the first "expired" record expired at t0+30s; the

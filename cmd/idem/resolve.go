@@ -166,7 +166,9 @@ func runResolve(ctx context.Context, a *app, args []string) error {
 }
 
 // decide checks the key's state against what the operator asked, then
-// applies the resolution at the fence it read.
+// applies the resolution at the fence it read: to an attempt in progress
+// only while it still is in progress, to a finished record (--force, or
+// release of a failed key) as long as it still has that fence.
 func (a *app) decide(ctx context.Context, d decision, verb string) error {
 	s, err := a.open(ctx)
 	if err != nil {
@@ -187,7 +189,12 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 			return leaseLive("%q: attempt %d (owner %s) holds a live lease until %s (%s); it may still be running its effect. Wait for the lease to pass, or use --force",
 				d.key, rec.Attempt, orDash(rec.Owner), stamp(rec.LeaseUntil), rel(rec.LeaseUntil, now))
 		}
+		d.res.InProgress = true
 	case explain.StateLapsed, explain.StateIndeterminate:
+		// The attempt inspected, and only while it is in progress: the
+		// fence alone could match a record deleted since and then claimed
+		// and finished by others up to the same fence.
+		d.res.InProgress = true
 	case explain.StateReleased:
 		if verb == "release" {
 			fmt.Fprintf(a.stdout, "%s is already released (fence %d): the next delivery runs it as attempt %d; nothing done\n", d.key, rec.Fence, rec.Attempt+1)
