@@ -713,6 +713,34 @@ func TestSQLiteClosed(t *testing.T) {
 	}
 }
 
+// Under WithGroupCommit the queue writes through the ledger's store: once
+// that store is closed, the queue's calls fail with ErrClosed, as if the
+// queue itself had been closed.
+func TestSQLiteGroupCommitterClosed(t *testing.T) {
+	e := openSQLite(t, "", nil, sqlqueue.WithPollInterval(10*time.Millisecond))
+	q := e.queue(t, "q")
+	publish(t, q, queue.Outgoing{Body: []byte("x")})
+	ds := receive(t, q, 1)
+	if err := e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, sqlqueue.ErrClosed) || !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("%s after the store closed: %v, want sqlqueue.ErrClosed (and idem.ErrClosed)", what, err)
+		}
+	}
+	_, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("y")})
+	check("publish", err)
+	_, err = q.PublishBatch(context.Background(), []queue.Outgoing{{Body: []byte("y")}, {Body: []byte("z")}})
+	check("publish batch", err)
+	check("ack", ds[0].Ack(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = q.Receive(ctx, 1)
+	check("receive", err)
+}
+
 func TestSQLiteNoTables(t *testing.T) {
 	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "x.db"))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // sqliteWriter is the group commit of a [SQLite] handle: one goroutine
@@ -410,7 +412,7 @@ func (g *gcWriter) bind(tx *sql.Tx) *sqliteStmts {
 // do runs run as a unit of work. late is not needed: the committer answers
 // a unit it has begun with its outcome, whatever ctx does.
 func (g *gcWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error, _ func()) error {
-	return g.gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := g.gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		st := g.bind(tx)
 		now := g.s.now()
 		err := run(st, now)
@@ -419,6 +421,12 @@ func (g *gcWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) 
 		}
 		return err
 	})
+	if errors.Is(err, idem.ErrClosed) && !errors.Is(err, ErrClosed) {
+		// The committer (the ledger's store) was closed under the queue:
+		// the queue can write no more, as if it were closed itself.
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 func (g *gcWriter) close() {
