@@ -45,8 +45,9 @@ var (
 	// take (a negative delay, a nil transaction for PublishTx); nothing is
 	// published. A nil or empty body is fine.
 	ErrBadMessage = errors.New("sqlqueue: bad message")
-	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres]
-	// (it wraps [idem.ErrClosed]).
+	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres],
+	// and on a [SQLite] whose [WithGroupCommit] store is closed (it wraps
+	// [idem.ErrClosed]).
 	ErrClosed = fmt.Errorf("sqlqueue: %w", idem.ErrClosed)
 	// ErrNoTables is wrapped by the error of a call on a database whose
 	// queue tables do not exist (opened with WithMigrate(false) before
