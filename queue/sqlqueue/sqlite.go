@@ -468,20 +468,8 @@ func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][
 		args = append(args, q.name, body, nullBytes(attrs[i]), nullString(m.GroupID), now+m.Delay.Microseconds(), now)
 	}
 	b.WriteString(" RETURNING id")
-	rows, err := st.x.QueryContext(bg, b.String(), args...)
+	ids, err := queryIDs(st, b.String(), args...)
 	if err != nil {
-		return err
-	}
-	ids := make([]int64, 0, len(ms))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Close(); err != nil {
 		return err
 	}
 	if len(ids) != len(ms) {
@@ -495,6 +483,25 @@ func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][
 		out[i] = queue.Published{ID: formatID(id)}
 	}
 	return nil
+}
+
+// queryIDs runs a statement of the write transaction that returns one
+// id per row, and returns them.
+func queryIDs(st *sqliteStmts, query string, args ...any) ([]int64, error) {
+	rows, err := st.x.QueryContext(bg, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Close()
 }
 
 func nullString(s string) any {
@@ -764,27 +771,14 @@ func (q *SQLiteQueue) Redrive(ctx context.Context, limit int) (int, error) {
 		var moved int
 		err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
 			moved = 0
-			tx := st.x
-			rows, err := tx.QueryContext(bg, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+			ids, err := queryIDs(st, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
 SELECT id, queue, body, attributes, group_id, dedup_id, ?, 0, published FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?
 RETURNING id`, now, q.name, n)
 			if err != nil {
 				return err
 			}
-			var ids []int64
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return err
-				}
-				ids = append(ids, id)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
 			for _, id := range ids {
-				if _, err := tx.ExecContext(bg, `DELETE FROM idem_queue_dead WHERE id = ?`, id); err != nil {
+				if _, err := st.x.ExecContext(bg, `DELETE FROM idem_queue_dead WHERE id = ?`, id); err != nil {
 					return err
 				}
 			}
