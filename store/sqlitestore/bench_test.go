@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -190,4 +191,62 @@ func BenchmarkReplay(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkBatch measures ClaimBatch then CompleteBatch of 100 new keys
+// by 4 concurrent callers, as a consumer that claims what it received in
+// one call does. One op is one key claimed and completed.
+func BenchmarkBatch(b *testing.B) {
+	const size, callers = 100, 4
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var next atomic.Int64
+	rounds := (b.N + size - 1) / size
+	var round atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			reqs := make([]idem.ClaimRequest, size)
+			cs := make([]idem.Completion, size)
+			for round.Add(1) <= int64(rounds) {
+				for i := range reqs {
+					reqs[i] = idem.ClaimRequest{Key: "receipt:" + strconv.FormatInt(next.Add(1), 10),
+						Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+				}
+				res, err := s.ClaimBatch(ctx, reqs)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, r := range res {
+					if !r.Acquired {
+						errs <- fmt.Errorf("%s not acquired", reqs[i].Key)
+						return
+					}
+					cs[i] = idem.Completion{Key: reqs[i].Key, Fence: r.Record.Fence, Result: []byte("ok"), Retention: time.Hour}
+				}
+				failed, err := s.CompleteBatch(ctx, cs)
+				if err == nil {
+					err = errors.Join(failed...)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(rounds*size)/time.Since(start).Seconds(), "keys/s")
 }

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -114,6 +115,104 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 		s.held.put(key, written, wver)
 	default:
 		s.held.forget(key)
+	}
+	return err
+}
+
+// batchItem is one key's mutation in a batch of [Store.applyBatch].
+type batchItem struct {
+	key   string
+	from  start // fromAbsent or fromHeld decide before the writer; fromRead decides in it
+	dupes *dupEstimate
+	m     mutation
+
+	// err is this key's outcome: nil, m's error (ErrLeaseLost, ErrNotFound)
+	// or its record's corruption.
+	err error
+
+	rec     *idem.Record // decided on before the writer; nil: absent
+	ver     int64
+	next    *idem.Record
+	merr    error
+	args    []any
+	written *idem.Record
+	wver    int64
+}
+
+// applyBatch is apply for many keys in one operation of the writer, as
+// the batch calls (ClaimBatch, CompleteBatch) need: each item is decided
+// first outside the writer on the record its from names (none, or the one
+// this process holds) and handed over as a ready-made conditional write;
+// an item whose write misses, or that needs its record read, is decided
+// again inside the writer's transaction on the record as it is. Items run
+// in order, so a later item for a key sees an earlier one's write. The
+// batch's writes are one atomic operation: a store error undoes them all
+// and is returned; outcomes and corrupt records are each item's err.
+func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	s.stats.ops.Add(int64(len(items)))
+	now := s.now()
+	for i := range items {
+		it := &items[i]
+		switch it.from {
+		case fromHeld:
+			if h, ok := s.held.get(it.key); ok {
+				it.rec, it.ver = h.rec, h.ver
+				it.next, it.merr = it.m(it.rec, now)
+			}
+		case fromAbsent:
+			it.next, it.merr = it.m(nil, now)
+		}
+		if it.next == nil {
+			continue
+		}
+		args, err := encodeRecord(it.next)
+		if err != nil {
+			return err
+		}
+		it.args = args
+		if it.rec == nil {
+			it.ver = insertVersion()
+		}
+	}
+	err := s.w.do(ctx, true, func(w rw, now time.Time) error {
+		for i := range items {
+			it := &items[i]
+			it.written, it.err = nil, nil // the writer may run the batch again
+			if it.next != nil {
+				ok, err := write(w, it.rec == nil, it.args, it.ver)
+				if err != nil {
+					return err
+				}
+				if it.from == fromAbsent && it.dupes != nil {
+					it.dupes.observe(!ok)
+				}
+				if ok {
+					it.written, it.wver, it.err = it.next, newVersion(it.rec == nil, it.ver), it.merr
+					continue
+				}
+			}
+			var err error
+			it.written, it.wver, err = applyIn(w, it.key, it.m, now)
+			switch {
+			case err == nil:
+			case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
+				it.err = err // this key's alone; nothing was written for a corrupt one
+			default:
+				return err
+			}
+		}
+		return nil
+	})
+	for i := range items {
+		it := &items[i]
+		if err == nil && it.written != nil && it.written.Status == idem.StatusInProgress {
+			s.held.put(it.key, it.written, it.wver)
+		} else {
+			s.held.forget(it.key)
+		}
 	}
 	return err
 }

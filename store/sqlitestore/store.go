@@ -306,36 +306,58 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 }
 
 // ClaimBatch implements [idem.BatchClaimer]: the claims run in order in one
-// write transaction, so a later request for a key sees an earlier one. If
-// any claim fails (not an outcome: a store error or a corrupt record) none
-// of them is written and the error is returned.
+// write operation, so a later request for a key sees an earlier one, and
+// each is decided as [Store.Claim] decides it (new keys are inserted
+// without a read when keys are mostly new). A corrupt record fails its own
+// key (ClaimResult.Err); if a claim fails otherwise (a store error), none
+// of the batch is written and the error is returned.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
-	if s.closed.Load() {
-		return nil, errClosed
-	}
 	if len(reqs) == 0 {
+		if s.closed.Load() {
+			return nil, errClosed
+		}
 		return []idem.ClaimResult{}, nil
 	}
-	s.stats.ops.Add(int64(len(reqs)))
 	out := make([]idem.ClaimResult, len(reqs))
-	err := s.w.do(ctx, true, func(w rw, now time.Time) error {
-		for i, req := range reqs {
-			if _, _, err := applyIn(w, req.Key, claimM(req, &out[i]), now); err != nil {
-				if errors.Is(err, idem.ErrCorrupt) {
-					// This key alone: its record cannot be read, nothing
-					// was written for it.
-					out[i] = idem.ClaimResult{Record: idem.Record{Key: req.Key}, Err: err}
-					continue
-				}
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	from := fromAbsent
+	if s.dupes.readFirst() {
+		from = fromRead
+	}
+	items := make([]batchItem, len(reqs))
+	for i, req := range reqs {
+		items[i] = batchItem{key: req.Key, from: from, dupes: &s.dupes, m: claimM(req, &out[i])}
+	}
+	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
 	}
+	for i, it := range items {
+		if it.err != nil {
+			out[i] = idem.ClaimResult{Record: idem.Record{Key: it.key}, Err: it.err}
+		}
+	}
 	return out, nil
+}
+
+// CompleteBatch implements [idem.BatchCompleter]: the completions run in
+// order in one write operation, each as [Store.Complete] runs it (an
+// attempt this process claimed is completed without a read). errs[i] is
+// ErrLeaseLost or ErrNotFound when cs[i]'s attempt no longer holds its key,
+// or the error of a record that cannot be read; a store error writes none
+// of them and is returned.
+func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	items := make([]batchItem, len(cs))
+	for i, c := range cs {
+		end := transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}
+		items[i] = batchItem{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
+	}
+	if err := s.applyBatch(ctx, items); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(cs))
+	for i, it := range items {
+		errs[i] = it.err
+	}
+	return errs, nil
 }
 
 func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
