@@ -347,3 +347,25 @@ func TestHeartbeatFails(t *testing.T) {
 		t.Fatalf("retry: %d %q replayed=%v runs=%d", r.status, r.body, r.replayed(), runs.Load())
 	}
 }
+
+// TestHeartbeatFailsAfterEarlyHints: a 1xx is not the answer. A handler that
+// sent 103 Early Hints and then gave up when its lease was lost did nothing,
+// so the client gets 500 outcome-unknown, not net/http's implicit 200.
+func TestHeartbeatFailsAfterEarlyHints(t *testing.T) {
+	fs := idemtest.NewFaultStore(memstore.New())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the handler's context was not cancelled when its lease ran out")
+		}
+	})
+	srv := serve(t, ledger(fs), h, httpidem.WithLease(300*time.Millisecond))
+	fs.Inject(idemtest.OpExtend, idemtest.Fault{Err: errors.New("connection refused")})
+	r := post(t, srv.URL, newKey(), "x")
+	if r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemOutcomeUnknown {
+		t.Fatalf("lease lost after 103: %d %q, want 500 outcome-unknown", r.status, r.body)
+	}
+}

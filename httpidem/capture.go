@@ -25,7 +25,7 @@ type capture struct {
 	max       int
 	omitted   bool // over max, or a stream: the body is not kept
 	hijacked  bool
-	committed bool // something reached the underlying writer
+	committed bool // the final status (or a hijack) reached the underlying writer
 }
 
 func (c *capture) Header() http.Header { return c.rw.Header() }
@@ -38,8 +38,10 @@ func (c *capture) WriteHeader(code int) {
 		return
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		c.committed = true
-		c.rw.WriteHeader(code) // informational (103 Early Hints): not the result
+		// Informational (103 Early Hints): not the result, and it commits
+		// nothing: a final status can still follow (a problem, if the
+		// handler gives up without answering).
+		c.rw.WriteHeader(code)
 		return
 	}
 	c.status = code
