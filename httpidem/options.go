@@ -35,9 +35,11 @@ const (
 )
 
 // DefaultReplayHeaders are the response headers kept and replayed when
-// [WithReplayHeaders] is not given.
+// [WithReplayHeaders] is not given. Content-Encoding is among them because
+// the body is replayed byte for byte: without it, a compressed body cannot
+// be read.
 var DefaultReplayHeaders = []string{
-	"Cache-Control", "Content-Language", "Content-Location", "Content-Type",
+	"Cache-Control", "Content-Encoding", "Content-Language", "Content-Location", "Content-Type",
 	"ETag", "Expires", "Last-Modified", "Link", "Location", "Vary",
 }
 

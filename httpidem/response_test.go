@@ -3,6 +3,7 @@ package httpidem_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -206,5 +207,33 @@ func TestEarlyHints(t *testing.T) {
 	}
 	if second.status != http.StatusCreated || second.body != "made" || !second.replayed() || runs.Load() != 1 {
 		t.Fatalf("replay: %d %q replayed=%v runs=%d", second.status, second.body, second.replayed(), runs.Load())
+	}
+}
+
+// TestReplayContentEncoding: the stored body is replayed byte for byte, so
+// the header that says how those bytes are encoded must come with it: a
+// gzipped body replayed without Content-Encoding: gzip is garbage to the
+// client.
+func TestReplayContentEncoding(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = io.WriteString(zw, `{"ok":true}`)
+	_ = zw.Close()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Vary", "Accept-Encoding")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(gz.Bytes())
+	})
+	srv := serve(t, ledger(newMem()), h)
+	key := newKey()
+	for i, want := range []bool{false, true} {
+		// The default client asks for gzip and decodes it; a body it cannot
+		// decode (or one it does not know to decode) shows in r.body.
+		r := post(t, srv.URL, key, "x")
+		if r.status != http.StatusCreated || r.body != `{"ok":true}` || r.replayed() != want {
+			t.Fatalf("request %d: %d %q replayed=%v", i+1, r.status, r.body, r.replayed())
+		}
 	}
 }
