@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // fingerprint returns the sha256 of what makes a request "the same request":
@@ -79,8 +80,14 @@ func canonicalContentType(ct string) (string, bool) {
 }
 
 // canonicalJSON re-encodes one JSON value with object keys sorted and no
-// insignificant whitespace; numbers are kept as written.
+// insignificant whitespace; numbers are kept as written. A body whose
+// strings hold bytes that are not UTF-8, or lone surrogate escapes, is not
+// canonicalised: encoding/json decodes those to U+FFFD, so different bodies
+// would hash alike.
 func canonicalJSON(b []byte) ([]byte, bool) {
+	if !utf8.Valid(b) {
+		return nil, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
@@ -90,6 +97,9 @@ func canonicalJSON(b []byte) ([]byte, bool) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, false // trailing data
 	}
+	if hasReplacement(v) {
+		return nil, false // a lone surrogate (or a U+FFFD sent as such): keep the bytes
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -97,4 +107,26 @@ func canonicalJSON(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return buf.Bytes(), true
+}
+
+// hasReplacement reports whether a decoded JSON value holds U+FFFD in a
+// string or an object key.
+func hasReplacement(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, utf8.RuneError)
+	case []any:
+		for _, e := range v {
+			if hasReplacement(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range v {
+			if strings.ContainsRune(k, utf8.RuneError) || hasReplacement(e) {
+				return true
+			}
+		}
+	}
+	return false
 }

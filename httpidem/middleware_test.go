@@ -167,6 +167,28 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 }
 
+// TestCanonicalJSONInvalidStrings: canonical JSON only forgets formatting.
+// Two bodies whose strings differ in bytes that are not UTF-8 (or in lone
+// surrogate escapes) are different requests, though encoding/json decodes
+// both to U+FFFD: the second gets 422, not the first one's replay.
+func TestCanonicalJSONInvalidStrings(t *testing.T) {
+	var h counter
+	srv := serve(t, ledger(newMem()), &h, httpidem.WithCanonicalJSON(true))
+	for _, pair := range [][2]string{
+		{"{\"note\":\"\xff\"}", "{\"note\":\"\xfe\"}"},
+		{`{"note":"\ud800"}`, `{"note":"\udbff"}`},
+		{"{\"\xff\":1}", "{\"\xfe\":1}"},
+	} {
+		key := newKey()
+		if r := post(t, srv.URL, key, pair[0], "Content-Type", "application/json"); r.status != http.StatusCreated {
+			t.Fatalf("%q: %d %q", pair[0], r.status, r.body)
+		}
+		if r := post(t, srv.URL, key, pair[1], "Content-Type", "application/json"); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%q after %q under one key: %d (replayed=%v), want 422", pair[1], pair[0], r.status, r.replayed())
+		}
+	}
+}
+
 // TestInProgress: while the first request runs, a retry gets 409
 // request-in-progress with Retry-After: 1; after it finishes, the replay.
 // With WithBusyWait the retry waits and gets the replay instead.

@@ -257,7 +257,8 @@ func WithFingerprintHeaders(names ...string) Option {
 // insignificant whitespace removed, numbers kept as written (default false:
 // the raw bytes). With it, a client that re-serialises the same object with
 // its keys in another order is not refused with 422. A body that is not
-// valid JSON is fingerprinted raw.
+// valid JSON, or whose strings are not valid Unicode (bytes that are not
+// UTF-8, lone surrogate escapes), is fingerprinted raw.
 func WithCanonicalJSON(canonical bool) Option {
 	return func(c *config) { c.canonicalJSON = canonical }
 }
