@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -158,7 +159,10 @@ func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, 
 	case capture == nil:
 		return nil, errors.New("webhook: NewReceiver: nil capture")
 	}
-	if err := Key(source, "x").Err(); err != nil {
+	// The longest key a Receiver builds is the hashed one, for an id too
+	// long to be spelled out: the source must leave room for it, or every
+	// such event would be refused (503) forever.
+	if err := Key(source, strings.Repeat("x", idem.MaxKeyLen+1)).Err(); err != nil {
 		return nil, fmt.Errorf("webhook: NewReceiver: source: %w", err)
 	}
 	if err := capture.check(l); err != nil {

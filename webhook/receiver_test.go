@@ -415,6 +415,22 @@ func TestNewReceiverChecks(t *testing.T) {
 	}
 }
 
+// A source NewReceiver accepts must leave room for the longest key it
+// builds (accept:<source>:sha256:<hex>, for a long id): otherwise every
+// event with a long id would be answered 503 forever.
+func TestNewReceiverSourceLength(t *testing.T) {
+	s := mustStandard(t, testSecret)
+	l := idem.New(memstore.New(), idem.WithLogger(quiet))
+	long := strings.Repeat("i", 2*idem.MaxKeyLen)
+	for n := idem.MaxKeyLen - 120; n <= idem.MaxKeyLen; n++ {
+		src := strings.Repeat("s", n)
+		_, err := NewReceiver(src, s, l, Publish(&sqlitePub{}))
+		if kerr := Key(src, long).Err(); err == nil && kerr != nil {
+			t.Fatalf("NewReceiver accepted a %d-byte source whose long-id keys are invalid: %v", n, kerr)
+		}
+	}
+}
+
 // Under AtMostOnce a failed publish leaves the key indeterminate: the retry
 // is refused with 503 (never 200, never a second publish) until an operator
 // resolves it.
