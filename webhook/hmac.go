@@ -84,8 +84,9 @@ type HMACConfig struct {
 	TimestampHeader string
 	// IDHeader, if set, holds the event id. It must be one of the Signed
 	// parts (an unsigned id header could be changed by whoever replays the
-	// request), and its value must not contain a byte of any Literal part
-	// (which would make the signed content ambiguous). When empty, the id
+	// request), with a non-empty Literal between it and any neighbouring
+	// part, and its value must not contain a byte of any Literal part
+	// (either would make the signed content ambiguous). When empty, the id
 	// comes from ID.
 	IDHeader string
 	// Secrets, used as the strings they are (no decoding). At least one.
@@ -113,8 +114,9 @@ type HMAC struct {
 }
 
 // NewHMAC returns a generic HMAC scheme. It fails with [ErrNoSecret] without
-// a non-empty secret, and with an error when Header is empty or the
-// timestamp or id header is not signed.
+// a non-empty secret, and with an error when Header is empty, the timestamp
+// or id header is not signed, or the id header is not set apart from the
+// other signed parts by literals.
 func NewHMAC(cfg HMACConfig) (*HMAC, error) { return newHMAC("HMAC", cfg) }
 
 func newHMAC(name string, cfg HMACConfig) (*HMAC, error) {
@@ -143,6 +145,21 @@ func newHMAC(name string, cfg HMACConfig) (*HMAC, error) {
 		*h = http.CanonicalHeaderKey(*h)
 		if !signed[*h] {
 			return nil, fmt.Errorf("webhook: %s scheme: header %s is not part of the signed content", name, *h)
+		}
+	}
+	if cfg.IDHeader != "" {
+		// The id's bytes are told apart from its neighbours' only by a
+		// literal it may not contain: next to another header or the body,
+		// one signed content would read as several (id, neighbour) splits,
+		// and a replay could verify under a new id.
+		lit := func(p Part) bool { return p.header == "" && !p.body && p.literal != "" }
+		for i, p := range cfg.Signed {
+			if p.header != cfg.IDHeader {
+				continue
+			}
+			if i > 0 && !lit(cfg.Signed[i-1]) || i+1 < len(cfg.Signed) && !lit(cfg.Signed[i+1]) {
+				return nil, fmt.Errorf("webhook: %s scheme: id header %s must be separated from the other signed parts by a non-empty literal", name, cfg.IDHeader)
+			}
 		}
 	}
 	for i, k := range cfg.Secrets {

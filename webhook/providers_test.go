@@ -331,6 +331,43 @@ func TestGenericHMAC(t *testing.T) {
 	}
 }
 
+// An id header that touches another variable part of the signed content
+// (no literal between them) lets one signed delivery verify under another
+// id: id "evt_10" with timestamp 1614265330 signs the same bytes as id
+// "evt_1" with timestamp "01614265330", the same instant, so a replay would
+// be captured a second time. NewHMAC refuses such a configuration.
+func TestGenericHMACIDHeaderDelimited(t *testing.T) {
+	now := time.Unix(1614265330, 0)
+	for _, signed := range [][]Part{
+		{HeaderValue("X-Id"), HeaderValue("X-Ts"), Literal("."), Body},
+		{HeaderValue("X-Ts"), Literal("."), HeaderValue("X-Id"), Body},
+		{HeaderValue("X-Ts"), HeaderValue("X-Id"), Literal("."), Body},
+		{HeaderValue("X-Ts"), Literal(""), HeaderValue("X-Id"), Literal("."), Body},
+	} {
+		s, err := NewHMAC(HMACConfig{Header: "X-Sig", Signed: signed, TimestampHeader: "X-Ts", IDHeader: "X-Id", Secrets: []string{"k"}})
+		if err != nil {
+			continue
+		}
+		h := hdr("X-Id", "evt_10", "X-Ts", "1614265330")
+		sig, _ := s.Sign(h, []byte("{}"))
+		forged := hdr("X-Id", "evt_1", "X-Ts", "01614265330", "X-Sig", sig)
+		if ev, err := s.Verify(forged, []byte("{}"), now); err == nil {
+			t.Errorf("parts %v: a delivery signed for evt_10 verified as %q", signed, ev.ID)
+		} else {
+			t.Errorf("parts %v: accepted an id header not delimited by literals", signed)
+		}
+	}
+	// Delimited on both sides, or at an end of the content: accepted.
+	for _, signed := range [][]Part{
+		{HeaderValue("X-Id"), Literal("."), HeaderValue("X-Ts"), Literal("."), Body},
+		{HeaderValue("X-Ts"), Literal("."), Body, Literal("."), HeaderValue("X-Id")},
+	} {
+		if _, err := NewHMAC(HMACConfig{Header: "X-Sig", Signed: signed, TimestampHeader: "X-Ts", IDHeader: "X-Id", Secrets: []string{"k"}}); err != nil {
+			t.Errorf("parts %v: %v", signed, err)
+		}
+	}
+}
+
 func TestEventIDChecks(t *testing.T) {
 	s, _ := NewStripe("k")
 	now := time.Unix(1e9, 0)
