@@ -102,7 +102,10 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: the request URL does not parse", ErrMalformed)
 	}
-	var params string
+	var (
+		params     string
+		paramForms []string // params, and the other way of signing repeated names
+	)
 	if bodyHash := u.Query().Get("bodySHA256"); bodyHash != "" {
 		sum := sha256.Sum256(body)
 		if !hmac.Equal([]byte(strings.ToLower(bodyHash)), []byte(hex.EncodeToString(sum[:]))) {
@@ -117,16 +120,22 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 		if err != nil {
 			return Event{}, fmt.Errorf("%w: the form body does not parse", ErrMalformed)
 		}
-		params = twilioParams(form)
+		params = twilioParams(form, false)
+		if sorted := twilioParams(form, true); sorted != params {
+			paramForms = append(paramForms, sorted)
+		}
 	}
+	paramForms = append(paramForms, params)
 	ok := false
 	for _, cand := range twilioURLs(u) {
-		for _, k := range t.tokens {
-			m := hmac.New(sha1.New, k)
-			m.Write([]byte(cand))
-			m.Write([]byte(params))
-			if hmac.Equal(sig, m.Sum(nil)) {
-				ok = true
+		for _, p := range paramForms {
+			for _, k := range t.tokens {
+				m := hmac.New(sha1.New, k)
+				m.Write([]byte(cand))
+				m.Write([]byte(p))
+				if hmac.Equal(sig, m.Sum(nil)) {
+					ok = true
+				}
 			}
 		}
 	}
@@ -148,8 +157,11 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 }
 
 // twilioParams concatenates the form's names and values, sorted by name
-// (not by the concatenated strings: that order differs, and is wrong).
-func twilioParams(form url.Values) string {
+// (not by the concatenated strings: that order differs, and is wrong). A
+// name sent more than once has its values in the order sent, or, with
+// sortValues, sorted and without repeats, as Twilio's Python helper signs
+// them; the receiver accepts either.
+func twilioParams(form url.Values, sortValues bool) string {
 	names := make([]string, 0, len(form))
 	for k := range form {
 		names = append(names, k)
@@ -157,7 +169,11 @@ func twilioParams(form url.Values) string {
 	slices.Sort(names)
 	var b strings.Builder
 	for _, k := range names {
-		for _, v := range form[k] {
+		vs := form[k]
+		if sortValues && len(vs) > 1 {
+			vs = slices.Compact(slices.Sorted(slices.Values(vs)))
+		}
+		for _, v := range vs {
 			b.WriteString(k)
 			b.WriteString(v)
 		}
@@ -195,7 +211,7 @@ func (t *Twilio) Sign(fullURL string, form url.Values) string {
 	m := hmac.New(sha1.New, t.tokens[0])
 	m.Write([]byte(fullURL))
 	if form != nil {
-		m.Write([]byte(twilioParams(form)))
+		m.Write([]byte(twilioParams(form, false)))
 	}
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }

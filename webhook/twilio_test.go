@@ -1,6 +1,9 @@
 package webhook
 
 import (
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -99,6 +102,39 @@ func TestTwilioOfficialVectors(t *testing.T) {
 	}
 	if _, err := NewTwilio("https://x"); !errors.Is(err, ErrNoSecret) {
 		t.Fatal(err)
+	}
+}
+
+// A name sent more than once verifies whether the signer kept its values
+// in the order sent or sorted them without repeats (Twilio's Python
+// helper), and a changed value still fails.
+func TestTwilioRepeatedNames(t *testing.T) {
+	const u = "https://mycompany.com/sms"
+	s, err := NewTwilio(u, twToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(signed string) string {
+		m := hmac.New(sha1.New, []byte(twToken))
+		m.Write([]byte(u + signed))
+		return base64.StdEncoding.EncodeToString(m.Sum(nil))
+	}
+	body := "To=%2B1555&MediaUrl=b&MediaUrl=a&MediaUrl=b"
+	for name, signed := range map[string]string{
+		"as sent":           "MediaUrlbMediaUrlaMediaUrlbTo+1555",
+		"sorted, no repeat": "MediaUrlaMediaUrlbTo+1555",
+	} {
+		h := hdr("Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", sign(signed))
+		if _, err := s.Verify(h, []byte(body), time.Now()); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := s.Verify(h, []byte(strings.Replace(body, "=a", "=c", 1)), time.Now()); !errors.Is(err, ErrNoMatch) {
+			t.Errorf("%s, a value changed: %v, want ErrNoMatch", name, err)
+		}
+	}
+	h := hdr("Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", sign("MediaUrlaMediaUrlbMediaUrlbTo+1555"))
+	if _, err := s.Verify(h, []byte(body), time.Now()); !errors.Is(err, ErrNoMatch) {
+		t.Errorf("sorted with the repeat kept (no signer does this): %v, want ErrNoMatch", err)
 	}
 }
 
