@@ -29,7 +29,12 @@ type RequestScheme interface {
 //
 // For form posts (application/x-www-form-urlencoded) the signed content is
 // the full URL Twilio requested followed by every POST parameter's name and
-// value, sorted by name. For other bodies (JSON), the URL carries
+// value, sorted by name; the values of a name sent more than once are
+// taken sorted and without repeats, as Twilio's helper libraries sign
+// them, or in the order sent. (So a captured request whose repeated values
+// were reordered, or one repeated again, still verifies, under another
+// body hash: a second event. Twilio's own validators accept it too.) For
+// other bodies (JSON), the URL carries
 // bodySHA256=<hex SHA-256 of the body>: the signature covers the URL only
 // and the body must hash to that parameter. As in twilio-go, a signature is
 // also accepted for the URL without its port, or with the scheme's default
@@ -159,8 +164,8 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 // twilioParams concatenates the form's names and values, sorted by name
 // (not by the concatenated strings: that order differs, and is wrong). A
 // name sent more than once has its values in the order sent, or, with
-// sortValues, sorted and without repeats, as Twilio's Python helper signs
-// them; the receiver accepts either.
+// sortValues, sorted and without repeats, as Twilio's Node and Python
+// helpers sign them; the receiver accepts either.
 func twilioParams(form url.Values, sortValues bool) string {
 	names := make([]string, 0, len(form))
 	for k := range form {

@@ -107,7 +107,7 @@ func TestTwilioOfficialVectors(t *testing.T) {
 
 // A name sent more than once verifies whether the signer kept its values
 // in the order sent or sorted them without repeats (Twilio's Python
-// helper), and a changed value still fails.
+// and Node helpers), and a changed value still fails.
 func TestTwilioRepeatedNames(t *testing.T) {
 	const u = "https://mycompany.com/sms"
 	s, err := NewTwilio(u, twToken)
