@@ -145,8 +145,8 @@ type batchItem struct {
 // this process holds) and handed over as a ready-made conditional write;
 // an item whose write misses, or that needs its record read, is decided
 // again inside the writer's transaction on the record as it is. Items run
-// in order, so a later item for a key sees an earlier one's write. The
-// batch's writes are one atomic operation: a store error undoes them all
+// in order, so a later item for a key sees an earlier one's write. A store
+// error undoes the batch's writes (the writer rolls back its transaction)
 // and is returned; outcomes and corrupt records are each item's err.
 func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 	if s.closed.Load() {
@@ -177,14 +177,18 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 			it.ver = insertVersion()
 		}
 	}
-	err := s.w.do(ctx, true, func(w rw, now time.Time) error {
+	// Not an atomic op (a savepoint, whose statement journal copies every
+	// page the batch touches): every error the batch returns is a
+	// stmtError, on which the writer rolls back its whole transaction and
+	// runs the other operations again.
+	err := s.w.do(ctx, false, func(w rw, now time.Time) error {
 		for i := range items {
 			it := &items[i]
 			it.written, it.err = nil, nil // the writer may run the batch again
 			if it.next != nil {
 				ok, err := write(w, it.rec == nil, it.args, it.ver)
 				if err != nil {
-					return err
+					return asStmtError(err)
 				}
 				if it.from == fromAbsent && it.dupes != nil {
 					it.dupes.observe(!ok)
@@ -201,7 +205,7 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 			case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
 				it.err = err // this key's alone; nothing was written for a corrupt one
 			default:
-				return err
+				return asStmtError(err)
 			}
 		}
 		return nil
@@ -215,6 +219,15 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 		}
 	}
 	return err
+}
+
+// asStmtError makes err one on which the writer rolls back its whole
+// transaction, as a batch's writes must be undone together.
+func asStmtError(err error) error {
+	if isStmtError(err) {
+		return err
+	}
+	return &stmtError{"batch", err}
 }
 
 // dupEstimate follows the share of recent claims that found a record for
