@@ -592,6 +592,10 @@ func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.Operati
 func (c *Consumer) backoff(n int) time.Duration {
 	d := c.cfg.backoffBase
 	for i := 1; i < n && d < c.cfg.backoffMax; i++ {
+		if d > c.cfg.backoffMax/2 {
+			d = c.cfg.backoffMax // doubling would pass the cap, or overflow
+			break
+		}
 		d *= 2
 	}
 	d = min(d, c.cfg.backoffMax)
