@@ -67,8 +67,9 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 //     DeadLetter when this was the last receive allowed.
 //   - a message that arrives with a receive count over the maximum: the
 //     handler does not run; the key's record decides: done → Ack (a
-//     replay), another attempt running → Retry after the busy delay (busy
-//     retries and hand-backs count as receives too), otherwise DeadLetter.
+//     replay; done for a different payload → DeadLetter as a mismatch),
+//     another attempt running → Retry after the busy delay (busy retries
+//     and hand-backs count as receives too), otherwise DeadLetter.
 //
 // A message of a FIFO group runs only after the earlier messages of its
 // group in the same batch are acked or dead-lettered; once one is retried,
@@ -371,7 +372,8 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 		// Busy retries and hand-backs count as receives too: before giving
 		// up on the message, ask the ledger whether its key is done or
 		// still running.
-		return c.settle(ctx, d, m, c.overMax(ctx, key, m), idem.Result{}, c.ledger.LogKey(key.String()))
+		v, res := c.overMax(ctx, key, m, opts)
+		return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
 	}
 
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.handlerTimeout)
@@ -418,27 +420,55 @@ func (c *Consumer) prepare(m Message) (key idem.OperationKey, opts []idem.CallOp
 // key's record: done → ack (replayed); another attempt running → retry
 // after the busy delay; otherwise (absent, failed, released, lapsed) →
 // dead letter. A store error retries.
-func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message) verdict {
+func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message, opts []idem.CallOption) (verdict, idem.Result) {
 	dead := verdict{outcome: "dead-lettered", cause: "max-receives", action: actionDeadLetter,
 		reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}
 	rec, err := c.ledger.Store().Get(ctx, key.String())
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
-		return dead
+		return dead, idem.Result{}
 	case err != nil:
-		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the key's record: " + err.Error()}
+		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the key's record: " + err.Error()}, idem.Result{}
 	}
 	now, err := c.ledger.Store().Now(ctx)
 	if err != nil {
-		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the store's clock: " + err.Error()}
+		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the store's clock: " + err.Error()}, idem.Result{}
 	}
 	switch {
 	case rec.Status == idem.StatusCompleted && !rec.Expired(now):
-		return verdict{outcome: "replayed", action: actionAck, reason: "skipped, already done"}
+		return c.replayOverMax(ctx, key, m, opts, dead)
 	case rec.Status == idem.StatusInProgress && !rec.Lapsed(now):
-		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}
+		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}, idem.Result{}
 	}
-	return dead
+	return dead, idem.Result{}
+}
+
+// errOverMax is what the ledger is told when it would run the handler of a
+// message over its receives: the key's completed record went away between
+// the read and the call. The handler does not run.
+var errOverMax = errors.New("queue: not run: the message is over its receives")
+
+// replayOverMax answers a message over its receives whose key is completed.
+// The ledger, not the record alone, decides: it compares the message's
+// fingerprint with the record's, so a message that reused the key for
+// another payload is a mismatch (dead-lettered), not a replay (acked
+// without its effect ever happening).
+func (c *Consumer) replayOverMax(ctx context.Context, key idem.OperationKey, m Message, opts []idem.CallOption, dead verdict) (verdict, idem.Result) {
+	res, err := c.ledger.Do(ctx, key, func(context.Context) ([]byte, error) { return nil, idem.NotDone(errOverMax) }, opts...)
+	var busy *idem.InProgressError
+	switch {
+	case err == nil:
+		return verdict{outcome: "replayed", action: actionAck, reason: "skipped, already done"}, res
+	case errors.Is(err, errOverMax):
+		return dead, idem.Result{}
+	case errors.Is(err, idem.ErrMismatch):
+		return verdict{outcome: "dead-lettered", cause: "mismatch", action: actionDeadLetter, reason: err.Error()}, idem.Result{}
+	case errors.As(err, &busy), errors.Is(err, idem.ErrInProgress):
+		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}, idem.Result{}
+	case errors.Is(err, idem.ErrFailed), errors.Is(err, idem.ErrIndeterminate):
+		return dead, idem.Result{}
+	}
+	return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: err.Error()}, idem.Result{}
 }
 
 // do runs the handler under the ledger, turning a panic into an error.
