@@ -579,7 +579,9 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 
 // keepVisible extends d every extendEvery until the returned func is
 // called. It is a timer, not a goroutine: most handlers end before the
-// first extension is due.
+// first extension is due. An extension may take up to extendEvery (the
+// next one is due then); stop cancels one under way, so that a broker
+// call that hangs does not hold up the message's settlement.
 func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.OperationKey) (stop func()) {
 	if c.cfg.extendEvery <= 0 {
 		return func() {}
@@ -589,14 +591,18 @@ func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.Operati
 		stopped atomic.Bool
 		t       *time.Timer
 	)
+	xctx, cancel := context.WithCancel(ctx)
 	extend := func() {
 		run.Lock()
 		defer run.Unlock()
-		if stopped.Load() || ctx.Err() != nil {
+		if stopped.Load() || xctx.Err() != nil {
 			return
 		}
 		asked := time.Now()
-		if err := d.Extend(ctx, c.extendBy); err != nil && ctx.Err() == nil {
+		ectx, ecancel := context.WithTimeout(xctx, c.cfg.extendEvery)
+		err := d.Extend(ectx, c.extendBy)
+		ecancel()
+		if err != nil && xctx.Err() == nil {
 			// The ledger still guards the effect: another worker that
 			// gets the message finds the key busy.
 			c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed",
@@ -612,7 +618,8 @@ func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.Operati
 	return func() {
 		stopped.Store(true)
 		t.Stop()
-		run.Lock() // an extension under way finishes first
+		cancel()   // an extension under way gives up
+		run.Lock() // and finishes first
 		run.Unlock()
 	}
 }
