@@ -164,6 +164,14 @@ receive:
 		}
 		n := c.fillSlots(ctx, slots)
 		ds, err := c.src.Receive(ctx, n)
+		if err != nil && len(ds) > 0 {
+			// The source handed these out: left unsettled, they would
+			// wait for their visibility to lapse (forever where there is
+			// none). They are handled, or handed back when stopping.
+			c.log.LogAttrs(ctx, slog.LevelError, "queue: receive failed after handing out messages; handling them",
+				slog.Any("error", err), slog.Int("messages", len(ds)))
+			err = nil
+		}
 		if err != nil || len(ds) == 0 {
 			for range n {
 				<-slots
