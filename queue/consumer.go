@@ -396,6 +396,10 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.
 	stop := c.keepVisible(ctx, d, key)
+	// Also when the handler ends its goroutine (runtime.Goexit): the
+	// message is then left as after a crash, to come back when its
+	// visibility lapses.
+	defer stop()
 	res, err := c.do(hctx, key, m, opts)
 	stop()
 	v := c.judge(ctx, m, res, err)

@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,5 +61,43 @@ func TestHangingExtendDoesNotBlockSettlement(t *testing.T) {
 	}
 	if got, _ := d.settled(); len(got) != 1 || got[0] != "ack" {
 		t.Fatalf("settled %v, want [ack]", got)
+	}
+}
+
+// countingExtend counts extensions.
+type countingExtend struct {
+	*fakeDelivery
+	extends atomic.Int32
+}
+
+func (d *countingExtend) Extend(context.Context, time.Duration) error {
+	d.extends.Add(1)
+	return nil
+}
+
+// A handler that ends its goroutine (runtime.Goexit, t.FailNow in a test
+// handler) leaves its message as a crash would: the delivery is no longer
+// extended, so it comes back when its visibility lapses. Extended for as
+// long as the consumer runs, it would never come back, and its FIFO group
+// would wait behind it for good.
+func TestHandlerGoexitStopsExtending(t *testing.T) {
+	c, err := queue.NewConsumer(&shortVisibility{}, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))),
+		queue.MessageIDKey("m"), func(context.Context, queue.Message) ([]byte, error) {
+			time.Sleep(50 * time.Millisecond) // past the first extension
+			runtime.Goexit()
+			return nil, nil
+		},
+		queue.WithHandlerTimeout(200*time.Millisecond), queue.WithExtendEvery(20*time.Millisecond),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &countingExtend{fakeDelivery: &fakeDelivery{m: queue.Message{ID: "1", ReceiveCount: 1}}}
+	c.HandleBatch(context.Background(), []queue.Delivery{d})
+	time.Sleep(50 * time.Millisecond)
+	n := d.extends.Load()
+	time.Sleep(200 * time.Millisecond)
+	if m := d.extends.Load(); m != n {
+		t.Fatalf("the delivery was extended %d more times after its handler's goroutine ended", m-n)
 	}
 }
