@@ -154,7 +154,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	slots := make(chan struct{}, c.cfg.concurrency)
 	var wg sync.WaitGroup
-	failures := 0
+	failures, empties := 0, 0
 receive:
 	for {
 		select {
@@ -186,10 +186,17 @@ receive:
 				if !sleep(ctx, d) {
 					break
 				}
+				continue
+			}
+			// A source that returns nothing without waiting (a short
+			// poll) is paced, so the loop does not spin.
+			empties++
+			if !sleep(ctx, emptyPause(empties)) {
+				break
 			}
 			continue
 		}
-		failures = 0
+		failures, empties = 0, 0
 		units := groupUnits(ds)
 		for ; n > len(units); n-- {
 			<-slots
@@ -238,6 +245,18 @@ receive:
 	}
 	return nil
 }
+
+// emptyPause is the wait after the n-th receive in a row that returned
+// nothing: fillWait doubled per receive, up to maxEmptyPause.
+func emptyPause(n int) time.Duration {
+	if n > 10 {
+		return maxEmptyPause
+	}
+	return min(fillWait<<n, maxEmptyPause)
+}
+
+// maxEmptyPause bounds the wait between receives that return nothing.
+const maxEmptyPause = 250 * time.Millisecond
 
 // shutdownGrace is how long Run waits, after cancelling the handlers still
 // running at the shutdown timeout, for them to return.

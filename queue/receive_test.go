@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +76,33 @@ func TestDeliveriesReturnedWithAnErrorAreHandled(t *testing.T) {
 	<-done
 	if got, _ := d.settled(); len(got) != 1 || got[0] != "ack" {
 		t.Fatalf("settled %v, want [ack]", got)
+	}
+}
+
+// emptySource answers every Receive at once with nothing (a short poll).
+type emptySource struct{ calls atomic.Int64 }
+
+func (s *emptySource) Receive(context.Context, int) ([]queue.Delivery, error) {
+	s.calls.Add(1)
+	return nil, nil
+}
+func (*emptySource) Visibility() time.Duration { return time.Minute }
+
+// A source that returns nothing without waiting does not make the receive
+// loop spin on the CPU it shares with the handlers.
+func TestEmptyReceivesDoNotSpin(t *testing.T) {
+	src := &emptySource{}
+	c, err := queue.NewConsumer(src, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))), queue.MessageIDKey("m"), noop,
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := src.calls.Load(); n > 100 {
+		t.Fatalf("%d receives in 500ms from a source that returns nothing at once, want a paced loop (at most 100)", n)
 	}
 }
