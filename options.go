@@ -104,8 +104,8 @@ func WithCache(n int) Option {
 // (pgstore: one statement and one commit per batch; redisstore: one
 // pipelined round trip) when many goroutines call the Ledger at once, as a
 // queue consumer's handlers do. Leave it off on memstore (nothing to
-// share) and on sqlitestore, which already groups concurrent writes into
-// one commit: batching on top cost it a third of its rate end to end.
+// share); on sqlitestore, which already groups concurrent writes into one
+// commit, it neither gains nor costs (end to end, measured alike).
 // Default 0 (off); max ≤ 1 turns it off. Outcomes are the same either way:
 // each key is claimed and completed on its own terms, and a store failure
 // during a batch is every waiting call's store error (a record that cannot

@@ -271,7 +271,7 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 				rep.note("e2e sqlite: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
 			}
 			load := loadavg()
-			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN, 0) // sqlitestore groups its writes itself: coalescing costs it
+			r, err := idemE2E(ctx, cfg, st, q, cfg.e2eN, 0) // sqlitestore groups its writes itself: coalescing gains it nothing
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}
