@@ -269,6 +269,9 @@ func (l *Ledger) callConfig(opts []CallOption) *callConfig {
 	for _, o := range opts {
 		o.applyCall(c)
 	}
+	if c.leaseCap > 0 && c.lease > c.leaseCap {
+		c.lease = c.leaseCap
+	}
 	return c
 }
 

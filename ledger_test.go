@@ -112,3 +112,37 @@ func TestLeaseRunsOutWhileAnExtensionHangs(t *testing.T) {
 		t.Fatalf("Do = %v, want ErrLeaseLost", err)
 	}
 }
+
+// WithLeaseAtMost bounds the lease whatever WithLease says, on the Ledger
+// or the call, before or after it; a shorter lease stays as it is.
+func TestWithLeaseAtMost(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ledger time.Duration
+		opts   []idem.CallOption
+		want   time.Duration
+	}{
+		{"ledger lease capped", time.Hour, []idem.CallOption{idem.WithLeaseAtMost(5 * time.Second)}, 5 * time.Second},
+		{"cap before the call's lease", 10 * time.Second, []idem.CallOption{idem.WithLeaseAtMost(5 * time.Second), idem.WithLease(time.Hour)}, 5 * time.Second},
+		{"cap after the call's lease", 10 * time.Second, []idem.CallOption{idem.WithLease(time.Hour), idem.WithLeaseAtMost(5 * time.Second)}, 5 * time.Second},
+		{"the smaller of two caps", time.Hour, []idem.CallOption{idem.WithLeaseAtMost(5 * time.Second), idem.WithLeaseAtMost(20 * time.Second)}, 5 * time.Second},
+		{"shorter lease kept", 2 * time.Second, []idem.CallOption{idem.WithLeaseAtMost(5 * time.Second)}, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := memstore.New()
+			l := idem.New(s, idem.WithLease(tc.ledger), idem.WithLogger(slog.New(slog.DiscardHandler)))
+			var lease time.Duration
+			_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+				rec, err := s.Get(ctx, "k")
+				lease = rec.LeaseUntil.Sub(rec.Journal[0].Started)
+				return nil, err
+			}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lease != tc.want {
+				t.Fatalf("lease %v, want %v", lease, tc.want)
+			}
+		})
+	}
+}

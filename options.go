@@ -46,6 +46,7 @@ type config struct {
 
 type callConfig struct {
 	lease       time.Duration
+	leaseCap    time.Duration // WithLeaseAtMost; 0: none
 	retention   time.Duration
 	policy      Policy
 	fingerprint string
@@ -63,6 +64,19 @@ func WithLease(d time.Duration) LedgerCallOption {
 			c.lease = d
 		}
 	}}
+}
+
+// WithLeaseAtMost caps the call's lease at d, whatever [WithLease] (on the
+// Ledger or the call, before or after it) sets. It is for callers with a
+// deadline, such as a Lambda handler: a lease that outlives the invocation
+// would keep the key from the next delivery that long after the process
+// is killed at its deadline. Non-positive values are ignored.
+func WithLeaseAtMost(d time.Duration) CallOption {
+	return callOption(func(c *callConfig) {
+		if d > 0 && (c.leaseCap == 0 || d < c.leaseCap) {
+			c.leaseCap = d
+		}
+	})
 }
 
 // WithRetention sets how long a finished record is remembered (default
