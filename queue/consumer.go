@@ -408,9 +408,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	if dl, ok := ctx.Deadline(); ok {
 		// The lease must not outlive the invocation: a Lambda killed at its
 		// deadline leaves the key to the next delivery no later than that.
-		if until := time.Until(dl); until < c.ledger.Lease() {
-			opts = append(opts, idem.WithLease(max(until, time.Second)))
-		}
+		opts = append(opts, idem.WithLeaseAtMost(max(time.Until(dl), time.Second)))
 	}
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.

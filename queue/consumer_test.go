@@ -111,36 +111,49 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 // the ledger lease by it: a worker killed at the deadline leaves the key to
 // the next delivery soon after, not a whole default lease later.
 func TestHandleBatchBoundsLeaseByDeadline(t *testing.T) {
-	store := memstore.New()
-	q := memqueue.New()
-	l := idem.New(store, idem.WithLease(time.Hour))
-	var leaseLeft time.Duration
-	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(ctx context.Context, m queue.Message) ([]byte, error) {
-		rec, err := store.Get(ctx, idem.Key("m", m.ID).String())
-		if err != nil {
-			return nil, err
-		}
-		leaseLeft = time.Until(rec.LeaseUntil)
-		return nil, nil
-	}, queue.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := q.Receive(context.Background(), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c.HandleBatch(ctx, ds)
-	if leaseLeft <= 0 || leaseLeft > 21*time.Second {
-		t.Fatalf("lease left while the handler ran: %v, want at most the 20s to the deadline (the ledger's lease is 1h)", leaseLeft)
-	}
-	if ready, held := q.Len(); ready+held != 0 {
-		t.Fatalf("after HandleBatch: ready %d held %d, want the message acked", ready, held)
+	for _, tc := range []struct {
+		name    string
+		ledger  []idem.Option
+		perCall []idem.CallOption
+	}{
+		{"ledger lease 1h", []idem.Option{idem.WithLease(time.Hour)}, nil},
+		// A longer lease from WithCallOptions is bounded as well.
+		{"call lease 1h", []idem.Option{idem.WithLease(10 * time.Second)}, []idem.CallOption{idem.WithLease(time.Hour)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memstore.New()
+			q := memqueue.New()
+			l := idem.New(store, append(tc.ledger, idem.WithLogger(slog.New(slog.DiscardHandler)))...)
+			var leaseLeft time.Duration
+			c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(ctx context.Context, m queue.Message) ([]byte, error) {
+				rec, err := store.Get(ctx, idem.Key("m", m.ID).String())
+				if err != nil {
+					return nil, err
+				}
+				leaseLeft = time.Until(rec.LeaseUntil)
+				return nil, nil
+			}, queue.WithLogger(slog.New(slog.DiscardHandler)),
+				queue.WithCallOptions(func(queue.Message) []idem.CallOption { return tc.perCall }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := q.Receive(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c.HandleBatch(ctx, ds)
+			if leaseLeft <= 0 || leaseLeft > 21*time.Second {
+				t.Fatalf("lease left while the handler ran: %v, want at most the 20s to the deadline", leaseLeft)
+			}
+			if ready, held := q.Len(); ready+held != 0 {
+				t.Fatalf("after HandleBatch: ready %d held %d, want the message acked", ready, held)
+			}
+		})
 	}
 }
 
