@@ -420,7 +420,29 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	res, err := c.do(hctx, key, m, opts)
 	stop()
 	v := c.judge(ctx, m, res, err)
-	return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
+	return c.settle(ctx, d, m, v, withAttempt(res, err), c.ledger.LogKey(key.String()))
+}
+
+// withAttempt fills in the fence and attempt of an outcome that came as an
+// error (busy, failed, indeterminate), for the message's log line.
+func withAttempt(res idem.Result, err error) idem.Result {
+	if res.Fence != 0 || err == nil {
+		return res
+	}
+	var (
+		busy *idem.InProgressError
+		ind  *idem.IndeterminateError
+		fail *idem.FailedError
+	)
+	switch {
+	case errors.As(err, &busy):
+		res.Fence, res.Attempt = busy.Fence, busy.Attempt
+	case errors.As(err, &ind):
+		res.Fence, res.Attempt = ind.Fence, ind.Attempt
+	case errors.As(err, &fail):
+		res.Fence, res.Attempt = fail.Fence, fail.Attempt
+	}
+	return res
 }
 
 // prepare computes m's key and ledger call options, turning a panic in the

@@ -1,8 +1,10 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,3 +95,30 @@ func (*fakeSource) Receive(ctx context.Context, _ int) ([]queue.Delivery, error)
 	return nil, ctx.Err()
 }
 func (*fakeSource) Visibility() time.Duration { return time.Minute }
+
+// The line of a message whose outcome came as an error (busy here) names
+// the attempt that holds the key, as the ledger's own line does: the
+// fence and attempt a person debugging "two emails" looks for.
+func TestBusyLineNamesTheHoldingAttempt(t *testing.T) {
+	store := memstore.New()
+	l := idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Key: idem.Key("m", "1").String(), Owner: "other",
+		Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c, err := queue.NewConsumer(&fakeSource{}, l, queue.MessageIDKey("m"), noop,
+		queue.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDelivery{m: queue.Message{ID: "1", Body: []byte("x"), ReceiveCount: 1}}
+	c.HandleBatch(context.Background(), []queue.Delivery{d})
+	if got, _ := d.settled(); len(got) != 1 || got[0] != "retry" {
+		t.Fatalf("a busy key: %v, want [retry]", got)
+	}
+	line := buf.String()
+	if !strings.Contains(line, "outcome=busy") || !strings.Contains(line, "fence=1") || !strings.Contains(line, "attempt=1") {
+		t.Fatalf("busy line without the holding attempt's fence and attempt: %s", line)
+	}
+}
