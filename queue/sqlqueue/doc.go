@@ -44,7 +44,9 @@
 //
 // A message with a GroupID is handed out only while no earlier message of
 // its group (a lower id) is still in the queue: received and not settled,
-// delayed, or waiting. So a group is worked through one message at a time,
+// delayed, or waiting; nor while another message of its group is in
+// flight (a redriven message keeps its id, and on PostgreSQL a publish
+// may commit after a later one). So a group is worked through one message at a time,
 // in publish order; a Retry keeps the message at the head of its group
 // (and blocks the group until it is acked or dead-lettered); other groups
 // and ungrouped messages are not held up. A group's next message becomes

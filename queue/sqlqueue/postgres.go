@@ -104,11 +104,17 @@ func newPGNames(schema string) pgNames {
 		lockKey:  int64(h.Sum64()),
 	}
 	n.seq = "'" + strings.ReplaceAll(qual("idem_queue_messages_id_seq"), "'", "''") + "'"
+	// The in-flight check names m.id so that it stays correlated (on
+	// the group's in-flight index) rather than hashing every in-flight
+	// message of the table.
 	n.receive = n.render(`WITH picked AS (
 	SELECT m.id FROM {{messages}} m
 	WHERE m.queue = $1 AND m.visible_at <= now()
-	  AND (m.group_id IS NULL OR NOT EXISTS (
-		SELECT 1 FROM {{messages}} e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id))
+	  AND (m.group_id IS NULL OR (NOT EXISTS (
+		SELECT 1 FROM {{messages}} e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)
+	  AND NOT EXISTS (
+		SELECT 1 FROM {{messages}} f WHERE f.queue = m.queue AND f.group_id = m.group_id
+		AND f.receipt IS NOT NULL AND f.visible_at > now() AND f.id <> m.id)))
 	ORDER BY m.visible_at, m.id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)
@@ -169,6 +175,7 @@ func (n pgNames) render(sql string) string {
 		"{{seq}}", n.seq,
 		"{{messages_visible}}", id("idem_queue_messages_visible"),
 		"{{messages_group}}", id("idem_queue_messages_group"),
+		"{{messages_group_in_flight}}", id("idem_queue_messages_group_in_flight"),
 		"{{dead_queue}}", id("idem_queue_dead_queue"),
 		"{{dedup_expires}}", id("idem_queue_dedup_expires"),
 	).Replace(sql)

@@ -86,14 +86,19 @@ const (
 	// sqliteReceive hands out up to ?4 visible messages of queue ?3 at
 	// ?2 (now), hidden until ?1. A message of a group is eligible only
 	// while no earlier message of its group is in the table (in flight,
-	// delayed or waiting): the group's head.
+	// delayed or waiting): the group's head; and while no other message
+	// of its group is in flight (a redriven message keeps its id, so it
+	// may come back before a later message that is being handled).
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (
 	SELECT m.id FROM idem_queue_messages m
 	WHERE m.queue = ?3 AND m.visible_at <= ?2
-	  AND (m.group_id IS NULL OR NOT EXISTS (
-		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id))
+	  AND (m.group_id IS NULL OR (NOT EXISTS (
+		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)
+	  AND NOT EXISTS (
+		SELECT 1 FROM idem_queue_messages f WHERE f.queue = m.queue AND f.group_id = m.group_id
+		AND f.receipt IS NOT NULL AND f.visible_at > ?2 AND f.id <> m.id)))
 	ORDER BY m.visible_at, m.id
 	LIMIT ?4)
 RETURNING id, body, attributes, group_id, dedup_id, receive_count, receipt, first_received, published`
