@@ -849,3 +849,56 @@ func TestSQLiteRedriveIntoBusyGroup(t *testing.T) {
 		})
 	}
 }
+
+// cancelInUnit is a GroupCommitter that runs units on a store's writer
+// and, once the unit with the marked context has run, cancels that
+// context before the transaction commits: the caller gives up while the
+// writer has its receive in hand.
+type cancelInUnit struct {
+	st *sqlitestore.Store
+}
+
+type cancelKey struct{}
+
+func (c cancelInUnit) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return c.st.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		err := fn(ctx, tx)
+		if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+			cancel()
+		}
+		return err
+	})
+}
+
+// A Receive whose context ends while the group committer runs its unit
+// returns the context's error, and the messages it took are handed back
+// (visible at once, the receive uncounted), as with the handle's own
+// writer: not handed to a caller that has gone, nor hidden for the
+// visibility timeout.
+func TestSQLiteGroupCommitReceiveGivenUp(t *testing.T) {
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	qs, err := sqlqueue.NewSQLite(context.Background(), st.DB(), sqlqueue.WithGroupCommit(cancelInUnit{st}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qs.Close()
+	q, err := qs.Queue("q", sqlqueue.WithVisibility(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, q, queue.Outgoing{Body: []byte("m")})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ds, err := q.Receive(context.WithValue(ctx, cancelKey{}, cancel), 1)
+	if !errors.Is(err, context.Canceled) || len(ds) != 0 {
+		t.Fatalf("receive given up in the unit = %q, %v; want context.Canceled", bodies(ds), err)
+	}
+	ds = receive(t, q, 1) // not after the hour's visibility
+	if m := ds[0].Message(); m.ReceiveCount != 1 {
+		t.Fatalf("receive count %d after a receive nobody saw, want 1", m.ReceiveCount)
+	}
+}
