@@ -612,6 +612,13 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 	if err != nil {
 		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while the writer ran the receive (a group
+		// committer answers a unit it has begun whatever ctx does): hand
+		// the messages back rather than to a caller that has gone.
+		q.handBack(ds)
+		return nil, err
+	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
 	return ds, nil
 }

@@ -415,7 +415,8 @@ func (g *gcWriter) bind(tx *sql.Tx) *sqliteStmts {
 }
 
 // do runs run as a unit of work. late is not needed: the committer answers
-// a unit it has begun with its outcome, whatever ctx does.
+// a unit it has begun with its outcome, whatever ctx does (a receive whose
+// ctx ended meanwhile hands its messages back itself).
 func (g *gcWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error, _ func()) error {
 	err := g.gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		st := g.bind(tx)
