@@ -902,3 +902,33 @@ func TestSQLiteGroupCommitReceiveGivenUp(t *testing.T) {
 		t.Fatalf("receive count %d after a receive nobody saw, want 1", m.ReceiveCount)
 	}
 }
+
+// Under WithGroupCommit, a Receive already waiting when the ledger's store
+// closes, and the handle's reads after that, fail with ErrClosed too (the
+// store closes the database they read).
+func TestSQLiteGroupCommitterClosedWhileWaiting(t *testing.T) {
+	e := openSQLite(t, "", nil, sqlqueue.WithPollInterval(10*time.Millisecond))
+	q := e.queue(t, "q")
+	waiting := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := q.Receive(ctx, 1)
+		waiting <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, sqlqueue.ErrClosed) || !errors.Is(err, idem.ErrClosed) {
+			t.Fatalf("%s after the store closed: %v, want sqlqueue.ErrClosed (and idem.ErrClosed)", what, err)
+		}
+	}
+	check("waiting receive", <-waiting)
+	_, err := q.Stats(context.Background())
+	check("stats", err)
+	_, err = q.DeadLetters(context.Background(), 0)
+	check("dead letters", err)
+}
