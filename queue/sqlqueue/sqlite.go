@@ -134,6 +134,12 @@ func (s *SQLite) wrapErr(err error) error {
 	if s.closed.Load() && !errors.Is(err, ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
+	// The pool was closed under the handle (with WithGroupCommit, the
+	// store closes it): the handle can do no more, as if closed itself.
+	// database/sql does not export the error.
+	if !errors.Is(err, ErrClosed) && strings.Contains(err.Error(), "sql: database is closed") {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	if strings.Contains(err.Error(), "no such table: idem_queue_") {
 		return fmt.Errorf("%w (open the queue with migrations on): %w", ErrNoTables, err)
 	}
