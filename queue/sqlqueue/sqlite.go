@@ -38,12 +38,13 @@ type SQLite struct {
 	closed    atomic.Bool
 	lastSweep atomic.Int64
 
-	// txStmts are PublishTx's statements, prepared on db once: a
-	// transaction reuses the copy its connection already prepared.
+	// txStmts are PublishTx's statements, prepared on db once it
+	// succeeds (a failure, such as tables not made yet, is tried again
+	// next time): a transaction reuses the copy its connection already
+	// prepared.
 	txStmts struct {
-		once sync.Once
-		s    [3]*sql.Stmt // sqliteDedupGet, sqliteInsert, sqliteDedupPut
-		err  error
+		ready atomic.Pointer[[3]*sql.Stmt] // sqliteDedupGet, sqliteInsert, sqliteDedupPut
+		mu    sync.Mutex                   // preparing them
 	}
 }
 
@@ -96,24 +97,39 @@ func (s *SQLite) Close() error {
 	}
 	s.w.close()
 	s.wakers.wakeAll() // waiting receivers return ErrClosed
-	for _, st := range s.txStmts.s {
-		if st != nil {
+	s.txStmts.mu.Lock()
+	if sts := s.txStmts.ready.Load(); sts != nil {
+		for _, st := range sts {
 			st.Close()
 		}
 	}
+	s.txStmts.mu.Unlock()
 	return nil
 }
 
 // publishTxStmts returns PublishTx's statements prepared on the pool.
 func (s *SQLite) publishTxStmts(ctx context.Context) ([3]*sql.Stmt, error) {
-	s.txStmts.once.Do(func() {
-		for i, q := range []string{sqliteDedupGet, sqliteInsert, sqliteDedupPut} {
-			if s.txStmts.s[i], s.txStmts.err = s.db.PrepareContext(context.WithoutCancel(ctx), q); s.txStmts.err != nil {
-				return
+	if sts := s.txStmts.ready.Load(); sts != nil {
+		return *sts, nil
+	}
+	s.txStmts.mu.Lock()
+	defer s.txStmts.mu.Unlock()
+	if sts := s.txStmts.ready.Load(); sts != nil {
+		return *sts, nil
+	}
+	var sts [3]*sql.Stmt
+	for i, q := range []string{sqliteDedupGet, sqliteInsert, sqliteDedupPut} {
+		st, err := s.db.PrepareContext(context.WithoutCancel(ctx), q)
+		if err != nil {
+			for _, p := range sts[:i] {
+				p.Close()
 			}
+			return sts, err
 		}
-	})
-	return s.txStmts.s, s.txStmts.err
+		sts[i] = st
+	}
+	s.txStmts.ready.Store(&sts)
+	return sts, nil
 }
 
 func (s *SQLite) now() int64 { return s.cfg.clock().UnixMicro() }
