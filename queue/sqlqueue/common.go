@@ -282,6 +282,31 @@ func encodeAttrs(a map[string]string) ([]byte, error) {
 	return b, nil
 }
 
+// corruptRow is a received message whose stored attributes cannot be
+// read (a row written from outside the queue's API).
+type corruptRow struct {
+	d   *delivery
+	err error
+}
+
+// deadLetterCorrupt moves the corrupt messages a receive took to the dead
+// letters, with the reason, instead of failing the receive (which would
+// fail every later one: the queue would be stuck behind one row). A
+// message it cannot move comes back when its visibility lapses.
+func deadLetterCorrupt(log *slog.Logger, queueName string, rows []corruptRow,
+	deadLetter func(context.Context, *delivery, string) error) {
+	for _, r := range rows {
+		reason := "undecodable: " + r.err.Error()
+		if err := deadLetter(context.Background(), r.d, reason); err != nil {
+			log.Error("sqlqueue: dead-lettering a message whose attributes cannot be read; it comes back after the visibility timeout",
+				"queue", queueName, "message_id", formatID(r.d.id), "reason", reason, "err", err)
+			continue
+		}
+		log.Warn("sqlqueue: dead-lettered a message whose attributes cannot be read",
+			"queue", queueName, "message_id", formatID(r.d.id), "reason", reason)
+	}
+}
+
 func decodeAttrs(b []byte) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil

@@ -796,7 +796,10 @@ func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Deliv
 		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
 	defer rows.Close()
-	var ds []queue.Delivery
+	var (
+		ds      []queue.Delivery
+		corrupt []corruptRow
+	)
 	for rows.Next() {
 		d := &delivery{s: q}
 		var attrs, group, dedup *string
@@ -806,7 +809,8 @@ func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Deliv
 		}
 		if attrs != nil {
 			if d.msg.Attributes, err = decodeAttrs([]byte(*attrs)); err != nil {
-				return nil, err
+				corrupt = append(corrupt, corruptRow{d, err})
+				continue
 			}
 		}
 		d.msg.ID = formatID(d.id)
@@ -827,6 +831,8 @@ func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Deliv
 		}
 		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
+	rows.Close()
+	deadLetterCorrupt(q.p.cfg.logger, q.name, corrupt, q.deadLetter)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
 	return ds, nil
 }
@@ -902,9 +908,10 @@ FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2`, q.name, limit)
 			return nil, fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err)
 		}
 		if attrs != nil {
-			if dl.Message.Attributes, err = decodeAttrs([]byte(*attrs)); err != nil {
-				return nil, err
-			}
+			// Attributes that cannot be read (the reason says so: a
+			// receive dead-lettered the message for them) are left out,
+			// not the list.
+			dl.Message.Attributes, _ = decodeAttrs([]byte(*attrs))
 		}
 		dl.Message.ID = formatID(id)
 		if group != nil {

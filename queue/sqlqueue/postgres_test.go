@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -672,5 +673,32 @@ func TestPostgresLateCommitIntoBusyGroup(t *testing.T) {
 	ds = receive(t, q, 10)
 	if got := fmt.Sprint(bodies(ds)); got != "[x1]" {
 		t.Fatalf("after acking x2 = %s, want x1", got)
+	}
+}
+
+// A message whose stored attributes are not a string map (a row written
+// from outside the API) is dead-lettered by the receive that takes it; the
+// receive hands out the others instead of failing.
+func TestPostgresCorruptAttributesDeadLettered(t *testing.T) {
+	pool := pgPool(t)
+	schema := pgSchema(t, pool)
+	p := openPostgres(t, pool, schema)
+	q := pgQueue(t, p, "q")
+	bad := publish(t, q, queue.Outgoing{Body: []byte("bad"), Attributes: map[string]string{"a": "1"}})
+	publish(t, q, queue.Outgoing{Body: []byte("good")})
+	if _, err := pool.Exec(context.Background(), `UPDATE `+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()+
+		` SET attributes = '{"a": 1}'::jsonb WHERE id = $1`, bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	ds := receive(t, q, 10)
+	if len(ds) != 1 || string(ds[0].Message().Body) != "good" {
+		t.Fatalf("received %d messages (first %q), want only the good one", len(ds), ds[0].Message().Body)
+	}
+	dls, err := q.DeadLetters(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || string(dls[0].Message.Body) != "bad" || !strings.Contains(dls[0].Reason, "undecodable") {
+		t.Fatalf("dead letters %+v, want the bad message, undecodable", dls)
 	}
 }

@@ -603,9 +603,12 @@ func (q *SQLiteQueue) waitVisible(ctx context.Context, backoff *time.Duration, w
 }
 
 func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, error) {
-	var ds []queue.Delivery
+	var (
+		ds      []queue.Delivery
+		corrupt []corruptRow
+	)
 	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
-		ds = ds[:0]
+		ds, corrupt = ds[:0], corrupt[:0]
 		rows, err := st.receive.Query(now+q.cfg.visibility.Microseconds(), now, q.name, max)
 		if err != nil {
 			return err
@@ -621,7 +624,8 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 				return err
 			}
 			if d.msg.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
-				return err
+				corrupt = append(corrupt, corruptRow{d, err})
+				continue
 			}
 			d.msg.ID = formatID(d.id)
 			d.msg.GroupID, d.msg.DedupID = group.String, dedup.String
@@ -641,6 +645,7 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 		q.handBack(ds)
 		return nil, err
 	}
+	deadLetterCorrupt(q.s.cfg.logger, q.name, corrupt, q.deadLetter)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
 	return ds, nil
 }
@@ -763,9 +768,9 @@ FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?`, q.name, limit)
 		if err := rows.Scan(&id, &dl.Message.Body, &attrs, &group, &dedup, &dl.Message.ReceiveCount, &first, &published, &dl.Reason, &at); err != nil {
 			return nil, fmt.Errorf("sqlqueue: dead letters of %s: %w", q.name, err)
 		}
-		if dl.Message.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
-			return nil, err
-		}
+		// Attributes that cannot be read (the reason says so: a receive
+		// dead-lettered the message for them) are left out, not the list.
+		dl.Message.Attributes, _ = decodeAttrs([]byte(attrs.String))
 		dl.Message.ID = formatID(id)
 		dl.Message.GroupID, dl.Message.DedupID = group.String, dedup.String
 		if first.Valid {

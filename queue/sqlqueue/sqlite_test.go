@@ -932,3 +932,28 @@ func TestSQLiteGroupCommitterClosedWhileWaiting(t *testing.T) {
 	_, err = q.DeadLetters(context.Background(), 0)
 	check("dead letters", err)
 }
+
+// A message whose stored attributes cannot be read (a row written from
+// outside the API) is dead-lettered by the receive that takes it, with the
+// reason; the receive hands out the others instead of failing, which
+// would have failed every receive after it too.
+func TestSQLiteCorruptAttributesDeadLettered(t *testing.T) {
+	e := openSQLite(t, "", nil)
+	q := e.queue(t, "q")
+	bad := publish(t, q, queue.Outgoing{Body: []byte("bad"), Attributes: map[string]string{"a": "1"}})
+	publish(t, q, queue.Outgoing{Body: []byte("good")})
+	if _, err := e.store.DB().Exec(`UPDATE idem_queue_messages SET attributes = '{' WHERE id = ?`, bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	ds := receive(t, q, 10)
+	if got := bodies(ds); len(got) != 1 || got[0] != "good" {
+		t.Fatalf("received %q, want only the good message", got)
+	}
+	dls, err := q.DeadLetters(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || string(dls[0].Message.Body) != "bad" || !strings.Contains(dls[0].Reason, "undecodable") {
+		t.Fatalf("dead letters %+v, want the bad message, undecodable", dls)
+	}
+}
