@@ -1,0 +1,383 @@
+// Package modeltest runs random operations against a store and against
+// internal/transition (the rules every store implements) and compares every
+// answer and every record: a differential test for the stores that
+// re-implement the rules in their backend (SQL, Lua, DynamoDB conditions).
+package modeltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
+)
+
+// Config describes the store under test.
+type Config struct {
+	Store idem.Store
+	// Advance moves the store's clock forward by d.
+	Advance func(d time.Duration)
+	// Exact: the store's clock is the test's (it does not run on by
+	// itself), so times must match exactly and boundaries are exact.
+	Exact bool
+	// Sweep: compare Sweep's count with the model's.
+	Sweep bool
+}
+
+type model struct {
+	t       *testing.T
+	c       Config
+	now     time.Time
+	start   time.Time
+	records map[string]*idem.Record
+}
+
+// Run runs steps random operations from seed.
+func Run(t *testing.T, c Config, seed uint64, steps int) {
+	ctx := context.Background()
+	m := &model{t: t, c: c, records: map[string]*idem.Record{}, start: time.Now()}
+	var err error
+	if m.now, err = c.Store.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store
+	r := rand.New(rand.NewPCG(seed, seed*7+1))
+	keys := []string{"a", "b", "c"}
+	pick := func(xs ...time.Duration) time.Duration { return xs[r.IntN(len(xs))] }
+	reason := func(s string) string {
+		if r.IntN(3) == 0 {
+			return ""
+		}
+		return s
+	}
+	fenceOf := func(key string) int64 {
+		if rec := m.records[key]; rec != nil {
+			return rec.Fence + int64(r.IntN(3)) - 1
+		}
+		return 1
+	}
+	claimReq := func(key string, step int) idem.ClaimRequest {
+		req := idem.ClaimRequest{
+			Key: key, Owner: fmt.Sprintf("w%d", r.IntN(3)), Correlation: fmt.Sprintf("c%d", step),
+			Policy: idem.Policy(r.IntN(2)), TakeLapsed: r.IntN(4) == 0,
+			Lease:     pick(time.Minute, 2*time.Minute, 10*time.Minute),
+			Retention: pick(time.Minute, 5*time.Minute, time.Hour),
+		}
+		if r.IntN(4) == 0 {
+			req.Owner, req.Correlation = "", ""
+		}
+		if r.IntN(2) == 0 {
+			req.Fingerprint = fmt.Sprint("fp", r.IntN(2))
+		}
+		return req
+	}
+	for step := range steps {
+		key := keys[r.IntN(len(keys))]
+		fence := fenceOf(key)
+		what := ""
+		switch op := r.IntN(15); op {
+		case 0, 1, 2:
+			req := claimReq(key, step)
+			what = fmt.Sprintf("Claim(%+v)", req)
+			cr, err := s.Claim(ctx, req)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			m.claimed(what, req, cr)
+		case 3:
+			res := []byte(fmt.Sprint("result-", step))
+			if r.IntN(4) == 0 {
+				res = nil
+			}
+			ret := pick(time.Minute, time.Hour)
+			what = fmt.Sprintf("Complete(%s, %d, %v)", key, fence, ret)
+			m.finish(what, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: res, Retention: ret},
+				s.Complete(ctx, key, fence, res, ret))
+		case 4:
+			ret := pick(time.Minute, time.Hour)
+			rs := reason("failed")
+			what = fmt.Sprintf("Fail(%s, %d, %q)", key, fence, rs)
+			m.finish(what, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: rs, Retention: ret},
+				s.Fail(ctx, key, fence, rs, ret))
+		case 5:
+			rs := reason("released")
+			what = fmt.Sprintf("Release(%s, %d, %q)", key, fence, rs)
+			m.finish(what, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: rs},
+				s.Release(ctx, key, fence, rs))
+		case 6:
+			rs := reason("abandoned")
+			what = fmt.Sprintf("Abandon(%s, %d, %q)", key, fence, rs)
+			m.finish(what, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: rs},
+				s.Abandon(ctx, key, fence, rs))
+		case 7:
+			lease := pick(time.Minute, 3*time.Minute, 2*time.Hour)
+			what = fmt.Sprintf("Extend(%s, %d, %v)", key, fence, lease)
+			until, err := s.Extend(ctx, key, fence, lease)
+			next, merr := transition.Extend(m.records[key], fence, lease, m.now)
+			m.sameErr(what, err, merr)
+			if next != nil {
+				m.records[key] = next
+			}
+			if err == nil {
+				m.sameTime(what+" lease", until, next.LeaseUntil)
+			}
+		case 8:
+			res := idem.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: reason("op says"), By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0}
+			if r.IntN(2) == 0 {
+				res.Retention = 10 * time.Minute
+			}
+			if r.IntN(4) == 0 {
+				res.By = ""
+			}
+			f := int64(0)
+			if r.IntN(2) == 0 {
+				f = fence
+			}
+			what = fmt.Sprintf("Resolve(%s, %d, %+v)", key, f, res)
+			got, err := s.Resolve(ctx, key, f, res)
+			next, merr := transition.Resolve(m.records[key], f, res, m.now)
+			m.sameErr(what, err, merr)
+			if merr == nil {
+				m.records[key] = next
+				m.sameRecord(what, got, *next)
+			}
+		case 9:
+			d := pick(0, time.Minute, 2*time.Minute, 5*time.Minute, 30*time.Minute, 61*time.Minute)
+			if rec := m.records[key]; rec != nil && r.IntN(2) == 0 {
+				// Exactly to a boundary of the key's record.
+				b := rec.LeaseUntil
+				if r.IntN(2) == 0 {
+					b = rec.ExpiresAt
+				}
+				if b.After(m.now) {
+					d = b.Sub(m.now)
+				}
+			}
+			what = fmt.Sprintf("advance %v", d)
+			c.Advance(d)
+			m.now = m.now.Add(d)
+		case 10:
+			bc, ok := s.(idem.BatchClaimer)
+			if !ok {
+				continue
+			}
+			n := 1 + r.IntN(4)
+			reqs := make([]idem.ClaimRequest, n)
+			for i := range reqs {
+				reqs[i] = claimReq(keys[r.IntN(len(keys))], step)
+			}
+			what = fmt.Sprintf("ClaimBatch(%+v)", reqs)
+			out, err := bc.ClaimBatch(ctx, reqs)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if len(out) != n {
+				t.Fatalf("%s: %d results", what, len(out))
+			}
+			for i, req := range reqs {
+				if out[i].Err != nil {
+					t.Fatalf("%s: [%d]: %v", what, i, out[i].Err)
+				}
+				m.claimed(fmt.Sprintf("%s [%d]", what, i), req, out[i])
+			}
+		case 11:
+			bc, ok := s.(idem.BatchCompleter)
+			if !ok {
+				continue
+			}
+			n := 1 + r.IntN(4)
+			cs := make([]idem.Completion, n)
+			for i := range cs {
+				k := keys[r.IntN(len(keys))]
+				cs[i] = idem.Completion{Key: k, Fence: fenceOf(k), Result: []byte(fmt.Sprint("batch-", step, "-", i)), Retention: pick(time.Minute, time.Hour)}
+			}
+			what = fmt.Sprintf("CompleteBatch(%+v)", cs)
+			errs, err := bc.CompleteBatch(ctx, cs)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if len(errs) != n {
+				t.Fatalf("%s: %d errors", what, len(errs))
+			}
+			for i, c := range cs {
+				next, merr := transition.Finish(m.records[c.Key], c.Fence, transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}, m.now)
+				got := errs[i]
+				if errors.Is(got, idem.ErrNotFound) {
+					got = idem.ErrLeaseLost // BatchCompleter allows either
+				}
+				m.sameErr(fmt.Sprintf("%s [%d]", what, i), got, merr)
+				if next != nil {
+					m.records[c.Key] = next
+				}
+			}
+		case 12:
+			what = fmt.Sprintf("Delete(%s)", key)
+			err := s.Delete(ctx, key)
+			rec := m.records[key]
+			var merr error
+			if rec == nil || rec.Expired(m.now) {
+				merr = idem.ErrNotFound
+			} else {
+				delete(m.records, key)
+			}
+			m.sameErr(what, err, merr)
+		case 13:
+			if !c.Sweep {
+				continue
+			}
+			what = "Sweep"
+			n, err := s.Sweep(ctx, 100)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			want := 0
+			for k, rec := range m.records {
+				if rec.Expired(m.now) {
+					want++
+					delete(m.records, k)
+				}
+			}
+			if n != want {
+				t.Fatalf("Sweep deleted %d, model %d", n, want)
+			}
+		case 14:
+			q := idem.ListQuery{}
+			switch r.IntN(4) {
+			case 1:
+				q.Stuck = true
+			case 2:
+				q.Status = idem.StatusInProgress
+			case 3:
+				q.Status = idem.StatusReleased
+			}
+			if r.IntN(3) == 0 {
+				q.After = "a"
+			}
+			what = fmt.Sprintf("List(%+v)", q)
+			got, err := s.List(ctx, q)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			var gk, wk []string
+			for _, rec := range got {
+				gk = append(gk, rec.Key)
+			}
+			for _, k := range keys {
+				rec := m.records[k]
+				if rec == nil || rec.Expired(m.now) || k <= q.After ||
+					q.Status != "" && rec.Status != q.Status || q.Stuck && !rec.Lapsed(m.now) {
+					continue
+				}
+				wk = append(wk, k)
+			}
+			if !slices.Equal(gk, wk) {
+				t.Fatalf("%s = %v, model %v", what, gk, wk)
+			}
+		}
+		for _, k := range keys {
+			m.check(what, k)
+		}
+	}
+}
+
+func (m *model) claimed(what string, req idem.ClaimRequest, cr idem.ClaimResult) {
+	m.t.Helper()
+	next, want := transition.Claim(m.records[req.Key], req, m.now)
+	if next != nil {
+		m.records[req.Key] = next
+	}
+	if cr.Acquired != want.Acquired || cr.Takeover != want.Takeover {
+		m.t.Fatalf("%s: acquired %v takeover %v, model %v %v", what, cr.Acquired, cr.Takeover, want.Acquired, want.Takeover)
+	}
+	m.sameTime(what+" Now", cr.Now, m.now)
+	if want.Acquired || !want.Record.Expired(m.now) {
+		m.sameRecord(what, cr.Record, want.Record)
+	}
+}
+
+func (m *model) finish(what, key string, fence int64, end transition.Ending, err error) {
+	m.t.Helper()
+	next, merr := transition.Finish(m.records[key], fence, end, m.now)
+	m.sameErr(what, err, merr)
+	if next != nil {
+		m.records[key] = next
+	}
+}
+
+func (m *model) sameErr(what string, got, want error) {
+	m.t.Helper()
+	if (got == nil) != (want == nil) || (want != nil && !errors.Is(got, want)) {
+		m.t.Fatalf("%s: err %v, model %v", what, got, want)
+	}
+}
+
+func (m *model) check(what, key string) {
+	m.t.Helper()
+	got, err := m.c.Store.Get(context.Background(), key)
+	want := m.records[key]
+	if want == nil || want.Expired(m.now) {
+		if !errors.Is(err, idem.ErrNotFound) {
+			m.t.Fatalf("after %s: Get(%s) = %v, %v; model: absent", what, key, got.Status, err)
+		}
+		return
+	}
+	if err != nil {
+		m.t.Fatalf("after %s: Get(%s): %v", what, key, err)
+	}
+	m.sameRecord("after "+what+": "+key, got, *want)
+}
+
+// sameTime allows a store whose clock runs on to be ahead of the model by
+// the real time the test took.
+func (m *model) sameTime(what string, got, want time.Time) {
+	m.t.Helper()
+	if got.IsZero() != want.IsZero() {
+		m.t.Fatalf("%s: time %v, model %v", what, got, want)
+	}
+	d := got.Sub(want)
+	if m.c.Exact {
+		if d != 0 {
+			m.t.Fatalf("%s: time %v, model %v (off by %v)", what, got, want, d)
+		}
+		return
+	}
+	if d < -time.Millisecond || d > time.Since(m.start)+time.Second {
+		m.t.Fatalf("%s: time %v, model %v (off by %v)", what, got, want, d)
+	}
+}
+
+func (m *model) sameRecord(what string, got, want idem.Record) {
+	m.t.Helper()
+	if got.Key != want.Key || got.Status != want.Status || got.Policy != want.Policy || got.Fence != want.Fence ||
+		got.Attempt != want.Attempt || got.Owner != want.Owner || got.Fingerprint != want.Fingerprint ||
+		string(got.Result) != string(want.Result) || got.Reason != want.Reason || len(got.Journal) != len(want.Journal) {
+		g, w := got, want
+		g.Journal, w.Journal = nil, nil
+		m.t.Fatalf("%s:\n got   %+v\n model %+v", what, g, w)
+	}
+	for _, p := range []struct {
+		n    string
+		g, w time.Time
+	}{{"LeaseUntil", got.LeaseUntil, want.LeaseUntil}, {"ExpiresAt", got.ExpiresAt, want.ExpiresAt},
+		{"CreatedAt", got.CreatedAt, want.CreatedAt}, {"UpdatedAt", got.UpdatedAt, want.UpdatedAt}} {
+		m.sameTime(what+" "+p.n, p.g, p.w)
+	}
+	for i := range got.Journal {
+		g, w := got.Journal[i], want.Journal[i]
+		jw := fmt.Sprintf("%s: journal[%d]", what, i)
+		m.sameTime(jw+" Started", g.Started, w.Started)
+		m.sameTime(jw+" LeaseUntil", g.LeaseUntil, w.LeaseUntil)
+		m.sameTime(jw+" Ended", g.Ended, w.Ended)
+		m.sameTime(jw+" LateFinish", g.LateFinish, w.LateFinish)
+		g.Started, g.LeaseUntil, g.Ended, g.LateFinish = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		w.Started, w.LeaseUntil, w.Ended, w.LateFinish = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if g != w {
+			m.t.Fatalf("%s:\n got   %+v\n model %+v", jw, g, w)
+		}
+	}
+}
