@@ -436,10 +436,16 @@ func newQueries(table, clockTable string) queries {
 }
 
 // micros converts d to whole microseconds, the resolution of the server's
-// clock (rounded up, so a positive duration never becomes zero).
+// clock (rounded up, so a positive duration never becomes zero). It does
+// not overflow: the longest durations (math.MaxInt64, "forever") stay the
+// longest.
 func micros(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return us
 }

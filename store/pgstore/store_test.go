@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -375,5 +376,33 @@ func TestServerClock(t *testing.T) {
 	}
 	if now.Location() != time.UTC {
 		t.Fatalf("Now() in %v, want UTC", now.Location())
+	}
+}
+
+// TestForeverRetention: the longest durations (time.Duration(math.MaxInt64),
+// the usual "keep it forever") keep the record that long, as
+// internal/transition does, instead of overflowing into an expiry in the
+// past that makes a completed key run again.
+func TestForeverRetention(t *testing.T) {
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	forever := time.Duration(math.MaxInt64)
+	cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cr.Now.Add(forever); cr.Record.ExpiresAt.Before(want.Add(-time.Second)) || cr.Record.LeaseUntil.Before(want.Add(-time.Second)) {
+		t.Fatalf("claimed with lease and retention %v: LeaseUntil %v, ExpiresAt %v, want about %v", forever, cr.Record.LeaseUntil, cr.Record.ExpiresAt, want)
+	}
+	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("v"), forever); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusCompleted {
+		t.Fatalf("Get after Complete with retention %v = %v, %v; want completed", forever, rec.Status, err)
+	}
+	again, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	if err != nil || again.Acquired {
+		t.Fatalf("claim of a key completed with retention %v: acquired %v, %v; want a duplicate", forever, again.Acquired, err)
 	}
 }
