@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -73,7 +74,25 @@ func num(n int64) types.AttributeValue {
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
-func nanos(t time.Time) types.AttributeValue { return num(t.UnixNano()) }
+// nanos is t in unix nanoseconds, saturated at the int64 range (years 1677
+// to 2262): t.UnixNano wraps around past it, and a lease or retention of
+// time.Duration(math.MaxInt64), the usual "forever", would otherwise be
+// stored as a time long past (a lease lapsed at once, a record expired at
+// once).
+func nanos(t time.Time) types.AttributeValue {
+	switch {
+	case t.After(maxNanos):
+		return num(math.MaxInt64)
+	case t.Before(minNanos):
+		return num(math.MinInt64)
+	}
+	return num(t.UnixNano())
+}
+
+var (
+	maxNanos = time.Unix(0, math.MaxInt64)
+	minNanos = time.Unix(0, math.MinInt64)
+)
 
 // ttlSeconds is the TTL attribute's value for a record expiring at exp.
 func ttlSeconds(exp time.Time, keep time.Duration) types.AttributeValue {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -520,5 +521,34 @@ func TestInvalidPathIsAFailedCondition(t *testing.T) {
 	}
 	if err := s.Complete(ctx, "k", 2, []byte("r"), time.Hour); err != nil {
 		t.Fatalf("holder's Complete: %v", err)
+	}
+}
+
+// TestForeverRetention: the longest durations (time.Duration(math.MaxInt64),
+// the usual "keep it forever", or any lease or retention reaching past
+// 2262) keep the lease running and the record remembered, instead of
+// wrapping around in the item's unix nanoseconds into a time long past:
+// the holder's Complete was refused as if the record had expired, and the
+// key was claimed and run again.
+func TestForeverRetention(t *testing.T) {
+	s := New(testClient(t), newTable(t))
+	ctx := context.Background()
+	forever := time.Duration(math.MaxInt64)
+	cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	if err != nil || !cr.Acquired {
+		t.Fatalf("Claim: acquired %v, %v", cr.Acquired, err)
+	}
+	if busy, err := s.Claim(ctx, claimReq("k")); err != nil || busy.Acquired {
+		t.Fatalf("claim of a key held with lease %v: acquired %v, %v; want busy", forever, busy.Acquired, err)
+	}
+	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("v"), forever); err != nil {
+		t.Fatalf("Complete with retention %v: %v", forever, err)
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil || rec.Status != idem.StatusCompleted {
+		t.Fatalf("Get after Complete with retention %v = %v, %v; want completed", forever, rec.Status, err)
+	}
+	if again, err := s.Claim(ctx, claimReq("k")); err != nil || again.Acquired {
+		t.Fatalf("claim of a key completed with retention %v: acquired %v, %v; want a duplicate", forever, again.Acquired, err)
 	}
 }
