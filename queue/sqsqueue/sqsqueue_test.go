@@ -1,6 +1,7 @@
 package sqsqueue_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqsqueue"
@@ -639,5 +641,51 @@ func TestOpenRefuses(t *testing.T) {
 		if _, err := sqsqueue.Open(ctx, c, url, o); err == nil {
 			t.Errorf("Open with %+v succeeded", o)
 		}
+	}
+}
+
+// A message sent by another producer may carry Binary and Number
+// attributes; the dead-lettered copy must keep them as they were, not as
+// String attributes (a Binary value that is not UTF-8 would be mangled, or
+// refused by SQS, which would leave the message never dead-lettered).
+func TestDeadLetterKeepsAttributeTypes(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	dlq, _ := newQueue(t, c, queueSpec{})
+	url, _ := newQueue(t, c, queueSpec{})
+	q := open(t, c, url, sqsqueue.Options{DeadLetterURL: dlq})
+	bin := []byte{0xff, 0x00, 0x80, 'x'}
+	if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{
+		QueueUrl: aws.String(url), MessageBody: aws.String("poison"),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			"bin":    {DataType: aws.String("Binary"), BinaryValue: bin},
+			"num":    {DataType: aws.String("Number"), StringValue: aws.String("42")},
+			"tenant": {DataType: aws.String("String"), StringValue: aws.String("t7")},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, q, 1)[0]
+	if err := d.DeadLetter(context.Background(), "permanent"); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(dlq), MessageAttributeNames: []string{"All"}, WaitTimeSeconds: 5,
+	})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("dead-letter queue: %d messages, %v", len(out.Messages), err)
+	}
+	a := out.Messages[0].MessageAttributes
+	if v := a["bin"]; aws.ToString(v.DataType) != "Binary" || !bytes.Equal(v.BinaryValue, bin) {
+		t.Errorf("bin on the dead letter = %s %q %q, want Binary %q", aws.ToString(v.DataType), aws.ToString(v.StringValue), v.BinaryValue, bin)
+	}
+	if v := a["num"]; aws.ToString(v.DataType) != "Number" || aws.ToString(v.StringValue) != "42" {
+		t.Errorf("num on the dead letter = %s %q, want Number 42", aws.ToString(v.DataType), aws.ToString(v.StringValue))
+	}
+	if v := a["tenant"]; aws.ToString(v.DataType) != "String" || aws.ToString(v.StringValue) != "t7" {
+		t.Errorf("tenant on the dead letter = %s %q, want String t7", aws.ToString(v.DataType), aws.ToString(v.StringValue))
+	}
+	if v := a[sqsqueue.ReasonAttribute]; aws.ToString(v.StringValue) != "permanent" {
+		t.Errorf("reason = %q", aws.ToString(v.StringValue))
 	}
 }
