@@ -23,6 +23,7 @@ import (
 type Delivery struct {
 	q      *Queue
 	msg    queue.Message
+	attrs  map[string]types.MessageAttributeValue // as received, for DeadLetter's copy
 	handle string
 
 	mu       sync.Mutex
@@ -150,7 +151,8 @@ func (d *Delivery) changeVisibility(ctx context.Context, dur time.Duration) erro
 }
 
 // DeadLetter sends a copy of the message to the dead-letter queue (see
-// [Options.DeadLetterURL]) with the same body and attributes plus reason in
+// [Options.DeadLetterURL]) with the same body and attributes (data types
+// and Binary values as received) plus reason in
 // [ReasonAttribute] and the original MessageId in [SourceIDAttribute], then
 // deletes the original. The reason is cut to 4096 bytes; characters SQS
 // does not accept become U+FFFD; an empty reason adds no attribute. SQS
@@ -175,7 +177,7 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 		if d.lapsed(time.Now()) {
 			return d.staleErr("dead-letter")
 		}
-		if err := d.q.SendDeadLetter(ctx, d.msg, reason); err != nil {
+		if err := d.q.sendDeadLetter(ctx, d.msg, d.attrs, reason); err != nil {
 			return err
 		}
 		d.dlqSent = true
@@ -195,15 +197,29 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 // means, such as an AWS Lambda SQS event (lambdasqs.WithDeadLetter). It
 // returns [ErrNoDeadLetterQueue] when the Queue has none.
 func (q *Queue) SendDeadLetter(ctx context.Context, m queue.Message, reason string) error {
+	return q.sendDeadLetter(ctx, m, nil, reason)
+}
+
+// sendDeadLetter is SendDeadLetter with the message's attributes as SQS
+// delivered them (raw, nil when unknown): a Delivery's copy keeps their
+// data types (Number, Binary, custom types) and Binary values as they were,
+// which m.Attributes, strings only, cannot.
+func (q *Queue) sendDeadLetter(ctx context.Context, m queue.Message, raw map[string]types.MessageAttributeValue, reason string) error {
 	if q.dlqURL == "" {
 		return fmt.Errorf("sqsqueue: dead-letter message %s from %s: %w", m.ID, q.url, ErrNoDeadLetterQueue)
 	}
 	attrs := make(map[string]types.MessageAttributeValue, len(m.Attributes)+2)
-	for k, v := range m.Attributes {
-		if v == "" {
-			continue
+	if raw != nil {
+		for k, v := range raw {
+			attrs[k] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 		}
-		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	} else {
+		for k, v := range m.Attributes {
+			if v == "" {
+				continue
+			}
+			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		}
 	}
 	if reason = cleanReason(reason); reason != "" && len(attrs) < maxAttributes {
 		attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(reason)}

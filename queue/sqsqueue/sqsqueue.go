@@ -348,7 +348,7 @@ func (q *Queue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 		deadline := handedOut.Add(q.visibility)
 		ds := make([]queue.Delivery, 0, len(r.out.Messages))
 		for _, m := range r.out.Messages {
-			ds = append(ds, &Delivery{q: q, msg: toMessage(m), handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
+			ds = append(ds, &Delivery{q: q, msg: toMessage(m), attrs: m.MessageAttributes, handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
 		}
 		return ds, nil
 	}
