@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/queue"
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 )
 
 // A published message arrives once with its body, attributes, dedup id,
@@ -383,5 +384,35 @@ func TestReceiveHonoursContext(t *testing.T) {
 	ds, err := src.Receive(ctx, 5)
 	if !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
 		t.Fatalf("Receive on an empty stream: %d deliveries, err %v", len(ds), err)
+	}
+}
+
+// A message published with JetStream's publish expectations (headers such
+// as Nats-Expected-Stream and Nats-Expected-Last-Subject-Sequence, which the
+// stream stores with the message) must still be dead-lettered: the copy is
+// a different publish, to a different stream, and must not carry them.
+func TestDeadLetterDropsPublishExpectations(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: 5 * time.Second})
+	src := f.source(t, js)
+	m := nats.NewMsg(f.subject)
+	m.Data = []byte("poison")
+	m.Header.Set("Tenant", "7")
+	if _, err := js.PublishMsg(context.Background(), m, njs.WithExpectStream(f.name), njs.WithExpectLastSequencePerSubject(0)); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, src, 1, 5*time.Second)[0]
+	if err := d.DeadLetter(context.Background(), "permanent"); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", len(dl))
+	}
+	if h := dl[0].Header; h.Get("Tenant") != "7" || h.Get(HeaderDeadLetterReason) != "permanent" {
+		t.Fatalf("dead letter headers: %v", h)
+	}
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("stream still holds %d messages", n)
 	}
 }
