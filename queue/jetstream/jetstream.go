@@ -62,6 +62,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -409,8 +410,9 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 	return d.request(ctx, "in progress", []byte("+WPI"))
 }
 
-// DeadLetter publishes a copy of the message (body and headers, plus the
-// reason and the original's stream, sequence and delivery count as headers)
+// DeadLetter publishes a copy of the message (body and headers, less those
+// that steer a publish such as Nats-Expected-*, plus the reason and the
+// original's stream, sequence and delivery count as headers)
 // to the dead-letter subject, waits for its PubAck, and then terminates the
 // original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
 // a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
@@ -425,10 +427,9 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	out := nats.NewMsg(d.src.cfg.DeadLetterSubject)
 	out.Data = d.msg.Data()
 	for k, v := range d.msg.Headers() {
-		if k == njs.MsgIDHeader {
-			continue
+		if !publishControl(k) {
+			out.Header[k] = v
 		}
-		out.Header[k] = v
 	}
 	d.src.deadLetterHeaders(out.Header, d.seq, d.numDelivered, reason)
 	if _, err := d.src.js.PublishMsg(ctx, out); err != nil {
@@ -439,6 +440,20 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	}
 	d.src.forget(d.seq)
 	return nil
+}
+
+// publishControl reports whether a stored header of the original is one
+// that steers a publish (the stream stores them with the message): the
+// dedup id, the publish expectations (Nats-Expected-Stream,
+// Nats-Expected-Last-Sequence, ...), a rollup and a per-message TTL. The
+// dead-lettered copy must not carry them: it goes to another stream, which
+// would refuse it ("expected stream does not match", a wrong last
+// sequence, rollups or TTLs not allowed) on every attempt, leaving the
+// message never dead-lettered, or roll up the dead letters already held.
+func publishControl(k string) bool {
+	k = strings.ToLower(k)
+	return k == strings.ToLower(njs.MsgIDHeader) || strings.HasPrefix(k, "nats-expected-") ||
+		k == "nats-rollup" || k == "nats-ttl"
 }
 
 func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, reason string) {
@@ -511,7 +526,7 @@ func (s *Source) onMaxDeliveries(m *nats.Msg) {
 	out := nats.NewMsg(s.cfg.DeadLetterSubject)
 	out.Data = raw.Data
 	for k, v := range raw.Header {
-		if k != njs.MsgIDHeader {
+		if !publishControl(k) {
 			out.Header[k] = v
 		}
 	}
