@@ -372,3 +372,65 @@ func TestDelayQueueRounding(t *testing.T) {
 		}
 	}
 }
+
+// A producer may route one publish to several queues with RabbitMQ's
+// sender-selected distribution (a CC header, kept on the delivered
+// message). The copies Retry(delay) and DeadLetter publish must go to the
+// delay queue and the dead-letter queue only: carrying CC, they were routed
+// again to the CC'd queues, which received the message once more per retry
+// and dead-letter.
+func TestCopiesDoNotFollowCC(t *testing.T) {
+	bothKinds(t, func(t *testing.T, quorum bool) {
+		f := newFixture(t, quorum)
+		audit := f.cfg.Queue + ".audit"
+		ch, err := f.conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		if _, err := ch.QueueDeclare(audit, false, true, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.cleanupQueue(t, audit) })
+		if err := ch.PublishWithContext(context.Background(), "", f.cfg.Queue, false, false, amqp.Publishing{
+			MessageId: "m1", Body: []byte("order"), Headers: amqp.Table{"CC": []any{audit}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		src := f.source(t, f.conn)
+		d := receive(t, src, 1, 5*time.Second)[0]
+		waitCount(t, f, audit, 1) // the producer's own copy
+		if err := d.Retry(context.Background(), 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		d = receive(t, src, 1, 5*time.Second)[0]
+		if err := d.DeadLetter(context.Background(), "permanent"); err != nil {
+			t.Fatal(err)
+		}
+		if dl := f.deadLetters(t); len(dl) != 1 {
+			t.Fatalf("dead-letter queue holds %d messages, want 1", len(dl))
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := f.count(t, audit); n != 1 {
+			t.Fatalf("the CC'd queue holds %d messages, want only the producer's 1", n)
+		}
+	})
+}
+
+func waitCount(t *testing.T, f *fixture, name string, want int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); f.count(t, name) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("queue %s holds %d messages, want %d", name, f.count(t, name), want)
+		}
+	}
+}
+
+func (f *fixture) cleanupQueue(t *testing.T, name string) {
+	ch, err := f.conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	_, _ = ch.QueueDelete(name, false, false, false)
+}
