@@ -945,13 +945,15 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 }
 
 // copy returns the delivery as a persistent Publishing with its message
-// id, timestamp and headers (less the broker's delivery bookkeeping).
+// id, timestamp and headers (less the broker's delivery bookkeeping, and
+// less the CC and BCC headers of sender-selected distribution, which would
+// route the copy to the original's other queues as well).
 func (d *Delivery) copy() amqp.Publishing {
 	h := amqp.Table{}
 	for k, v := range d.d.Headers {
 		switch {
 		case k == "x-delivery-count" || k == "x-death" || strings.HasPrefix(k, "x-first-death-") ||
-			strings.HasPrefix(k, "x-last-death-"):
+			strings.HasPrefix(k, "x-last-death-") || k == "CC" || k == "BCC":
 		default:
 			h[k] = v
 		}
