@@ -434,3 +434,43 @@ func (f *fixture) cleanupQueue(t *testing.T, name string) {
 	defer ch.Close()
 	_, _ = ch.QueueDelete(name, false, false, false)
 }
+
+// When the broker cancels the consumer (basic.cancel: its queue was deleted,
+// or a queue's leader went away) the channel stays open. The Receive that
+// finds the consumer stopped returns an error; the next ones must consume
+// again, not find the same stopped consumer forever. Deliveries received
+// before stay settleable (their channel is the same).
+func TestConsumerCancelledByBroker(t *testing.T) {
+	f := newFixture(t, false)
+	src := f.source(t, f.conn)
+	p := f.publisher(t, f.conn)
+	publish(t, p, queue.Outgoing{Body: []byte("before")})
+	before := receive(t, src, 1, 5*time.Second)[0]
+	if _, err := before.(*Delivery).c.ch.QueueDelete(f.cfg.Queue, false, false, false); err != nil {
+		t.Fatal(err) // on the consumer's own channel, as an operator's delete elsewhere would do
+	}
+	if err := Declare(context.Background(), f.conn, f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, p, queue.Outgoing{Body: []byte("after")})
+	var errs []error
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ds, err := src.Receive(ctx, 1)
+		cancel()
+		if len(ds) > 0 {
+			if string(ds[0].Message().Body) != "after" {
+				t.Fatalf("received %q, want after", ds[0].Message().Body)
+			}
+			if err := ds[0].Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := before.Ack(context.Background()); err != nil {
+				t.Fatalf("ack of a delivery received before the cancel: %v", err)
+			}
+			return
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("never received after the broker cancelled the consumer: %v", errs)
+}
