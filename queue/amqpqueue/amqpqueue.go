@@ -52,7 +52,10 @@
 // # Connections
 //
 // When the channel closes (a channel error), the next Receive or Publish
-// opens a new one on the same connection. What happens when the connection
+// opens a new one on the same connection. When the broker cancels the
+// consumer (basic.cancel, for example its queue was deleted) the channel
+// stays open: the Receive that finds the consumer stopped returns an error
+// and the next one consumes again on the same channel. What happens when the connection
 // closes (a broker restart, a dropped TCP connection, missed heartbeats)
 // depends on the constructor:
 //
@@ -644,10 +647,13 @@ type Source struct {
 
 // consumerChannel is one channel's consumption and its settle barrier.
 type consumerChannel struct {
-	ch         *amqp.Channel
-	conn       *amqp.Connection // the connection ch was opened on
+	ch       *amqp.Channel
+	conn     *amqp.Connection // the connection ch was opened on
+	prefetch int
+
+	dmu        sync.Mutex
 	deliveries <-chan amqp.Delivery
-	prefetch   int
+	cancelled  bool // deliveries closed while ch is open: the broker cancelled the consumer
 
 	issued  atomic.Uint64 // tickets taken by settles whose frame is sent
 	sem     chan struct{} // one barrier round trip at a time; guards covered
@@ -712,6 +718,9 @@ func (s *Source) channel(ctx context.Context) (*consumerChannel, error) {
 			return fmt.Errorf("amqpqueue: source closed: %w", amqp.ErrClosed)
 		}
 		if s.consumer != nil && !s.consumer.ch.IsClosed() && s.consumer.conn == conn {
+			if err := s.consumer.reconsume(ctx, s.cfg.Queue); err != nil {
+				return err
+			}
 			c = s.consumer
 			return nil
 		}
@@ -778,9 +787,13 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 		return nil, err
 	}
 	var out []queue.Delivery
+	ds := c.stream()
 	select {
-	case d, ok := <-c.deliveries:
+	case d, ok := <-ds:
 		if !ok {
+			if c.stopped(ds) {
+				return nil, fmt.Errorf("amqpqueue: consumer of %s cancelled by the broker (the next Receive consumes again): %w", s.cfg.Queue, amqp.ErrClosed)
+			}
 			return nil, fmt.Errorf("amqpqueue: consumer of %s stopped (channel closed): %w", s.cfg.Queue, amqp.ErrClosed)
 		}
 		out = append(out, s.delivery(c, d))
@@ -789,7 +802,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 	}
 	for len(out) < max {
 		select {
-		case d, ok := <-c.deliveries:
+		case d, ok := <-ds:
 			if !ok {
 				return out, nil
 			}
@@ -987,6 +1000,56 @@ func (d *Delivery) settle(ctx context.Context, send func() error, what string) e
 		return fmt.Errorf("amqpqueue: %s of message %s not confirmed (it may be delivered again): %w", what, d.m.ID, err)
 	}
 	d.settled = true
+	return nil
+}
+
+// stream returns the consumer's current deliveries.
+func (c *consumerChannel) stream() <-chan amqp.Delivery {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	return c.deliveries
+}
+
+// stopped is called when ds, a stream of c, is closed. It reports whether
+// the broker cancelled the consumer (basic.cancel) while the channel stays
+// open, and then marks c to consume again.
+func (c *consumerChannel) stopped(ds <-chan amqp.Delivery) bool {
+	if c.ch.IsClosed() {
+		return false
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.deliveries == ds {
+		c.cancelled = true
+	}
+	return true
+}
+
+// reconsume consumes queueName again on the same channel when the broker
+// cancelled the consumer: the channel, and the delivery tags of the
+// messages received before, stay valid. It holds the barrier's semaphore,
+// so that basic.consume and a barrier's basic.qos are never in flight
+// together (amqp091 would hand one the other's reply).
+func (c *consumerChannel) reconsume(ctx context.Context, queueName string) error {
+	c.dmu.Lock()
+	cancelled := c.cancelled
+	c.dmu.Unlock()
+	if !cancelled {
+		return nil
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.sem }()
+	ds, err := c.ch.Consume(queueName, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqpqueue: consume %s again after the broker cancelled the consumer: %w", queueName, err)
+	}
+	c.dmu.Lock()
+	c.deliveries, c.cancelled = ds, false
+	c.dmu.Unlock()
 	return nil
 }
 
