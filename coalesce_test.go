@@ -344,3 +344,83 @@ func TestCoalescingPerKeyFailure(t *testing.T) {
 		t.Errorf("fn ran %d times, want %d", runs.Load(), want)
 	}
 }
+
+// cancelOnClaim is a gatedStore that ends a caller's context as the store
+// answers that caller's claim: the caller left while its claim was on its
+// way, and the answer lands before the caller looks at it.
+type cancelOnClaim struct {
+	*gatedStore
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+}
+
+func (c *cancelOnClaim) cancelFor(rs ...idem.ClaimRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range rs {
+		if f := c.cancels[r.Key]; f != nil {
+			f()
+		}
+	}
+}
+
+func (c *cancelOnClaim) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+	res, err := c.gatedStore.Claim(ctx, r)
+	c.cancelFor(r)
+	return res, err
+}
+
+func (c *cancelOnClaim) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	res, err := c.gatedStore.ClaimBatch(ctx, rs)
+	c.cancelFor(rs...)
+	return res, err
+}
+
+// A caller whose context ended while its coalesced claim was on its way
+// gets the context's error and its acquired claim released, even when the
+// answer reached the batcher before the caller did: fn never runs on a
+// context that is already over, which under AtMostOnce would leave the key
+// indeterminate though nothing was attempted.
+func TestCoalescingCallerThatLeftAsTheAnswerCame(t *testing.T) {
+	g := newGatedStore()
+	s := &cancelOnClaim{gatedStore: g, cancels: map[string]context.CancelFunc{}}
+	l := quietLedger(s, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
+	var ran atomic.Int32
+	fn := func(ctx context.Context) ([]byte, error) {
+		ran.Add(1)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return []byte("ok"), nil
+	}
+	lone := occupy(t, l, g, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	const callers = 10
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		key := idem.Key("left", fmt.Sprint(i))
+		s.mu.Lock()
+		s.cancels[key.String()] = cancel
+		s.mu.Unlock()
+		wg.Go(func() { _, errs[i] = l.Do(ctx, key, fn) })
+	}
+	waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == callers })
+	g.open()
+	wg.Wait()
+	lone.Wait()
+	if n := ran.Load(); n != 0 {
+		t.Errorf("fn ran %d times for callers whose context had ended", n)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("caller %d: %v, want context.Canceled", i, err)
+		}
+		key := idem.Key("left", fmt.Sprint(i)).String()
+		waitFor(t, "the claim of "+key+" to be released", func() bool {
+			rec, err := g.Get(context.Background(), key)
+			return err == nil && rec.Status == idem.StatusReleased
+		})
+	}
+}

@@ -119,6 +119,14 @@ func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err == nil && cr.Err != nil {
 		return ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
 	}
+	if err == nil && ctx.Err() != nil {
+		// The caller left while its claim was on its way, and the answer
+		// reached the batcher before the caller did: it is an orphan too.
+		// fn must not start on a context that is over (under AtMostOnce its
+		// error would leave the key indeterminate though nothing was tried).
+		l.releaseOrphan(req, cr)
+		return ClaimResult{}, context.Cause(ctx)
+	}
 	return cr, err
 }
 
