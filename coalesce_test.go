@@ -424,3 +424,51 @@ func TestCoalescingCallerThatLeftAsTheAnswerCame(t *testing.T) {
 		})
 	}
 }
+
+// panickingRelease is a gatedStore whose Release panics.
+type panickingRelease struct{ *gatedStore }
+
+func (p panickingRelease) Release(context.Context, string, int64, string) error {
+	panic("store bug in Release")
+}
+
+// A store that panics while an orphaned claim is released, on the flight's
+// goroutine where no caller could recover it, does not bring the process
+// down: the release failed, and the key waits for its lease.
+func TestCoalescingOrphanReleaseThatPanics(t *testing.T) {
+	g := newGatedStore()
+	l := quietLedger(panickingRelease{g}, idem.WithCoalescing(16), idem.WithLease(time.Minute))
+	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	lone := occupy(t, l, g, fn)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := l.Do(ctx, idem.Key("sent"), fn)
+		left <- err
+	}()
+	waitFor(t, "the call to queue", func() bool { return idem.CoalescingQueued(l) == 1 })
+	g.gate2(t, func() {
+		waitFor(t, "the batch to reach the store", func() bool { return g.inClaim.Load() == 1 })
+	})
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a sent call whose context ended: %v, want context.Canceled", err)
+	}
+	g.open()
+	lone.Wait()
+	waitFor(t, "the orphaned claim to be acquired", func() bool {
+		rec, err := g.Get(context.Background(), "sent")
+		return err == nil && rec.Status == idem.StatusInProgress
+	})
+	// The flight lands before its orphans are released: a later call
+	// finds the flight free again.
+	if _, err := l.Do(context.Background(), idem.Key("after"), fn); err != nil {
+		t.Fatalf("a call after the orphan's release panicked: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the release run, and panic
+	_, err := l.Do(context.Background(), idem.Key("sent"), fn)
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("the orphan's key after its release failed: %v, want ErrInProgress (it waits for its lease)", err)
+	}
+}

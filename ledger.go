@@ -156,7 +156,18 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
 	defer cancel()
 	const reason = "not run: the caller left before its coalesced claim was answered"
-	if err := l.store.Release(ctx, cr.Record.Key, cr.Record.Fence, reason); err != nil {
+	// Orphans are released on the flight's goroutine, where a panic in the
+	// store would reach no caller and end the process: it is this release's
+	// failure.
+	release := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("the store panicked: %v", p)
+			}
+		}()
+		return l.store.Release(ctx, cr.Record.Key, cr.Record.Fence, reason)
+	}
+	if err := release(); err != nil {
 		l.log.LogAttrs(ctx, slog.LevelWarn, "idem: releasing an orphaned claim failed; the key waits for its lease",
 			l.LogKey(req.Key), slog.Int64("fence", cr.Record.Fence), slog.String("correlation_id", req.Correlation), slog.Any("error", err))
 	}
