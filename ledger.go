@@ -547,7 +547,7 @@ func (h *heartbeat) beat() {
 	// this process can count on: when the store cannot answer by then, fn
 	// is cancelled at once, not a beat later.
 	ectx, ecancel := context.WithDeadline(h.ctx, minTime(asked.Add(h.interval), h.deadline))
-	_, err := h.l.store.Extend(ectx, h.rec.Key, h.rec.Fence, h.c.lease)
+	err := h.extend(ectx)
 	ecancel()
 	next := asked.Add(h.interval) // beats keep their cadence, however long an extension took
 	switch {
@@ -569,6 +569,19 @@ func (h *heartbeat) beat() {
 	if !h.stopped.Load() {
 		h.timer.Reset(max(time.Until(next), 0))
 	}
+}
+
+// extend asks the store for the extension. A panic in the store is a failed
+// extension: the beat runs on a timer's goroutine, where no caller could
+// recover it, so it would end the process.
+func (h *heartbeat) extend(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the store panicked: %v", p)
+		}
+	}()
+	_, err = h.l.store.Extend(ctx, h.rec.Key, h.rec.Fence, h.c.lease)
+	return err
 }
 
 func minTime(a, b time.Time) time.Time {

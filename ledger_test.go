@@ -146,3 +146,30 @@ func TestWithLeaseAtMost(t *testing.T) {
 		})
 	}
 }
+
+// panickingExtends is a memstore whose Extend panics.
+type panickingExtends struct{ *memstore.Store }
+
+func (panickingExtends) Extend(context.Context, string, int64, time.Duration) (time.Time, error) {
+	panic("store bug in Extend")
+}
+
+// A store that panics in Extend, on the heartbeat's timer goroutine where no
+// caller could recover it, does not bring the process down: the extension
+// failed, and when the lease runs out fn is cancelled with ErrLeaseLost.
+func TestHeartbeatExtendThatPanics(t *testing.T) {
+	lease := 60 * time.Millisecond
+	l := idem.New(panickingExtends{memstore.New()}, idem.WithLease(lease), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	_, err := l.Do(context.Background(), idem.Key("hb-panic"), func(ctx context.Context) ([]byte, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * lease):
+			t.Error("fn was not cancelled when its lease ran out")
+			return []byte("ok"), nil
+		}
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	}
+}
