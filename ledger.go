@@ -237,7 +237,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	work := fn
 	if c.reconcile != nil && (cr.Takeover || releasedWithError(rec)) {
 		work = func(ctx context.Context) ([]byte, error) {
-			v, done, err := c.reconcile(ctx, lapsedOf(rec))
+			v, done, err := reconcile(ctx, c.reconcile, lapsedOf(rec))
 			if err != nil {
 				return nil, abandonError{fmt.Errorf("idem: reconcile %q: %w", rec.Key, err)}
 			}
@@ -352,6 +352,20 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 	return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
 }
 
+// reconcilePanic carries a panic of a Reconcile hook to run, which then
+// abandons the attempt (as after the hook's error) before it re-panics with v.
+type reconcilePanic struct{ v any }
+
+// reconcile calls hook, marking a panic in it as the hook's.
+func reconcile(ctx context.Context, hook ReconcileFunc, lp Lapsed) (v []byte, done bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panic(reconcilePanic{p})
+		}
+	}()
+	return hook(ctx, lp)
+}
+
 // abandonError marks an error after which nothing is known about the
 // effect: the attempt is abandoned (left lapsed) whatever the policy.
 type abandonError struct{ err error }
@@ -376,6 +390,12 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	defer hb.stop()
 	val, fnErr, panicked, panicVal := call(runCtx, fn)
 	lost := hb.stop()
+	// A Reconcile hook that panics decided nothing, as one that errs: the
+	// lapsed attempt stays lapsed, whatever the policy.
+	rp, inHook := panicVal.(reconcilePanic)
+	if inHook {
+		panicVal = rp.v
+	}
 
 	// Writes that end the attempt must happen even when the caller's
 	// context is done: the effect may have happened.
@@ -400,7 +420,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		reason := fmt.Sprintf("panic: %v", panicVal)
 		var serr error
 		outcome := "released"
-		if c.policy == AtMostOnce {
+		if c.policy == AtMostOnce || inHook {
 			outcome = "abandoned"
 			serr = l.store.Abandon(fctx, key, fence, reason)
 		} else {

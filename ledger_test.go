@@ -173,3 +173,47 @@ func TestHeartbeatExtendThatPanics(t *testing.T) {
 		t.Fatalf("Do = %v, want ErrLeaseLost", err)
 	}
 }
+
+// A Reconcile hook that panics decides nothing, as one that returns an
+// error: the lapsed attempt stays lapsed (under AtLeastOnce too), so the
+// next call is still a takeover and its hook is still asked about the
+// attempt that may have done the effect. Do re-panics.
+func TestReconcileHookThatPanicsLeavesTheKeyLapsed(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	// An attempt that crashed: claimed, never finished, lease passed.
+	crashed, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "crashed", Correlation: "first", Lease: time.Millisecond, Retention: time.Hour})
+	if err != nil || !crashed.Acquired {
+		t.Fatalf("claim: %+v, %v", crashed, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+
+	var ran atomic.Int32
+	fn := func(context.Context) ([]byte, error) { ran.Add(1); return []byte("ran"), nil }
+	func() {
+		defer func() {
+			if p := recover(); p != "hook bug" {
+				t.Errorf("Do recovered %v, want the hook's panic", p)
+			}
+		}()
+		_, _ = l.Do(ctx, idem.Key("k"), fn, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+			panic("hook bug")
+		}))
+	}()
+	if ran.Load() != 0 {
+		t.Fatal("fn ran after the hook panicked")
+	}
+	rec, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := s.Now(ctx)
+	if rec.Status != idem.StatusInProgress || !rec.Lapsed(now) {
+		t.Fatalf("after a panicking Reconcile hook: {%s, lapsed %v}, want in_progress and lapsed", rec.Status, rec.Lapsed(now))
+	}
+	res, err := l.Do(ctx, idem.Key("k"), fn)
+	if err != nil || !res.Takeover {
+		t.Fatalf("the next call: %+v, %v; want a takeover (the lapsed attempt may have done the effect)", res, err)
+	}
+}
