@@ -2,6 +2,7 @@ package idem
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -45,7 +46,7 @@ var errZeroKey = invalidKey("zero OperationKey (build keys with Key or RawKey)")
 // as \xNN, so two different lists of parts never give the same key.
 //
 // A part may be a string, a []byte, any integer type, or a [fmt.Stringer].
-// An empty part (or an empty Stringer) makes the key invalid: it almost
+// An empty part (or an empty or nil Stringer) makes the key invalid: it almost
 // always means a business id is missing, and a key built without it would
 // merge unrelated operations. So does a part of any other type, and an
 // encoded key longer than [MaxKeyLen].
@@ -85,6 +86,9 @@ func Key(parts ...any) OperationKey {
 		case uint64:
 			s = strconv.FormatUint(v, 10)
 		case fmt.Stringer:
+			if isNil(v) {
+				return OperationKey{err: invalidKey(fmt.Sprintf("part %d is a nil %T (a missing business id?)", i, p))}
+			}
 			s = v.String()
 		default:
 			return OperationKey{err: invalidKey(fmt.Sprintf("part %d has unsupported type %T", i, p))}
@@ -98,6 +102,17 @@ func Key(parts ...any) OperationKey {
 		}
 	}
 	return OperationKey{s: b.String()}
+}
+
+// isNil reports whether v holds a nil pointer (or other nil reference): a
+// missing id, whose String would panic or print a placeholder such as
+// "<nil>" that every missing id shares.
+func isNil(v any) bool {
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func escapePart(b *strings.Builder, s string) {

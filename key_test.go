@@ -2,8 +2,12 @@ package idem_test
 
 import (
 	"errors"
+	"fmt"
+	"math/big"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -101,4 +105,35 @@ func FuzzKeyInjective(f *testing.F) {
 			t.Fatalf("Key output %q is not a valid RawKey: %v", ka.String(), idem.RawKey(ka.String()).Err())
 		}
 	})
+}
+
+// A nil Stringer is a missing business id, like an empty part: the key is
+// invalid. Keys built from one would merge unrelated operations (a nil
+// *big.Int prints "<nil>"), or Key would panic in String.
+func TestKeyNilStringer(t *testing.T) {
+	var missing *big.Int
+	var when *time.Time
+	var id fmt.Stringer = (*orderPtr)(nil)
+	for name, k := range map[string]idem.OperationKey{
+		"nil *big.Int":            idem.Key("charge", missing),
+		"nil *time.Time":          idem.Key("charge", when),
+		"nil pointer in Stringer": idem.Key("charge", id),
+		"nil net.IP":              idem.Key("login", net.IP(nil)),
+	} {
+		if !errors.Is(k.Err(), idem.ErrInvalidKey) {
+			t.Errorf("%s: Key = %q, %v; want ErrInvalidKey", name, k.String(), k.Err())
+		}
+	}
+	if k := idem.Key("charge", big.NewInt(0)); k.Err() != nil || k.String() != "charge:0" {
+		t.Errorf("Key of a non-nil *big.Int: %q, %v", k.String(), k.Err())
+	}
+}
+
+type orderPtr struct{ id string }
+
+func (o *orderPtr) String() string {
+	if o == nil {
+		return "none"
+	}
+	return o.id
 }
