@@ -25,7 +25,9 @@
 //     queue "<queue>.delay.<ms>ms" whose messages expire after the delay and
 //     are dead-lettered back to the queue; the original is then acked. The
 //     delay is rounded up to a power of two milliseconds (at most double), so
-//     each delay queue has one TTL and expires in order. Delay queues are
+//     each delay queue has one TTL and expires in order; the longest delay
+//     is [MaxDelay], RabbitMQ's largest TTL (a longer Outgoing.Delay is
+//     [ErrDelayTooLong], a longer Retry waits MaxDelay). Delay queues are
 //     declared on first use and are not deleted by the adapter.
 //   - DeadLetter publishes the message (with confirms, mandatory) to the
 //     dead-letter exchange and routing key with the reason in the
@@ -128,6 +130,9 @@ var ErrUnroutable = errors.New("amqpqueue: message unroutable")
 // ErrNacked is returned by a publish the broker refused (basic.nack).
 var ErrNacked = errors.New("amqpqueue: publish not confirmed by the broker")
 
+// ErrDelayTooLong is returned for a delay over [MaxDelay].
+var ErrDelayTooLong = errors.New("amqpqueue: delay too long for a RabbitMQ message TTL")
+
 const defaultTimeout = 10 * time.Second
 
 // Config names a queue and its dead-letter destination.
@@ -194,17 +199,28 @@ func Declare(ctx context.Context, conn *amqp.Connection, cfg Config) error {
 	return ctx.Err()
 }
 
+// MaxDelay is the longest delay Retry and Outgoing.Delay take: RabbitMQ's
+// largest message TTL, 2³²−1 ms (about 49.7 days).
+const MaxDelay = (1<<32 - 1) * time.Millisecond
+
 // delayQueue returns the delay queue for d and its TTL in milliseconds: d
-// rounded up to a power of two milliseconds.
-func delayQueue(queueName string, d time.Duration) (string, int64) {
-	ms := uint64((d + time.Millisecond - 1) / time.Millisecond)
+// rounded up to a power of two milliseconds, or MaxDelay when that is
+// above it. A d over MaxDelay is ErrDelayTooLong.
+func delayQueue(queueName string, d time.Duration) (string, int64, error) {
+	if d > MaxDelay {
+		return "", 0, fmt.Errorf("%w: %v, at most %v", ErrDelayTooLong, d, MaxDelay)
+	}
+	ms := uint64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
 	if ms < 1 {
 		ms = 1
 	}
 	if ms&(ms-1) != 0 {
-		ms = 1 << bits.Len64(ms)
+		ms = min(1<<bits.Len64(ms), uint64(MaxDelay/time.Millisecond))
 	}
-	return queueName + ".delay." + strconv.FormatUint(ms, 10) + "ms", int64(ms)
+	return queueName + ".delay." + strconv.FormatUint(ms, 10) + "ms", int64(ms), nil
 }
 
 // publisher publishes with confirms and the mandatory flag on one channel,
@@ -472,7 +488,10 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 // publishDelayed publishes msg to the delay queue for d, declaring it on
 // first use.
 func (p *publisher) publishDelayed(ctx context.Context, d time.Duration, msg amqp.Publishing) error {
-	name, ttl := delayQueue(p.cfg.Queue, d)
+	name, ttl, err := delayQueue(p.cfg.Queue, d)
+	if err != nil {
+		return err
+	}
 	if _, ok := p.delays.Load(name); !ok {
 		ch, _, err := p.channel(ctx)
 		if err != nil {
@@ -907,8 +926,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // documentation), recording the receive count so far, and then acks the
 // original. If that publish fails the original is left unacked; if the ack
 // fails after the publish, the message comes back twice (the ledger makes
-// the second a replay).
+// the second a replay). A delay over [MaxDelay] waits MaxDelay.
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	delay = min(delay, MaxDelay)
 	if delay <= 0 {
 		return d.settle(ctx, func() error { return d.c.ch.Nack(d.d.DeliveryTag, false, true) }, "nack")
 	}

@@ -365,11 +365,18 @@ func TestDelayQueueRounding(t *testing.T) {
 		{time.Second, "q.delay.1024ms", 1024},
 		{1024 * time.Millisecond, "q.delay.1024ms", 1024},
 		{1025 * time.Millisecond, "q.delay.2048ms", 2048},
+		// Past 2³¹ ms the next power of two is over RabbitMQ's largest
+		// TTL (2³²−1 ms): the delay queue takes that largest one.
+		{1<<31*time.Millisecond + 1, "q.delay.4294967295ms", 1<<32 - 1},
+		{MaxDelay, "q.delay.4294967295ms", 1<<32 - 1},
 	} {
-		name, ttl := delayQueue("q", c.d)
-		if name != c.name || ttl != c.ttl || time.Duration(ttl)*time.Millisecond < c.d {
-			t.Errorf("delayQueue(%v) = %s, %d; want %s, %d", c.d, name, ttl, c.name, c.ttl)
+		name, ttl, err := delayQueue("q", c.d)
+		if err != nil || name != c.name || ttl != c.ttl || time.Duration(ttl)*time.Millisecond < c.d {
+			t.Errorf("delayQueue(%v) = %s, %d, %v; want %s, %d", c.d, name, ttl, err, c.name, c.ttl)
 		}
+	}
+	if _, _, err := delayQueue("q", MaxDelay+time.Millisecond); !errors.Is(err, ErrDelayTooLong) {
+		t.Errorf("a delay over MaxDelay: %v, want ErrDelayTooLong", err)
 	}
 }
 
