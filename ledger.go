@@ -112,18 +112,24 @@ func (l *Ledger) coalesce(size int) {
 
 // claim claims for one call, in a batch with others' under WithCoalescing.
 func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	var (
+		cr  ClaimResult
+		err error
+	)
 	if l.claims == nil {
-		return l.store.Claim(ctx, req)
-	}
-	cr, err := l.claims.do(ctx, req)
-	if err == nil && cr.Err != nil {
-		return ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
+		cr, err = l.store.Claim(ctx, req)
+	} else {
+		cr, err = l.claims.do(ctx, req)
+		if err == nil && cr.Err != nil {
+			return ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
+		}
 	}
 	if err == nil && ctx.Err() != nil {
-		// The caller left while its claim was on its way, and the answer
-		// reached the batcher before the caller did: it is an orphan too.
-		// fn must not start on a context that is over (under AtMostOnce its
-		// error would leave the key indeterminate though nothing was tried).
+		// The caller left while its claim was on its way (a coalesced
+		// answer reached the batcher before the caller did; a store
+		// answered after the context ended): fn must not start on a
+		// context that is over (under AtMostOnce its error would leave the
+		// key indeterminate though nothing was tried).
 		l.releaseOrphan(req, cr)
 		return ClaimResult{}, context.Cause(ctx)
 	}
@@ -143,8 +149,8 @@ func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []by
 	return refused
 }
 
-// releaseOrphan releases a key a coalesced claim acquired for a caller that
-// had left (its context ended while the batch was on its way): fn never
+// releaseOrphan releases a key a claim acquired for a caller that had left
+// (its context ended while the claim was on its way): fn never
 // ran, so the key is free for the next call whatever the policy. A
 // takeover is left to lapse instead, as after a crash: releasing it would
 // make the orphan's empty attempt, not the lapsed one that may have done
@@ -155,7 +161,7 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
 	defer cancel()
-	const reason = "not run: the caller left before its coalesced claim was answered"
+	const reason = "not run: the caller left before its claim was answered"
 	// Orphans are released on the flight's goroutine, where a panic in the
 	// store would reach no caller and end the process: it is this release's
 	// failure.

@@ -217,3 +217,40 @@ func TestReconcileHookThatPanicsLeavesTheKeyLapsed(t *testing.T) {
 		t.Fatalf("the next call: %+v, %v; want a takeover (the lapsed attempt may have done the effect)", res, err)
 	}
 }
+
+// A claim the store acquires after the caller's context ended (its answer
+// came late) does not run fn: Do returns the context's error and the key
+// is released, so under AtMostOnce it is not left indeterminate for an
+// attempt that never started.
+func TestClaimAnsweredAfterTheCallerLeft(t *testing.T) {
+	s := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := idem.New(cancelAtAnswer{Store: s, cancel: cancel}, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	ran := false
+	_, err := l.Do(ctx, idem.Key("k"), func(context.Context) ([]byte, error) { ran = true; return nil, nil },
+		idem.WithPolicy(idem.AtMostOnce))
+	if !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("Do whose context ended as the claim was answered: %v, fn ran %v; want context.Canceled and fn not run", err, ran)
+	}
+	rec, err := s.Get(context.Background(), "k")
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record after: %+v %v; want released", rec, err)
+	}
+	res, err := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler))).Do(context.Background(), idem.Key("k"),
+		func(context.Context) ([]byte, error) { return []byte("ran"), nil }, idem.WithPolicy(idem.AtMostOnce))
+	if err != nil || string(res.Value) != "ran" {
+		t.Fatalf("the next call: %+v %v; want it to run", res, err)
+	}
+}
+
+// cancelAtAnswer cancels the caller's context as the store answers a claim.
+type cancelAtAnswer struct {
+	idem.Store
+	cancel context.CancelFunc
+}
+
+func (c cancelAtAnswer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	res, err := c.Store.Claim(ctx, req)
+	c.cancel()
+	return res, err
+}
