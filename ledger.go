@@ -213,7 +213,10 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 // and Do returns [ErrLeaseLost] without recording anything.
 //
 // A store error is wrapped in a [*StoreError] and returned: never read as an
-// outcome. The key is then left to its lease and policy.
+// outcome. The key is then left to its lease and policy. If ctx ends before
+// the claim is answered, fn does not run: Do returns ctx's error (wrapped
+// likewise) and releases the key if the claim was acquired anyway (a
+// takeover is left to lapse, as after a crash).
 func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
