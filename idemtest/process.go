@@ -39,10 +39,13 @@ const (
 	roleHold = "hold" // claim a key and block inside fn until killed
 )
 
-// The key the hold role claims and the lease it claims it with.
+// The key the hold role claims and the lease it claims it with. Between
+// the child's last extension and the parent's claim come the kill, the
+// child's exit and a read: 1 s was too short for that on a loaded machine
+// (the parent's claim found the lease lapsed, not running).
 const (
 	holdKey   = "process:hold"
-	holdLease = time.Second
+	holdLease = 3 * time.Second
 )
 
 // childTimeout bounds a child process, whatever happens to its parent.
