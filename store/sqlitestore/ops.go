@@ -92,9 +92,11 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 		ver = insertVersion()
 	}
 	var (
-		written *idem.Record
-		wver    int64
+		written   *idem.Record
+		wver      int64
+		redecided bool
 	)
+	decidedAt := now
 	err = s.w.do(ctx, false, func(w rw, now time.Time) error {
 		ok, err := write(w, rec == nil, args, ver)
 		if err != nil {
@@ -104,9 +106,16 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 			dupes.observe(!ok)
 		}
 		if ok {
+			if redecided {
+				// A run the writer rolled back decided m again in its
+				// transaction, and m kept that answer: decide on rec
+				// again, as written.
+				next, merr = m(rec, decidedAt)
+			}
 			written, wver = next, newVersion(rec == nil, ver)
 			return merr
 		}
+		redecided = true
 		written, wver, err = applyIn(w, key, m, now)
 		return err
 	})
@@ -137,6 +146,9 @@ type batchItem struct {
 	args    []any
 	written *idem.Record
 	wver    int64
+	// redecided: m ran inside the writer (its answer replaced the one
+	// decided before it), in this run or one the writer rolled back.
+	redecided bool
 }
 
 // applyBatch is apply for many keys in one operation of the writer, as
@@ -181,6 +193,7 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 	// page the batch touches): every error the batch returns is a
 	// stmtError, on which the writer rolls back its whole transaction and
 	// runs the other operations again.
+	decidedAt := now
 	err := s.w.do(ctx, false, func(w rw, now time.Time) error {
 		for i := range items {
 			it := &items[i]
@@ -194,10 +207,16 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 					it.dupes.observe(!ok)
 				}
 				if ok {
+					if it.redecided {
+						// A rolled-back run decided m again in the writer,
+						// and m kept that answer: decide on it.rec again.
+						it.next, it.merr = it.m(it.rec, decidedAt)
+					}
 					it.written, it.wver, it.err = it.next, newVersion(it.rec == nil, it.ver), it.merr
 					continue
 				}
 			}
+			it.redecided = true
 			var err error
 			it.written, it.wver, err = applyIn(w, it.key, it.m, now)
 			switch {

@@ -780,3 +780,81 @@ func TestClaimStart(t *testing.T) {
 		t.Fatal("claims still read first after 40 new keys")
 	}
 }
+
+// TestClaimRetriedBatch: when the writer rolls back a transaction (another
+// operation's statement failed) and runs the operations again, a claim
+// whose record changed in between answers what its second run wrote. Here
+// another owner's record for the key is there on the first run (stands for
+// another process, which can write between the rollback and the retry)
+// and gone on the second, so the claim's ready-made INSERT misses on the
+// first run (decided in the writer: busy) and succeeds on the second.
+func TestClaimRetriedBatch(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := openTest(t)
+			release := holdWriter(t, s)
+			other := req("k")
+			other.Owner = "other"
+			runs := 0
+			go s.w.do(ctx, false, func(w rw, now time.Time) error {
+				runs++
+				if runs == 1 {
+					var r idem.ClaimResult
+					_, _, err := applyIn(w, "k", claimM(other, &r), now)
+					return err
+				}
+				return nil
+			})
+			waitQueued(t, s, 1)
+			type answer struct {
+				res idem.ClaimResult
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				if batch {
+					res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("k")})
+					if err == nil {
+						err = res[0].Err
+						got <- answer{res[0], err}
+						return
+					}
+					got <- answer{err: err}
+					return
+				}
+				res, err := s.Claim(ctx, req("k"))
+				got <- answer{res, err}
+			}()
+			waitQueued(t, s, 2)
+			failed := make(chan error, 1)
+			go func() {
+				failed <- s.w.do(ctx, false, func(rw, time.Time) error {
+					return &stmtError{"test", errors.New("injected statement failure")}
+				})
+			}()
+			waitQueued(t, s, 3)
+			release()
+			if err := <-failed; err == nil {
+				t.Fatal("the injected failure was not answered")
+			}
+			a := <-got
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			rec, err := s.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if runs != 2 {
+				t.Fatalf("the first operation ran %d times, want 2 (one rollback)", runs)
+			}
+			if rec.Owner != "w1" || rec.Status != idem.StatusInProgress {
+				t.Fatalf("record: %+v, want w1's claim", rec)
+			}
+			if !a.res.Acquired || a.res.Record.Owner != "w1" || a.res.Record.Fence != rec.Fence {
+				t.Fatalf("claim answered %+v, but the record written is %+v", a.res, rec)
+			}
+		})
+	}
+}
