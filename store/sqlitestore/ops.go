@@ -217,8 +217,13 @@ func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
 				}
 			}
 			it.redecided = true
-			var err error
-			it.written, it.wver, err = applyIn(w, it.key, it.m, now)
+			rec, ver, err := w.load(it.key)
+			if err == nil {
+				if it.from == fromRead && it.dupes != nil {
+					it.dupes.observe(rec != nil) // as apply's read does
+				}
+				it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
+			}
 			switch {
 			case err == nil:
 			case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
@@ -281,6 +286,12 @@ func applyIn(w rw, key string, m mutation, now time.Time) (*idem.Record, int64, 
 	if err != nil {
 		return nil, 0, err
 	}
+	return decideIn(w, key, rec, ver, m, now)
+}
+
+// decideIn is applyIn on the record rec (nil if absent) of version ver,
+// loaded in the same transaction.
+func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now time.Time) (*idem.Record, int64, error) {
 	next, merr := m(rec, now)
 	if next == nil {
 		return nil, 0, merr

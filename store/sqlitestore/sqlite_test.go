@@ -858,3 +858,45 @@ func TestClaimRetriedBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimBatchStart: ClaimBatch starts as Claim does and keeps the
+// estimate it starts from up to date, also while it reads first: a flood
+// of duplicate batches makes batches read first, and batches of new keys
+// bring them back to inserting without a read.
+func TestClaimBatchStart(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	batch := func(prefix string, n int) []idem.ClaimResult {
+		t.Helper()
+		reqs := make([]idem.ClaimRequest, n)
+		for i := range reqs {
+			reqs[i] = req(fmt.Sprint(prefix, i))
+		}
+		res, err := s.ClaimBatch(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	batch("dup", 10)
+	for range 10 {
+		for _, r := range batch("dup", 10) {
+			if r.Acquired {
+				t.Fatalf("duplicate acquired: %+v", r)
+			}
+		}
+	}
+	if !s.dupes.readFirst() {
+		t.Fatal("a flood of duplicate batches did not make claims read first")
+	}
+	for i := range 10 {
+		for _, r := range batch(fmt.Sprint("new", i, "-"), 10) {
+			if !r.Acquired {
+				t.Fatalf("new key not acquired: %+v", r)
+			}
+		}
+	}
+	if s.dupes.readFirst() {
+		t.Fatal("claims still read first after 100 new keys in batches")
+	}
+}
