@@ -898,3 +898,19 @@ func TestParseDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAlreadyReleasedJSON: with --json, release of a key that is
+// already released prints the record as JSON, as every other --json
+// answer does, not a sentence.
+func TestReleaseAlreadyReleasedJSON(t *testing.T) {
+	e := newEnv(t, backend{"mem", openMem})
+	e.fixture()
+	r := e.run("release", "released", "--json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != 0 {
+		t.Fatalf("release --json of a released key: %v\n%s", err, r)
+	}
+	if v["status"] != "released" || v["key"] != "released" {
+		t.Fatalf("release --json of a released key printed %v", v)
+	}
+}

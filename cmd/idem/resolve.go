@@ -197,6 +197,9 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 		d.res.InProgress = true
 	case explain.StateReleased:
 		if verb == "release" {
+			if d.asJSON {
+				return writeJSONIndent(a.stdout, toJSON(&rec, now, true)) // nothing changed
+			}
 			fmt.Fprintf(a.stdout, "%s is already released (fence %d): the next delivery runs it as attempt %d; nothing done\n", d.key, rec.Fence, rec.Attempt+1)
 			return nil
 		}
