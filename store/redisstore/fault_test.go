@@ -326,3 +326,9 @@ func TestFaultAnswerLost(t *testing.T) {
 		})
 	}
 }
+
+// brief is r without its journal, for messages.
+func brief(r idem.Record) idem.Record {
+	r.Journal = nil
+	return r
+}
