@@ -307,6 +307,7 @@ func (s *Source) delivery(m njs.Msg) *Delivery {
 	msg := queue.Message{Body: m.Data(), ReceiveCount: 1}
 	if err == nil {
 		d.seq = md.Sequence.Stream
+		d.serverDelivered = int(md.NumDelivered)
 		d.numDelivered = s.count(md.Sequence.Stream, int(md.NumDelivered))
 		msg.ID = strconv.FormatUint(md.Sequence.Stream, 10)
 		msg.ReceiveCount = d.numDelivered
@@ -359,9 +360,12 @@ type Delivery struct {
 	msg          njs.Msg
 	m            queue.Message
 	seq          uint64
-	numDelivered int
-	settled      atomic.Bool
-	mu           sync.Mutex // serialises settles
+	numDelivered int // the ReceiveCount handed out (see the package doc)
+	// serverDelivered is the server's own NumDelivered, which decides
+	// whether it would deliver the message again under MaxDeliver.
+	serverDelivered int
+	settled         atomic.Bool
+	mu              sync.Mutex // serialises settles
 }
 
 var _ queue.Delivery = (*Delivery)(nil)
@@ -387,11 +391,12 @@ func (d *Delivery) Ack(ctx context.Context) error {
 }
 
 // Retry sends -NAK with delay (0: redeliver at once) and waits for the
-// server's confirmation. On the consumer's last allowed delivery
-// (NumDelivered ≥ MaxDeliver) the server would never redeliver, so Retry
-// dead-letters the message instead.
+// server's confirmation. On the consumer's last allowed delivery (the
+// server's NumDelivered ≥ MaxDeliver, whatever ReceiveCount was raised to)
+// the server would never redeliver, so Retry dead-letters the message
+// instead.
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
-	if md := d.src.maxDeliver; md > 0 && d.numDelivered >= md {
+	if md := d.src.maxDeliver; md > 0 && d.serverDelivered >= md {
 		return d.DeadLetter(ctx, fmt.Sprintf("jetstream: max deliveries (%d) reached: retry refused", md))
 	}
 	body := []byte("-NAK")

@@ -209,6 +209,39 @@ func TestDeadLetterKeepsTheReason(t *testing.T) {
 	}
 }
 
+// Retry decides MaxDeliver on the server's own delivery count, not on the
+// ReceiveCount this Source raised past it (see the package doc): the
+// server still redelivers a message it has delivered fewer times, so
+// dead-lettering it would be early.
+func TestRetryUnderMaxDeliverOnTheServersCount(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second, maxDeliver: 2})
+	p, src := f.publisher(t, js), f.source(t, js)
+	pub := publish(t, p, queue.Outgoing{Body: []byte("raised")})
+	seq, err := strconv.ParseUint(pub.ID, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.count(seq, 4) // as if this Source had handed it out 4 times
+	d := receive(t, src, 1, 5*time.Second)[0]
+	if d.Message().ReceiveCount != 5 {
+		t.Fatalf("receive count %d, want 5 (raised past the server's 1)", d.Message().ReceiveCount)
+	}
+	if err := d.Retry(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if dl := f.deadLetters(t); len(dl) != 0 {
+		t.Fatalf("%d dead letters after a retry on the server's first delivery, want none", len(dl))
+	}
+	d = receive(t, src, 1, 5*time.Second)[0]
+	if string(d.Message().Body) != "raised" {
+		t.Fatalf("redelivered %q", d.Message().Body)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // With MaxDeliver set, Retry on the last allowed delivery dead-letters the
 // message (the server would never redeliver it), and a last delivery whose
 // ack wait expires is dead-lettered from the server's advisory: in neither
