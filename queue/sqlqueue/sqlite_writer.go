@@ -88,17 +88,21 @@ const (
 	// while no earlier message of its group is in the table (in flight,
 	// delayed or waiting): the group's head; and while no other message
 	// of its group is in flight (a redriven message keeps its id, so it
-	// may come back before a later message that is being handled).
+	// may come back before a later message that is being handled). The
+	// groups with a message in flight are read once (on their partial
+	// index) and each candidate is tested against them, so a backlog
+	// behind blocked groups costs little per message: the receive runs on
+	// the writer, which every other write waits for.
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (
 	SELECT m.id FROM idem_queue_messages m
 	WHERE m.queue = ?3 AND m.visible_at <= ?2
-	  AND (m.group_id IS NULL OR (NOT EXISTS (
-		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)
+	  AND (m.group_id IS NULL OR (m.group_id NOT IN (
+		SELECT f.group_id FROM idem_queue_messages f
+		WHERE f.queue = ?3 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > ?2)
 	  AND NOT EXISTS (
-		SELECT 1 FROM idem_queue_messages f WHERE f.queue = m.queue AND f.group_id = m.group_id
-		AND f.receipt IS NOT NULL AND f.visible_at > ?2 AND f.id <> m.id)))
+		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)))
 	ORDER BY m.visible_at, m.id
 	LIMIT ?4)
 RETURNING id, body, attributes, group_id, dedup_id, receive_count, receipt, first_received, published`
