@@ -813,39 +813,11 @@ func TestSQLitePublishInsideDoTx(t *testing.T) {
 	}
 }
 
-// A redriven message of a FIFO group keeps its id, so it sorts before the
-// messages of its group published after it. It must still wait while one
-// of them is in flight: a group is handed out one message at a time.
+// See redriveIntoBusyGroup.
 func TestSQLiteRedriveIntoBusyGroup(t *testing.T) {
 	for _, gc := range []bool{true, false} {
 		t.Run(fmt.Sprintf("groupcommit=%v", gc), func(t *testing.T) {
-			e := openSQLiteMode(t, "", nil, gc)
-			q := e.queue(t, "fifo")
-			publish(t, q, queue.Outgoing{Body: []byte("a1"), GroupID: "a"})
-			publish(t, q, queue.Outgoing{Body: []byte("a2"), GroupID: "a"})
-			ds := receive(t, q, 10)
-			if got := fmt.Sprint(bodies(ds)); got != "[a1]" {
-				t.Fatalf("first receive = %s", got)
-			}
-			if err := ds[0].DeadLetter(context.Background(), "poison"); err != nil {
-				t.Fatal(err)
-			}
-			ds = receive(t, q, 10)
-			if got := fmt.Sprint(bodies(ds)); got != "[a2]" {
-				t.Fatalf("after dead-lettering a1 = %s, want a2", got)
-			}
-			a2 := ds[0]
-			if n, err := q.Redrive(context.Background(), 0); err != nil || n != 1 {
-				t.Fatalf("redrive = %d, %v", n, err)
-			}
-			receiveNone(t, q) // a2 is in flight: a1 waits for it
-			if err := a2.Ack(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			ds = receive(t, q, 10)
-			if got := fmt.Sprint(bodies(ds)); got != "[a1]" {
-				t.Fatalf("after acking a2 = %s, want a1", got)
-			}
+			redriveIntoBusyGroup(t, openSQLiteMode(t, "", nil, gc).queue(t, "fifo"))
 		})
 	}
 }
