@@ -81,27 +81,29 @@ func (f *fixture) cleanup(tb testing.TB) {
 func (f *fixture) source(tb testing.TB, conn *amqp.Connection) *Source {
 	tb.Helper()
 	s, err := NewSource(context.Background(), conn, f.cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f.mu.Lock()
-	f.pubs = append(f.pubs, s.pub)
-	f.mu.Unlock()
-	tb.Cleanup(func() { _ = s.Close() })
+	f.adopt(tb, err, func() *publisher { return s.pub }, func() error { return s.Close() })
 	return s
 }
 
 func (f *fixture) publisher(tb testing.TB, conn *amqp.Connection) *Publisher {
 	tb.Helper()
 	p, err := NewPublisher(conn, f.cfg)
+	f.adopt(tb, err, func() *publisher { return p.p }, func() error { return p.Close() })
+	return p
+}
+
+// adopt fails tb on err (the making of a Source or Publisher); otherwise
+// it keeps the publisher it holds, for the fixture's cleanup, and closes
+// it when tb ends.
+func (f *fixture) adopt(tb testing.TB, err error, pub func() *publisher, closeFn func() error) {
+	tb.Helper()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	f.mu.Lock()
-	f.pubs = append(f.pubs, p.p)
+	f.pubs = append(f.pubs, pub())
 	f.mu.Unlock()
-	tb.Cleanup(func() { _ = p.Close() })
-	return p
+	tb.Cleanup(func() { _ = closeFn() })
 }
 
 // count is how many ready messages a queue holds.

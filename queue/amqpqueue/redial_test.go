@@ -68,26 +68,14 @@ func (d *dialer) last(tb testing.TB) *amqp.Connection {
 func (f *fixture) sourceDial(tb testing.TB, dial DialFunc) *Source {
 	tb.Helper()
 	s, err := NewSourceDial(context.Background(), dial, f.cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f.mu.Lock()
-	f.pubs = append(f.pubs, s.pub)
-	f.mu.Unlock()
-	tb.Cleanup(func() { _ = s.Close() })
+	f.adopt(tb, err, func() *publisher { return s.pub }, func() error { return s.Close() })
 	return s
 }
 
 func (f *fixture) publisherDial(tb testing.TB, dial DialFunc) *Publisher {
 	tb.Helper()
 	p, err := NewPublisherDial(dial, f.cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f.mu.Lock()
-	f.pubs = append(f.pubs, p.p)
-	f.mu.Unlock()
-	tb.Cleanup(func() { _ = p.Close() })
+	f.adopt(tb, err, func() *publisher { return p.p }, func() error { return p.Close() })
 	return p
 }
 
