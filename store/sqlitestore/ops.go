@@ -44,7 +44,7 @@ const (
 // conditional: an INSERT that does nothing if the key exists, or an UPDATE
 // of the version m decided on. If the record is not that one (any more),
 // the writer runs m again inside its transaction, on the record as it is
-// (applyIn). Either way the record written is m's result for the record it
+// (keyOp.run). Either way the record written is m's result for the record it
 // replaces: every write is one atomic conditional write.
 //
 // An outcome that writes nothing is only ever decided on a read or inside
@@ -57,79 +57,41 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 	}
 	s.stats.ops.Add(1)
 	now := s.now()
-	var (
-		rec  *idem.Record
-		ver  int64
-		next *idem.Record
-		merr error
-	)
-	switch from {
-	case fromHeld:
-		if h, ok := s.held.get(key); ok {
-			rec, ver = h.rec, h.ver
-			next, merr = m(rec, now)
-		}
-	case fromAbsent:
-		next, merr = m(nil, now)
+	it := keyOp{key: key, from: from, dupes: dupes, m: m}
+	if err := it.prepare(s, now); err != nil {
+		return err
 	}
-	if next == nil {
-		var err error
-		if rec, ver, err = s.read(ctx, key); err != nil {
+	if it.next == nil {
+		rec, ver, err := s.read(ctx, key)
+		if err != nil {
 			return err
 		}
 		if dupes != nil {
 			dupes.observe(rec != nil)
 		}
-		if next, merr = m(rec, now); next == nil {
-			return merr
+		it.rec, it.ver = rec, ver
+		if it.next, it.merr = m(rec, now); it.next == nil {
+			return it.merr
 		}
-	}
-	args, err := encodeRecord(next)
-	if err != nil {
-		return err
-	}
-	if rec == nil {
-		ver = insertVersion()
-	}
-	var (
-		written   *idem.Record
-		wver      int64
-		redecided bool
-	)
-	decidedAt := now
-	err = s.w.do(ctx, false, func(w rw, now time.Time) error {
-		ok, err := write(w, rec == nil, args, ver)
-		if err != nil {
+		it.from, it.dupes = fromRead, nil // observed on the read, not again in the writer
+		if err := it.encode(); err != nil {
 			return err
 		}
-		if from == fromAbsent && dupes != nil {
-			dupes.observe(!ok)
-		}
-		if ok {
-			if redecided {
-				// A run the writer rolled back decided m again in its
-				// transaction, and m kept that answer: decide on rec
-				// again, as written.
-				next, merr = m(rec, decidedAt)
-			}
-			written, wver = next, newVersion(rec == nil, ver)
-			return merr
-		}
-		redecided = true
-		written, wver, err = applyIn(w, key, m, now)
-		return err
-	})
-	switch {
-	case err == nil && written != nil && written.Status == idem.StatusInProgress:
-		s.held.put(key, written, wver)
-	default:
-		s.held.forget(key)
 	}
+	err := s.w.do(ctx, false, func(w rw, wnow time.Time) error {
+		if err := it.run(w, wnow, now); err != nil {
+			return err
+		}
+		return it.err
+	})
+	s.remember(&it, err)
 	return err
 }
 
-// batchItem is one key's mutation in a batch of [Store.applyBatch].
-type batchItem struct {
+// keyOp is one key's mutation, as apply and applyBatch run it: decided
+// before the writer where it can be (prepare), then written in the
+// writer's transaction (run).
+type keyOp struct {
 	key   string
 	from  start // fromAbsent or fromHeld decide before the writer; fromRead decides in it
 	dupes *dupEstimate
@@ -151,96 +113,128 @@ type batchItem struct {
 	redecided bool
 }
 
+// prepare decides it before the writer on the record its from names (the
+// one this process holds, or none) and makes its ready-made write. It
+// leaves next nil when that decides nothing to write: an outcome that
+// writes nothing is decided on a read or in the writer, never on a
+// remembered or assumed record.
+func (it *keyOp) prepare(s *Store, now time.Time) error {
+	switch it.from {
+	case fromHeld:
+		if h, ok := s.held.get(it.key); ok {
+			it.rec, it.ver = h.rec, h.ver
+			it.next, it.merr = it.m(it.rec, now)
+		}
+	case fromAbsent:
+		it.next, it.merr = it.m(nil, now)
+	}
+	return it.encode()
+}
+
+// encode makes the ready-made write of next, if there is one.
+func (it *keyOp) encode() error {
+	if it.next == nil {
+		return nil
+	}
+	args, err := encodeRecord(it.next)
+	if err != nil {
+		return err
+	}
+	it.args = args
+	if it.rec == nil {
+		it.ver = insertVersion()
+	}
+	return nil
+}
+
+// run writes it in the writer's transaction: its ready-made write, a
+// conditional one, if the record is still the one it was decided on (at
+// decidedAt); otherwise m decided again on the record as it is, at now.
+// The key's outcome (m's error, or its record's corruption) is it.err; a
+// store error is returned. The writer may run it again after rolling back.
+func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
+	it.written, it.err = nil, nil
+	if it.next != nil {
+		ok, err := write(w, it.rec == nil, it.args, it.ver)
+		if err != nil {
+			return err
+		}
+		if it.from == fromAbsent && it.dupes != nil {
+			it.dupes.observe(!ok)
+		}
+		if ok {
+			if it.redecided {
+				// A run the writer rolled back decided m again in its
+				// transaction, and m kept that answer: decide on rec
+				// again, as written.
+				it.next, it.merr = it.m(it.rec, decidedAt)
+			}
+			it.written, it.wver, it.err = it.next, newVersion(it.rec == nil, it.ver), it.merr
+			return nil
+		}
+	}
+	it.redecided = true
+	rec, ver, err := w.load(it.key)
+	if err == nil {
+		if it.from == fromRead && it.dupes != nil {
+			it.dupes.observe(rec != nil) // as apply's read does
+		}
+		it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
+		it.err = err // this key's alone; nothing was written for a corrupt one
+	default:
+		return err
+	}
+	return nil
+}
+
+// remember keeps the in_progress record it wrote, for the holder's next
+// write (fromHeld), or forgets the key.
+func (s *Store) remember(it *keyOp, err error) {
+	if err == nil && it.err == nil && it.written != nil && it.written.Status == idem.StatusInProgress {
+		s.held.put(it.key, it.written, it.wver)
+	} else {
+		s.held.forget(it.key)
+	}
+}
+
 // applyBatch is apply for many keys in one operation of the writer, as
-// the batch calls (ClaimBatch, CompleteBatch) need: each item is decided
+// the batch calls (ClaimBatch, CompleteBatch) need: each key is decided
 // first outside the writer on the record its from names (none, or the one
 // this process holds) and handed over as a ready-made conditional write;
-// an item whose write misses, or that needs its record read, is decided
-// again inside the writer's transaction on the record as it is. Items run
-// in order, so a later item for a key sees an earlier one's write. A store
-// error undoes the batch's writes (the writer rolls back its transaction)
-// and is returned; outcomes and corrupt records are each item's err.
-func (s *Store) applyBatch(ctx context.Context, items []batchItem) error {
+// a key whose write misses, or that needs its record read, is decided
+// again inside the writer's transaction on the record as it is. Keys run
+// in order, so a later one sees an earlier one's write. A store error
+// undoes the batch's writes (the writer rolls back its transaction) and is
+// returned; outcomes and corrupt records are each key's err.
+func (s *Store) applyBatch(ctx context.Context, items []keyOp) error {
 	if s.closed.Load() {
 		return errClosed
 	}
 	s.stats.ops.Add(int64(len(items)))
 	now := s.now()
 	for i := range items {
-		it := &items[i]
-		switch it.from {
-		case fromHeld:
-			if h, ok := s.held.get(it.key); ok {
-				it.rec, it.ver = h.rec, h.ver
-				it.next, it.merr = it.m(it.rec, now)
-			}
-		case fromAbsent:
-			it.next, it.merr = it.m(nil, now)
-		}
-		if it.next == nil {
-			continue
-		}
-		args, err := encodeRecord(it.next)
-		if err != nil {
+		if err := items[i].prepare(s, now); err != nil {
 			return err
-		}
-		it.args = args
-		if it.rec == nil {
-			it.ver = insertVersion()
 		}
 	}
 	// Not an atomic op (a savepoint, whose statement journal copies every
 	// page the batch touches): every error the batch returns is a
 	// stmtError, on which the writer rolls back its whole transaction and
 	// runs the other operations again.
-	decidedAt := now
-	err := s.w.do(ctx, false, func(w rw, now time.Time) error {
+	err := s.w.do(ctx, false, func(w rw, wnow time.Time) error {
 		for i := range items {
-			it := &items[i]
-			it.written, it.err = nil, nil // the writer may run the batch again
-			if it.next != nil {
-				ok, err := write(w, it.rec == nil, it.args, it.ver)
-				if err != nil {
-					return asStmtError(err)
-				}
-				if it.from == fromAbsent && it.dupes != nil {
-					it.dupes.observe(!ok)
-				}
-				if ok {
-					if it.redecided {
-						// A rolled-back run decided m again in the writer,
-						// and m kept that answer: decide on it.rec again.
-						it.next, it.merr = it.m(it.rec, decidedAt)
-					}
-					it.written, it.wver, it.err = it.next, newVersion(it.rec == nil, it.ver), it.merr
-					continue
-				}
-			}
-			it.redecided = true
-			rec, ver, err := w.load(it.key)
-			if err == nil {
-				if it.from == fromRead && it.dupes != nil {
-					it.dupes.observe(rec != nil) // as apply's read does
-				}
-				it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
-			}
-			switch {
-			case err == nil:
-			case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
-				it.err = err // this key's alone; nothing was written for a corrupt one
-			default:
+			if err := items[i].run(w, wnow, now); err != nil {
 				return asStmtError(err)
 			}
 		}
 		return nil
 	})
 	for i := range items {
-		it := &items[i]
-		if err == nil && it.written != nil && it.written.Status == idem.StatusInProgress {
-			s.held.put(it.key, it.written, it.wver)
-		} else {
-			s.held.forget(it.key)
-		}
+		s.remember(&items[i], err)
 	}
 	return err
 }
@@ -279,18 +273,9 @@ func (d *dupEstimate) observe(found bool) {
 // record.
 func (d *dupEstimate) readFirst() bool { return d.share.Load() > dupOne/4 }
 
-// applyIn runs m on key's record inside a write transaction and stores the
-// result. It returns the record it wrote (nil if none) and its version.
-func applyIn(w rw, key string, m mutation, now time.Time) (*idem.Record, int64, error) {
-	rec, ver, err := w.load(key)
-	if err != nil {
-		return nil, 0, err
-	}
-	return decideIn(w, key, rec, ver, m, now)
-}
-
-// decideIn is applyIn on the record rec (nil if absent) of version ver,
-// loaded in the same transaction.
+// decideIn runs m on rec, key's record (nil if absent) of version ver
+// loaded in the same write transaction, and stores the result. It returns
+// the record it wrote (nil if none) and its version.
 func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now time.Time) (*idem.Record, int64, error) {
 	next, merr := m(rec, now)
 	if next == nil {

@@ -801,7 +801,10 @@ func TestClaimRetriedBatch(t *testing.T) {
 				runs++
 				if runs == 1 {
 					var r idem.ClaimResult
-					_, _, err := applyIn(w, "k", claimM(other, &r), now)
+					rec, ver, err := w.load("k")
+					if err == nil {
+						_, _, err = decideIn(w, "k", rec, ver, claimM(other, &r), now)
+					}
 					return err
 				}
 				return nil

@@ -323,9 +323,9 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	if s.dupes.readFirst() {
 		from = fromRead
 	}
-	items := make([]batchItem, len(reqs))
+	items := make([]keyOp, len(reqs))
 	for i, req := range reqs {
-		items[i] = batchItem{key: req.Key, from: from, dupes: &s.dupes, m: claimM(req, &out[i])}
+		items[i] = keyOp{key: req.Key, from: from, dupes: &s.dupes, m: claimM(req, &out[i])}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
@@ -345,10 +345,10 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 // or the error of a record that cannot be read; a store error writes none
 // of them and is returned.
 func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
-	items := make([]batchItem, len(cs))
+	items := make([]keyOp, len(cs))
 	for i, c := range cs {
 		end := transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}
-		items[i] = batchItem{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
+		items[i] = keyOp{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
