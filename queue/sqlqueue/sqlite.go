@@ -328,8 +328,9 @@ func (q *SQLiteQueue) Publish(ctx context.Context, m queue.Outgoing) (queue.Publ
 		return queue.Published{}, err
 	}
 	var p queue.Published
+	dedup := q.cfg.dedupFor(m)
 	err = q.s.w.do(ctx, func(st *sqliteStmts, now int64) (err error) {
-		p, err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, m, attrs, now)
+		p, err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, m, dedup, attrs, now)
 		return err
 	}, nil)
 	if err != nil {
@@ -349,6 +350,7 @@ func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]
 		return nil, ErrClosed
 	}
 	attrs := make([][]byte, len(ms))
+	dedups := make([]string, len(ms)) // computed off the writer: content dedup hashes the body
 	for i, m := range ms {
 		if err := checkOutgoing(m); err != nil {
 			return nil, err
@@ -357,13 +359,14 @@ func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]
 		if attrs[i], err = encodeAttrs(m.Attributes); err != nil {
 			return nil, err
 		}
+		dedups[i] = q.cfg.dedupFor(m)
 	}
 	out := make([]queue.Published, len(ms))
 	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
 		for i := 0; i < len(ms); {
-			if q.cfg.dedupFor(ms[i]) != "" {
+			if dedups[i] != "" {
 				var err error
-				if out[i], err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, ms[i], attrs[i], now); err != nil {
+				if out[i], err = q.publishIn(st.dedupGet, st.insert, st.dedupPut, ms[i], dedups[i], attrs[i], now); err != nil {
 					return err
 				}
 				i++
@@ -371,7 +374,7 @@ func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]
 			}
 			// A run of messages without a dedup id: many rows per INSERT.
 			n := 1
-			for n < sqliteInsertRows && i+n < len(ms) && q.cfg.dedupFor(ms[i+n]) == "" {
+			for n < sqliteInsertRows && i+n < len(ms) && dedups[i+n] == "" {
 				n++
 			}
 			if err := q.insertRows(st, ms[i:i+n], attrs[i:i+n], out[i:i+n], now); err != nil {
@@ -412,15 +415,16 @@ func (q *SQLiteQueue) PublishTx(ctx context.Context, tx *sql.Tx, m queue.Outgoin
 	if err != nil {
 		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
 	}
+	dedup := q.cfg.dedupFor(m)
 	var stmts [3]*sql.Stmt
 	for i, st := range prepared {
-		if i != 1 && q.cfg.dedupFor(m) == "" {
+		if i != 1 && dedup == "" {
 			continue
 		}
 		stmts[i] = tx.StmtContext(ctx, st)
 		defer stmts[i].Close()
 	}
-	p, err := q.publishIn(stmts[0], stmts[1], stmts[2], m, attrs, q.s.now())
+	p, err := q.publishIn(stmts[0], stmts[1], stmts[2], m, dedup, attrs, q.s.now())
 	if err != nil {
 		return queue.Published{}, q.s.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
 	}
@@ -430,9 +434,9 @@ func (q *SQLiteQueue) PublishTx(ctx context.Context, tx *sql.Tx, m queue.Outgoin
 	return p, nil
 }
 
-// publishIn publishes m inside a write transaction.
-func (q *SQLiteQueue) publishIn(get, insert, put *sql.Stmt, m queue.Outgoing, attrs []byte, now int64) (queue.Published, error) {
-	dedup := q.cfg.dedupFor(m)
+// publishIn publishes m, whose dedup id is dedup ("" for none: see
+// dedupFor), inside a write transaction.
+func (q *SQLiteQueue) publishIn(get, insert, put *sql.Stmt, m queue.Outgoing, dedup string, attrs []byte, now int64) (queue.Published, error) {
 	if dedup != "" {
 		var id, exp int64
 		err := get.QueryRow(q.name, dedup).Scan(&id, &exp)
@@ -471,7 +475,7 @@ const sqliteInsertRows = 128
 // SQLite makes once per statement.
 func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][]byte, out []queue.Published, now int64) error {
 	if len(ms) == 1 {
-		p, err := q.publishIn(st.dedupGet, st.insert, st.dedupPut, ms[0], attrs[0], now)
+		p, err := q.publishIn(st.dedupGet, st.insert, st.dedupPut, ms[0], "", attrs[0], now)
 		out[0] = p
 		return err
 	}
