@@ -126,8 +126,13 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 			return Event{}, fmt.Errorf("%w: the form body does not parse", ErrMalformed)
 		}
 		params = twilioParams(form, false)
-		if sorted := twilioParams(form, true); sorted != params {
-			paramForms = append(paramForms, sorted)
+		for _, vs := range form {
+			if len(vs) > 1 { // a repeated name: the other way of signing it too
+				if sorted := twilioParams(form, true); sorted != params {
+					paramForms = append(paramForms, sorted)
+				}
+				break
+			}
 		}
 	}
 	paramForms = append(paramForms, params)
