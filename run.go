@@ -8,10 +8,16 @@ import (
 	"time"
 )
 
-// Run is [Ledger.Do] for typed results: fn's value is stored as JSON and
-// decoded on replay. If the value cannot be encoded after fn succeeded, the
-// effect has happened but cannot be recorded: the attempt is abandoned (left
-// for the policy to decide, like a crash) and the error returned.
+// Run is [Ledger.Do] for typed results: fn's value is stored as JSON, and
+// every call returns the stored value decoded, the first as well as its
+// duplicates, so that they all see the same T (a field JSON leaves out, such
+// as one tagged `json:"-"`, is zero in every answer, not only in the
+// replays). If the value cannot be encoded after fn succeeded, or its JSON
+// does not decode back into a T (an interface-typed field, a failing
+// UnmarshalJSON), the effect has happened but cannot be recorded in a form
+// a duplicate could read: the attempt is abandoned (left for the policy to
+// decide, like a crash) and the error returned. Recording it would make the
+// key answer every duplicate with a decoding error until it expires.
 func Run[T any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx context.Context) (T, error), opts ...CallOption) (T, Result, error) {
 	var (
 		fresh T
@@ -26,7 +32,11 @@ func Run[T any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx co
 		if err != nil {
 			return nil, abandonError{fmt.Errorf("idem: encoding the result of %q as JSON: %w", key.s, err)}
 		}
-		fresh, ran = v, true
+		var back T
+		if err := json.Unmarshal(b, &back); err != nil {
+			return nil, abandonError{fmt.Errorf("idem: the JSON of the result of %q does not decode back into %T, so duplicates could not read it: %w", key.s, back, err)}
+		}
+		fresh, ran = back, true
 		return b, nil
 	}, opts...)
 	var zero T
