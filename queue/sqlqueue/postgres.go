@@ -594,17 +594,19 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 		return nil, ErrClosed
 	}
 	args := make([][]any, len(ms))
+	dedups := make([]string, len(ms)) // once per message: under content dedup it hashes the body
 	for i, m := range ms {
 		var err error
 		if args[i], err = q.publishArgs(m); err != nil {
 			return nil, err
 		}
+		dedups[i] = q.cfg.dedupFor(m)
 	}
 	out := make([]queue.Published, len(ms))
 	err := pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
 		for i := 0; i < len(ms); {
-			if q.cfg.dedupFor(ms[i]) != "" {
-				p, err := q.publishOn(ctx, tx, ms[i], q.p.n.publishQuiet, q.p.n.dedupQuiet)
+			if dedups[i] != "" {
+				p, err := q.publishArgsOn(ctx, tx, args[i], dedups[i], q.p.n.publishQuiet, q.p.n.dedupQuiet)
 				if err != nil {
 					return err
 				}
@@ -614,7 +616,7 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 			}
 			j := i
 			var b pgx.Batch
-			for ; j < len(ms) && q.cfg.dedupFor(ms[j]) == ""; j++ {
+			for ; j < len(ms) && dedups[j] == ""; j++ {
 				b.Queue(q.p.n.publishQuiet, args[j]...)
 			}
 			br := tx.SendBatch(ctx, &b)
@@ -671,7 +673,12 @@ func (q *PostgresQueue) publishOn(ctx context.Context, db querier, m queue.Outgo
 	if err != nil {
 		return queue.Published{}, err
 	}
-	dedup := q.cfg.dedupFor(m)
+	return q.publishArgsOn(ctx, db, args, q.cfg.dedupFor(m), plain, withDedup)
+}
+
+// publishArgsOn publishes the message of args (publishArgs) with dedup id
+// dedup ("" for none).
+func (q *PostgresQueue) publishArgsOn(ctx context.Context, db querier, args []any, dedup, plain, withDedup string) (queue.Published, error) {
 	for range 3 {
 		var id int64
 		var err error
