@@ -26,21 +26,24 @@ explicit --store uses that store instead, creating its PostgreSQL table if
 missing, and IDEM_STORE is ignored here so the demo never writes to your
 real store by accident):
 
-  - a queue of receipt jobs, each delivered 1 to 3 times (the broker
-    redelivering a message, the upstream enqueueing the job again under a
-    new message id);
-  - two concurrent consumers calling ledger.Do with the key
-    idem.Key("receipt", orderID, userID) and a "send the email" function
-    that records each send in a simulated mail provider;
-  - a crash between "email sent" and "recorded" on one key under
-    AtLeastOnce and on one under AtMostOnce: the attempt claims the key and
-    sends, then its process is gone and nothing more reaches the store.
+  - receipt jobs published to a queue: sqlqueue in the store's own SQLite
+    file (an in-process memqueue on another store), some jobs enqueued
+    again upstream under a new message id;
+  - two queue.Consumer workers keying each job
+    idem.Key("receipt", orderID, userID) and sending the email through a
+    simulated mail provider;
+  - two more workers that receive a job, claim its key, send, and die
+    before recording it or acking the message, one job under AtLeastOnce
+    and one under AtMostOnce.
 
-It prints the deliveries, the emails sent per key (one each, except the key
-that crashed under AtLeastOnce: its lease lapsed and the next delivery took
-over and sent again), the duplicates suppressed and the busy retries, then
-'idem explain' of that key, 'idem ls --stuck' showing the AtMostOnce key
-indeterminate, and 'idem resolve' deciding it.
+It prints the deliveries (read off the consumers' own log lines), the
+emails sent per key (one each, except the key that crashed under
+AtLeastOnce: its lease lapsed and the broker's redelivery took over and
+sent again), the duplicates suppressed, the busy retries, the AtMostOnce
+key refused as indeterminate and dead-lettered, the consumers' log lines
+for the two crashed keys, then 'idem explain' of the first key, 'idem ls
+--stuck' showing the second one indeterminate, and 'idem resolve'
+deciding it.
 
 It checks those numbers and exits 1 if idem did not keep its promise.`,
 	exits: `  0    the demo ran and every number was as idem promises
@@ -100,22 +103,29 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d receipt jobs, key idem.Key(\"receipt\", orderID, userID); %d consumers; lease %s\n",
-		sum.Orders, 2, cfg.Lease)
-	fmt.Fprintf(out, "queue: %d messages (%d redelivered with the same message id, %d re-enqueued with a new one)\n",
-		sum.Messages, sum.SameID, sum.NewID)
+	fmt.Fprintf(out, "%d receipt jobs, key idem.Key(\"receipt\", orderID, userID); %d more re-enqueued upstream under a new message id\n",
+		sum.Orders, sum.Reenqueued)
+	fmt.Fprintf(out, "queue: %s, visibility %s; %d queue.Consumer workers, lease %s\n", sum.Queue, cfg.Visibility, 2, cfg.Lease)
 	fmt.Fprintln(out, `crashes injected between "email sent" and "recorded":`)
 	for _, c := range sum.Crashes {
 		fmt.Fprintf(out, "  %s\n", c)
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "deliveries handled     %3d  (%d messages, %d after the crashes, %d busy retries) in %s\n",
-		sum.Deliveries, sum.Messages, sum.AfterCrash, sum.BusyRetries, sum.Took.Round(time.Millisecond))
+	fmt.Fprintf(out, "deliveries handled     %3d  (%d messages published, %d redelivered, %d busy retries, %d other retries) in %s\n",
+		sum.Deliveries, sum.Published, sum.Redelivered, sum.BusyRetries, sum.Retries, sum.Took.Round(time.Millisecond))
 	fmt.Fprintf(out, "emails sent            %3d  for %d orders\n", sum.Sent, sum.Orders)
-	fmt.Fprintf(out, "duplicates suppressed  %3d  skipped, already done: the stored result replayed\n", sum.Replayed)
-	fmt.Fprintf(out, "busy retries           %3d  another consumer held the key: put back with its Retry-After\n", sum.BusyRetries)
+	fmt.Fprintf(out, "duplicates suppressed  %3d  skipped, already done: the stored result replayed, the message acked\n", sum.Replayed)
+	fmt.Fprintf(out, "busy retries           %3d  another worker held the key: put back with its Retry-After\n", sum.BusyRetries)
 	fmt.Fprintf(out, "takeovers              %3d  %s\n", sum.Takeovers, strings.Join(sum.TakeoverKeys, ", "))
-	fmt.Fprintf(out, "indeterminate          %3d  deliveries of %s refused and left for an operator\n", sum.Indeterminate, sum.CrashedAtMostOnce)
+	fmt.Fprintf(out, "indeterminate          %3d  deliveries of %s refused, then dead-lettered (%d) for an operator\n",
+		sum.Indeterminate, sum.CrashedAtMostOnce, len(sum.DeadLettered))
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "the consumers' log lines for the crashed keys (one per delivery):")
+	for _, ln := range sum.Lines {
+		if ln.Key == sum.CrashedAtLeastOnce || ln.Key == sum.CrashedAtMostOnce {
+			fmt.Fprintf(out, "  %s\n", demoLogLine(ln.Text))
+		}
+	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "sends per key (receipt:ORDER:USER):")
 	var cells []string
@@ -168,6 +178,15 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return fmt.Errorf("idem did not keep its promise:\n%w", err)
 	}
 	return nil
+}
+
+// demoLogLine shortens a consumer's log line for the demo's output: the
+// reason, which repeats what the outcome says, goes.
+func demoLogLine(s string) string {
+	if i := strings.Index(s, " reason="); i >= 0 {
+		s = s[:i]
+	}
+	return s
 }
 
 func quoteArgs(args []string) []string {

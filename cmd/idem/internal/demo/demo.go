@@ -1,18 +1,25 @@
 // Package demo runs the receipts worker of "Preventing Duplicate Sends"
-// (seed 000) against an idem store: a queue of receipt jobs with
-// redeliveries, two concurrent consumers calling Ledger.Do with a "send the
-// email" function that records sends in an in-memory outbox (a simulated
-// mail provider), and a crash injected between "sent" and "recorded" on one
-// key under AtLeastOnce and one under AtMostOnce.
+// (seed 000) on idem's own parts: receipt jobs published to a queue
+// (sqlqueue in the store's own SQLite file when the store is sqlitestore,
+// memqueue otherwise), two queue.Consumer workers that key each job
+// idem.Key("receipt", orderID, userID) and send the email through a
+// simulated mail provider, and two workers that die between "sent" and
+// "recorded", one job under AtLeastOnce and one under AtMostOnce.
 //
-// A crashed attempt is made the way a dying worker makes it: the attempt
-// claims the key through a Ledger, the email is sent, and then the process
-// is gone: its store refuses every further write (no completion, no
-// heartbeat, no release). The record stays in_progress with a lease that
-// lapses, exactly what a killed process leaves.
+// A dying worker is made the way a killed process leaves things: it
+// receives its job from the queue, claims the key through a Ledger, sends
+// the email, and then nothing more reaches the store or the broker (no
+// completion, no heartbeat, no release, no ack). The record stays
+// in_progress until its lease lapses and the broker hands the message out
+// again when its visibility timeout ends.
+//
+// What happened is read off the consumers' own log lines ("queue message
+// <outcome>", one per delivery, with key, outcome, fence, attempt and
+// message id): the demo counts them, as an operator would.
 package demo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,11 +27,16 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/memqueue"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 // Config is one run of the demo.
@@ -32,20 +44,27 @@ type Config struct {
 	Store idem.Store
 	// Orders is how many receipt jobs (at least 7; default 20).
 	Orders int
-	// Seed makes the queue's duplicates (default 1): the same seed gives
-	// the same messages.
+	// Seed makes the upstream's re-enqueues (default 1): the same seed
+	// gives the same messages.
 	Seed uint64
 	// Lease is the ledger's lease (default 300 ms), short so that the
 	// crashed attempts lapse quickly.
 	Lease time.Duration
 	// SendTime is the mail provider's latency (default 20 ms).
 	SendTime time.Duration
-	// Visibility is how long the queue waits for an ack before it
-	// redelivers a message (default 5/3 of Lease: more than the lease, as
-	// it must be).
+	// Visibility is how long the queue waits for an ack before it hands a
+	// message out again (default 5/3 of Lease: more than the lease, as it
+	// must be).
 	Visibility time.Duration
-	// Consumers is how many concurrent consumers (default 2).
+	// Consumers is how many concurrent queue.Consumer workers (default 2).
 	Consumers int
+	// MaxReceives is how many times a message is received before the
+	// consumers dead-letter it (default 3): the AtMostOnce key that
+	// crashed is refused as indeterminate that many times, then left for
+	// an operator.
+	MaxReceives int
+	// Timeout bounds the run (default 60 s).
+	Timeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -67,6 +86,12 @@ func (c *Config) defaults() {
 	if c.Consumers == 0 {
 		c.Consumers = 2
 	}
+	if c.MaxReceives == 0 {
+		c.MaxReceives = 3
+	}
+	if c.Timeout == 0 {
+		c.Timeout = time.Minute
+	}
 }
 
 // Indexes of the orders whose first delivery crashes.
@@ -79,8 +104,14 @@ const (
 type Mail struct {
 	ProviderID string // the provider's message id, the attempt's result
 	MessageID  string // the queue message that caused it
-	Consumer   string
-	Takeover   bool
+}
+
+// Line is one of the consumers' log lines: one per delivery handled.
+type Line struct {
+	Outcome, Action, Key, MessageID string
+	Fence                           int64
+	Attempt, ReceiveCount           int
+	Text                            string // the line as slog's text handler writes it, without the time
 }
 
 // Summary is what happened in a run.
@@ -88,19 +119,24 @@ type Summary struct {
 	Orders int
 	// Keys are the operation keys, in order.
 	Keys []string
-	// Messages is how many messages the queue held at the start; SameID of
-	// them are redeliveries of an earlier message (same message id), NewID
-	// jobs re-enqueued upstream under a new message id.
-	Messages, SameID, NewID int
-	// Deliveries is how many deliveries the consumers handled: the
-	// messages, the redeliveries after busy keys and after the crashes, and
-	// the re-enqueues of the crashed jobs.
+	// Queue names the broker.
+	Queue string
+	// Published is how many messages were published: the jobs, Reenqueued
+	// copies of jobs the upstream enqueued again under a new message id,
+	// and the crashed jobs' re-enqueues.
+	Published, Reenqueued int
+	// Deliveries is how many deliveries were handled: by the consumers
+	// (one log line each) and by the two workers that died.
 	Deliveries int
+	// Redelivered: deliveries of a message received before (the broker
+	// handing it out again after a visibility timeout or a retry).
+	Redelivered int
 	// BusyRetries: deliveries that found another attempt holding the key
-	// (ErrInProgress) and were put back with its Retry-After.
-	BusyRetries int
-	// AfterCrash: deliveries caused by the crashes (a redelivery of the
-	// unacked message, and the upstream's re-enqueue of the job).
+	// and were put back with its Retry-After; Retries the others put back
+	// (the AtMostOnce key refused as indeterminate).
+	BusyRetries, Retries int
+	// AfterCrash: messages caused by the crashes: each crashed message
+	// handed out again, and the upstream's re-enqueue of each crashed job.
 	AfterCrash int
 	// Sent is how many emails went out; Sends per key; Outbox every mail.
 	Sent   int
@@ -112,25 +148,45 @@ type Summary struct {
 	Takeovers    int
 	TakeoverKeys []string
 	// Indeterminate: deliveries refused because an AtMostOnce attempt had
-	// lapsed (ErrIndeterminate); they are acked and left for an operator.
+	// lapsed (ErrIndeterminate), retried and then dead-lettered.
 	Indeterminate int
+	// DeadLettered: the keys of the dead-lettered messages.
+	DeadLettered []string
 	// Crashes describes each injected crash, in order.
 	Crashes []string
 	// CrashedAtLeastOnce and CrashedAtMostOnce are the crashed keys.
 	CrashedAtLeastOnce, CrashedAtMostOnce string
+	// Lines are the consumers' log lines, in order.
+	Lines []Line
 	// Errors are unexpected errors (none in a correct run).
 	Errors []string
 	Took   time.Duration
 }
 
+// Queue is what the demo needs of a broker.
+type Queue interface {
+	queue.Source
+	queue.Publisher
+}
+
 type order struct{ ID, User int }
 
-type message struct {
-	id     string
+type job struct {
 	order  order
 	policy idem.Policy
-	crash  bool // the consumer that takes this delivery dies after sending
 	body   []byte
+}
+
+// attrPolicy carries a job's policy in its message.
+const attrPolicy = "policy"
+
+// policyOf is the policy a message names (AtLeastOnce if none).
+func policyOf(m queue.Message) idem.Policy {
+	p, err := idem.ParsePolicy(m.Attributes[attrPolicy])
+	if err != nil {
+		return idem.AtLeastOnce
+	}
+	return p
 }
 
 // Run runs the demo and reports what happened.
@@ -143,6 +199,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("demo: need at least 7 orders, got %d", cfg.Orders)
 	}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	r := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	users := make([]int, cfg.Orders)
 	for i := range users {
@@ -152,92 +210,140 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, name, closeQueue, err := openQueue(ctx, cfg, "receipts-"+strconv.Itoa(base))
+	if err != nil {
+		return nil, err
+	}
+	defer closeQueue()
 
-	sum := &Summary{Orders: cfg.Orders, Sends: map[string]int{}, Outbox: map[string][]Mail{}}
-	var msgs []message
+	sum := &Summary{Orders: cfg.Orders, Queue: name, Sends: map[string]int{}, Outbox: map[string][]Mail{}}
+	var jobs []job
 	for i := range cfg.Orders {
 		o := order{ID: base + i, User: users[i]}
-		m := message{id: fmt.Sprintf("m-%d", o.ID), order: o, policy: idem.AtLeastOnce}
-		m.body, _ = json.Marshal(map[string]any{"orderId": o.ID, "userId": o.User, "to": fmt.Sprintf("user%d@example.com", o.User)})
+		j := job{order: o, policy: idem.AtLeastOnce}
+		j.body, _ = json.Marshal(map[string]any{"orderId": o.ID, "userId": o.User, "to": fmt.Sprintf("user%d@example.com", o.User)})
 		key := idem.Key("receipt", o.ID, o.User).String()
 		sum.Keys = append(sum.Keys, key)
 		switch i {
 		case crashAtLeastOnce:
-			m.crash = true
 			sum.CrashedAtLeastOnce = key
 		case crashAtMostOnce:
-			m.crash, m.policy = true, idem.AtMostOnce
+			j.policy = idem.AtMostOnce
 			sum.CrashedAtMostOnce = key
 		}
-		msgs = append(msgs, m)
+		jobs = append(jobs, j)
 	}
-	// Duplicates of the other jobs: 0 to 2 more copies each, a few places
+	// The other jobs' duplicates: 0 to 2 more copies each, the upstream
+	// enqueueing the job again under a new message id, a few places
 	// behind the original (close enough that two consumers sometimes hold
-	// both at once); half are the broker redelivering the same message,
-	// half the upstream enqueueing the job again under a new message id.
+	// both at once).
 	type dup struct {
-		m   message
+		j   job
 		pos int
 	}
 	var dups []dup
-	for i := range cfg.Orders {
-		if msgs[i].crash {
+	for i, j := range jobs {
+		if i == crashAtLeastOnce || i == crashAtMostOnce {
 			continue // their duplicates come from the crash itself
 		}
-		for k := range r.IntN(3) {
-			d := msgs[i]
-			if r.IntN(2) == 0 {
-				sum.SameID++
-			} else {
-				d.id = fmt.Sprintf("%s-r%d", d.id, k+1)
-				sum.NewID++
-			}
-			dups = append(dups, dup{d, i + 1 + r.IntN(6)})
+		for range r.IntN(3) {
+			dups = append(dups, dup{j, i + 1 + r.IntN(6)})
 		}
 	}
-	queueOrder := slices.Clone(msgs)
+	order := slices.Clone(jobs)
 	for k := len(dups) - 1; k >= 0; k-- {
-		d := dups[k]
-		queueOrder = slices.Insert(queueOrder, min(d.pos, len(queueOrder)), d.m)
+		order = slices.Insert(order, min(dups[k].pos, len(order)), dups[k].j)
 	}
-	sum.Messages = len(queueOrder)
+	order = slices.DeleteFunc(order, func(j job) bool {
+		return j.order == jobs[crashAtLeastOnce].order || j.order == jobs[crashAtMostOnce].order
+	})
+	sum.Reenqueued = len(dups)
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	q := newQueue(len(queueOrder), runCtx.Done())
-	for _, m := range queueOrder {
-		q.put(m)
-	}
 	w := &world{cfg: cfg, q: q, sum: sum, provider: &provider{outbox: sum.Outbox}}
+	w.tally = newTally()
+
+	// The two workers that die take the crashed jobs first.
+	if err := w.crashes(ctx, jobs[crashAtLeastOnce], jobs[crashAtMostOnce]); err != nil {
+		return sum, err
+	}
+	for _, j := range order {
+		if err := w.publish(ctx, j, 0); err != nil {
+			return sum, err
+		}
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
 	for c := range cfg.Consumers {
 		name := fmt.Sprintf("consumer-%d", c+1)
 		l := idem.New(cfg.Store, idem.WithOwner(name), idem.WithLease(cfg.Lease), idem.WithLogger(discard))
-		wg.Go(func() { w.consume(runCtx, name, l) })
+		cons, err := queue.NewConsumer(q, l, receiptKey, w.send,
+			queue.WithHandlerTimeout(cfg.Visibility),
+			queue.WithBusyDelay(cfg.Lease/2),
+			queue.WithBackoff(cfg.Lease/10, cfg.Lease/2),
+			queue.WithMaxReceives(cfg.MaxReceives),
+			queue.WithCallOptions(func(m queue.Message) []idem.CallOption {
+				return []idem.CallOption{idem.WithPolicy(policyOf(m)), idem.Fingerprint(m.Body)}
+			}),
+			queue.WithLogger(slog.New(w.tally)))
+		if err != nil {
+			return sum, err
+		}
+		wg.Go(func() {
+			if err := cons.Run(runCtx); err != nil && runCtx.Err() == nil {
+				w.note(func(s *Summary) { s.Errors = append(s.Errors, fmt.Sprintf("%s: %v", name, err)) })
+			}
+		})
 	}
-	select {
-	case <-q.drained:
-	case <-ctx.Done():
-	}
-	cancel()
+	// Done when every published message is settled: acked or
+	// dead-lettered.
+	err = w.tally.waitSettled(ctx, func() int { return w.published() })
+	stop()
 	wg.Wait()
 	sum.Took = time.Since(start)
-	sum.Deliveries = int(w.deliveries.Load())
-	sum.BusyRetries = int(w.busy.Load())
-	sum.Replayed = int(w.replayed.Load())
-	sum.Indeterminate = int(w.indeterminate.Load())
+	w.tally.summarize(sum)
+	sum.Published = w.published()
+	sum.Deliveries = len(sum.Lines) + len(sum.Crashes)
 	for k, mails := range sum.Outbox {
 		sum.Sends[k] = len(mails)
 		sum.Sent += len(mails)
 	}
-	slices.Sort(sum.TakeoverKeys)
-	if err := ctx.Err(); err != nil {
-		return sum, err
+	if err != nil {
+		return sum, fmt.Errorf("demo: the queue did not drain: %w", err)
 	}
 	return sum, nil
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// openQueue opens the demo's queue: sqlqueue in the store's database file
+// when the store is sqlitestore (sharing its writer), memqueue otherwise.
+func openQueue(ctx context.Context, cfg Config, name string) (Queue, string, func(), error) {
+	if s, ok := cfg.Store.(*sqlitestore.Store); ok {
+		h, err := sqlqueue.NewSQLite(ctx, s.DB(), sqlqueue.WithGroupCommit(s), sqlqueue.WithLogger(discard))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("demo: opening the queue: %w", err)
+		}
+		q, err := h.Queue(name, sqlqueue.WithVisibility(cfg.Visibility))
+		if err != nil {
+			h.Close()
+			return nil, "", nil, fmt.Errorf("demo: opening the queue: %w", err)
+		}
+		return q, fmt.Sprintf("sqlqueue %q in the store's SQLite file", name), func() { h.Close() }, nil
+	}
+	return memqueue.New(memqueue.WithVisibility(cfg.Visibility)), "memqueue (in process)", func() {}, nil
+}
+
+// receiptKey is the consumers' KeyFunc: the key names the outcome ("order
+// N's receipt to user U"), never the message id.
+func receiptKey(m queue.Message) (idem.OperationKey, error) {
+	var j struct{ OrderID, UserID int }
+	if err := json.Unmarshal(m.Body, &j); err != nil || j.OrderID == 0 || j.UserID == 0 {
+		return idem.OperationKey{}, queue.Undecodable(fmt.Errorf("not a receipt job: %q", m.Body))
+	}
+	return idem.Key("receipt", j.OrderID, j.UserID), nil
+}
 
 // freeOrderBase picks the first order id so that none of the run's keys
 // exists in the store yet (a store given with --store may hold an earlier
@@ -265,13 +371,13 @@ func freeOrderBase(ctx context.Context, s idem.Store, users []int) (int, error) 
 // world is the shared state of one run.
 type world struct {
 	cfg      Config
-	q        *queue
+	q        Queue
 	provider *provider
+	tally    *tally
 
-	deliveries, busy, replayed, indeterminate atomic.Int64
-
-	mu  sync.Mutex
-	sum *Summary
+	mu         sync.Mutex
+	sum        *Summary
+	nPublished int
 }
 
 func (w *world) note(f func(s *Summary)) {
@@ -280,105 +386,94 @@ func (w *world) note(f func(s *Summary)) {
 	f(w.sum)
 }
 
-func (w *world) consume(ctx context.Context, name string, l *idem.Ledger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-w.q.ch:
-			w.deliveries.Add(1)
-			w.handle(ctx, name, l, m)
-		}
-	}
+func (w *world) published() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nPublished
 }
 
-// handle is the worker of seed 000, with idem: the key names the outcome
-// ("order N's receipt to user U"), never the message id.
-func (w *world) handle(ctx context.Context, name string, l *idem.Ledger, m message) {
-	key := idem.Key("receipt", m.order.ID, m.order.User)
-	opts := []idem.CallOption{idem.WithCorrelationID(m.id), idem.WithPolicy(m.policy), idem.Fingerprint(m.body)}
-	if m.crash {
-		w.crash(ctx, name, m, key, opts)
-		return
+func (w *world) publish(ctx context.Context, j job, delay time.Duration) error {
+	_, err := w.q.Publish(ctx, queue.Outgoing{Body: j.body, Attributes: map[string]string{attrPolicy: j.policy.String()}, Delay: delay})
+	if err != nil {
+		return fmt.Errorf("demo: publishing: %w", err)
 	}
-	res, err := l.Do(ctx, key, w.send(key.String(), m.id, name), opts...)
-	var busy *idem.InProgressError
-	switch {
-	case err == nil:
-		if res.Replayed {
-			w.replayed.Add(1)
-		}
-		if res.Takeover {
-			w.note(func(s *Summary) { s.Takeovers++; s.TakeoverKeys = append(s.TakeoverKeys, key.String()) })
-		}
-		w.q.ack()
-	case errors.As(err, &busy):
-		// Another consumer holds the key: nack with its Retry-After.
-		w.busy.Add(1)
-		w.q.nack(m, min(busy.RetryAfter, time.Second))
-	case errors.Is(err, idem.ErrIndeterminate):
-		// Not run again: ack, and leave it for an operator (idem ls --stuck).
-		w.indeterminate.Add(1)
-		w.q.ack()
-	case ctx.Err() != nil:
-		w.q.ack()
-	default:
-		w.note(func(s *Summary) { s.Errors = append(s.Errors, fmt.Sprintf("%s: %s: %v", name, key, err)) })
-		w.q.ack()
-	}
+	w.mu.Lock()
+	w.nPublished++
+	w.mu.Unlock()
+	return nil
 }
 
-// send is the operation: send the receipt (through the simulated provider)
-// and return the provider's message id as the result.
-func (w *world) send(key, msgID, consumer string) func(context.Context) ([]byte, error) {
-	return func(ctx context.Context) ([]byte, error) {
-		t := time.NewTimer(w.cfg.SendTime)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, idem.NotDone(ctx.Err())
-		}
-		return []byte(w.provider.send(key, Mail{MessageID: msgID, Consumer: consumer})), nil
+// send is the handler: send the receipt through the simulated provider and
+// return the provider's message id as the result.
+func (w *world) send(ctx context.Context, m queue.Message) ([]byte, error) {
+	k, err := receiptKey(m)
+	if err != nil {
+		return nil, err
 	}
+	t := time.NewTimer(w.cfg.SendTime)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, idem.NotDone(ctx.Err())
+	}
+	return []byte(w.provider.send(k.String(), Mail{MessageID: m.ID})), nil
 }
 
-// crash runs m's attempt in a process that dies right after the send: the
-// claim and the send happen, then every write to the store is lost.
-func (w *world) crash(ctx context.Context, name string, m message, key idem.OperationKey, opts []idem.CallOption) {
-	cs := &dyingStore{Store: w.cfg.Store}
-	l := idem.New(cs, idem.WithOwner(name), idem.WithLease(w.cfg.Lease), idem.WithLogger(discard))
-	var providerID string
-	res, err := l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
-		v, err := w.send(key.String(), m.id, name)(ctx)
-		providerID = string(v)
-		cs.die()
-		return v, err
-	}, opts...)
-	if !cs.dead.Load() {
+// crashes publishes the two crashed jobs and hands each to a worker that
+// dies after sending: it receives the message, claims the key, sends, and
+// is gone before it records the send or settles the message.
+func (w *world) crashes(ctx context.Context, jobs ...job) error {
+	for _, j := range jobs {
+		if err := w.publish(ctx, j, 0); err != nil {
+			return err
+		}
+	}
+	for i, j := range jobs {
+		ds, err := w.q.Receive(ctx, 1)
+		if err != nil {
+			return fmt.Errorf("demo: receiving: %w", err)
+		}
+		if len(ds) != 1 {
+			return fmt.Errorf("demo: received %d messages, want 1", len(ds))
+		}
+		m := ds[0].Message()
+		name := fmt.Sprintf("consumer-%d", w.cfg.Consumers+1+i)
+		cs := &dyingStore{Store: w.cfg.Store}
+		l := idem.New(cs, idem.WithOwner(name), idem.WithLease(w.cfg.Lease), idem.WithLogger(discard))
+		key, err := receiptKey(m)
+		if err != nil {
+			return err
+		}
+		var providerID string
+		_, err = l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+			v, err := w.send(ctx, m)
+			providerID = string(v)
+			cs.die()
+			return v, err
+		}, idem.WithCorrelationID(m.ID), idem.WithPolicy(policyOf(m)), idem.Fingerprint(m.Body))
+		if !cs.dead.Load() {
+			return fmt.Errorf("demo: the crash on %s did not happen: %v", key, err)
+		}
 		w.note(func(s *Summary) {
-			s.Errors = append(s.Errors, fmt.Sprintf("%s: the crash on %s did not happen: %v (replayed=%v)", name, key, err, res.Replayed))
+			s.Crashes = append(s.Crashes, fmt.Sprintf("%s received message %s (%s, %s), sent %s, then its process died before recording it",
+				name, m.ID, key, m.Attributes[attrPolicy], providerID))
 		})
-		w.q.ack()
-		return
+		// The message is neither acked nor extended: the broker hands it
+		// out again when its visibility timeout ends. The upstream, which
+		// never saw a confirmation, enqueues the job again under a new
+		// message id sooner than that, while the dead attempt's lease
+		// still holds the key.
+		if err := w.publish(ctx, j, w.cfg.Lease*2/5); err != nil {
+			return err
+		}
+		w.note(func(s *Summary) { s.AfterCrash += 2 })
 	}
-	w.note(func(s *Summary) {
-		s.Crashes = append(s.Crashes, fmt.Sprintf("%s sent %s (%s), then its process died before recording it (%s)", name, key, providerID, m.policy))
-	})
-	// The broker redelivers the unacked message when its visibility
-	// timeout passes; the upstream, which never saw a confirmation, enqueues
-	// the job again under a new message id sooner than that.
-	again := m
-	again.crash = false
-	reenq := again
-	reenq.id += "-r1"
-	w.note(func(s *Summary) { s.AfterCrash += 2 })
-	w.q.later(reenq, w.cfg.Lease*2/5)
-	w.q.nack(again, w.cfg.Visibility)
+	return nil
 }
 
 // dyingStore is a store seen from a process that dies: once dead, no write
-// reaches the store (reads too fail: the process is gone).
+// reaches the store.
 type dyingStore struct {
 	idem.Store
 	dead atomic.Bool
@@ -440,53 +535,147 @@ func (p *provider) send(key string, m Mail) string {
 	return m.ProviderID
 }
 
-// queue is an at-least-once queue: a message stays outstanding until it is
-// acked; a nacked one comes back after a delay.
-type queue struct {
-	ch      chan message
-	pending atomic.Int64
-	drained chan struct{}
-	once    sync.Once
-	stop    <-chan struct{}
+// tally is the slog.Handler the consumers log to. It keeps each delivery's
+// line ("queue message <outcome>") and counts the settled messages.
+type tally struct {
+	mu      sync.Mutex
+	lines   []Line
+	errs    []string
+	settled int
+	changed chan struct{} // closed and replaced on every line
+	attrs   []slog.Attr
+	shared  *tally // the handler WithAttrs derived this one from
 }
 
-func newQueue(n int, stop <-chan struct{}) *queue {
-	return &queue{ch: make(chan message, n), drained: make(chan struct{}), stop: stop}
+func newTally() *tally {
+	t := &tally{changed: make(chan struct{})}
+	t.shared = t
+	return t
 }
 
-func (q *queue) put(m message) {
-	q.pending.Add(1)
-	q.ch <- m
+func (t *tally) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (t *tally) WithAttrs(as []slog.Attr) slog.Handler {
+	return &tally{attrs: append(slices.Clip(t.attrs), as...), shared: t.shared}
 }
 
-// later enqueues m after d.
-func (q *queue) later(m message, d time.Duration) {
-	q.pending.Add(1)
-	time.AfterFunc(d, func() {
-		select {
-		case q.ch <- m:
-		case <-q.stop:
+func (t *tally) WithGroup(string) slog.Handler { return t }
+
+func (t *tally) Handle(ctx context.Context, r slog.Record) error {
+	var ln Line
+	read := func(a slog.Attr) bool {
+		switch a.Key {
+		case "outcome":
+			ln.Outcome = a.Value.String()
+		case "action":
+			ln.Action = a.Value.String()
+		case "key", "key_hash":
+			ln.Key = a.Value.String()
+		case "message_id":
+			ln.MessageID = a.Value.String()
+		case "fence":
+			ln.Fence = a.Value.Int64()
+		case "attempt":
+			ln.Attempt = int(a.Value.Int64())
+		case "receive_count":
+			ln.ReceiveCount = int(a.Value.Int64())
 		}
-	})
+		return true
+	}
+	for _, a := range t.attrs {
+		read(a)
+	}
+	r.Attrs(read)
+	var buf bytes.Buffer
+	th := slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}})
+	th.WithAttrs(t.attrs).Handle(ctx, r)
+	ln.Text = string(bytes.TrimSpace(buf.Bytes()))
+
+	s := t.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ln.Outcome == "" {
+		// Not a delivery's line: an error of the consumer itself.
+		if r.Level >= slog.LevelError {
+			s.errs = append(s.errs, ln.Text)
+		}
+		return nil
+	}
+	s.lines = append(s.lines, ln)
+	if ln.Action == "ack" || ln.Action == "dead-letter" {
+		s.settled++
+	}
+	if r.Level >= slog.LevelError {
+		s.errs = append(s.errs, ln.Text)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
 }
 
-// ack settles one delivery.
-func (q *queue) ack() {
-	if q.pending.Add(-1) == 0 {
-		q.once.Do(func() { close(q.drained) })
+// waitSettled waits until as many messages are settled as want says were
+// published.
+func (t *tally) waitSettled(ctx context.Context, want func() int) error {
+	for {
+		t.mu.Lock()
+		n, ch := t.settled, t.changed
+		t.mu.Unlock()
+		if n >= want() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d messages settled: %w", n, want(), ctx.Err())
+		}
 	}
 }
 
-// nack settles one delivery and redelivers its message after d.
-func (q *queue) nack(m message, d time.Duration) {
-	q.later(m, d)
-	q.ack()
+// summarize counts the lines into sum.
+func (t *tally) summarize(sum *Summary) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sum.Lines = slices.Clone(t.lines)
+	sum.Errors = append(sum.Errors, t.errs...)
+	for _, ln := range t.lines {
+		if ln.ReceiveCount > 1 {
+			sum.Redelivered++
+		}
+		switch ln.Outcome {
+		case "replayed":
+			sum.Replayed++
+		case "takeover":
+			sum.Takeovers++
+			sum.TakeoverKeys = append(sum.TakeoverKeys, ln.Key)
+		case "busy":
+			sum.BusyRetries++
+		case "indeterminate":
+			sum.Indeterminate++
+			sum.Retries++
+		case "retried", "handed-back", "held-back":
+			sum.Retries++
+		case "dead-lettered":
+			sum.DeadLettered = append(sum.DeadLettered, ln.Key)
+		}
+	}
+	for _, ln := range t.lines {
+		if ln.Outcome == "dead-lettered" && ln.Key == sum.CrashedAtMostOnce {
+			sum.Indeterminate++ // its last receive, refused and dead-lettered
+		}
+	}
+	slices.Sort(sum.TakeoverKeys)
 }
 
 // Check verifies what the demo shows: every key sent once, except the key
 // that crashed under AtLeastOnce, sent twice (taken over after its lease
-// lapsed); the key that crashed under AtMostOnce sent once and refused as
-// indeterminate afterwards; no unexpected error.
+// lapsed); the key that crashed under AtMostOnce sent once, refused as
+// indeterminate afterwards and dead-lettered for an operator; every
+// delivery accounted for; no unexpected error.
 func (s *Summary) Check() error {
 	var errs []error
 	for _, e := range s.Errors {
@@ -510,11 +699,21 @@ func (s *Summary) Check() error {
 	if s.Indeterminate < 1 {
 		errs = append(errs, fmt.Errorf("no delivery of %s was refused as indeterminate", s.CrashedAtMostOnce))
 	}
+	for _, k := range s.DeadLettered {
+		if k != s.CrashedAtMostOnce {
+			errs = append(errs, fmt.Errorf("%s was dead-lettered; only %s should be", k, s.CrashedAtMostOnce))
+		}
+	}
 	if len(s.Crashes) != 2 {
 		errs = append(errs, fmt.Errorf("%d crashes happened, want 2", len(s.Crashes)))
 	}
-	if want := s.Messages + s.AfterCrash + s.BusyRetries; s.Deliveries != want {
-		errs = append(errs, fmt.Errorf("%d deliveries handled, want %d messages + %d after the crashes + %d busy retries", s.Deliveries, s.Messages, s.AfterCrash, s.BusyRetries))
+	// Every message's deliveries end in one settlement, and every retry
+	// makes one more delivery: the consumers' lines are the messages plus
+	// the retries (a crashed message's first delivery went to the worker
+	// that died).
+	if want := s.Published + s.BusyRetries + s.Retries; len(s.Lines) != want {
+		errs = append(errs, fmt.Errorf("%d deliveries handled by the consumers, want %d messages + %d busy retries + %d other retries",
+			len(s.Lines), s.Published, s.BusyRetries, s.Retries))
 	}
 	return errors.Join(errs...)
 }

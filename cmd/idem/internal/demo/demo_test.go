@@ -2,12 +2,15 @@ package demo
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 func TestRun(t *testing.T) {
@@ -28,8 +31,14 @@ func TestRun(t *testing.T) {
 		if sum.Sends[sum.CrashedAtLeastOnce] != 2 || sum.Sends[sum.CrashedAtMostOnce] != 1 {
 			t.Errorf("seed %d: crashed keys sent %d and %d times", seed, sum.Sends[sum.CrashedAtLeastOnce], sum.Sends[sum.CrashedAtMostOnce])
 		}
-		if sum.Messages != 20+sum.SameID+sum.NewID || sum.AfterCrash != 4 {
-			t.Errorf("seed %d: %d messages (%d + %d dups), %d after crash", seed, sum.Messages, sum.SameID, sum.NewID, sum.AfterCrash)
+		if sum.Published != 20+sum.Reenqueued+2 || sum.AfterCrash != 4 {
+			t.Errorf("seed %d: %d messages published (20 jobs + %d re-enqueued + 2 after the crashes), %d after crash", seed, sum.Published, sum.Reenqueued, sum.AfterCrash)
+		}
+		if sum.Redelivered < 2 {
+			t.Errorf("seed %d: %d redeliveries, want at least the 2 crashed messages handed out again", seed, sum.Redelivered)
+		}
+		if len(sum.DeadLettered) != 2 {
+			t.Errorf("seed %d: dead-lettered %v, want the AtMostOnce key's message and its re-enqueue", seed, sum.DeadLettered)
 		}
 		if sum.Replayed == 0 {
 			t.Errorf("seed %d: no duplicate suppressed", seed)
@@ -110,5 +119,54 @@ func TestRunStopsOnCancel(t *testing.T) {
 	}
 	if time.Since(start) > 2*time.Second {
 		t.Errorf("took %v to stop", time.Since(start))
+	}
+}
+
+// On the embedded default the jobs go through sqlqueue in the store's own
+// file: the AtMostOnce key's messages end in its dead-letter table.
+func TestRunOnSQLiteQueuesInTheStoresFile(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sum, err := Run(ctx, Config{Store: s, Lease: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sum.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sum.Queue, "sqlqueue ") {
+		t.Fatalf("queue %q, want sqlqueue", sum.Queue)
+	}
+	h, err := sqlqueue.NewSQLite(ctx, s.DB(), sqlqueue.WithGroupCommit(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	q, err := h.Queue("receipts-1001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := q.DeadLetters(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters in sqlqueue, want the AtMostOnce job and its re-enqueue: %+v", len(dead), dead)
+	}
+	for _, d := range dead {
+		if !strings.Contains(string(d.Message.Body), `"orderId":1007`) || !strings.Contains(d.Reason, "indeterminate") {
+			t.Errorf("dead letter %s: %q, want order 1007 refused as indeterminate", d.Message.Body, d.Reason)
+		}
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready+st.InFlight+st.Delayed != 0 {
+		t.Errorf("the queue still holds messages after the run: %+v", st)
 	}
 }
