@@ -75,11 +75,11 @@ func TestRun(t *testing.T) {
 
 func TestRunShiftsKeysOnAUsedStore(t *testing.T) {
 	s := memstore.New()
-	a, err := Run(context.Background(), Config{Store: s, Orders: 7, Lease: 100 * time.Millisecond})
+	a, err := Run(context.Background(), Config{Store: s, Orders: 7, Lease: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Run(context.Background(), Config{Store: s, Orders: 7, Lease: 100 * time.Millisecond})
+	b, err := Run(context.Background(), Config{Store: s, Orders: 7, Lease: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
