@@ -79,6 +79,18 @@ func Run(t *testing.T, h Harness) {
 	t.Run("load", func(t *testing.T) { testLoad(t, h) })
 }
 
+// RunSeed runs only the checks of seed 000's "verify it" list (the same
+// handler called twice with one payload, a throw after the send, two
+// consumers on one message at once), under each policy. It lets an adapter
+// run them again on the seed's own ledger (Harness.Store), such as SQS with
+// a DynamoDB table, without the rest of the suite.
+func RunSeed(t *testing.T, h Harness) {
+	if h.New == nil {
+		t.Fatal("queuetest: Harness.New is required")
+	}
+	testSeed(t, h)
+}
+
 func (h Harness) store(t *testing.T) idem.Store {
 	if h.Store != nil {
 		return h.Store(t)
