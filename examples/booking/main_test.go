@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -88,6 +89,39 @@ func invoke(t *testing.T, h func(context.Context, events.SQSEvent) (events.SQSEv
 		failed = append(failed, f.ItemIdentifier)
 	}
 	return failed
+}
+
+// invokeWithin is invoke with a function timeout of d.
+func invokeWithin(t *testing.T, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), d time.Duration, recs ...events.SQSMessage) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	res, err := h(ctx, events.SQSEvent{Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, f := range res.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	return failed
+}
+
+// gatedProvider is a provider whose first send signals entered and waits
+// for gate.
+type gatedProvider struct {
+	provider
+	once    sync.Once
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (p *gatedProvider) Send(ctx context.Context, to, subject, token string) (string, error) {
+	p.once.Do(func() {
+		close(p.entered)
+		<-p.gate
+	})
+	return p.provider.Send(ctx, to, subject, token)
 }
 
 // stores are the ledgers the checks run on: SQLite always, DynamoDB (the
@@ -169,33 +203,78 @@ func TestSeed002(t *testing.T) {
 			}
 		})
 		t.Run(name+"/two_workers_at_once", func(t *testing.T) {
+			// The seed's race: two workers both past the check before either
+			// records. Worker 1's send is held until worker 2's invocation
+			// has returned, so the two overlap for certain.
 			store := open(t)
-			mail := &provider{}
+			mail := &gatedProvider{entered: make(chan struct{}), gate: make(chan struct{})}
 			h1, err := Handler(store, mail, quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
 			h2, _ := Handler(store, mail, quiet)
-			var wg sync.WaitGroup
-			var failed [2][]string
-			for i, h := range []func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){h1, h2} {
-				wg.Go(func() { failed[i] = invoke(t, h, record(fmt.Sprintf("m%d", i), "b-10", 1)) })
+			first := make(chan []string, 1)
+			go func() { first <- invoke(t, h1, record("m1", "b-10", 1)) }()
+			select {
+			case <-mail.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("worker 1 never reached the send")
 			}
-			wg.Wait()
+			// Worker 2 gets the same booking while worker 1 is sending: the
+			// conditional claim refuses it (busy) and its record is reported
+			// failed, to come back.
+			if failed := invoke(t, h2, record("m2", "b-10", 1)); len(failed) != 1 || failed[0] != "m2" {
+				t.Fatalf("worker 2 during worker 1's send: failed %v, want [m2] (busy, not sent, not acked)", failed)
+			}
+			close(mail.gate)
+			if failed := <-first; len(failed) != 0 {
+				t.Fatalf("worker 1: failed %v, want none", failed)
+			}
 			if n := mail.emails("b-10"); n != 1 {
-				t.Fatalf("two concurrent invocations: %d emails, want 1", n)
+				t.Fatalf("two overlapping workers: %d emails, want 1", n)
 			}
-			// The loser (if it met the winner's claim) is reported failed
-			// and comes back; then it is skipped as done.
-			for i, f := range failed {
-				if len(f) > 0 {
-					if again := invoke(t, []func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){h1, h2}[i], record(f[0], "b-10", 2)); len(again) != 0 {
-						t.Fatalf("the busy record's redelivery failed again: %v", again)
-					}
-				}
+			// SQS redelivers m2: skipped, already done.
+			if again := invoke(t, h2, record("m2", "b-10", 2)); len(again) != 0 {
+				t.Fatalf("the busy record's redelivery failed again: %v", again)
 			}
 			if n := mail.emails("b-10"); n != 1 {
 				t.Fatalf("after the redelivery: %d emails, want 1", n)
+			}
+		})
+		t.Run(name+"/send_succeeds_mark_done_fails", func(t *testing.T) {
+			// The seed's first cause: the email goes out, then markDone (the
+			// ledger's completion write) fails. The record comes back; while
+			// the lease runs it is busy, after it lapses the provider is
+			// asked and the send is found: no second email.
+			fs := idemtest.NewFaultStore(open(t))
+			mail := &provider{}
+			h, err := Handler(fs, mail, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.Inject(idemtest.OpComplete, idemtest.Fault{Err: errors.New("dynamodb: ProvisionedThroughputExceededException (injected)")})
+			// A short invocation: the lease is bounded by its deadline.
+			if failed := invokeWithin(t, h, time.Second, record("m1", "b-11", 1)); len(failed) != 1 {
+				t.Fatalf("failed %v, want [m1]: its completion was not recorded", failed)
+			}
+			fs.Heal(idemtest.OpComplete)
+			if n := mail.emails("b-11"); n != 1 {
+				t.Fatalf("%d emails after the first invocation, want 1", n)
+			}
+			// SQS redelivers at once: the lease still runs, busy.
+			if failed := invoke(t, h, record("m1", "b-11", 2)); len(failed) != 1 {
+				t.Fatalf("redelivery inside the lease: failed %v, want [m1] (busy)", failed)
+			}
+			time.Sleep(1500 * time.Millisecond) // the lease lapses
+			if failed := invoke(t, h, record("m1", "b-11", 3)); len(failed) != 0 {
+				t.Fatalf("redelivery after the lease: failed %v, want none (the send found at the provider)", failed)
+			}
+			if n := mail.emails("b-11"); n != 1 {
+				t.Fatalf("%d emails after markDone failed and SQS redelivered, want 1", n)
+			}
+			rec, err := fs.Unwrap().Get(context.Background(), idem.Key("booking-confirmed", "b-11").String())
+			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "ses-001" {
+				t.Fatalf("record %+v, %v; want completed with the first send's id", rec, err)
 			}
 		})
 	}
