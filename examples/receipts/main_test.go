@@ -41,8 +41,14 @@ func setup(t *testing.T) (*sqlitestore.Store, *sqlqueue.SQLiteQueue) {
 func publishJob(t *testing.T, q *sqlqueue.SQLiteQueue, order int) {
 	t.Helper()
 	body, _ := json.Marshal(Job{OrderID: order, UserID: 7, To: "user7@example.com"})
-	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: body}); err != nil {
+	p, err := q.Publish(context.Background(), queue.Outgoing{Body: body})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if p.Duplicate {
+		// Every copy must reach the handler: the ledger, not the queue, is
+		// what these tests check.
+		t.Fatalf("the queue dropped a copy of order %d's job on publish", order)
 	}
 }
 
@@ -89,9 +95,19 @@ func TestSamePayloadTwiceOneEmail(t *testing.T) {
 	publishJob(t, q, 42)
 	publishJob(t, q, 42)
 	mail := NewOutbox()
-	drain(t, q, worker(t, store, q, mail))
+	var lg lines
+	c, err := Worker(q, idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler))), mail, queue.WithLogger(slog.New(&lg)), queue.WithBusyDelay(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, q, c)
 	if sent := mail.Sent(); len(sent) != 1 || sent[0].Key != "receipt:42:7" {
 		t.Fatalf("sent %+v, want one email for receipt:42:7", sent)
+	}
+	// Both copies reached the consumer: one sent, the other skipped as
+	// done (after meeting the first while it ran, if the two overlapped).
+	if n, d := lg.count("queue message executed"), lg.count("queue message replayed"); n != 1 || d != 1 {
+		t.Fatalf("%d executed, %d replayed; want 1 and 1; log: %v", n, d, lg.all())
 	}
 }
 
@@ -155,4 +171,34 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(out.String(), "6 orders, 6 emails sent") {
 		t.Fatalf("output:\n%s", out.String())
 	}
+}
+
+// lines is a slog.Handler that keeps each record's message.
+type lines struct {
+	mu  sync.Mutex
+	msg []string
+}
+
+func (l *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msg = append(l.msg, r.Message)
+	return nil
+}
+func (l *lines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lines) WithGroup(string) slog.Handler      { return l }
+func (l *lines) count(msg string) int {
+	n := 0
+	for _, m := range l.all() {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+func (l *lines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.msg...)
 }
