@@ -34,6 +34,13 @@ type Capture interface {
 // broker's dedup window (where it has one) drops that copy; otherwise the
 // consumer's own ledger must. Use [PublishTx] when the queue lives in the
 // ledger's database, which closes the window.
+//
+// On a FIFO queue that requires a message group (p has a method FIFO()
+// bool that reports true, as an sqsqueue.Queue of an SQS FIFO queue does),
+// the message's GroupID is the operation key too: a group per event, so
+// that events never wait for each other and a retry of one event stays in
+// its group. Other queues get no group: they need none, and sqlqueue would
+// give every grouped message its FIFO bookkeeping on each receive.
 func Publish(p queue.Publisher) Capture { return publishCapture{p} }
 
 type publishCapture struct{ p queue.Publisher }
@@ -47,6 +54,9 @@ func (c publishCapture) check(*idem.Ledger) error {
 
 func (c publishCapture) capture(ctx context.Context, l *idem.Ledger, key idem.OperationKey, m queue.Outgoing,
 	answer func(queue.Published) []byte) (idem.Result, error) {
+	if f, ok := c.p.(interface{ FIFO() bool }); ok && m.GroupID == "" && f.FIFO() {
+		m.GroupID = m.DedupID
+	}
 	return l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
 		pub, err := c.p.Publish(ctx, m)
 		if err != nil {

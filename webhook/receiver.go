@@ -62,9 +62,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     the ledger and the event is captured (see [Publish] and [PublishTx]).
 //     The message carries the raw body and the attributes AttrSource,
 //     AttrEventID, AttrVerified, AttrTimestamp and AttrContentType; its
-//     DedupID and its GroupID are the operation key (a group per event:
-//     FIFO queues such as SQS FIFO require a group, and events do not wait
-//     for each other). The answer (200 and a small JSON body)
+//     DedupID is the operation key, and so is its GroupID on a FIFO queue
+//     that requires one (SQS FIFO; see [Publish]). The answer (200 and a
+//     small JSON body)
 //     is stored as the key's result;
 //   - a duplicate of a captured event: the first answer again, status and
 //     body, with Idempotent-Replayed: true;
@@ -276,10 +276,8 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		attrs[AttrContentType] = ct
 	}
-	// The event names both: its group (per-event order, every event in
-	// parallel; a FIFO queue such as SQS FIFO requires one) and its dedup
-	// id (the operation, never the delivery).
-	m := queue.Outgoing{Body: body, Attributes: attrs, GroupID: key.String(), DedupID: key.String()}
+	// The dedup id names the operation, never the delivery.
+	m := queue.Outgoing{Body: body, Attributes: attrs, DedupID: key.String()}
 	res, err := rc.capture.capture(r.Context(), rc.ledger, key, m, func(p queue.Published) []byte {
 		b, _ := json.Marshal(acceptedBody{Status: "accepted", Source: rc.source, EventID: ev.ID, MessageID: p.ID})
 		return encodeAnswer(http.StatusOK, b)
