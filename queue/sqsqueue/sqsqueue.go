@@ -56,6 +56,8 @@ package sqsqueue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -466,10 +468,26 @@ func seconds(d time.Duration) int32 {
 	return int32(math.Ceil(d.Seconds()))
 }
 
+// fifoID returns id as a MessageGroupId or MessageDeduplicationId that SQS
+// takes: id itself if it is 1 to 128 characters of SQS's set (ASCII letters,
+// digits and punctuation), else "sha256:" and the hex of its SHA-256. An
+// operation key may be longer (up to 1,024 bytes) or hold other characters;
+// the digest keeps one id for one key, so dedup and grouping still hold.
+func fifoID(id string) string {
+	if len(id) <= 128 && strings.IndexFunc(id, func(r rune) bool { return r < '!' || r > '~' }) < 0 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // Publish sends m with SendMessage and returns once SQS has accepted it.
 //
 // On a FIFO queue m.GroupID is required ([ErrNoGroupID]) and m.DedupID too
-// unless the queue has ContentBasedDeduplication ([ErrNoDedupID]); a
+// unless the queue has ContentBasedDeduplication ([ErrNoDedupID]); an id
+// SQS would refuse (over 128 characters, or characters outside ASCII's
+// printable set) is sent as "sha256:" and the hex of its SHA-256, which
+// consumers then receive as the message's GroupID or DedupID; a
 // non-zero m.Delay is refused with an error wrapping [queue.ErrUnsupported]
 // (SQS FIFO queues only have a queue-wide delay). On a standard queue
 // m.DedupID and m.GroupID are ignored. m.Delay is rounded up to whole
@@ -492,9 +510,9 @@ func (q *Queue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published,
 		if m.DedupID == "" && !q.contentDup {
 			return queue.Published{}, ErrNoDedupID
 		}
-		in.MessageGroupId = aws.String(m.GroupID)
+		in.MessageGroupId = aws.String(fifoID(m.GroupID))
 		if m.DedupID != "" {
-			in.MessageDeduplicationId = aws.String(m.DedupID)
+			in.MessageDeduplicationId = aws.String(fifoID(m.DedupID))
 		}
 	} else {
 		in.DelaySeconds = int32(math.Ceil(m.Delay.Seconds()))

@@ -689,3 +689,37 @@ func TestDeadLetterKeepsAttributeTypes(t *testing.T) {
 		t.Errorf("reason = %q", aws.ToString(v.StringValue))
 	}
 }
+
+// SQS takes a MessageGroupId or MessageDeduplicationId of at most 128
+// characters from a small ASCII set. An idem key can be longer (up to 1,024
+// bytes) or hold other characters (an event id with a space or an
+// accent): such an id is sent as its SHA-256, so the publish is not refused
+// (forever, for a webhook receiver's retries) and dedup still holds.
+func TestFIFOLongAndNonASCIIIDs(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	url, _ := newQueue(t, c, queueSpec{fifo: true})
+	q := open(t, c, url, sqsqueue.Options{})
+	long := "accept:" + strings.Repeat("x", 300)
+	for _, id := range []string{long, "accept:évènement 42"} {
+		p1 := publish(t, q, queue.Outgoing{Body: []byte("first " + id), GroupID: id, DedupID: id})
+		p2 := publish(t, q, queue.Outgoing{Body: []byte("resent " + id), GroupID: id, DedupID: id})
+		if p1.Duplicate || !p2.Duplicate || p2.ID != p1.ID {
+			t.Errorf("%.20s…: publishes %+v and %+v, want the second a duplicate of the first", id, p1, p2)
+		}
+	}
+	ds := receiveAll(t, q, 2)
+	for _, d := range ds {
+		m := d.Message()
+		if !strings.HasPrefix(string(m.Body), "first ") {
+			t.Errorf("received %q, want only the first send of each id", m.Body)
+		}
+		if len(m.GroupID) > 128 || len(m.DedupID) > 128 || m.GroupID != m.DedupID {
+			t.Errorf("received GroupID %q DedupID %q", m.GroupID, m.DedupID)
+		}
+	}
+	if err := sqsqueue.AckAll(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+	nothing(t, q, time.Second)
+}
