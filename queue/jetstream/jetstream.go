@@ -23,12 +23,33 @@
 //     (JetStream does not say).
 //   - Ack is a double ack (the server confirms it). Retry is -NAK with the
 //     delay, Extend is +WPI (InProgress), which resets the ack wait to its
-//     configured length whatever the requested duration, and DeadLetter
+//     configured length whatever the requested duration (see "Late
+//     extensions" below), and DeadLetter
 //     publishes a copy to the dead-letter subject and then terminates the
 //     original (+TERM). Every one of them is sent as a request and returns
 //     only when the server has answered, so a lost connection gives an
 //     error, never a false settle.
 //   - [Source.Visibility] is the consumer's AckWait.
+//
+// # Late extensions
+//
+// The server's answer to +WPI says nothing about the delivery: nats-server
+// (2.9.10 checked) answers with the same empty reply whether the delivery
+// is still pending, its ack wait has lapsed, the message was redelivered
+// (to this receiver or another), or it was acked or terminated meanwhile.
+// It applies +WPI to the stream sequence, not the delivery, so a late one
+// restarts the ack wait of whichever delivery of the message it holds now,
+// another receiver's included. The consumer's info has no per-message
+// state to compare with either. So each Delivery keeps the deadline its
+// receipt or last Extend bought (counted from when the +WPI was sent, and
+// from 250 ms before the message arrived, or from when its pull request
+// was sent if that was later), and once it has passed Extend sends nothing
+// and returns an error wrapping [ErrAckWaitExpired]: the message may be in
+// another receiver's hands, and the ledger then finds its key busy. Within
+// the deadline Extend cannot tell a delivery the server handed out again
+// early (the 2.9 "redo" path above) from one it still holds; nor can Ack,
+// Retry or DeadLetter tell, at any time, which delivery they settle (the
+// server acts on the stream sequence).
 //
 // # Not supported
 //
@@ -90,7 +111,16 @@ var (
 	// unusable setting (no dead-letter subject, a push consumer, a consumer
 	// without explicit acks).
 	ErrConfig = errors.New("jetstream: invalid configuration")
+	// ErrAckWaitExpired is returned (wrapped) by Delivery.Extend once the
+	// ack wait its receipt or last Extend bought has lapsed: the server may
+	// have handed the message to another receiver, and its answer to +WPI
+	// would not say (see the package documentation). Nothing is sent.
+	ErrAckWaitExpired = errors.New("jetstream: the delivery's ack wait expired (the server may have redelivered the message)")
 )
+
+// receiveSlack is how long before a message arrived its ack wait is
+// counted from (the server started it when it sent the message).
+const receiveSlack = 250 * time.Millisecond
 
 // defaultTimeout bounds a settle or publish whose context has no deadline.
 const defaultTimeout = 10 * time.Second
@@ -230,11 +260,12 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	asked := time.Now()
 	batch, err := s.cons.FetchNoWait(max)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: fetch: %w", err)
 	}
-	out, err := s.collect(ctx, batch)
+	out, err := s.collect(ctx, batch, asked)
 	if len(out) > 0 || err != nil {
 		return out, err
 	}
@@ -247,6 +278,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
+		asked := time.Now()
 		batch, err := s.cons.Fetch(1, njs.FetchMaxWait(wait))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -254,7 +286,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 			}
 			return nil, fmt.Errorf("jetstream: fetch: %w", err)
 		}
-		out, err := s.collect(ctx, batch)
+		out, err := s.collect(ctx, batch, asked)
 		if err != nil || len(out) == 0 {
 			if err == nil {
 				continue
@@ -262,9 +294,10 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 			return nil, err
 		}
 		if max > 1 {
+			asked := time.Now()
 			more, err := s.cons.FetchNoWait(max - 1)
 			if err == nil {
-				rest, _ := s.collect(ctx, more)
+				rest, _ := s.collect(ctx, more, asked)
 				out = append(out, rest...)
 			}
 		}
@@ -272,9 +305,10 @@ func (s *Source) Receive(ctx context.Context, max int) ([]queue.Delivery, error)
 	}
 }
 
-// collect reads a batch to its end. When ctx is done first it returns ctx's
-// error and hands back (Nak) whatever the batch still delivers.
-func (s *Source) collect(ctx context.Context, batch njs.MessageBatch) ([]queue.Delivery, error) {
+// collect reads a batch, pulled at asked, to its end. When ctx is done
+// first it returns ctx's error and hands back (Nak) whatever the batch
+// still delivers.
+func (s *Source) collect(ctx context.Context, batch njs.MessageBatch, asked time.Time) ([]queue.Delivery, error) {
 	var out []queue.Delivery
 	ch := batch.Messages()
 	for {
@@ -286,7 +320,7 @@ func (s *Source) collect(ctx context.Context, batch njs.MessageBatch) ([]queue.D
 				}
 				return out, nil
 			}
-			out = append(out, s.delivery(m))
+			out = append(out, s.delivery(m, asked))
 		case <-ctx.Done():
 			go func() {
 				for m := range ch {
@@ -301,8 +335,12 @@ func (s *Source) collect(ctx context.Context, batch njs.MessageBatch) ([]queue.D
 	}
 }
 
-func (s *Source) delivery(m njs.Msg) *Delivery {
-	d := &Delivery{src: s, msg: m}
+func (s *Source) delivery(m njs.Msg, asked time.Time) *Delivery {
+	from := time.Now().Add(-receiveSlack)
+	if from.Before(asked) {
+		from = asked
+	}
+	d := &Delivery{src: s, msg: m, deadline: from.Add(s.ackWait)}
 	md, err := m.Metadata()
 	msg := queue.Message{Body: m.Data(), ReceiveCount: 1}
 	if err == nil {
@@ -365,7 +403,10 @@ type Delivery struct {
 	// whether it would deliver the message again under MaxDeliver.
 	serverDelivered int
 	settled         atomic.Bool
-	mu              sync.Mutex // serialises settles
+	mu              sync.Mutex // serialises settles and extensions
+	// deadline is when the ack wait bought by the receipt or the last
+	// Extend lapses, at the earliest (guarded by mu).
+	deadline time.Time
 }
 
 var _ queue.Delivery = (*Delivery)(nil)
@@ -407,12 +448,27 @@ func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 }
 
 // Extend sends +WPI (InProgress): the server restarts the ack wait at its
-// configured length, whatever d. It waits for the server's confirmation.
+// configured length, whatever d. It waits for the server's answer, which
+// does not say whether the delivery was still held: once the ack wait
+// bought by the receipt or the last Extend has lapsed, Extend sends
+// nothing and returns an error wrapping [ErrAckWaitExpired] (see "Late
+// extensions" in the package documentation).
 func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.settled.Load() {
 		return queue.ErrSettled
 	}
-	return d.request(ctx, "in progress", []byte("+WPI"))
+	start := time.Now()
+	if start.After(d.deadline) {
+		return fmt.Errorf("jetstream: in progress of stream sequence %d: %w (deadline %s passed)",
+			d.seq, ErrAckWaitExpired, d.deadline.Format(time.RFC3339Nano))
+	}
+	if err := d.request(ctx, "in progress", []byte("+WPI")); err != nil {
+		return err
+	}
+	d.deadline = start.Add(d.src.ackWait)
+	return nil
 }
 
 // DeadLetter publishes a copy of the message (body and headers, less those

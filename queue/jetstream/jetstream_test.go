@@ -178,6 +178,62 @@ func TestExtendHoldsTheMessage(t *testing.T) {
 	}
 }
 
+// Once a delivery's ack wait has lapsed the server may hand the message to
+// another receiver, and it answers +WPI the same either way (an empty
+// reply, also after the message was acked or terminated), applying it to
+// whichever delivery of the stream sequence it holds now. So a late Extend
+// must fail with ErrAckWaitExpired, not report that the message is still
+// held, and must not keep the message from the next holder's own ack wait:
+// the redelivery, left alone, comes back when its ack wait lapses.
+func TestExtendAfterAckWaitLapsedFails(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("late")})
+	d1 := receive(t, src, 1, 5*time.Second)[0]
+	if err := d1.Extend(context.Background(), time.Minute); err != nil {
+		t.Fatalf("extend in time: %v", err)
+	}
+	d2 := receive(t, src, 1, 10*time.Second)[0] // d1's ack wait lapsed
+	if d2.Message().ID != d1.Message().ID {
+		t.Fatalf("redelivery of %s, want %s", d2.Message().ID, d1.Message().ID)
+	}
+	// The stale holder keeps extending, as queue.Consumer does while its
+	// handler runs; the redelivery is not extended by its holder.
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+				if err := d1.Extend(context.Background(), time.Minute); !errors.Is(err, ErrAckWaitExpired) {
+					done <- fmt.Errorf("Extend after the ack wait lapsed: %v, want ErrAckWaitExpired", err)
+					return
+				}
+			}
+		}
+	}()
+	d3 := receive(t, src, 1, 5*time.Second)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(d3) != 1 || d3[0].Message().ID != d1.Message().ID || d3[0].Message().ReceiveCount <= d2.Message().ReceiveCount {
+		t.Fatalf("third delivery: %d deliveries (first %+v), want message %s once more", len(d3), d3[0].Message(), d1.Message().ID)
+	}
+	if err := d3[0].Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Acked through another delivery: the stale one still fails.
+	if err := d1.Extend(context.Background(), time.Minute); !errors.Is(err, ErrAckWaitExpired) {
+		t.Fatalf("Extend after the message was acked elsewhere: %v, want ErrAckWaitExpired", err)
+	}
+}
+
 // DeadLetter puts a copy with the reason, the original headers and the
 // original's stream sequence in the dead-letter stream, and the original
 // is never delivered again.
