@@ -1,6 +1,7 @@
 package lambdasqs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -269,6 +270,70 @@ func TestHandlerDeadLetterToSQS(t *testing.T) {
 	}
 	if id := aws.ToString(a[sqsqueue.SourceIDAttribute].StringValue); id != "m1" {
 		t.Errorf("source id %q, want m1", id)
+	}
+}
+
+// A record's message attributes reach the dead-letter queue as SQS
+// delivered them to Lambda: the same data types (Number, Binary, and custom
+// ones such as "Binary.gzip" and "Number.int") and the same bytes, whether
+// or not they are valid UTF-8. The event is built from a real receive, as
+// Lambda's event source mapping does.
+func TestHandlerDeadLetterKeepsAttributeTypesOnSQS(t *testing.T) {
+	ctx := context.Background()
+	c, urls := sqsQueues(t, "typed", "typed-dlq")
+	q, err := sqsqueue.Open(ctx, c, urls[0], sqsqueue.Options{DeadLetterURL: urls[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]types.MessageAttributeValue{
+		"kind":   {DataType: aws.String("String"), StringValue: aws.String("receipt")},
+		"amount": {DataType: aws.String("Number"), StringValue: aws.String("12.50")},
+		"count":  {DataType: aws.String("Number.int"), StringValue: aws.String("7")},
+		"raw":    {DataType: aws.String("Binary"), BinaryValue: []byte{0xff, 0x00, 0xfe, 'o', 'k', 0x80}},
+		"gz":     {DataType: aws.String("Binary.gzip"), BinaryValue: []byte{0x1f, 0x8b, 0x08, 0x00, 0xc3}},
+		"ascii":  {DataType: aws.String("Binary"), BinaryValue: []byte("plain")},
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(urls[0]), MessageBody: aws.String("poison"),
+		MessageAttributes: sent}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[0]), MaxNumberOfMessages: 1, WaitTimeSeconds: 1,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("ReceiveMessage: %d messages, %v", len(out.Messages), err)
+	}
+	m := out.Messages[0]
+	rec := events.SQSMessage{MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
+		Body: aws.ToString(m.Body), Attributes: m.Attributes, MessageAttributes: map[string]events.SQSMessageAttribute{}}
+	for k, v := range m.MessageAttributes {
+		rec.MessageAttributes[k] = events.SQSMessageAttribute{DataType: aws.ToString(v.DataType), StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+	}
+
+	f := newFixture(t, time.Minute)
+	f.fail["poison"] = idem.Permanent(errors.New("card declined"))
+	if failed := invoke(t, f.handler(t, lambdasqs.WithDeadLetter(q.SendDeadLetter)), 30*time.Second, rec); len(failed) != 0 {
+		t.Fatalf("BatchItemFailures = %v, want none (the record went to the dead-letter queue)", failed)
+	}
+	dl, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(urls[1]), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+		MessageAttributeNames: []string{"All"}})
+	if err != nil || len(dl.Messages) != 1 {
+		t.Fatalf("dead-letter queue: %d messages, %v; want the poison one", len(dl.Messages), err)
+	}
+	got := dl.Messages[0].MessageAttributes
+	for k, want := range sent {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("attribute %q missing from the dead-lettered copy", k)
+			continue
+		}
+		if aws.ToString(g.DataType) != aws.ToString(want.DataType) || aws.ToString(g.StringValue) != aws.ToString(want.StringValue) ||
+			!bytes.Equal(g.BinaryValue, want.BinaryValue) {
+			t.Errorf("attribute %q: got %s %q %x, want %s %q %x", k, aws.ToString(g.DataType), aws.ToString(g.StringValue), g.BinaryValue,
+				aws.ToString(want.DataType), aws.ToString(want.StringValue), want.BinaryValue)
+		}
+	}
+	if r := aws.ToString(got[sqsqueue.ReasonAttribute].StringValue); !strings.Contains(r, "card declined") {
+		t.Errorf("reason %q, want it to name the failure", r)
 	}
 }
 

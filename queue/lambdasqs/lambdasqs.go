@@ -74,7 +74,10 @@ func WithRetryDelay(setVisibility func(ctx context.Context, receiptHandle string
 
 // WithDeadLetter makes DeadLetter(reason) send the message to a dead-letter
 // queue with send (an sqsqueue.Queue's SendDeadLetter, for the queue the
-// function consumes) and report the record as succeeded.
+// function consumes) and report the record as succeeded. send's context
+// carries the record (see [Record]): queue.Message's attributes are
+// strings, so a Binary attribute's bytes and every attribute's data type
+// are only there. SendDeadLetter copies them from it.
 func WithDeadLetter(send func(ctx context.Context, m queue.Message, reason string) error) Option {
 	return func(c *config) { c.deadLetter = send }
 }
@@ -104,7 +107,7 @@ func NewBatch(ev events.SQSEvent, opts ...Option) *Batch {
 func newBatch(ev events.SQSEvent, cfg config) *Batch {
 	b := &Batch{ds: make([]*Delivery, len(ev.Records))}
 	for i, r := range ev.Records {
-		b.ds[i] = &Delivery{msg: toMessage(r), handle: r.ReceiptHandle, deadLetter: cfg.deadLetter, retryDelay: cfg.retryDelay}
+		b.ds[i] = &Delivery{msg: toMessage(r), rec: &r, handle: r.ReceiptHandle, deadLetter: cfg.deadLetter, retryDelay: cfg.retryDelay}
 	}
 	return b
 }
@@ -157,6 +160,7 @@ const (
 // Delivery is one record of an SQS event. It is safe for concurrent use.
 type Delivery struct {
 	msg        queue.Message
+	rec        *events.SQSMessage // as Lambda delivered it
 	handle     string
 	deadLetter func(ctx context.Context, m queue.Message, reason string) error
 	retryDelay func(ctx context.Context, receiptHandle string, delay time.Duration) error
@@ -246,11 +250,33 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 		d.state = failedDL
 		return nil
 	}
-	if err := d.deadLetter(ctx, d.msg, reason); err != nil {
+	if err := d.deadLetter(context.WithValue(ctx, recordKey{}, d.rec), d.msg, reason); err != nil {
 		return fmt.Errorf("lambdasqs: dead-letter message %s: %w: %w", d.msg.ID, ErrNotDeadLettered, err)
 	}
 	d.state = deadLettered
 	return nil
+}
+
+type recordKey struct{}
+
+// Record returns the event record that DeadLetter is sending to the
+// dead-letter queue, from the context it gives the [WithDeadLetter] sender.
+// Its MessageAttributes keep what the message's string attributes cannot:
+// each attribute's data type (Number, Binary, custom types such as
+// "Binary.gzip") and a Binary attribute's bytes. The record is shared: do
+// not modify it.
+func Record(ctx context.Context) (*events.SQSMessage, bool) {
+	r, ok := ctx.Value(recordKey{}).(*events.SQSMessage)
+	return r, ok && r != nil
+}
+
+// attribute is the string form of a record's message attribute in its
+// queue.Message: the string value, or a Binary attribute's bytes.
+func attribute(a events.SQSMessageAttribute) string {
+	if a.StringValue != nil {
+		return *a.StringValue
+	}
+	return string(a.BinaryValue)
 }
 
 func toMessage(r events.SQSMessage) queue.Message {
@@ -267,11 +293,7 @@ func toMessage(r events.SQSMessage) queue.Message {
 	if len(r.MessageAttributes) > 0 {
 		m.Attributes = make(map[string]string, len(r.MessageAttributes))
 		for k, v := range r.MessageAttributes {
-			if v.StringValue != nil {
-				m.Attributes[k] = *v.StringValue
-			} else {
-				m.Attributes[k] = string(v.BinaryValue)
-			}
+			m.Attributes[k] = attribute(v)
 		}
 	}
 	return m

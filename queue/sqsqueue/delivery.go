@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/lambdasqs"
 )
 
 // Delivery is one received SQS message. Its methods may be called from
@@ -196,8 +197,38 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 // id), without deleting anything. It is for messages received by other
 // means, such as an AWS Lambda SQS event (lambdasqs.WithDeadLetter). It
 // returns [ErrNoDeadLetterQueue] when the Queue has none.
+//
+// m.Attributes are strings: on their own they go as String attributes.
+// When ctx carries the Lambda record m came from ([lambdasqs.Record], as
+// lambdasqs's DeadLetter gives it) and m's attributes are still the
+// record's, the copy takes the record's attributes instead, with their
+// data types (Number, Binary, custom types such as "Binary.gzip") and
+// Binary values as SQS delivered them.
 func (q *Queue) SendDeadLetter(ctx context.Context, m queue.Message, reason string) error {
-	return q.sendDeadLetter(ctx, m, nil, reason)
+	return q.sendDeadLetter(ctx, m, recordAttributes(ctx, m), reason)
+}
+
+// recordAttributes returns the message attributes of the Lambda record in
+// ctx as SQS types, if the record is m's and m's attributes are the
+// record's in string form (a sender that changed them gets them as
+// given); nil otherwise.
+func recordAttributes(ctx context.Context, m queue.Message) map[string]types.MessageAttributeValue {
+	r, ok := lambdasqs.Record(ctx)
+	if !ok || r.MessageId != m.ID || len(r.MessageAttributes) == 0 || len(r.MessageAttributes) != len(m.Attributes) {
+		return nil
+	}
+	out := make(map[string]types.MessageAttributeValue, len(r.MessageAttributes))
+	for k, v := range r.MessageAttributes {
+		s := string(v.BinaryValue)
+		if v.StringValue != nil {
+			s = *v.StringValue
+		}
+		if got, ok := m.Attributes[k]; !ok || got != s || v.DataType == "" {
+			return nil
+		}
+		out[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+	}
+	return out
 }
 
 // sendDeadLetter is SendDeadLetter with the message's attributes as SQS
