@@ -19,6 +19,8 @@ type Relay struct {
 	target string
 	holed  atomic.Bool
 	drop   atomic.Int32
+	cutAt  atomic.Int64 // bytes of answers left before a cut; 0: none armed
+	cuts   atomic.Int32
 	mu     sync.Mutex
 	conns  []net.Conn
 	closed bool
@@ -50,6 +52,15 @@ func (r *Relay) Blackhole() { r.holed.Store(true) }
 // next n reads on any of its connections) and close the connection each
 // arrived on: the server did the work, the client never hears of it.
 func (r *Relay) DropAnswers(n int) { r.drop.Store(int32(n)) }
+
+// CutAnswersAfter makes the relay pass the next n bytes (n > 0) of the
+// server's answers and then close the connection they arrived on: the
+// server did all the work, the client hears the first part of its
+// answers (a pipeline whose connection dies after some of its replies).
+func (r *Relay) CutAnswersAfter(n int) { r.cutAt.Store(int64(n)) }
+
+// AnswersCut is how many connections CutAnswersAfter has closed.
+func (r *Relay) AnswersCut() int { return int(r.cuts.Load()) }
 
 // Cut closes every relayed connection and keeps accepting new ones: a
 // broker restart or a dropped network that comes back, to which a client
@@ -113,6 +124,17 @@ func (r *Relay) pipe(dst, src net.Conn, answers bool) {
 			if answers && r.drop.Load() > 0 && r.drop.Add(-1) >= 0 {
 				src.Close()
 				return
+			}
+			if answers {
+				if left := r.cutAt.Load(); left > 0 {
+					if int64(n) >= left && r.cutAt.CompareAndSwap(left, 0) {
+						_, _ = dst.Write(buf[:left])
+						r.cuts.Add(1)
+						src.Close()
+						return
+					}
+					r.cutAt.Add(-int64(n))
+				}
 			}
 			if !r.holed.Load() {
 				if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/idemkit/idem/internal/tcprelay"
 	"log/slog"
 	"strings"
@@ -331,4 +332,112 @@ func TestFaultAnswerLost(t *testing.T) {
 func brief(r idem.Record) idem.Record {
 	r.Journal = nil
 	return r
+}
+
+// A batch whose connection dies after part of its replies arrived (Redis
+// ran every script; the store heard only the first answers) returns an
+// error and no outcome for any key without retries, and with them the
+// truth for every key: the call ids make the re-run answer what the first
+// run did (acquired, completed), never busy or lease lost.
+func TestFaultBatchCutMidPipeline(t *testing.T) {
+	testURL(t)
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	for _, retries := range []bool{false, true} {
+		name := "no_retries"
+		if retries {
+			name = "retries"
+		}
+		t.Run(name+"/claim_batch", func(t *testing.T) {
+			t.Parallel()
+			clocks := new(testClocks)
+			prefix := newPrefix(t)
+			px := tcprelay.New(t, serverAddr(t))
+			s := faultStore(t, clocks, px.Addr(), prefix, retries)
+			check := New(testClient(t), WithPrefix(prefix))
+			check.clock = clocks.get(t)
+			ctx := context.Background()
+			reqs := make([]idem.ClaimRequest, len(keys))
+			for i, k := range keys {
+				reqs[i] = idem.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
+			}
+			if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
+				t.Fatal(err) // connects the pipeline pool's connection
+			}
+			px.CutAnswersAfter(70) // about two and a half claim replies
+			res, err := s.ClaimBatch(ctx, reqs)
+			if px.AnswersCut() != 1 {
+				t.Fatal("the relay did not cut the batch's answers")
+			}
+			if !retries {
+				wantStoreErr(t, "ClaimBatch cut mid-pipeline", err)
+				if res != nil {
+					t.Fatalf("ClaimBatch cut mid-pipeline returned results %+v with its error", res)
+				}
+			} else {
+				if err != nil || len(res) != len(keys) {
+					t.Fatalf("ClaimBatch cut mid-pipeline, retried: %d results, %v", len(res), err)
+				}
+				for i, r := range res {
+					if !r.Acquired || r.Err != nil || r.Record.Fence != 1 || r.Record.Owner != "cut" {
+						t.Fatalf("ClaimBatch cut mid-pipeline, retried: %q: %+v; want acquired by its own claim, fence 1", keys[i], brief(r.Record))
+					}
+				}
+			}
+			// Redis ran every claim: each key is held by it.
+			for _, k := range keys {
+				if rec, err := check.Get(ctx, k); err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Owner != "cut" {
+					t.Fatalf("%q after the cut batch: %+v, %v", k, brief(rec), err)
+				}
+			}
+		})
+		t.Run(name+"/complete_batch", func(t *testing.T) {
+			t.Parallel()
+			clocks := new(testClocks)
+			prefix := newPrefix(t)
+			px := tcprelay.New(t, serverAddr(t))
+			s := faultStore(t, clocks, px.Addr(), prefix, retries)
+			check := New(testClient(t), WithPrefix(prefix))
+			check.clock = clocks.get(t)
+			ctx := context.Background()
+			cs := make([]idem.Completion, len(keys))
+			for i, k := range keys {
+				cr, err := check.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour})
+				if err != nil || !cr.Acquired {
+					t.Fatal(cr, err)
+				}
+				cs[i] = idem.Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("r" + k), Retention: time.Hour}
+			}
+			if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
+				t.Fatal(err) // connects the pipeline pool's connection
+			}
+			px.CutAnswersAfter(20)
+			errs, err := s.CompleteBatch(ctx, cs)
+			if px.AnswersCut() != 1 {
+				t.Fatal("the relay did not cut the batch's answers")
+			}
+			if !retries {
+				wantStoreErr(t, "CompleteBatch cut mid-pipeline", err)
+				if errs != nil {
+					t.Fatalf("CompleteBatch cut mid-pipeline returned answers %v with its error", errs)
+				}
+			} else {
+				if err != nil || len(errs) != len(keys) {
+					t.Fatalf("CompleteBatch cut mid-pipeline, retried: %v, %v", errs, err)
+				}
+				for i, e := range errs {
+					if e != nil {
+						t.Fatalf("CompleteBatch cut mid-pipeline, retried: %q: %v, want nil (it completed)", keys[i], e)
+					}
+				}
+			}
+			for _, k := range keys {
+				if rec, err := check.Get(ctx, k); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+k {
+					t.Fatalf("%q after the cut batch: %+v, %v", k, brief(rec), err)
+				}
+			}
+		})
+	}
 }

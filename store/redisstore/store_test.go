@@ -403,3 +403,76 @@ func TestContext(t *testing.T) {
 		t.Fatalf("Complete past its deadline: %v", err)
 	}
 }
+
+// One bad key in a batch fails only that key, at its own index: a corrupt
+// record (ErrCorrupt naming it) and a key that holds no hash (the script's
+// WRONGTYPE), in ClaimBatch and CompleteBatch alike; the batch's other keys
+// are claimed and completed.
+func TestBatchFailsOnlyTheBadKey(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, nil)
+	c := testClient(t)
+	fences := map[string]int64{}
+	for _, k := range []string{"a", "bad", "b"} {
+		cr, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		noErr(t, err)
+		fences[k] = cr.Record.Fence
+	}
+	noErr(t, c.HSet(ctx, s.rkey("bad"), "st", "bogus").Err())
+	noErr(t, c.Set(ctx, s.rkey("str"), "not a hash", 0).Err())
+	keys := []string{"a", "bad", "str", "b", "new"}
+	wantBad := func(what string, i int, err error) {
+		t.Helper()
+		var ce *idem.CorruptError
+		switch keys[i] {
+		case "bad":
+			if !errors.As(err, &ce) || ce.Key != "bad" {
+				t.Fatalf("%s of the corrupt key: %v, want *idem.CorruptError for it", what, err)
+			}
+		case "str":
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("%s of a key holding a string: %v, want its WRONGTYPE", what, err)
+			}
+		}
+	}
+	reqs := make([]idem.ClaimRequest, len(keys))
+	for i, k := range keys {
+		reqs[i] = idem.ClaimRequest{Key: k, Owner: "o2", Lease: time.Minute, Retention: time.Hour}
+	}
+	res, err := s.ClaimBatch(ctx, reqs)
+	noErr(t, err)
+	for i, r := range res {
+		switch keys[i] {
+		case "bad", "str":
+			wantBad("ClaimBatch", i, r.Err)
+			if r.Acquired {
+				t.Fatalf("ClaimBatch acquired the bad key %q", keys[i])
+			}
+		case "new":
+			if r.Err != nil || !r.Acquired || r.Record.Key != "new" {
+				t.Fatalf("ClaimBatch of a new key beside bad ones: %+v, %v", brief(r.Record), r.Err)
+			}
+			fences["new"] = r.Record.Fence
+		default:
+			if r.Err != nil || r.Acquired || r.Record.Key != keys[i] || r.Record.Owner != "o" {
+				t.Fatalf("ClaimBatch of held key %q beside bad ones: acquired %v, %+v, %v; want busy, held by o", keys[i], r.Acquired, brief(r.Record), r.Err)
+			}
+		}
+	}
+	cs := make([]idem.Completion, len(keys))
+	for i, k := range keys {
+		cs[i] = idem.Completion{Key: k, Fence: max(fences[k], 1), Result: []byte("r" + k), Retention: time.Hour}
+	}
+	errs, err := s.CompleteBatch(ctx, cs)
+	noErr(t, err)
+	for i, e := range errs {
+		if keys[i] == "bad" || keys[i] == "str" {
+			wantBad("CompleteBatch", i, e)
+			continue
+		}
+		noErr(t, e)
+		if rec, err := s.Get(ctx, keys[i]); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+keys[i] {
+			t.Fatalf("%q after CompleteBatch beside bad keys: %+v, %v", keys[i], brief(rec), err)
+		}
+	}
+}
