@@ -543,8 +543,21 @@ type tally struct {
 	errs    []string
 	settled int
 	changed chan struct{} // closed and replaced on every line
-	attrs   []slog.Attr
-	shared  *tally // the handler WithAttrs derived this one from
+	// steps are the WithAttrs and WithGroup calls this handler was derived
+	// with, in order; attributes under a group are not the delivery's.
+	steps  []step
+	shared *tally // the handler this one was derived from
+}
+
+// step is one WithAttrs (group == "") or WithGroup call.
+type step struct {
+	group string
+	attrs []slog.Attr
+}
+
+// grouped reports whether t's record attributes are under a group.
+func (t *tally) grouped() bool {
+	return slices.ContainsFunc(t.steps, func(s step) bool { return s.group != "" })
 }
 
 func newTally() *tally {
@@ -556,15 +569,35 @@ func newTally() *tally {
 func (t *tally) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
 func (t *tally) WithAttrs(as []slog.Attr) slog.Handler {
-	return &tally{attrs: append(slices.Clip(t.attrs), as...), shared: t.shared}
+	if len(as) == 0 {
+		return t
+	}
+	return &tally{steps: append(slices.Clip(t.steps), step{attrs: as}), shared: t.shared}
 }
 
-func (t *tally) WithGroup(string) slog.Handler { return t }
+func (t *tally) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return t
+	}
+	return &tally{steps: append(slices.Clip(t.steps), step{group: name}), shared: t.shared}
+}
 
 func (t *tally) Handle(ctx context.Context, r slog.Record) error {
-	var ln Line
-	read := func(a slog.Attr) bool {
+	var (
+		ln          Line
+		settleError bool
+		read        func(a slog.Attr) bool
+	)
+	read = func(a slog.Attr) bool {
+		if a.Value.Kind() == slog.KindGroup && a.Key == "" {
+			for _, a := range a.Value.Group() { // inlined
+				read(a)
+			}
+			return true
+		}
 		switch a.Key {
+		case "settle_error":
+			settleError = true
 		case "outcome":
 			ln.Outcome = a.Value.String()
 		case "action":
@@ -582,10 +615,17 @@ func (t *tally) Handle(ctx context.Context, r slog.Record) error {
 		}
 		return true
 	}
-	for _, a := range t.attrs {
-		read(a)
+	for _, st := range t.steps {
+		if st.group != "" {
+			break
+		}
+		for _, a := range st.attrs {
+			read(a)
+		}
 	}
-	r.Attrs(read)
+	if !t.grouped() {
+		r.Attrs(read)
+	}
 	var buf bytes.Buffer
 	th := slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 		if len(groups) == 0 && a.Key == slog.TimeKey {
@@ -593,7 +633,15 @@ func (t *tally) Handle(ctx context.Context, r slog.Record) error {
 		}
 		return a
 	}})
-	th.WithAttrs(t.attrs).Handle(ctx, r)
+	var h slog.Handler = th
+	for _, st := range t.steps {
+		if st.group != "" {
+			h = h.WithGroup(st.group)
+		} else {
+			h = h.WithAttrs(st.attrs)
+		}
+	}
+	h.Handle(ctx, r)
 	ln.Text = string(bytes.TrimSpace(buf.Bytes()))
 
 	s := t.shared
@@ -607,7 +655,9 @@ func (t *tally) Handle(ctx context.Context, r slog.Record) error {
 		return nil
 	}
 	s.lines = append(s.lines, ln)
-	if ln.Action == "ack" || ln.Action == "dead-letter" {
+	// A settlement the broker refused (settle_error) leaves the message
+	// queued: it comes back and is counted when it settles.
+	if (ln.Action == "ack" || ln.Action == "dead-letter") && !settleError {
 		s.settled++
 	}
 	if r.Level >= slog.LevelError {
