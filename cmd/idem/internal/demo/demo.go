@@ -63,7 +63,11 @@ type Config struct {
 	// crashed is refused as indeterminate that many times, then left for
 	// an operator.
 	MaxReceives int
-	// Timeout bounds the run (default 60 s).
+	// Timeout is how long the run may go without progress (a store read,
+	// a publish, a crash, a consumer's delivery) before it gives up
+	// (default 60 s; at least twice Visibility, the longest a crashed
+	// message waits to come back). It does not bound a long run that
+	// progresses: many orders take as long as they take.
 	Timeout time.Duration
 }
 
@@ -92,6 +96,7 @@ func (c *Config) defaults() {
 	if c.Timeout == 0 {
 		c.Timeout = time.Minute
 	}
+	c.Timeout = max(c.Timeout, 2*c.Visibility)
 }
 
 // Indexes of the orders whose first delivery crashes.
@@ -199,14 +204,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("demo: need at least 7 orders, got %d", cfg.Orders)
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
 	r := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	users := make([]int, cfg.Orders)
 	for i := range users {
 		users[i] = 1 + r.IntN(99)
 	}
-	base, err := freeOrderBase(ctx, cfg.Store, users)
+	base, err := freeOrderBase(ctx, cfg.Store, users, cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +301,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	// Done when every published message is settled: acked or
 	// dead-lettered.
-	err = w.tally.waitSettled(ctx, func() int { return w.published() })
+	err = w.tally.waitSettled(ctx, func() int { return w.published() }, cfg.Timeout)
 	stop()
 	wg.Wait()
 	sum.Took = time.Since(start)
@@ -348,11 +351,13 @@ func receiptKey(m queue.Message) (idem.OperationKey, error) {
 // freeOrderBase picks the first order id so that none of the run's keys
 // exists in the store yet (a store given with --store may hold an earlier
 // run's records).
-func freeOrderBase(ctx context.Context, s idem.Store, users []int) (int, error) {
+func freeOrderBase(ctx context.Context, s idem.Store, users []int, timeout time.Duration) (int, error) {
 	for base := 1001; base < 1001+100*1000; base += 100 {
 		free := true
 		for i, u := range users {
-			_, err := s.Get(ctx, idem.Key("receipt", base+i, u).String())
+			gctx, cancel := context.WithTimeout(ctx, timeout)
+			_, err := s.Get(gctx, idem.Key("receipt", base+i, u).String())
+			cancel()
 			if err == nil {
 				free = false
 				break
@@ -393,6 +398,8 @@ func (w *world) published() int {
 }
 
 func (w *world) publish(ctx context.Context, j job, delay time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
 	_, err := w.q.Publish(ctx, queue.Outgoing{Body: j.body, Attributes: map[string]string{attrPolicy: j.policy.String()}, Delay: delay})
 	if err != nil {
 		return fmt.Errorf("demo: publishing: %w", err)
@@ -429,6 +436,8 @@ func (w *world) crashes(ctx context.Context, jobs ...job) error {
 			return err
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
 	for i, j := range jobs {
 		ds, err := w.q.Receive(ctx, 1)
 		if err != nil {
@@ -668,9 +677,15 @@ func (t *tally) Handle(ctx context.Context, r slog.Record) error {
 	return nil
 }
 
+// errStalled is waitSettled's error when no delivery was handled for its
+// stall time.
+var errStalled = errors.New("no delivery handled")
+
 // waitSettled waits until as many messages are settled as want says were
-// published.
-func (t *tally) waitSettled(ctx context.Context, want func() int) error {
+// published, or until no delivery was handled for stall.
+func (t *tally) waitSettled(ctx context.Context, want func() int, stall time.Duration) error {
+	timer := time.NewTimer(stall)
+	defer timer.Stop()
 	for {
 		t.mu.Lock()
 		n, ch := t.settled, t.changed
@@ -680,6 +695,9 @@ func (t *tally) waitSettled(ctx context.Context, want func() int) error {
 		}
 		select {
 		case <-ch:
+			timer.Reset(stall)
+		case <-timer.C:
+			return fmt.Errorf("%d of %d messages settled: %w for %s", n, want(), errStalled, stall)
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d messages settled: %w", n, want(), ctx.Err())
 		}

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -15,11 +16,11 @@ func TestTallyDoesNotCountARefusedSettlement(t *testing.T) {
 	log.Error("queue message replayed", "outcome", "replayed", "action", "ack", "settle_error", "sqlqueue: stale receipt")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := tl.waitSettled(ctx, func() int { return 1 }); err == nil {
+	if err := tl.waitSettled(ctx, func() int { return 1 }, time.Minute); err == nil {
 		t.Fatal("waitSettled counted a message whose ack failed as settled")
 	}
 	log.Info("queue message replayed", "outcome", "replayed", "action", "ack")
-	if err := tl.waitSettled(context.Background(), func() int { return 1 }); err != nil {
+	if err := tl.waitSettled(context.Background(), func() int { return 1 }, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,5 +51,19 @@ func TestTallyKeepsGroupsApart(t *testing.T) {
 	}
 	if want := `level=INFO msg="queue message executed" outcome=executed action=ack g.key=other g.key=other2`; sum.Lines[0].Text != want {
 		t.Errorf("text %q, want %q", sum.Lines[0].Text, want)
+	}
+}
+
+// A run where no delivery is handled any more gives up after its stall
+// time, even though its context has no deadline.
+func TestWaitSettledGivesUpWhenNothingHappens(t *testing.T) {
+	tl := newTally()
+	start := time.Now()
+	err := tl.waitSettled(context.Background(), func() int { return 1 }, 50*time.Millisecond)
+	if !errors.Is(err, errStalled) {
+		t.Fatalf("waitSettled = %v, want errStalled", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v", took)
 	}
 }
