@@ -111,8 +111,8 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(out, "  %s\n", c)
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "deliveries handled     %3d  (%d messages published, %d redelivered, %d busy retries, %d other retries) in %s\n",
-		sum.Deliveries, sum.Published, sum.Redelivered, sum.BusyRetries, sum.Retries, sum.Took.Round(time.Millisecond))
+	fmt.Fprintf(out, "deliveries handled     %3d  (%d messages published, %d handed out again: %d crashed, %d busy retries, %d other retries) in %s\n",
+		sum.Deliveries, sum.Published, sum.Redelivered, sum.Redelivered-sum.BusyRetries-sum.Retries, sum.BusyRetries, sum.Retries, sum.Took.Round(time.Millisecond))
 	fmt.Fprintf(out, "emails sent            %3d  for %d orders\n", sum.Sent, sum.Orders)
 	fmt.Fprintf(out, "duplicates suppressed  %3d  skipped, already done: the stored result replayed, the message acked\n", sum.Replayed)
 	fmt.Fprintf(out, "busy retries           %3d  another worker held the key: put back with its Retry-After\n", sum.BusyRetries)

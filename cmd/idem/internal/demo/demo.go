@@ -114,6 +114,7 @@ type Mail struct {
 // Line is one of the consumers' log lines: one per delivery handled.
 type Line struct {
 	Outcome, Action, Key, MessageID string
+	Cause                           string // of a dead letter: indeterminate, max-receives, ...
 	Fence                           int64
 	Attempt, ReceiveCount           int
 	Text                            string // the line as slog's text handler writes it, without the time
@@ -611,6 +612,8 @@ func (t *tally) Handle(ctx context.Context, r slog.Record) error {
 			ln.Outcome = a.Value.String()
 		case "action":
 			ln.Action = a.Value.String()
+		case "cause":
+			ln.Cause = a.Value.String()
 		case "key", "key_hash":
 			ln.Key = a.Value.String()
 		case "message_id":
@@ -729,11 +732,9 @@ func (t *tally) summarize(sum *Summary) {
 			sum.Retries++
 		case "dead-lettered":
 			sum.DeadLettered = append(sum.DeadLettered, ln.Key)
-		}
-	}
-	for _, ln := range t.lines {
-		if ln.Outcome == "dead-lettered" && ln.Key == sum.CrashedAtMostOnce {
-			sum.Indeterminate++ // its last receive, refused and dead-lettered
+			if ln.Cause == "indeterminate" {
+				sum.Indeterminate++ // its last receive, refused and dead-lettered
+			}
 		}
 	}
 	slices.Sort(sum.TakeoverKeys)
