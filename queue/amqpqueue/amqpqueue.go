@@ -41,10 +41,12 @@
 //     redelivered flag is set and 1 when it is not. On a classic queue
 //     redeliveries by basic.nack or a closed channel are not counted past 2;
 //     use a quorum queue ([Config.Quorum]) for exact counts.
-//   - Extend is a no-op and [Source.Visibility] is 0: AMQP has no visibility
-//     timeout. An unacked message returns to the queue only when its channel
-//     closes, or after the broker's consumer_timeout (30 minutes by default),
-//     which closes the channel.
+//   - Extend changes nothing and [Source.Visibility] is 0: AMQP has no
+//     visibility timeout. Extend only checks, with one round trip, that the
+//     channel still holds the message, and fails when it does not. An
+//     unacked message returns to the queue only when its channel closes, or
+//     after the broker's consumer_timeout (30 minutes by default), which
+//     closes the channel.
 //
 // # Not supported
 //
@@ -945,13 +947,26 @@ func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 	}, "retry")
 }
 
-// Extend does nothing and returns nil (ErrSettled once settled): AMQP has
-// no visibility timeout to extend.
-func (d *Delivery) Extend(context.Context, time.Duration) error {
+// Extend extends nothing (AMQP has no visibility timeout): the message
+// stays with this receiver as long as its channel is open. So Extend
+// checks that it is, with one round trip on the channel (the barrier the
+// settles use), and returns an error when the channel or connection is
+// closed or the round trip fails: the broker has then put the message back
+// in the queue (or will), and a nil would claim a hold that is gone. It
+// returns ErrSettled once settled.
+func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
 		return queue.ErrSettled
+	}
+	if err := d.c.open(); err != nil {
+		return fmt.Errorf("amqpqueue: extend of message %s: %w", d.m.ID, err)
+	}
+	if err := d.c.barrier(ctx); err != nil {
+		return fmt.Errorf("amqpqueue: extend of message %s: the channel did not answer (the message may be back in the queue): %w", d.m.ID, err)
 	}
 	return nil
 }
