@@ -1,0 +1,174 @@
+package sqlqueue_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/tcprelay"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pgRelayPool returns a pool whose connections go through a tcprelay to
+// IDEM_TEST_POSTGRES, and the relay.
+func pgRelayPool(t *testing.T) (*pgxpool.Pool, *tcprelay.Relay) {
+	t.Helper()
+	u := os.Getenv("IDEM_TEST_POSTGRES")
+	if u == "" {
+		t.Skip(pgSkip)
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := tcprelay.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(px.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, px
+}
+
+var pgSettleOps = []struct {
+	name   string
+	notify bool // the statement NOTIFYs: its answer races the listener's
+	call   func(context.Context, queue.Delivery) error
+}{
+	{"Ack", false, func(ctx context.Context, d queue.Delivery) error { return d.Ack(ctx) }},
+	{"Retry(0)", true, func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, 0) }},
+	{"Retry(1s)", true, func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, time.Second) }},
+	{"Extend", false, func(ctx context.Context, d queue.Delivery) error { return d.Extend(ctx, time.Minute) }},
+	{"DeadLetter", true, func(ctx context.Context, d queue.Delivery) error { return d.DeadLetter(ctx, "x") }},
+}
+
+// pgCutFixture is a queue opened directly and the same queue opened
+// through a relay.
+type pgCutFixture struct {
+	direct, relayed *sqlqueue.PostgresQueue
+	px              *tcprelay.Relay
+}
+
+func newPGCutFixture(t *testing.T) pgCutFixture {
+	t.Helper()
+	pool := pgPool(t)
+	schema := pgSchema(t, pool)
+	direct := pgQueue(t, openPostgres(t, pool, schema), "orders", sqlqueue.WithVisibility(time.Second))
+	rpool, px := pgRelayPool(t)
+	relayed := pgQueue(t, openPostgres(t, rpool, schema), "orders", sqlqueue.WithVisibility(time.Second))
+	// Closed first: pgx's cancel requests and goodbyes through a silent
+	// relay would hold up the closing of the handle and the pool.
+	t.Cleanup(px.Close)
+	return pgCutFixture{direct: direct, relayed: relayed, px: px}
+}
+
+// The connection to PostgreSQL is cut while a settle (or an extension) is
+// on its way, before the server saw the statement: the call returns an
+// error, and the message is as it was: it comes back when its visibility
+// lapses (receive count 2), not dead-lettered, not hidden longer.
+func TestPostgresCutMidSettle(t *testing.T) {
+	for _, op := range pgSettleOps {
+		t.Run(op.name, func(t *testing.T) {
+			f := newPGCutFixture(t)
+			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
+			d := receive(t, f.relayed, 1)[0]
+
+			f.px.Blackhole()
+			res := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				res <- op.call(ctx, d)
+			}()
+			time.Sleep(50 * time.Millisecond)
+			f.px.Cut()
+			if err := <-res; err == nil {
+				t.Fatalf("%s cut mid-call returned nil", op.name)
+			}
+
+			again := receive(t, f.direct, 1)
+			if len(again) != 1 || string(again[0].Message().Body) != "fragile" || again[0].Message().ReceiveCount != 2 {
+				t.Fatalf("redelivery: %q", bodies(again))
+			}
+			if err := again[0].Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if dl, err := f.direct.DeadLetters(context.Background(), 10); err != nil || len(dl) != 0 {
+				t.Fatalf("dead letters %d, %v; want none", len(dl), err)
+			}
+		})
+	}
+}
+
+// The server's answer to a settle is lost and the connection closes: the
+// statement may have committed, but the caller cannot know, so the call
+// returns an error, never nil. (Statements that NOTIFY are left out: the
+// listener's notification may be the answer the relay drops.)
+func TestPostgresSettleAnswerCut(t *testing.T) {
+	for _, op := range pgSettleOps {
+		if op.notify {
+			continue
+		}
+		t.Run(op.name, func(t *testing.T) {
+			f := newPGCutFixture(t)
+			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
+			d := receive(t, f.relayed, 1)[0]
+			f.px.DropAnswers(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := op.call(ctx, d); err == nil {
+				t.Fatalf("%s whose answer was cut returned nil", op.name)
+			}
+		})
+	}
+}
+
+// A publish cut before the server saw it returns an error and stores
+// nothing; one whose answer is cut returns an error too (it may be
+// stored: a retry with the same DedupID is then dropped as a duplicate).
+func TestPostgresCutMidPublish(t *testing.T) {
+	t.Run("before", func(t *testing.T) {
+		f := newPGCutFixture(t)
+		f.px.Blackhole()
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := f.relayed.Publish(ctx, queue.Outgoing{Body: []byte("lost?")})
+			res <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		f.px.Cut()
+		if err := <-res; err == nil {
+			t.Fatal("Publish cut mid-call returned nil")
+		}
+		receiveNone(t, f.direct)
+	})
+	t.Run("answer", func(t *testing.T) {
+		f := newPGCutFixture(t)
+		// A first publish over the relay, so that its connection is open
+		// and the dropped answer is the publish's own.
+		publish(t, f.relayed, queue.Outgoing{Body: []byte("warm")})
+		f.px.DropAnswers(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := f.relayed.Publish(ctx, queue.Outgoing{Body: []byte("maybe")}); err == nil {
+			t.Fatal("Publish whose answer was cut returned nil")
+		}
+	})
+}
