@@ -332,3 +332,62 @@ func TestKeyFuncPanicDeadLetters(t *testing.T) {
 		t.Fatalf("dead letters %+v, want the message with a reason naming the panic", dl)
 	}
 }
+
+// An Ack that fails after the ledger completed the key (the broker went
+// away mid-call) leaves the message with the broker, not lost and not
+// read as "not done": it comes back, and its redelivery is a replay of the
+// stored result, acked without running the handler again.
+func TestAckFailureAfterCompletionIsReplayed(t *testing.T) {
+	q := memqueue.New(memqueue.WithVisibility(300 * time.Millisecond))
+	var logs bytes.Buffer
+	var effects atomic.Int32
+	c, err := queue.NewConsumer(q, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))), queue.MessageIDKey("m"),
+		func(context.Context, queue.Message) ([]byte, error) { effects.Add(1); return []byte("done"), nil },
+		queue.WithHandlerTimeout(50*time.Millisecond), queue.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HandleBatch(context.Background(), []queue.Delivery{cutAck{ds[0]}})
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("effects %d after the first delivery, want 1", n)
+	}
+	if !strings.Contains(logs.String(), `"settle_error":"broker connection cut"`) {
+		t.Fatalf("the failed ack is not logged with its error:\n%s", logs.String())
+	}
+	if ready, held := q.Len(); ready+held != 1 {
+		t.Fatalf("ready %d held %d after a failed ack, want the message still queued", ready, held)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ds, err = q.Receive(ctx, 1) // after the visibility lapses
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := ds[0].Message().ReceiveCount; rc != 2 {
+		t.Fatalf("redelivery receive count %d, want 2", rc)
+	}
+	logs.Reset()
+	c.HandleBatch(context.Background(), ds)
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("effects %d after the redelivery, want 1 (a replay)", n)
+	}
+	if !strings.Contains(logs.String(), `"outcome":"replayed"`) || !strings.Contains(logs.String(), `"action":"ack"`) {
+		t.Fatalf("the redelivery is not a replay acked:\n%s", logs.String())
+	}
+	if ready, held := q.Len(); ready+held != 0 {
+		t.Fatalf("ready %d held %d after the replay, want the message acked", ready, held)
+	}
+}
+
+// cutAck is a delivery whose Ack fails without reaching the broker.
+type cutAck struct{ queue.Delivery }
+
+func (cutAck) Ack(context.Context) error { return errors.New("broker connection cut") }
