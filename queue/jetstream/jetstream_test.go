@@ -71,15 +71,18 @@ func TestRedeliveryAfterAckWaitAndRetry(t *testing.T) {
 	res := publish(t, p, queue.Outgoing{Body: []byte("again")})
 	d1 := receive(t, src, 1, 5*time.Second)[0]
 	d2 := receive(t, src, 1, 10*time.Second)[0] // after the ack wait
-	if d2.Message().ID != res.ID || d2.Message().ReceiveCount != 2 || string(d2.Message().Body) != "again" {
+	// At least 2: nats-server 2.9 may count a delivery its client never
+	// handed out (a pull that timed out as the message arrived), so the
+	// count can jump; it never stays or goes back (see the package doc).
+	if d2.Message().ID != res.ID || d2.Message().ReceiveCount < 2 || string(d2.Message().Body) != "again" {
 		t.Fatalf("redelivery: %+v, first %+v", d2.Message(), d1.Message())
 	}
 	if err := d2.Retry(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	d3 := receive(t, src, 1, 5*time.Second)[0]
-	if d3.Message().ReceiveCount != 3 {
-		t.Fatalf("after Retry(0): receive count %d, want 3", d3.Message().ReceiveCount)
+	if d3.Message().ReceiveCount <= d2.Message().ReceiveCount {
+		t.Fatalf("after Retry(0): receive count %d, want more than the redelivery's %d", d3.Message().ReceiveCount, d2.Message().ReceiveCount)
 	}
 	if err := d3.Ack(context.Background()); err != nil {
 		t.Fatal(err)
