@@ -454,7 +454,7 @@ func TestConnectionLostMidAck(t *testing.T) {
 
 	src := f.source(t, js)
 	again := receive(t, src, 1, 10*time.Second)[0]
-	if string(again.Message().Body) != "fragile" || again.Message().ReceiveCount != 2 {
+	if string(again.Message().Body) != "fragile" || again.Message().ReceiveCount < 2 { // at least: nats-server 2.9 may count an expired pull's delivery
 		t.Fatalf("redelivery: %+v", again.Message())
 	}
 	if err := again.Ack(context.Background()); err != nil {
