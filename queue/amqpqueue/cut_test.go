@@ -6,20 +6,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/queuetest"
 )
 
 // settleOps are the calls on a delivery that must not report success for
 // something the broker did not take.
-var settleOps = []struct {
-	name string
-	call func(context.Context, queue.Delivery) error
-}{
-	{"Ack", func(ctx context.Context, d queue.Delivery) error { return d.Ack(ctx) }},
-	{"Retry(0)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, 0) }},
-	{"Retry(1ms)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, time.Millisecond) }},
-	{"Extend", func(ctx context.Context, d queue.Delivery) error { return d.Extend(ctx, time.Minute) }},
-	{"DeadLetter", func(ctx context.Context, d queue.Delivery) error { return d.DeadLetter(ctx, "x") }},
-}
+var settleOps = queuetest.SettleOps(time.Millisecond)
 
 // The connection is cut while a settle (or an extension) is on its way:
 // the frames sent never reach the broker (the network went silent first)
@@ -30,7 +22,7 @@ var settleOps = []struct {
 // that said nil would claim a hold that no longer exists.
 func TestCutMidSettle(t *testing.T) {
 	for _, op := range settleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			f := newFixture(t, false)
 			publish(t, f.publisher(t, f.conn), queue.Outgoing{Body: []byte("fragile")})
 			px, purl := f.relay(t)
@@ -42,16 +34,16 @@ func TestCutMidSettle(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				res <- op.call(ctx, d)
+				res <- op.Call(ctx, d)
 			}()
 			time.Sleep(50 * time.Millisecond)
 			px.Cut()
 			if err := <-res; err == nil {
-				t.Fatalf("%s cut mid-call returned nil", op.name)
+				t.Fatalf("%s cut mid-call returned nil", op.Name)
 			}
 			waitClosed(t, pconn)
-			if err := op.call(context.Background(), d); err == nil {
-				t.Fatalf("%s after the cut returned nil", op.name)
+			if err := op.Call(context.Background(), d); err == nil {
+				t.Fatalf("%s after the cut returned nil", op.Name)
 			}
 
 			src := f.source(t, f.conn)
@@ -75,10 +67,10 @@ func TestCutMidSettle(t *testing.T) {
 // cannot know, so the call returns an error, never nil.
 func TestSettleAnswerCut(t *testing.T) {
 	for _, op := range settleOps {
-		if op.name == "Extend" {
+		if op.Name == "Extend" {
 			continue // no frame, no answer to lose: TestCutMidSettle covers it
 		}
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			f := newFixture(t, false)
 			publish(t, f.publisher(t, f.conn), queue.Outgoing{Body: []byte("fragile")})
 			px, purl := f.relay(t)
@@ -87,10 +79,10 @@ func TestSettleAnswerCut(t *testing.T) {
 
 			px.DropAnswers(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := op.call(ctx, d)
+			err := op.Call(ctx, d)
 			cancel()
 			if err == nil {
-				t.Fatalf("%s whose answer was cut returned nil", op.name)
+				t.Fatalf("%s whose answer was cut returned nil", op.Name)
 			}
 		})
 	}

@@ -7,19 +7,11 @@ import (
 
 	"github.com/idemkit/idem/internal/tcprelay"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/nats-io/nats.go"
 )
 
-var settleOps = []struct {
-	name string
-	call func(context.Context, queue.Delivery) error
-}{
-	{"Ack", func(ctx context.Context, d queue.Delivery) error { return d.Ack(ctx) }},
-	{"Retry(0)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, 0) }},
-	{"Retry(1s)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, time.Second) }},
-	{"Extend", func(ctx context.Context, d queue.Delivery) error { return d.Extend(ctx, time.Minute) }},
-	{"DeadLetter", func(ctx context.Context, d queue.Delivery) error { return d.DeadLetter(ctx, "x") }},
-}
+var settleOps = queuetest.SettleOps(time.Second)
 
 // cutFixture is a stream with one message received through a relay, on a
 // connection with the client's default reconnects.
@@ -41,19 +33,19 @@ func cutFixture(t *testing.T) (*fixture, *tcprelay.Relay, queue.Delivery, *Publi
 // delivered again with nothing dead-lettered.
 func TestCutMidSettle(t *testing.T) {
 	for _, op := range settleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			f, px, d, _ := cutFixture(t)
 			px.Blackhole()
 			res := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
-				res <- op.call(ctx, d)
+				res <- op.Call(ctx, d)
 			}()
 			time.Sleep(50 * time.Millisecond)
 			px.Cut()
 			if err := <-res; err == nil {
-				t.Fatalf("%s cut mid-call returned nil", op.name)
+				t.Fatalf("%s cut mid-call returned nil", op.Name)
 			}
 			px.Close()
 
@@ -77,13 +69,13 @@ func TestCutMidSettle(t *testing.T) {
 // came, so the call returns an error, never nil.
 func TestSettleAnswerCut(t *testing.T) {
 	for _, op := range settleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			_, px, d, _ := cutFixture(t)
 			px.DropAnswers(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			if err := op.call(ctx, d); err == nil {
-				t.Fatalf("%s whose answer was cut returned nil", op.name)
+			if err := op.Call(ctx, d); err == nil {
+				t.Fatalf("%s whose answer was cut returned nil", op.Name)
 			}
 		})
 	}

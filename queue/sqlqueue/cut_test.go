@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/internal/tcprelay"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -45,17 +46,8 @@ func pgRelayPool(t *testing.T) (*pgxpool.Pool, *tcprelay.Relay) {
 	return pool, px
 }
 
-var pgSettleOps = []struct {
-	name   string
-	notify bool // the statement NOTIFYs: its answer races the listener's
-	call   func(context.Context, queue.Delivery) error
-}{
-	{"Ack", false, func(ctx context.Context, d queue.Delivery) error { return d.Ack(ctx) }},
-	{"Retry(0)", true, func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, 0) }},
-	{"Retry(1s)", true, func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, time.Second) }},
-	{"Extend", false, func(ctx context.Context, d queue.Delivery) error { return d.Extend(ctx, time.Minute) }},
-	{"DeadLetter", true, func(ctx context.Context, d queue.Delivery) error { return d.DeadLetter(ctx, "x") }},
-}
+// pgSettleOps are the calls on a delivery cut mid-call.
+var pgSettleOps = queuetest.SettleOps(time.Second)
 
 // pgCutFixture is a queue opened directly and the same queue opened
 // through a relay.
@@ -83,7 +75,7 @@ func newPGCutFixture(t *testing.T) pgCutFixture {
 // lapses (receive count 2), not dead-lettered, not hidden longer.
 func TestPostgresCutMidSettle(t *testing.T) {
 	for _, op := range pgSettleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			f := newPGCutFixture(t)
 			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
 			d := receive(t, f.relayed, 1)[0]
@@ -93,12 +85,12 @@ func TestPostgresCutMidSettle(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				res <- op.call(ctx, d)
+				res <- op.Call(ctx, d)
 			}()
 			time.Sleep(50 * time.Millisecond)
 			f.px.Cut()
 			if err := <-res; err == nil {
-				t.Fatalf("%s cut mid-call returned nil", op.name)
+				t.Fatalf("%s cut mid-call returned nil", op.Name)
 			}
 
 			again := receive(t, f.direct, 1)
@@ -121,18 +113,18 @@ func TestPostgresCutMidSettle(t *testing.T) {
 // listener's notification may be the answer the relay drops.)
 func TestPostgresSettleAnswerCut(t *testing.T) {
 	for _, op := range pgSettleOps {
-		if op.notify {
-			continue
+		if op.Name != "Ack" && op.Name != "Extend" {
+			continue // the statement NOTIFYs: its answer races the listener's
 		}
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			f := newPGCutFixture(t)
 			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
 			d := receive(t, f.relayed, 1)[0]
 			f.px.DropAnswers(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := op.call(ctx, d); err == nil {
-				t.Fatalf("%s whose answer was cut returned nil", op.name)
+			if err := op.Call(ctx, d); err == nil {
+				t.Fatalf("%s whose answer was cut returned nil", op.Name)
 			}
 		})
 	}

@@ -11,19 +11,11 @@ import (
 
 	"github.com/idemkit/idem/internal/tcprelay"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/queue/sqsqueue"
 )
 
-var settleOps = []struct {
-	name string
-	call func(context.Context, queue.Delivery) error
-}{
-	{"Ack", func(ctx context.Context, d queue.Delivery) error { return d.Ack(ctx) }},
-	{"Retry(0)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, 0) }},
-	{"Retry(1s)", func(ctx context.Context, d queue.Delivery) error { return d.Retry(ctx, time.Second) }},
-	{"Extend", func(ctx context.Context, d queue.Delivery) error { return d.Extend(ctx, time.Minute) }},
-	{"DeadLetter", func(ctx context.Context, d queue.Delivery) error { return d.DeadLetter(ctx, "x") }},
-}
+var settleOps = queuetest.SettleOps(time.Second)
 
 // cutFixture is a queue (visibility 2 s) and its dead-letter queue opened
 // directly, and the same queue opened through a relay with the SDK's
@@ -55,7 +47,7 @@ func newCutFixture(t *testing.T) cutFixture {
 func TestCutMidSettle(t *testing.T) {
 	t.Parallel()
 	for _, op := range settleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			t.Parallel()
 			f := newCutFixture(t)
 			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
@@ -66,12 +58,12 @@ func TestCutMidSettle(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
-				res <- op.call(ctx, d)
+				res <- op.Call(ctx, d)
 			}()
 			time.Sleep(50 * time.Millisecond)
 			f.px.Cut()
 			if err := <-res; err == nil {
-				t.Fatalf("%s cut mid-call returned nil", op.name)
+				t.Fatalf("%s cut mid-call returned nil", op.Name)
 			}
 			f.px.Close()
 
@@ -95,20 +87,20 @@ func TestCutMidSettle(t *testing.T) {
 func TestSettleAnswerCut(t *testing.T) {
 	t.Parallel()
 	for _, op := range settleOps {
-		t.Run(op.name, func(t *testing.T) {
+		t.Run(op.Name, func(t *testing.T) {
 			t.Parallel()
 			f := newCutFixture(t)
 			publish(t, f.direct, queue.Outgoing{Body: []byte("fragile")})
 			d := receive(t, f.relayed, 1)[0]
 			f.px.DropAnswers(1)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := op.call(ctx, d)
+			err := op.Call(ctx, d)
 			cancel()
 			if err != nil {
-				t.Logf("%s whose answer was cut: %v", op.name, err)
+				t.Logf("%s whose answer was cut: %v", op.Name, err)
 				return
 			}
-			switch op.name {
+			switch op.Name {
 			case "Ack":
 				nothing(t, f.direct, 3*time.Second)
 			case "DeadLetter":
