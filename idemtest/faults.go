@@ -227,20 +227,29 @@ func testFaults(t *testing.T, h Harness) {
 	})
 
 	t.Run("extend_fails_once", func(t *testing.T) {
+		// The first heartbeat fails, the second must keep the lease: fn
+		// runs past the lease it claimed with. The lease is twice the
+		// harness's so that the second heartbeat has a third of it (not a
+		// sixth) to be answered: a store shared with the suite's race
+		// tests answered one heartbeat late in CI (dynalite, 3 s lease).
 		t.Parallel()
 		fs := NewFaultStore(newStore(t, h))
 		fs.Inject(OpExtend, Fault{Err: errInjected, Times: 1})
-		l := ledger(h, fs, idem.WithLease(h.hbLease()))
+		lease := 2 * h.hbLease()
+		l := ledger(h, fs, idem.WithLease(lease))
 		res, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
 			select {
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
-			case <-time.After(2 * h.hbLease()):
+			case <-time.After(lease + lease/3):
 				return []byte("ok"), nil
 			}
 		})
 		noErr(t, "Do with one failed heartbeat", err)
 		wantBytes(t, "Value", res.Value, []byte("ok"))
+		if n := fs.Calls(OpExtend); n < 2 {
+			t.Fatalf("%d heartbeats, want the failed one and at least one more", n)
+		}
 	})
 
 	t.Run("corrupt", func(t *testing.T) {
