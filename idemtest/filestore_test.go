@@ -289,8 +289,9 @@ func TestFileStore(t *testing.T) {
 			}
 			return s
 		},
-		Locator: func(t testing.TB) string { return t.TempDir() },
-		Open:    open,
+		Locator:        func(t testing.TB) string { return t.TempDir() },
+		Open:           open,
+		HeartbeatLease: time.Second, // the default 300 ms lapsed behind a late timer under CI's load (memstore)
 		Corrupt: func(t testing.TB, s idem.Store, key string) {
 			fs := s.(*fileStore)
 			err := fs.with(context.Background(), key, func([]byte, time.Time) ([]byte, bool, error) {
