@@ -40,13 +40,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/sqsmsg"
 )
 
 // DefaultMargin is how long before the invocation's deadline [Handler]
@@ -270,39 +270,8 @@ func Record(ctx context.Context) (*events.SQSMessage, bool) {
 	return r, ok && r != nil
 }
 
-// attribute is the string form of a record's message attribute in its
-// queue.Message: the string value, or a Binary attribute's bytes.
-func attribute(a events.SQSMessageAttribute) string {
-	if a.StringValue != nil {
-		return *a.StringValue
-	}
-	return string(a.BinaryValue)
-}
-
+// toMessage reads a record as a queue.Message (see sqsmsg.Message).
 func toMessage(r events.SQSMessage) queue.Message {
-	a := r.Attributes
-	m := queue.Message{
-		ID:            r.MessageId,
-		Body:          []byte(r.Body),
-		GroupID:       a["MessageGroupId"],
-		DedupID:       a["MessageDeduplicationId"],
-		FirstReceived: millis(a["ApproximateFirstReceiveTimestamp"]),
-		Published:     millis(a["SentTimestamp"]),
-	}
-	m.ReceiveCount, _ = strconv.Atoi(a["ApproximateReceiveCount"])
-	if len(r.MessageAttributes) > 0 {
-		m.Attributes = make(map[string]string, len(r.MessageAttributes))
-		for k, v := range r.MessageAttributes {
-			m.Attributes[k] = attribute(v)
-		}
-	}
-	return m
-}
-
-func millis(s string) time.Time {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(n)
+	return sqsmsg.Message(r.MessageId, r.Body, r.Attributes, sqsmsg.Attributes(r.MessageAttributes,
+		func(a events.SQSMessageAttribute) (*string, []byte) { return a.StringValue, a.BinaryValue }))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/sqsmsg"
 	"github.com/idemkit/idem/queue/lambdasqs"
 )
 
@@ -219,11 +220,7 @@ func recordAttributes(ctx context.Context, m queue.Message) map[string]types.Mes
 	}
 	out := make(map[string]types.MessageAttributeValue, len(r.MessageAttributes))
 	for k, v := range r.MessageAttributes {
-		s := string(v.BinaryValue)
-		if v.StringValue != nil {
-			s = *v.StringValue
-		}
-		if got, ok := m.Attributes[k]; !ok || got != s || v.DataType == "" {
+		if got, ok := m.Attributes[k]; !ok || got != sqsmsg.Attribute(v.StringValue, v.BinaryValue) || v.DataType == "" {
 			return nil
 		}
 		out[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: v.StringValue, BinaryValue: v.BinaryValue}

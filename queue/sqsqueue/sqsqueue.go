@@ -72,6 +72,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/sqsmsg"
 )
 
 // ReasonAttribute is the message attribute (type String) in which
@@ -427,36 +428,11 @@ func (q *Queue) handBack(ctx context.Context, r polled) {
 	_, _ = q.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
 }
 
+// toMessage reads a received message as a queue.Message (see
+// sqsmsg.Message).
 func toMessage(m types.Message) queue.Message {
-	a := m.Attributes
-	msg := queue.Message{
-		ID:            aws.ToString(m.MessageId),
-		Body:          []byte(aws.ToString(m.Body)),
-		GroupID:       a[string(types.MessageSystemAttributeNameMessageGroupId)],
-		DedupID:       a[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
-		FirstReceived: millis(a[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]),
-		Published:     millis(a[string(types.MessageSystemAttributeNameSentTimestamp)]),
-	}
-	msg.ReceiveCount, _ = strconv.Atoi(a[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	if len(m.MessageAttributes) > 0 {
-		msg.Attributes = make(map[string]string, len(m.MessageAttributes))
-		for k, v := range m.MessageAttributes {
-			if v.StringValue != nil {
-				msg.Attributes[k] = *v.StringValue
-			} else {
-				msg.Attributes[k] = string(v.BinaryValue)
-			}
-		}
-	}
-	return msg
-}
-
-func millis(s string) time.Time {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(n)
+	return sqsmsg.Message(aws.ToString(m.MessageId), aws.ToString(m.Body), m.Attributes, sqsmsg.Attributes(m.MessageAttributes,
+		func(a types.MessageAttributeValue) (*string, []byte) { return a.StringValue, a.BinaryValue }))
 }
 
 // seconds rounds d up to whole seconds, within 0..12h.
