@@ -246,14 +246,14 @@ func (q *Queue) sendDeadLetter(ctx context.Context, m queue.Message, raw map[str
 			if v == "" {
 				continue
 			}
-			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+			attrs[k] = stringAttribute(v)
 		}
 	}
 	if reason = cleanReason(reason); reason != "" && len(attrs) < maxAttributes {
-		attrs[ReasonAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(reason)}
+		attrs[ReasonAttribute] = stringAttribute(reason)
 	}
 	if len(attrs) < maxAttributes && m.ID != "" {
-		attrs[SourceIDAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(m.ID)}
+		attrs[SourceIDAttribute] = stringAttribute(m.ID)
 	}
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(q.dlqURL),

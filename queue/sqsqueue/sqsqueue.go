@@ -525,9 +525,14 @@ func toAttributes(a map[string]string) (map[string]types.MessageAttributeValue, 
 		if k == "" || v == "" {
 			return nil, fmt.Errorf("%w: attribute %q has an empty name or value", ErrBadAttribute, k)
 		}
-		out[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		out[k] = stringAttribute(v)
 	}
 	return out, nil
+}
+
+// stringAttribute is v as a message attribute of type String.
+func stringAttribute(v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }
 
 // seen records that a send with dedup id key got MessageId id and reports
