@@ -89,6 +89,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/visibility"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
@@ -117,10 +118,6 @@ var (
 	// would not say (see the package documentation). Nothing is sent.
 	ErrAckWaitExpired = errors.New("jetstream: the delivery's ack wait expired (the server may have redelivered the message)")
 )
-
-// receiveSlack is how long before a message arrived its ack wait is
-// counted from (the server started it when it sent the message).
-const receiveSlack = 250 * time.Millisecond
 
 // defaultTimeout bounds a settle or publish whose context has no deadline.
 const defaultTimeout = 10 * time.Second
@@ -336,11 +333,7 @@ func (s *Source) collect(ctx context.Context, batch njs.MessageBatch, asked time
 }
 
 func (s *Source) delivery(m njs.Msg, asked time.Time) *Delivery {
-	from := time.Now().Add(-receiveSlack)
-	if from.Before(asked) {
-		from = asked
-	}
-	d := &Delivery{src: s, msg: m, deadline: from.Add(s.ackWait)}
+	d := &Delivery{src: s, msg: m, deadline: visibility.Received(asked, time.Now(), s.ackWait)}
 	md, err := m.Metadata()
 	msg := queue.Message{Body: m.Data(), ReceiveCount: 1}
 	if err == nil {
@@ -406,7 +399,7 @@ type Delivery struct {
 	mu              sync.Mutex // serialises settles and extensions
 	// deadline is when the ack wait bought by the receipt or the last
 	// Extend lapses, at the earliest (guarded by mu).
-	deadline time.Time
+	deadline visibility.Deadline
 }
 
 var _ queue.Delivery = (*Delivery)(nil)
@@ -460,14 +453,14 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 		return queue.ErrSettled
 	}
 	start := time.Now()
-	if start.After(d.deadline) {
+	if d.deadline.Lapsed(start) {
 		return fmt.Errorf("jetstream: in progress of stream sequence %d: %w (deadline %s passed)",
-			d.seq, ErrAckWaitExpired, d.deadline.Format(time.RFC3339Nano))
+			d.seq, ErrAckWaitExpired, d.deadline)
 	}
 	if err := d.request(ctx, "in progress", []byte("+WPI")); err != nil {
 		return err
 	}
-	d.deadline = start.Add(d.src.ackWait)
+	d.deadline.Extend(start, d.src.ackWait)
 	return nil
 }
 

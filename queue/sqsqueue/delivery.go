@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/internal/sqsmsg"
+	"github.com/idemkit/idem/queue/internal/visibility"
 	"github.com/idemkit/idem/queue/lambdasqs"
 )
 
@@ -29,7 +30,7 @@ type Delivery struct {
 	handle string
 
 	mu       sync.Mutex
-	deadline time.Time // visibility bought by the last Receive/Extend, counted from before the request
+	deadline visibility.Deadline // bought by the last Receive/Extend, counted from before the request
 	settled  bool
 	dlqSent  bool // DeadLetter's copy was accepted; a repeat only deletes
 }
@@ -43,11 +44,11 @@ func (d *Delivery) Message() queue.Message { return d.msg }
 func (d *Delivery) ReceiptHandle() string { return d.handle }
 
 // lapsed reports whether the visibility bought so far has run out.
-func (d *Delivery) lapsed(now time.Time) bool { return d.q.visibility > 0 && now.After(d.deadline) }
+func (d *Delivery) lapsed(now time.Time) bool { return d.q.visibility > 0 && d.deadline.Lapsed(now) }
 
 func (d *Delivery) staleErr(op string) error {
 	return fmt.Errorf("sqsqueue: %s message %s: %w (deadline %s passed; SQS may redeliver it)",
-		op, d.msg.ID, ErrStaleReceipt, d.deadline.Format(time.RFC3339Nano))
+		op, d.msg.ID, ErrStaleReceipt, d.deadline)
 }
 
 // sqsErr wraps err from SQS, adding ErrStaleReceipt when SQS refused the
@@ -139,7 +140,7 @@ func (d *Delivery) Extend(ctx context.Context, dur time.Duration) error {
 	if err := d.changeVisibility(ctx, dur); err != nil {
 		return d.sqsErr("extend", err)
 	}
-	d.deadline = start.Add(time.Duration(seconds(dur)) * time.Second)
+	d.deadline.Extend(start, time.Duration(seconds(dur))*time.Second)
 	return nil
 }
 

@@ -73,6 +73,7 @@ import (
 
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/internal/sqsmsg"
+	"github.com/idemkit/idem/queue/internal/visibility"
 )
 
 // ReasonAttribute is the message attribute (type String) in which
@@ -98,9 +99,6 @@ const (
 	DedupInterval = 5 * time.Minute
 	// maxAttributes is the most message attributes a message may carry.
 	maxAttributes = 10
-	// receiveSlack is how long before a ReceiveMessage response a
-	// Delivery's visibility is counted from (see Receive).
-	receiveSlack = 250 * time.Millisecond
 	// maxReasonLen bounds the reason kept on a dead-lettered copy.
 	maxReasonLen = 4096
 )
@@ -342,13 +340,9 @@ func (q *Queue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
 		}
 		// SQS starts the visibility timeout when it hands the messages out:
 		// after start, and for a long poll that waited, close to the
-		// response. Count from receiveSlack before the response (never
-		// earlier than start), which covers the response's way back.
-		handedOut := r.end.Add(-receiveSlack)
-		if handedOut.Before(r.start) {
-			handedOut = r.start
-		}
-		deadline := handedOut.Add(q.visibility)
+		// response. Count from visibility.ReceiveSlack before the response
+		// (never earlier than start), which covers the response's way back.
+		deadline := visibility.Received(r.start, r.end, q.visibility)
 		ds := make([]queue.Delivery, 0, len(r.out.Messages))
 		for _, m := range r.out.Messages {
 			ds = append(ds, &Delivery{q: q, msg: toMessage(m), attrs: m.MessageAttributes, handle: aws.ToString(m.ReceiptHandle), deadline: deadline})
