@@ -55,6 +55,56 @@ func faultStore(t *testing.T, clocks *testClocks, addr, prefix string, retries b
 	return s
 }
 
+// faultRig is one fault test's stores: s, the store under test (see
+// faultStore), reaching Redis through px when the test has a relay; check,
+// a store on the shared client under the same prefix and clock, to read
+// what happened.
+type faultRig struct {
+	clocks *testClocks
+	px     *tcprelay.Relay // nil: s talks to the server directly
+	s      *Store
+	check  *Store
+}
+
+// newFaultRig returns t's stores under a prefix of its own, s with
+// go-redis's retries on or off, and through a relay if relay.
+func newFaultRig(t *testing.T, retries, relay bool) *faultRig {
+	t.Helper()
+	f := &faultRig{clocks: new(testClocks)}
+	prefix := newPrefix(t)
+	addr := serverAddr(t)
+	if relay {
+		f.px = tcprelay.New(t, addr)
+		addr = f.px.Addr()
+	}
+	f.s = faultStore(t, f.clocks, addr, prefix, retries)
+	f.check = New(testClient(t), WithPrefix(prefix))
+	f.check.clock = f.clocks.get(t)
+	return f
+}
+
+// cutBatch runs call, a batch call on f.s, with the relay cutting the
+// answers after their first n bytes, once a warm-up batch has connected the
+// pipeline pool's connection; it fails t unless the relay cut them.
+func (f *faultRig) cutBatch(t *testing.T, n int, call func()) {
+	t.Helper()
+	if _, err := f.s.ClaimBatch(context.Background(), []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	f.px.CutAnswersAfter(n)
+	call()
+	if f.px.AnswersCut() != 1 {
+		t.Fatal("the relay did not cut the batch's answers")
+	}
+}
+
+// retryModes are the two ways the fault tests run: with go-redis's
+// retries off and on.
+var retryModes = []struct {
+	name    string
+	retries bool
+}{{"no_retries", false}, {"retries", true}}
+
 func serverAddr(t *testing.T) string {
 	o, err := redis.ParseURL(testURL(t))
 	if err != nil {
@@ -137,17 +187,11 @@ func killDuringCall(t *testing.T, s *Store, call func() error) error {
 
 func TestFaultClientKill(t *testing.T) {
 	testURL(t)
-	for _, retries := range []bool{false, true} {
-		name := "no_retries"
-		if retries {
-			name = "retries"
-		}
+	for _, mode := range retryModes {
+		name, retries := mode.name, mode.retries
 		t.Run(name+"/claim", func(t *testing.T) {
-			clocks := new(testClocks)
-			prefix := newPrefix(t)
-			s := faultStore(t, clocks, serverAddr(t), prefix, retries)
-			check := New(testClient(t), WithPrefix(prefix))
-			check.clock = clocks.get(t)
+			f := newFaultRig(t, retries, false)
+			s, check := f.s, f.check
 			var cr idem.ClaimResult
 			err := killDuringCall(t, s, func() (err error) {
 				cr, err = s.Claim(context.Background(), idem.ClaimRequest{Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour})
@@ -176,11 +220,8 @@ func TestFaultClientKill(t *testing.T) {
 		})
 		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
 			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
-				clocks := new(testClocks)
-				prefix := newPrefix(t)
-				s := faultStore(t, clocks, serverAddr(t), prefix, retries)
-				check := New(testClient(t), WithPrefix(prefix))
-				check.clock = clocks.get(t)
+				f := newFaultRig(t, retries, false)
+				s, check := f.s, f.check
 				ctx := context.Background()
 				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
@@ -197,7 +238,7 @@ func TestFaultClientKill(t *testing.T) {
 					return
 				}
 				wantStoreErr(t, "Complete whose connection was killed", err)
-				followsPolicy(t, clocks, check, p, cr.Record)
+				followsPolicy(t, f.clocks, check, p, cr.Record)
 			})
 		}
 	}
@@ -235,20 +276,13 @@ func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p idem.Policy, he
 
 func TestFaultAnswerLost(t *testing.T) {
 	testURL(t)
-	for _, retries := range []bool{false, true} {
-		name := "no_retries"
-		if retries {
-			name = "retries"
-		}
+	for _, mode := range retryModes {
+		name, retries := mode.name, mode.retries
 		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
 			t.Run(name+"/claim/"+p.String(), func(t *testing.T) {
 				t.Parallel()
-				clocks := new(testClocks)
-				prefix := newPrefix(t)
-				px := tcprelay.New(t, serverAddr(t))
-				s := faultStore(t, clocks, px.Addr(), prefix, retries)
-				check := New(testClient(t), WithPrefix(prefix))
-				check.clock = clocks.get(t)
+				f := newFaultRig(t, retries, true)
+				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
 				px.DropAnswers(1)
 				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
@@ -260,16 +294,12 @@ func TestFaultAnswerLost(t *testing.T) {
 				}
 				wantStoreErr(t, "Claim whose answer was lost", err)
 				// It ran: the claim holds the key, and nobody runs it.
-				followsPolicy(t, clocks, check, p, idem.Record{Fence: 1})
+				followsPolicy(t, f.clocks, check, p, idem.Record{Fence: 1})
 			})
 			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
 				t.Parallel()
-				clocks := new(testClocks)
-				prefix := newPrefix(t)
-				px := tcprelay.New(t, serverAddr(t))
-				s := faultStore(t, clocks, px.Addr(), prefix, retries)
-				check := New(testClient(t), WithPrefix(prefix))
-				check.clock = clocks.get(t)
+				f := newFaultRig(t, retries, true)
+				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
 				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
@@ -295,9 +325,8 @@ func TestFaultAnswerLost(t *testing.T) {
 		}
 		t.Run(name+"/extend_and_release", func(t *testing.T) {
 			t.Parallel()
-			clocks := new(testClocks)
-			px := tcprelay.New(t, serverAddr(t))
-			s := faultStore(t, clocks, px.Addr(), newPrefix(t), retries)
+			f := newFaultRig(t, retries, true)
+			s, px := f.s, f.px
 			ctx := context.Background()
 			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
 			if err != nil || !cr.Acquired {
@@ -345,32 +374,22 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%d", i)
 	}
-	for _, retries := range []bool{false, true} {
-		name := "no_retries"
-		if retries {
-			name = "retries"
-		}
+	for _, mode := range retryModes {
+		name, retries := mode.name, mode.retries
 		t.Run(name+"/claim_batch", func(t *testing.T) {
 			t.Parallel()
-			clocks := new(testClocks)
-			prefix := newPrefix(t)
-			px := tcprelay.New(t, serverAddr(t))
-			s := faultStore(t, clocks, px.Addr(), prefix, retries)
-			check := New(testClient(t), WithPrefix(prefix))
-			check.clock = clocks.get(t)
+			f := newFaultRig(t, retries, true)
+			s, check := f.s, f.check
 			ctx := context.Background()
 			reqs := make([]idem.ClaimRequest, len(keys))
 			for i, k := range keys {
 				reqs[i] = idem.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
 			}
-			if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
-				t.Fatal(err) // connects the pipeline pool's connection
-			}
-			px.CutAnswersAfter(70) // about two and a half claim replies
-			res, err := s.ClaimBatch(ctx, reqs)
-			if px.AnswersCut() != 1 {
-				t.Fatal("the relay did not cut the batch's answers")
-			}
+			var (
+				res []idem.ClaimResult
+				err error
+			)
+			f.cutBatch(t, 70, func() { res, err = s.ClaimBatch(ctx, reqs) }) // about two and a half claim replies
 			if !retries {
 				wantStoreErr(t, "ClaimBatch cut mid-pipeline", err)
 				if res != nil {
@@ -395,12 +414,8 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 		})
 		t.Run(name+"/complete_batch", func(t *testing.T) {
 			t.Parallel()
-			clocks := new(testClocks)
-			prefix := newPrefix(t)
-			px := tcprelay.New(t, serverAddr(t))
-			s := faultStore(t, clocks, px.Addr(), prefix, retries)
-			check := New(testClient(t), WithPrefix(prefix))
-			check.clock = clocks.get(t)
+			f := newFaultRig(t, retries, true)
+			s, check := f.s, f.check
 			ctx := context.Background()
 			cs := make([]idem.Completion, len(keys))
 			for i, k := range keys {
@@ -410,14 +425,11 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 				}
 				cs[i] = idem.Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("r" + k), Retention: time.Hour}
 			}
-			if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
-				t.Fatal(err) // connects the pipeline pool's connection
-			}
-			px.CutAnswersAfter(20)
-			errs, err := s.CompleteBatch(ctx, cs)
-			if px.AnswersCut() != 1 {
-				t.Fatal("the relay did not cut the batch's answers")
-			}
+			var (
+				errs []error
+				err  error
+			)
+			f.cutBatch(t, 20, func() { errs, err = s.CompleteBatch(ctx, cs) })
 			if !retries {
 				wantStoreErr(t, "CompleteBatch cut mid-pipeline", err)
 				if errs != nil {
