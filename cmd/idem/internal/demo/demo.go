@@ -411,13 +411,19 @@ func (w *world) publish(ctx context.Context, j job, delay time.Duration) error {
 	return nil
 }
 
-// send is the handler: send the receipt through the simulated provider and
-// return the provider's message id as the result.
+// send is the consumers' handler. A queue.Handler is given the message
+// only, so it keys it as the consumer did (receiptKey) and sends.
 func (w *world) send(ctx context.Context, m queue.Message) ([]byte, error) {
 	k, err := receiptKey(m)
 	if err != nil {
 		return nil, err
 	}
+	return w.sendReceipt(ctx, k, m)
+}
+
+// sendReceipt sends the receipt keyed k, for m, through the simulated
+// provider and returns the provider's message id as the result.
+func (w *world) sendReceipt(ctx context.Context, k idem.OperationKey, m queue.Message) ([]byte, error) {
 	t := time.NewTimer(w.cfg.SendTime)
 	defer t.Stop()
 	select {
@@ -457,7 +463,7 @@ func (w *world) crashes(ctx context.Context, jobs ...job) error {
 		}
 		var providerID string
 		_, err = l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
-			v, err := w.send(ctx, m)
+			v, err := w.sendReceipt(ctx, key, m)
 			providerID = string(v)
 			cs.die()
 			return v, err
