@@ -389,6 +389,33 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	return d.s.extend(ctx, d, max(dur, time.Millisecond))
 }
 
+// redriveChunk is the most dead letters one step of Redrive moves (a
+// statement on PostgreSQL, a transaction on SQLite).
+const redriveChunk = 1000
+
+// redrive moves up to limit dead letters (limit < 1: all of them) in steps
+// of at most redriveChunk, calling move with each step's size until it
+// moves fewer. It returns how many were moved, and move's error with what
+// was moved before it.
+func redrive(limit int, move func(n int) (int, error)) (int, error) {
+	total := 0
+	for limit < 1 || total < limit {
+		n := redriveChunk
+		if limit >= 1 {
+			n = min(n, limit-total)
+		}
+		moved, err := move(n)
+		if err != nil {
+			return total, err
+		}
+		total += moved
+		if moved < n {
+			break
+		}
+	}
+	return total, nil
+}
+
 func expired(id int64) error {
 	return fmt.Errorf("sqlqueue: message %d: %w", id, ErrReceiptExpired)
 }

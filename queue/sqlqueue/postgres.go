@@ -951,12 +951,7 @@ func (q *PostgresQueue) Redrive(ctx context.Context, limit int) (int, error) {
 	if q.p.closed.Load() {
 		return 0, ErrClosed
 	}
-	total := 0
-	for limit < 1 || total < limit {
-		n := 1000
-		if limit >= 1 {
-			n = min(n, limit-total)
-		}
+	total, err := redrive(limit, func(n int) (int, error) {
 		var moved int
 		err := q.p.pool.QueryRow(ctx, `WITH picked AS (
 	SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
@@ -966,13 +961,10 @@ ins AS (
 	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
 	RETURNING id)
 SELECT count(*) FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved)
-		if err != nil {
-			return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
-		}
-		total += moved
-		if moved < n {
-			break
-		}
+		return moved, err
+	})
+	if err != nil {
+		return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
 	}
 	return total, nil
 }

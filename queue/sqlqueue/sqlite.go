@@ -800,12 +800,7 @@ func (q *SQLiteQueue) Redrive(ctx context.Context, limit int) (int, error) {
 	if q.s.closed.Load() {
 		return 0, ErrClosed
 	}
-	total := 0
-	for limit < 1 || total < limit {
-		n := 1000
-		if limit >= 1 {
-			n = min(n, limit-total)
-		}
+	total, err := redrive(limit, func(n int) (int, error) {
 		var moved int
 		err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
 			moved = 0
@@ -823,16 +818,13 @@ RETURNING id`, now, q.name, n)
 			moved = len(ids)
 			return nil
 		}, nil)
-		if err != nil {
-			return total, q.s.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
-		}
-		total += moved
-		if moved > 0 {
+		if err == nil && moved > 0 {
 			q.wake.wake()
 		}
-		if moved < n {
-			break
-		}
+		return moved, err
+	})
+	if err != nil {
+		return total, q.s.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
 	}
 	return total, nil
 }
