@@ -100,6 +100,34 @@ type queueAdmin struct {
 	close   func() error
 }
 
+// redriver is a sqlqueue queue, as the queue commands use it.
+type redriver interface {
+	Redrive(ctx context.Context, limit int) (int, error)
+}
+
+// queueHandle is a sqlqueue handle (*sqlqueue.SQLite or *sqlqueue.Postgres)
+// whose queues are Q.
+type queueHandle[Q redriver] interface {
+	Stats(ctx context.Context) ([]sqlqueue.Stats, error)
+	Queue(name string, opts ...sqlqueue.QueueOption) (Q, error)
+	Close() error
+}
+
+// adminOf is h as a queueAdmin.
+func adminOf[Q redriver](h queueHandle[Q]) *queueAdmin {
+	return &queueAdmin{
+		stats: h.Stats,
+		redrive: func(ctx context.Context, name string, limit int) (int, error) {
+			q, err := h.Queue(name)
+			if err != nil {
+				return 0, err
+			}
+			return q.Redrive(ctx, limit)
+		},
+		close: h.Close,
+	}
+}
+
 func (a *app) queueFlags(fs *flag.FlagSet) (name, schema *string) {
 	name = fs.String("queue", "", "only the queue `Q`")
 	schema = fs.String("schema", "", "PostgreSQL: the `schema` of the queue tables (default: the store URL's idem_schema, else the search_path)")
@@ -119,17 +147,7 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 		if err != nil {
 			return nil, queueOpenErr(err)
 		}
-		return &queueAdmin{
-			stats: h.Stats,
-			redrive: func(ctx context.Context, name string, limit int) (int, error) {
-				q, err := h.Queue(name)
-				if err != nil {
-					return 0, err
-				}
-				return q.Redrive(ctx, limit)
-			},
-			close: h.Close,
-		}, nil
+		return adminOf[*sqlqueue.SQLiteQueue](h), nil
 	case *pgstore.Store:
 		if schema == "" {
 			schema = urlSchema(a.storeURL)
@@ -138,17 +156,7 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 		if err != nil {
 			return nil, queueOpenErr(err)
 		}
-		return &queueAdmin{
-			stats: h.Stats,
-			redrive: func(ctx context.Context, name string, limit int) (int, error) {
-				q, err := h.Queue(name)
-				if err != nil {
-					return 0, err
-				}
-				return q.Redrive(ctx, limit)
-			},
-			close: h.Close,
-		}, nil
+		return adminOf[*sqlqueue.PostgresQueue](h), nil
 	}
 	return nil, refused("the store %q keeps no queues: sqlqueue lives in sqlite: and postgres:// databases", a.storeURL)
 }
