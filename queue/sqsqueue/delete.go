@@ -168,12 +168,8 @@ func AckAll(ctx context.Context, ds []queue.Delivery) error {
 	var jobs []job
 	byQueue := map[*Queue][]int{}
 	for _, d := range own {
-		if d.settled {
-			errs = append(errs, fmt.Errorf("sqsqueue: ack message %s: %w", d.msg.ID, queue.ErrSettled))
-			continue
-		}
-		if d.lapsed(now) {
-			errs = append(errs, d.staleErr("ack"))
+		if err := d.refuse("ack", now); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		byQueue[d.q] = append(byQueue[d.q], len(jobs))

@@ -86,19 +86,7 @@ func isStaleText(m string) bool {
 // another receiver), and the ledger replays it as done. The error wraps
 // ErrStaleReceipt too when SQS refuses the handle.
 func (d *Delivery) Ack(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("sqsqueue: ack message %s: %w", d.msg.ID, queue.ErrSettled)
-	}
-	if d.lapsed(time.Now()) {
-		return d.staleErr("ack")
-	}
-	if err := d.q.del.delete(ctx, d.handle); err != nil {
-		return d.sqsErr("ack", err)
-	}
-	d.settled = true
-	return nil
+	return d.settle("ack", func() error { return d.q.del.delete(ctx, d.handle) })
 }
 
 // Retry makes the message visible again after delay (ChangeMessageVisibility;
@@ -107,18 +95,35 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // already, or held by another receiver whose visibility it must not
 // change) and returns an error wrapping [ErrStaleReceipt].
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	return d.settle("retry", func() error { return d.changeVisibility(ctx, delay) })
+}
+
+// settle runs call, which settles the delivery (op names it in errors),
+// unless refuse says no, and marks the delivery settled once call has
+// succeeded.
+func (d *Delivery) settle(op string, call func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("sqsqueue: retry message %s: %w", d.msg.ID, queue.ErrSettled)
+	if err := d.refuse(op, time.Now()); err != nil {
+		return err
 	}
-	if d.lapsed(time.Now()) {
-		return d.staleErr("retry")
-	}
-	if err := d.changeVisibility(ctx, delay); err != nil {
-		return d.sqsErr("retry", err)
+	if err := call(); err != nil {
+		return d.sqsErr(op, err)
 	}
 	d.settled = true
+	return nil
+}
+
+// refuse returns the error op gets, sending nothing, on a delivery already
+// settled or whose visibility has lapsed by now; nil otherwise. The caller
+// holds d.mu.
+func (d *Delivery) refuse(op string, now time.Time) error {
+	if d.settled {
+		return fmt.Errorf("sqsqueue: %s message %s: %w", op, d.msg.ID, queue.ErrSettled)
+	}
+	if d.lapsed(now) {
+		return d.staleErr(op)
+	}
 	return nil
 }
 
@@ -130,12 +135,9 @@ func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 func (d *Delivery) Extend(ctx context.Context, dur time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("sqsqueue: extend message %s: %w", d.msg.ID, queue.ErrSettled)
-	}
 	start := time.Now()
-	if d.lapsed(start) {
-		return d.staleErr("extend")
+	if err := d.refuse("extend", start); err != nil {
+		return err
 	}
 	if err := d.changeVisibility(ctx, dur); err != nil {
 		return d.sqsErr("extend", err)
