@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/internal/pgmigrations"
 	"github.com/idemkit/idem/queue"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -224,60 +225,15 @@ func (p *Postgres) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fail := func(what string, err error) error {
-		return fmt.Errorf("sqlqueue: migrating %s: %s: %w", p.n.messages, what, err)
-	}
-	// Fast path, without a lock or DDL: already up to date.
-	var exists bool
-	if err := p.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.n.versions).Scan(&exists); err != nil {
-		return fail("looking up the version table", err)
-	}
-	if exists {
-		var v int
-		if err := p.pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+p.n.versions).Scan(&v); err == nil && v >= len(ms) {
-			return nil
-		}
-	}
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return fail("begin", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", p.n.lockKey); err != nil {
-		return fail("taking the migration lock", err)
-	}
-	if p.n.schema != "" {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{p.n.schema}.Sanitize()); err != nil {
-			return fail("creating the schema", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.n.versions+` (
-	version    integer PRIMARY KEY,
-	name       text NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-		return fail("creating the version table", err)
-	}
-	var cur int
-	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+p.n.versions).Scan(&cur); err != nil {
-		return fail("reading the version", err)
-	}
-	for _, m := range ms {
-		if m.Version <= cur {
-			continue
-		}
-		if _, err := tx.Exec(ctx, p.n.render(m.SQL)); err != nil {
-			return fail(m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+p.n.versions+" (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-			return fail("recording "+m.Name, err)
-		}
-		p.cfg.logger.Info("sqlqueue: applied migration", "migration", m.Name)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fail("commit", err)
-	}
-	return nil
+	return pgmigrations.Apply(ctx, p.pool, ms, pgmigrations.Target{
+		Component: "sqlqueue",
+		Object:    p.n.messages,
+		Schema:    p.n.schema,
+		Versions:  p.n.versions,
+		LockKey:   p.n.lockKey,
+		Render:    p.n.render,
+		Log:       p.cfg.logger,
+	})
 }
 
 // notify announces a publish to name's receivers: this handle's at once,
