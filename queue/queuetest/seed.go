@@ -14,6 +14,12 @@ import (
 var policies = []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce}
 
 // errAfterSend is the seed's "throw after the send on purpose".
+// seedLease is the ledger lease of the tests where two consumers meet one
+// key: short, so that a busy copy's retry comes soon, but long enough that
+// the holder's heartbeats keep it on a loaded machine (1 s lapsed behind
+// dynalite's late answers in CI, and the message ran twice).
+const seedLease = 3 * time.Second
+
 var errAfterSend = errors.New("smtp: connection reset after DATA (the mail was sent)")
 
 // testSeed runs the three checks at the end of seed 000 under each policy.
@@ -125,8 +131,8 @@ func testSeed(t *testing.T, h Harness) {
 				fx.do("receipt:order-1")
 				return []byte("sent"), nil
 			}
-			a := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-a"), idem.WithLease(time.Second)), handler, fast(&lg)...)
-			b := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-b"), idem.WithLease(time.Second)), handler, fast(&lg)...)
+			a := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, fast(&lg)...)
+			b := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, fast(&lg)...)
 			// Two copies of one message (a producer retry, an SQS standard
 			// duplicate) held by two consumers at the same time.
 			publish(t, pub, queue.Outgoing{Body: []byte("order-1 alice@example.com")})
@@ -139,14 +145,14 @@ func testSeed(t *testing.T, h Harness) {
 			}
 			wg.Wait()
 			if n := fx.of("receipt:order-1"); n != 1 {
-				t.Fatalf("two consumers on the same message at once: %d effects, want 1", n)
+				t.Fatalf("two consumers on the same message at once: %d effects, want 1; log:\n%s", n, lg.dump())
 			}
 			// The busy copy was handed back; a consumer finds it done.
 			stop := runConsumer(t, a)
 			eventually(t, 30*time.Second, "both copies were not acked", func() bool { return obs.count("ack") == 2 })
 			stop()
 			if n := fx.of("receipt:order-1"); n != 1 {
-				t.Fatalf("after the busy copy's redelivery: %d effects, want 1", n)
+				t.Fatalf("after the busy copy's redelivery: %d effects, want 1; log:\n%s", n, lg.dump())
 			}
 			if got := lg.find(map[string]string{"msg": "queue message busy"}); len(got) != 1 {
 				t.Fatalf("want one busy line for the copy that met the running attempt; log:\n%s", lg.dump())
@@ -173,9 +179,10 @@ func testSeed(t *testing.T, h Harness) {
 			return []byte("sent"), nil
 		}
 		opts := append(fast(&lg), queue.WithHandlerTimeout(src.Visibility()), queue.WithExtendEvery(time.Hour))
-		// A short lease: B's retry of the busy key comes soon after A ends.
-		a := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-a"), idem.WithLease(time.Second)), handler, opts...)
-		b := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-b"), idem.WithLease(time.Second)), handler, opts...)
+		// A short lease (seedLease): B's retry of the busy key comes soon
+		// after A ends.
+		a := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, opts...)
+		b := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, opts...)
 		publish(t, pub, queue.Outgoing{Body: []byte("order-1 alice@example.com")})
 		d1 := receiveOne(t, obs, 10*time.Second)
 		done := make(chan struct{})
@@ -185,14 +192,14 @@ func testSeed(t *testing.T, h Harness) {
 		close(release)
 		<-done
 		if n := fx.of("receipt:order-1"); n != 1 {
-			t.Fatalf("two consumers on one delivery: %d effects, want 1", n)
+			t.Fatalf("two consumers on one delivery: %d effects, want 1; log:\n%s", n, lg.dump())
 		}
 		stop := runConsumer(t, b)
 		eventually(t, 30*time.Second, "the message was never acked", func() bool { return obs.count("ack") >= 1 })
 		stop()
 		receiveNone(t, src, src.Visibility()+time.Second, "after the message was acked")
 		if n := fx.of("receipt:order-1"); n != 1 {
-			t.Fatalf("after settling: %d effects, want 1", n)
+			t.Fatalf("after settling: %d effects, want 1; log:\n%s", n, lg.dump())
 		}
 	})
 }
