@@ -1,8 +1,8 @@
 // Package tcprelay is a TCP relay between a client under test and a real
 // server, for the faults a real server cannot produce on demand: the
 // network going silent (Blackhole), an answer lost after the server acted
-// on the request (DropAnswers), and every connection dying at once (Cut,
-// or Close, which also stops accepting).
+// on the request (DropAnswers, DropReplies), and every connection dying at
+// once (Cut, or Close, which also stops accepting).
 // Everything else is the real server's.
 package tcprelay
 
@@ -19,6 +19,7 @@ type Relay struct {
 	target string
 	holed  atomic.Bool
 	drop   atomic.Int32
+	reply  atomic.Int32 // requests left whose answer DropReplies drops
 	cutAt  atomic.Int64 // bytes of answers left before a cut; 0: none armed
 	cuts   atomic.Int32
 	mu     sync.Mutex
@@ -52,6 +53,15 @@ func (r *Relay) Blackhole() { r.holed.Store(true) }
 // next n reads on any of its connections) and close the connection each
 // arrived on: the server did the work, the client never hears of it.
 func (r *Relay) DropAnswers(n int) { r.drop.Store(int32(n)) }
+
+// DropReplies makes the relay drop the answer to the next n requests: the
+// next n connections the client sends something on each lose the server's
+// next answer, and are closed. Unlike DropAnswers it leaves alone what
+// the server sends on a connection that asked nothing since it was armed
+// (a LISTEN connection's notifications, a pool's other idle connections),
+// so the answer dropped is the one to the call the test makes next,
+// whatever else a client with several connections has in flight.
+func (r *Relay) DropReplies(n int) { r.reply.Store(int32(n)) }
 
 // CutAnswersAfter makes the relay pass the next n bytes (n > 0) of the
 // server's answers and then close the connection they arrived on: the
@@ -108,14 +118,20 @@ func (r *Relay) accept() {
 		}
 		r.conns = append(r.conns, c, s)
 		r.mu.Unlock()
-		r.wg.Go(func() { r.pipe(s, c, false) })
-		r.wg.Go(func() { r.pipe(c, s, true) })
+		l := new(link)
+		r.wg.Go(func() { r.pipe(s, c, false, l) })
+		r.wg.Go(func() { r.pipe(c, s, true, l) })
 	}
 }
 
+// link is what the two pipes of one relayed connection share.
+type link struct {
+	dropNext atomic.Bool // DropReplies picked this connection: drop its next answer
+}
+
 // pipe copies src to dst until either fails; answers says src is the
-// server, whose reads DropAnswers may drop.
-func (r *Relay) pipe(dst, src net.Conn, answers bool) {
+// server, whose reads DropAnswers and DropReplies may drop.
+func (r *Relay) pipe(dst, src net.Conn, answers bool, l *link) {
 	defer dst.Close()
 	buf := make([]byte, 64<<10)
 	for {
@@ -124,6 +140,15 @@ func (r *Relay) pipe(dst, src net.Conn, answers bool) {
 			if answers && r.drop.Load() > 0 && r.drop.Add(-1) >= 0 {
 				src.Close()
 				return
+			}
+			if answers && l.dropNext.Load() {
+				src.Close()
+				return
+			}
+			// A request picks its connection before it is passed on, so
+			// that the server cannot answer before the pick.
+			if !answers && !l.dropNext.Load() && r.reply.Load() > 0 && r.reply.Add(-1) >= 0 {
+				l.dropNext.Store(true)
 			}
 			if answers {
 				if left := r.cutAt.Load(); left > 0 {
