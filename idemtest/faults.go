@@ -110,7 +110,9 @@ func testFaults(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
-		l := ledger(h, fs)
+		// The Do after the failed completion must come before the lease
+		// passes.
+		l := ledger(h, fs, idem.WithLease(lease(h)+window(h)))
 		fs.Inject(OpComplete, Fault{Err: errInjected})
 		var c counter
 		res, err := l.Do(context.Background(), idem.Key("k"), c.fn([]byte("sent")))

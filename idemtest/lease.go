@@ -70,7 +70,7 @@ func testLease(t *testing.T, h Harness) {
 	t.Run("running/take_lapsed_does_not_take_a_running_lease", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		acquire(t, s, req(h, "k"))
+		hold(t, h, s, "k")
 		r := req(h, "k")
 		r.TakeLapsed = true
 		if cr := claim(t, s, r); cr.Acquired {
@@ -127,7 +127,7 @@ func testLease(t *testing.T, h Harness) {
 		ctx := context.Background()
 		r := req(h, "k")
 		cr := acquire(t, s, r)
-		ext := 3 * r.Lease
+		ext := 3*r.Lease + window(h) // the claim after the first lease must come before the extended one ends
 		n := now(t, s)
 		until, err := s.Extend(ctx, "k", cr.Record.Fence, ext)
 		noErr(t, "Extend", err)

@@ -97,10 +97,13 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("expired", func(t *testing.T) {
 		s := newStore(t, h)
-		l := ledger(h, s, idem.WithRetention(retention(h)))
+		// The claim's record lasts its lease (longer than the retention)
+		// until the completion: with both at 300 ms, fn and the completion
+		// outlasted it on a loaded machine's real clock.
+		l := ledger(h, s, idem.WithRetention(retention(h)), idem.WithLease(lease(h)+window(h)))
 		var c counter
 		do(t, l, key, c.fn([]byte("first")))
-		passUntil(t, h, s, get(t, s, key.String()).ExpiresAt)
+		passUntil(t, h, s, now(t, s).Add(retention(h))) // past ExpiresAt, which a Get could come after on the real clock
 		res := do(t, l, key, c.fn([]byte("second")))
 		c.want(t, 2)
 		if res.Replayed || string(res.Value) != "second" {
@@ -113,11 +116,18 @@ func testPowertools(t *testing.T, h Harness) {
 		// gone (InconsistentState, retried). idem's claim answers in one
 		// round trip: a record that expires between two looks is absent.
 		s := newStore(t, h)
-		l := ledger(h, s, idem.WithRetention(retention(h)))
+		l := ledger(h, s, idem.WithRetention(retention(h)), idem.WithLease(lease(h)+window(h))) // the lease as in "expired"
 		var c counter
+		before := now(t, s)
 		do(t, l, key, c.fn([]byte("first")))
-		rec := get(t, s, key.String()) // an operator (or a Get) still sees it
-		passUntil(t, h, s, rec.ExpiresAt)
+		// An operator (or a Get) still sees it, unless the store's clock
+		// passed its retention meanwhile (a loaded machine's real clock):
+		// it cannot have expired before the store's clock read before+ret.
+		if _, err := s.Get(context.Background(), key.String()); err != nil &&
+			(!errors.Is(err, idem.ErrNotFound) || now(t, s).Before(before.Add(retention(h)))) {
+			t.Fatalf("Get of the record within its retention: %v", err)
+		}
+		passUntil(t, h, s, now(t, s).Add(retention(h))) // past ExpiresAt
 		res, err := l.Do(context.Background(), key, c.fn([]byte("second")))
 		noErr(t, "Do on a record that expired after it was read", err)
 		if res.Replayed {
@@ -127,11 +137,13 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("expires_in_progress_before_expire", func(t *testing.T) {
 		s := newStore(t, h)
-		held := acquire(t, s, req(h, key.String()))
+		r := req(h, key.String())
+		r.Lease += window(h) // the Do after half the lease must come before the rest passes
+		held := acquire(t, s, r)
 		pass(t, h, s, lease(h)/2)
 		var c counter
 		_, err := ledger(h, s).Do(context.Background(), key, c.fn(nil))
-		wantBusy(t, err, held.Record, lease(h)/2+time.Millisecond)
+		wantBusy(t, err, held.Record, r.Lease-lease(h)/2+time.Millisecond)
 	})
 
 	run("expires_in_progress_after_expire", func(t *testing.T) {
@@ -406,7 +418,7 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("ttl_caching_expiration", func(t *testing.T) {
 		s := newStore(t, h)
-		l := ledger(h, s, idem.WithRetention(retention(h)))
+		l := ledger(h, s, idem.WithRetention(retention(h)+window(h))) // call 2 and the Get must come before the expiry
 		n := 0
 		fn := func(context.Context) ([]byte, error) { n++; return []byte(strconv.Itoa(n)), nil }
 		r1 := do(t, l, key, fn)
@@ -443,7 +455,7 @@ func testPowertools(t *testing.T, h Harness) {
 
 	run("parallel_execution", func(t *testing.T) {
 		s := newStore(t, h)
-		l := ledger(h, s)
+		l := ledger(h, s, idem.WithLease(lease(h)+window(h))) // held by its lease, not by heartbeats
 		inside, release := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
