@@ -134,8 +134,11 @@ func TestRetryDelay(t *testing.T) {
 	if waited := time.Since(start); waited < 1400*time.Millisecond {
 		t.Fatalf("redelivered after %v, want at least the 1.5s delay", waited)
 	}
-	if d.Message().ReceiveCount != 2 {
-		t.Fatalf("receive count %d, want 2", d.Message().ReceiveCount)
+	// At least 2, as in TestRedeliveryAfterAckWaitAndRetry: the receive
+	// waits through pull requests of a second each, and nats-server 2.9
+	// may count a delivery to one that expired as the delay ran out.
+	if d.Message().ReceiveCount < 2 {
+		t.Fatalf("receive count %d, want at least 2", d.Message().ReceiveCount)
 	}
 	if err := d.Ack(context.Background()); err != nil {
 		t.Fatal(err)

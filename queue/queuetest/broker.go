@@ -82,8 +82,13 @@ func testBroker(t *testing.T, h Harness) {
 		publish(t, pub, queue.Outgoing{Body: []byte("slow")})
 		d := receiveOne(t, src, 10*time.Second)
 		d2 := receiveOne(t, src, src.Visibility()+10*time.Second)
-		if m := d2.Message(); string(m.Body) != "slow" || m.ReceiveCount != 2 {
-			t.Fatalf("after the visibility lapsed: body %q ReceiveCount %d, want slow, 2", m.Body, m.ReceiveCount)
+		// At least 2: ReceiveCount counts what the broker handed out, and
+		// a broker may hand the message to a receive that has given up
+		// meanwhile (a JetStream pull request that expired as the ack wait
+		// lapsed, an SQS long poll whose caller left), which the receiver
+		// never sees.
+		if m := d2.Message(); string(m.Body) != "slow" || m.ReceiveCount < 2 {
+			t.Fatalf("after the visibility lapsed: body %q ReceiveCount %d, want slow, at least 2", m.Body, m.ReceiveCount)
 		}
 		settle(t, "Ack of the redelivery", d2.Ack(context.Background()))
 		_ = d.Ack(context.Background()) // the stale holder's ack: refused or harmless, never a redelivery
