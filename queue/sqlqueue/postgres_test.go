@@ -80,8 +80,15 @@ func pgQueue(t testing.TB, p *sqlqueue.Postgres, name string, opts ...sqlqueue.Q
 
 func TestPostgresPublishReceiveSettle(t *testing.T) {
 	pool := pgPool(t)
-	p := openPostgres(t, pool, pgSchema(t, pool))
-	q := pgQueue(t, p, "orders", sqlqueue.WithVisibility(400*time.Millisecond))
+	// Receivers never poll: a receive that gets a message back after its
+	// visibility or retry delay was woken at that time, not by a poll.
+	p := openPostgres(t, pool, pgSchema(t, pool), sqlqueue.WithPollInterval(time.Hour))
+	// The checks while a message is hidden (Stats, receiveNone) must be
+	// done before the visibility or retry delay runs out: 400 and 300 ms
+	// were short on a loaded machine, where the server shared by every
+	// package's tests can take a hundred milliseconds a statement.
+	const vis, delay = 2 * time.Second, 1500 * time.Millisecond
+	q := pgQueue(t, p, "orders", sqlqueue.WithVisibility(vis))
 	ctx := context.Background()
 	pub := publish(t, q, queue.Outgoing{Body: []byte("hello"), Attributes: map[string]string{"type": "greeting"}, DedupID: "d1"})
 	publish(t, pgQueue(t, p, "other"), queue.Outgoing{Body: []byte("elsewhere")})
@@ -101,11 +108,15 @@ func TestPostgresPublishReceiveSettle(t *testing.T) {
 
 	// The visibility lapses: the message comes back with receive count 2,
 	// and the first copy can no longer ack it.
-	time.Sleep(450 * time.Millisecond)
-	again := receive(t, q, 10)
+	asked := time.Now()
+	again := receive(t, q, 10) // wakes when the visibility lapses
+	got := time.Now()
 	if len(again) != 1 || again[0].Message().ID != pub.ID || again[0].Message().ReceiveCount != 2 ||
 		!again[0].Message().FirstReceived.Equal(m.FirstReceived) {
 		t.Fatalf("redelivery = %+v", again)
+	}
+	if hidden := got.Sub(m.FirstReceived); hidden < vis-10*time.Millisecond {
+		t.Fatalf("redelivered %v after the first receive, before the %v visibility lapsed (asked at %v)", hidden, vis, asked.Sub(m.FirstReceived))
 	}
 	if err := ds[0].Ack(ctx); !errors.Is(err, sqlqueue.ErrReceiptExpired) {
 		t.Fatalf("stale ack: %v, want ErrReceiptExpired", err)
@@ -113,20 +124,20 @@ func TestPostgresPublishReceiveSettle(t *testing.T) {
 	if err := again[0].Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(450 * time.Millisecond)
-	receiveNone(t, q) // extended past the visibility
+	time.Sleep(time.Until(got.Add(vis + 50*time.Millisecond))) // past the redelivery's own visibility
+	receiveNone(t, q)                                          // extended past it
 	// Retry with a delay, then Retry(0), then ack.
-	if err := again[0].Retry(ctx, 300*time.Millisecond); err != nil {
+	start := time.Now()
+	if err := again[0].Retry(ctx, delay); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := q.Stats(ctx); st.Delayed != 1 {
-		t.Fatalf("stats after Retry(300ms) = %+v, want one delayed", st)
+		t.Fatalf("stats after Retry(%v) = %+v, want one delayed", delay, st)
 	}
 	receiveNone(t, q)
-	start := time.Now()
-	third := receive(t, q, 10) // wakes when the delay is over, not at the 1 s poll
-	if third[0].Message().ReceiveCount != 3 || time.Since(start) > 900*time.Millisecond {
-		t.Fatalf("after the retry delay: %+v after %v", third[0].Message(), time.Since(start))
+	third := receive(t, q, 10) // wakes when the delay is over (no poll comes)
+	if took := time.Since(start); third[0].Message().ReceiveCount != 3 || took < delay-10*time.Millisecond {
+		t.Fatalf("after the retry delay: %+v after %v, want receive count 3 after at least %v", third[0].Message(), took, delay)
 	}
 	if err := third[0].Retry(ctx, 0); err != nil {
 		t.Fatal(err)
