@@ -770,6 +770,14 @@ func TestExplainJournalFields(t *testing.T) {
 	}
 }
 
+// testDemoLease is the lease of TestDemo's runs: four times the demo's
+// 300 ms, so that only the injected crashes lapse on a loaded machine.
+// At 300 ms, and still at 600 ms, attempts that did not crash lapsed on
+// SQLite and PostgreSQL while other packages' tests shared the machine
+// (every extension waits for a synced commit). A run takes about twice
+// its lease.
+const testDemoLease = "1200ms"
+
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes about a second")
@@ -815,19 +823,19 @@ func TestDemo(t *testing.T) {
 	}
 	t.Run("default store", func(t *testing.T) {
 		t.Setenv("IDEM_STORE", "mem:must-not-be-used")
-		r := idemRun(context.Background(), "demo")
+		r := idemRun(context.Background(), "demo", "--lease", testDemoLease)
 		check(t, r)
 		if !regexp.MustCompile(`seed 000 on sqlite:.*idem-demo-.*/idem.db\n`).MatchString(r.stdout) {
 			t.Errorf("the demo did not run on a temporary SQLite store:\n%s", r.stdout)
 		}
 	})
 	t.Run("mem", func(t *testing.T) {
-		check(t, idemRun(context.Background(), "--store", "mem:", "demo"))
+		check(t, idemRun(context.Background(), "--store", "mem:", "demo", "--lease", testDemoLease))
 	})
 	t.Run("kept store, then looked at", func(t *testing.T) {
 		stores := storeurl.New()
 		url := "mem:demo-kept"
-		r := runWith(context.Background(), stores, "demo", "--keep", "--store", url)
+		r := runWith(context.Background(), stores, "demo", "--keep", "--store", url, "--lease", testDemoLease)
 		check(t, r)
 		// The store holds the run's records for the other commands.
 		r2 := runWith(context.Background(), stores, "--store", url, "ls", "--limit", "0")
@@ -836,11 +844,11 @@ func TestDemo(t *testing.T) {
 			t.Errorf("ls after the demo lists %d lines:\n%s", n, r2.stdout)
 		}
 		// A second run on the same store uses fresh keys.
-		check(t, runWith(context.Background(), stores, "demo", "--store", url))
+		check(t, runWith(context.Background(), stores, "demo", "--store", url, "--lease", testDemoLease))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := postgresURL(t, newPostgresSchema(t), "demo_keys")
-		check(t, idemRun(context.Background(), "--store", url, "demo"))
+		check(t, idemRun(context.Background(), "--store", url, "demo", "--lease", testDemoLease))
 		// The demo created the table; the other commands find its records.
 		r := idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
 		r.expect(t, 0, "receipt:1003:", "receipt:1007:")
