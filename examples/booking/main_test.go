@@ -253,26 +253,37 @@ func TestSeed002(t *testing.T) {
 				t.Fatal(err)
 			}
 			fs.Inject(idemtest.OpComplete, idemtest.Fault{Err: errors.New("dynamodb: ProvisionedThroughputExceededException (injected)")})
-			// A short invocation: the lease is bounded by its deadline.
-			if failed := invokeWithin(t, h, time.Second, record("m1", "b-11", 1)); len(failed) != 1 {
+			// A short invocation: the lease is bounded by its deadline (3 s,
+			// less the margin: the redelivery at once must still find it
+			// running, which with a 1 s invocation left a loaded machine a
+			// few hundred milliseconds).
+			if failed := invokeWithin(t, h, 3*time.Second, record("m1", "b-11", 1)); len(failed) != 1 {
 				t.Fatalf("failed %v, want [m1]: its completion was not recorded", failed)
 			}
 			fs.Heal(idemtest.OpComplete)
 			if n := mail.emails("b-11"); n != 1 {
 				t.Fatalf("%d emails after the first invocation, want 1", n)
 			}
+			key := idem.Key("booking-confirmed", "b-11").String()
+			held, err := fs.Unwrap().Get(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lease := held.LeaseUntil.Sub(held.Journal[0].Started); lease > 3*time.Second {
+				t.Fatalf("the attempt's lease is %v, want it bounded by the invocation's 3 s", lease)
+			}
 			// SQS redelivers at once: the lease still runs, busy.
 			if failed := invoke(t, h, record("m1", "b-11", 2)); len(failed) != 1 {
 				t.Fatalf("redelivery inside the lease: failed %v, want [m1] (busy)", failed)
 			}
-			time.Sleep(1500 * time.Millisecond) // the lease lapses
+			time.Sleep(time.Until(held.LeaseUntil) + 100*time.Millisecond) // the lease lapses
 			if failed := invoke(t, h, record("m1", "b-11", 3)); len(failed) != 0 {
 				t.Fatalf("redelivery after the lease: failed %v, want none (the send found at the provider)", failed)
 			}
 			if n := mail.emails("b-11"); n != 1 {
 				t.Fatalf("%d emails after markDone failed and SQS redelivered, want 1", n)
 			}
-			rec, err := fs.Unwrap().Get(context.Background(), idem.Key("booking-confirmed", "b-11").String())
+			rec, err := fs.Unwrap().Get(context.Background(), key)
 			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "ses-001" {
 				t.Fatalf("record %+v, %v; want completed with the first send's id", rec, err)
 			}
