@@ -462,7 +462,10 @@ func TestConsumerCancelledByBroker(t *testing.T) {
 	publish(t, p, queue.Outgoing{Body: []byte("after")})
 	var errs []error
 	for range 5 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// A receive that finds the stopped consumer fails at once; the
+		// one that consumes again has 5 s to get the message (1 s was
+		// short for a loaded broker).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ds, err := src.Receive(ctx, 1)
 		cancel()
 		if len(ds) > 0 {

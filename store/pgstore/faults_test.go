@@ -387,7 +387,9 @@ func TestDuplicateDoesNotLock(t *testing.T) {
 	testPool(t).QueryRow(ctx, "SELECT string_agg(xmin::text || '/' || xmax::text, ',' ORDER BY key) FROM "+f.Table()).Scan(&before)
 	f.lock(t, "done")
 	f.lock(t, "busy")
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A claim that waited for the row would wait until the test ends: 10 s
+	// tells it from two answers on a loaded server.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for _, key := range []string{"done", "busy"} {
 		cr, err := f.Claim(cctx, req(key))
