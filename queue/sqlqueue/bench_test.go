@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/jackc/pgx/v5"
 )
 
 // countingSource counts the acks of its deliveries and closes done at the
@@ -131,4 +132,101 @@ func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
 	// The store's commits while consuming; with writes=groupcommit they
 	// carry the queue's writes too.
 	b.ReportMetric(float64(s.Commits-before.Commits)/float64(b.N), "ledger-commits/msg")
+}
+
+// batchPublisher is what both backends' queues offer for loading many
+// messages at once.
+type batchPublisher interface {
+	queue.Source
+	PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error)
+}
+
+// BenchmarkReceiveBehindBlockedGroups measures one Receive of up to 10
+// messages from a queue where backlog messages wait behind 10 FIFO groups
+// whose heads are in flight, and 100 messages are ready: 50 ungrouped and
+// the heads of 50 groups of one message. The ready messages are retried
+// at once after each receive (off the clock), so they always sort after
+// the backlog: a receive that walked the messages in order of visibility
+// would pass the whole backlog first. Its cost should not grow with the
+// backlog (docs/benchmarks.md). Run it with -benchtime 200x;
+// IDEM_TEST_POSTGRES adds the PostgreSQL runs.
+func BenchmarkReceiveBehindBlockedGroups(b *testing.B) {
+	for _, backlog := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("engine=sqlite/backlog=%d", backlog), func(b *testing.B) {
+			ctx := context.Background()
+			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer qs.Close()
+			q, _ := qs.Queue("blocked", sqlqueue.WithVisibility(time.Hour))
+			benchReceiveBehindBlocked(b, q, backlog, func() {})
+		})
+		b.Run(fmt.Sprintf("engine=postgres/backlog=%d", backlog), func(b *testing.B) {
+			pool := pgPool(b)
+			schema := pgSchema(b, pool)
+			q := pgQueue(b, openPostgres(b, pool, schema), "blocked", sqlqueue.WithVisibility(time.Hour))
+			// Plans follow the table's statistics: take them now rather
+			// than whenever autovacuum gets to the new table.
+			analyze := func() {
+				if _, err := pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchReceiveBehindBlocked(b, q, backlog, analyze)
+		})
+	}
+}
+
+// benchReceiveBehindBlocked fills q and times its receives; loaded runs
+// once the messages are in.
+func benchReceiveBehindBlocked(b *testing.B, q batchPublisher, backlog int, loaded func()) {
+	ctx := context.Background()
+	const groups, ready, limit = 10, 100, 10
+	load := func(n int, group func(i int) string) {
+		batch := make([]queue.Outgoing, 0, 1000)
+		for i := range n {
+			batch = append(batch, queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i), GroupID: group(i)})
+			if len(batch) == cap(batch) || i == n-1 {
+				if _, err := q.PublishBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	load(backlog, func(i int) string { return fmt.Sprint("g", i%groups) })
+	heads, err := q.Receive(ctx, 2*groups)
+	if err != nil || len(heads) != groups {
+		b.Fatalf("receiving the groups' heads: %d messages, %v; want %d", len(heads), err, groups)
+	}
+	load(ready, func(i int) string {
+		if i%2 == 0 {
+			return ""
+		}
+		return fmt.Sprint("r", i)
+	})
+	loaded()
+	b.ResetTimer()
+	for range b.N {
+		ds, err := q.Receive(ctx, limit)
+		if err != nil || len(ds) != limit {
+			b.Fatalf("receive: %d messages, %v; want %d", len(ds), err, limit)
+		}
+		b.StopTimer()
+		for _, d := range ds {
+			if g := d.Message().GroupID; g != "" && g[0] != 'r' {
+				b.Fatalf("received %s of group %s, whose head is in flight", d.Message().ID, g)
+			}
+			if err := d.Retry(ctx, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
 }
