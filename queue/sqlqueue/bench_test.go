@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,4 +230,86 @@ func benchReceiveBehindBlocked(b *testing.B, q batchPublisher, backlog int, load
 		}
 		b.StartTimer()
 	}
+}
+
+// BenchmarkPublishReceiveAck measures the queue alone, without a ledger:
+// b.N messages published one by one by 16 goroutines, then consumed by 8
+// workers that receive up to 10 at a time and ack each, with no FIFO
+// group (groups=0) or spread over 100 groups. It reports published/s
+// and consumed/s. Run it with -benchtime 20000x; IDEM_TEST_POSTGRES adds
+// the PostgreSQL runs.
+func BenchmarkPublishReceiveAck(b *testing.B) {
+	for _, groups := range []int{0, 100} {
+		b.Run(fmt.Sprintf("engine=sqlite/groups=%d", groups), func(b *testing.B) {
+			ctx := context.Background()
+			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer qs.Close()
+			q, _ := qs.Queue("bench")
+			benchPublishReceiveAck(b, q, q, groups)
+		})
+		b.Run(fmt.Sprintf("engine=postgres/groups=%d", groups), func(b *testing.B) {
+			pool := pgPool(b)
+			q := pgQueue(b, openPostgres(b, pool, pgSchema(b, pool)), "bench")
+			benchPublishReceiveAck(b, q, q, groups)
+		})
+	}
+}
+
+func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher, groups int) {
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				m := queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i)}
+				if groups > 0 {
+					m.GroupID = fmt.Sprint("g", i%int64(groups))
+				}
+				if _, err := pub.Publish(ctx, m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	published := time.Since(start)
+	var acked atomic.Int64
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				ds, _ := src.Receive(cctx, 10)
+				for _, d := range ds {
+					if err := d.Ack(ctx); err != nil {
+						b.Error(err)
+					}
+					if acked.Add(1) == int64(b.N) {
+						stop()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(b.N)/(total-published).Seconds(), "consumed/s")
 }
