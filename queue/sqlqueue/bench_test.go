@@ -74,22 +74,35 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 }
 
-func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
+// benchSQLite opens a store and a queue handle on its file in b's
+// temporary directory, with the handle's write option for that store;
+// both are closed when b ends.
+func benchSQLite(b *testing.B, writes func(*sqlitestore.Store) sqlqueue.Option) (*sqlitestore.Store, *sqlqueue.SQLite) {
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
-	opts := []sqlqueue.Option{sqlqueue.WithGroupCommit(st)}
-	if writes == "writelock" {
-		opts = []sqlqueue.Option{sqlqueue.WithWriteLock(st.LockWrites)}
-	}
-	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), opts...)
+	b.Cleanup(func() { st.Close() })
+	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), writes(st))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer qs.Close()
+	b.Cleanup(func() { qs.Close() })
+	return st, qs
+}
+
+// groupCommit is benchSQLite's usual write option: the store's writer.
+func groupCommit(st *sqlitestore.Store) sqlqueue.Option { return sqlqueue.WithGroupCommit(st) }
+
+func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
+	ctx := context.Background()
+	st, qs := benchSQLite(b, func(st *sqlitestore.Store) sqlqueue.Option {
+		if writes == "writelock" {
+			return sqlqueue.WithWriteLock(st.LockWrites)
+		}
+		return sqlqueue.WithGroupCommit(st)
+	})
 	q, _ := qs.Queue("bench")
 	l := idem.New(st, idem.WithLogger(discard))
 	src := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
@@ -154,17 +167,7 @@ type batchPublisher interface {
 func BenchmarkReceiveBehindBlockedGroups(b *testing.B) {
 	for _, backlog := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("engine=sqlite/backlog=%d", backlog), func(b *testing.B) {
-			ctx := context.Background()
-			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer qs.Close()
+			_, qs := benchSQLite(b, groupCommit)
 			q, _ := qs.Queue("blocked", sqlqueue.WithVisibility(time.Hour))
 			benchReceiveBehindBlocked(b, q, backlog, func() {})
 		})
@@ -241,17 +244,7 @@ func benchReceiveBehindBlocked(b *testing.B, q batchPublisher, backlog int, load
 func BenchmarkPublishReceiveAck(b *testing.B) {
 	for _, groups := range []int{0, 100} {
 		b.Run(fmt.Sprintf("engine=sqlite/groups=%d", groups), func(b *testing.B) {
-			ctx := context.Background()
-			st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer qs.Close()
+			_, qs := benchSQLite(b, groupCommit)
 			q, _ := qs.Queue("bench")
 			benchPublishReceiveAck(b, q, q, groups)
 		})
