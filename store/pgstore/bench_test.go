@@ -164,7 +164,6 @@ func BenchmarkClaimBatch10(b *testing.B) {
 	}
 }
 
-// BenchmarkClaim: Claim of a new key alone (one statement, one commit),
 // BenchmarkDo: Ledger.Do of a new key with a no-op fn (a claim and a
 // completion), each call's own statements ("plain") or sharing them with
 // the calls made at the same time ("coalesced", idem.WithCoalescing(64):
@@ -194,6 +193,7 @@ func BenchmarkDo(b *testing.B) {
 	}
 }
 
+// BenchmarkClaim: Claim of a new key alone (one statement, one commit),
 // the figure to hold against pgbench's single-row insert.
 func BenchmarkClaim(b *testing.B) {
 	for _, n := range callers {

@@ -1,0 +1,127 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BenchmarkEngineStatements runs the store's own statements from pgbench,
+// with no Go client in the way, beside the bare inserts that issue 3
+// measures the store against, at the same clients and durability:
+//
+//	insert          INSERT INTO k VALUES (md5(random()::text)) ON CONFLICT DO NOTHING
+//	claim+complete  the store's claim of a new key, then its completion:
+//	                two statements, two commits (the unbatched target is
+//	                0.45× insert)
+//	insert-10       the bare insert of 10 rows in one statement
+//	claim-batch-10  the store's ClaimBatch statement of 10 new keys
+//
+// Each reports pgbench's transactions a second (ops/s) and keys/s. The
+// store's table is prefilled with 20,000 rows and analyzed, so that the
+// statements run on a table in use (see plans.go). The ratio
+// claim+complete ÷ insert is the most any Go client of these statements
+// can reach:
+//
+//	IDEM_TEST_POSTGRES=... go test -run '^$' -bench EngineStatements -benchtime 40000x ./store/pgstore/
+func BenchmarkEngineStatements(b *testing.B) {
+	path, err := exec.LookPath("pgbench")
+	if err != nil {
+		b.Skip("pgbench is not installed")
+	}
+	s := benchStore(b, 1)
+	ctx := context.Background()
+	bare := pgx.Identifier{s.names.schema, "bench_k"}.Sanitize()
+	for _, q := range []string{
+		"CREATE TABLE " + bare + " (k text PRIMARY KEY)",
+		"INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, lease_until, expires_at, created_at, updated_at) " +
+			"SELECT 'prefill-' || g, 'completed', 'at_least_once', 1, 1, now(), now() + interval '1 hour', now(), now() FROM generate_series(1, 20000) AS g",
+		"ANALYZE " + s.Table(),
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The statements' parameters, as pgbench expressions: :n is a random
+	// number per transaction, so a claim and its completion share a key.
+	key := "('e' || :n)"
+	claim := pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false")
+	complete := pgbenchParams(s.q.complete, key, "1", "'ok'", "3600000000")
+	arr := func(v, typ string) string { return "array_fill(" + v + "::" + typ + ", ARRAY[10])" }
+	claimBatch := pgbenchParams(s.q.claimBatch,
+		"(SELECT array_agg('e' || :n || '-' || g) FROM generate_series(1, 10) AS g)",
+		arr("'bench'", "text"), arr("'bench'", "text"), arr("'at_least_once'", "text"),
+		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"), arr("false", "boolean"))
+	const rnd = "\\set n random(1, 1000000000000)\n"
+	for _, x := range []struct {
+		name, script string
+		keys         int
+	}{
+		{"insert", "INSERT INTO " + bare + " VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;\n", 1},
+		{"claim+complete", rnd + claim + ";\n" + complete + ";\n", 1},
+		{"insert-10", "INSERT INTO " + bare + " SELECT md5(random()::text) FROM generate_series(1, 10) ON CONFLICT DO NOTHING;\n", 10},
+		{"claim-batch-10", rnd + claimBatch + ";\n", 10},
+	} {
+		file := filepath.Join(b.TempDir(), "script.sql")
+		if err := os.WriteFile(file, []byte(x.script), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range callers {
+			b.Run(fmt.Sprintf("%s/callers=%d", x.name, n), func(b *testing.B) {
+				tps := pgbench(b, path, file, n)
+				b.ReportMetric(tps, "ops/s")
+				b.ReportMetric(tps*float64(x.keys), "keys/s")
+				b.ReportMetric(1e9/tps, "ns/op")
+			})
+		}
+	}
+	// The claims pgbench made of single keys were all completed: the
+	// statements ran as the store runs them, not as no-ops.
+	var open, done int
+	err = s.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) FILTER (WHERE status = 'completed') FROM "+
+		s.Table()+" WHERE key LIKE 'e%' AND key NOT LIKE '%-%'").Scan(&open, &done)
+	if err != nil || open != 0 || done == 0 {
+		b.Fatalf("claim+complete left %d keys not completed, %d completed (%v)", open, done, err)
+	}
+}
+
+// pgbenchParams makes a statement of the store's pgbench can run: each
+// $i replaced by the expression args[i-1], in parentheses, on one line.
+func pgbenchParams(sql string, args ...string) string {
+	sql = regexp.MustCompile(`\$([0-9]+)`).ReplaceAllStringFunc(sql, func(m string) string {
+		i, _ := strconv.Atoi(m[1:])
+		return "(" + args[i-1] + ")"
+	})
+	return regexp.MustCompile(`\s+`).ReplaceAllString(sql, " ")
+}
+
+// pgbench runs script with clients connections (prepared statements,
+// 2 threads) for b.N transactions in all (at least 50 per client), and
+// returns its rate.
+func pgbench(b *testing.B, path, script string, clients int) float64 {
+	per := max(b.N/clients, 50)
+	cmd := exec.Command(path, "-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", "2",
+		"-t", strconv.Itoa(per), testURL(b))
+	b.ResetTimer()
+	out, err := cmd.CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("pgbench: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("pgbench said:\n%s", out)
+	}
+	if f := regexp.MustCompile(`number of failed transactions: ([1-9][0-9]*)`).FindSubmatch(out); f != nil {
+		b.Fatalf("pgbench: %s transactions failed:\n%s", f[1], out)
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	return tps
+}
