@@ -21,6 +21,9 @@ import (
 //	claim+complete  the store's claim of a new key, then its completion:
 //	                two statements, two commits (the unbatched target is
 //	                0.45× insert)
+//	row+update      the floor of any claim+complete on the store's table:
+//	                a bare INSERT of a new record's row and a bare UPDATE
+//	                of its status, result and times (no journal, no check)
 //	insert-10       the bare insert of 10 rows in one statement
 //	claim-batch-10  the store's ClaimBatch statement of 10 new keys
 //
@@ -66,6 +69,10 @@ func BenchmarkEngineStatements(b *testing.B) {
 	}{
 		{"insert", "INSERT INTO " + bare + " VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;\n", 1},
 		{"claim+complete", rnd + claim + ";\n" + complete + ";\n", 1},
+		{"row+update", rnd + "INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, owner, lease_until, expires_at, created_at, updated_at) " +
+			"VALUES ('f' || :n, 'in_progress', 'at_least_once', 1, 1, 'bench', now() + interval '30 s', now() + interval '1 hour', now(), now()) ON CONFLICT DO NOTHING;\n" +
+			"UPDATE " + s.Table() + " SET status = 'completed', result = 'ok', lease_until = now(), updated_at = now(), expires_at = now() + interval '1 hour' " +
+			"WHERE key = 'f' || :n AND fence = 1 AND status = 'in_progress';\n", 1},
 		{"insert-10", "INSERT INTO " + bare + " SELECT md5(random()::text) FROM generate_series(1, 10) ON CONFLICT DO NOTHING;\n", 10},
 		{"claim-batch-10", rnd + claimBatch + ";\n", 10},
 	} {
