@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,20 +59,33 @@ func benchStore(b *testing.B, conns int) *Store {
 }
 
 // runCallers runs body from n goroutines (b.SetParallelism rounds to a
-// multiple of GOMAXPROCS) and reports ops/s and, with perOp keys per
-// operation, keys/s.
+// multiple of GOMAXPROCS) and reports ops/s, this process's CPU time per
+// op (which, unlike the rate, hardly changes when other processes share
+// the machine) and, with perOp keys per operation, keys/s.
 func runCallers(b *testing.B, n, perOp int, body func(pb *testing.PB, keys *keyGen)) {
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism((n + procs - 1) / procs)
 	var prefix atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	b.RunParallel(func(pb *testing.PB) { body(pb, newKeyGen(&prefix)) })
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "ops/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "CPU-µs/op")
 		b.ReportMetric(float64(b.N*perOp)/s, "keys/s")
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkClaimComplete: Claim then Complete of a new key, one pair per
