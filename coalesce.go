@@ -7,15 +7,42 @@ import (
 	"time"
 )
 
+// A batcher coalesces only under load. With a few calls at once, batches
+// hold one or two calls, and handing each call to a flight's goroutine and
+// back (the goroutine, the wake-ups, the batch's context) costs more than
+// the round trips the batch saves: at 8 callers, coalescing every call
+// measured 43 against 31 CPU-µs and 18k against 26k Do/s on redisstore,
+// and 164 against 131 CPU-µs and 2.0k against 2.5k Do/s on pgstore. From
+// about 24 callers on, it wins.
+const (
+	// coalesceFrom: a batcher starts coalescing when a call finds this
+	// many calls in it, itself included; until then each call sends its
+	// own request, as without coalescing.
+	coalesceFrom = 12
+	// coalesceMinBatch: a coalescing batcher stops when the calls it
+	// sends went, on average, in batches of fewer calls than this.
+	coalesceMinBatch = 3
+	// The average is kept in 1/batchAvgScale of a call, over about the
+	// last batchAvgWeight calls.
+	batchAvgScale  = 64
+	batchAvgWeight = 32
+)
+
 // batcher sends the requests of concurrent callers to the store together
-// (see [WithCoalescing]). A call made while fewer than flights batches are
-// in flight is sent at once, with the calls waiting before it; a call made
-// while every flight is busy waits for the next batch. When a batch's
-// answer comes back and calls are waiting, the next batch leaves at once.
-// There is no timer: batches grow with the load and only with it.
+// (see [WithCoalescing]). While it is not coalescing, every call sends its
+// own request at once. While it is, a call made while fewer than flights
+// batches are in flight and nothing waits is sent at once; a call made
+// while every flight is busy waits for the next batch. When a flight
+// lands and calls are waiting, the next batch leaves at once on that
+// flight. There is no timer: batches grow with the load and only with
+// it. The batcher starts coalescing when a call finds from calls in it,
+// and stops when its calls go in batches of fewer than minBatch on
+// average.
 type batcher[Req, Res any] struct {
 	size    int
 	flights int
+	// from and minBatch: see coalesceFrom and coalesceMinBatch.
+	from, minBatch int
 	// bound limits a batch's store call when one of its callers' contexts
 	// has no deadline (callers that leave do not cancel it: others share it).
 	bound func(reqs []Req) time.Duration
@@ -27,9 +54,20 @@ type batcher[Req, Res any] struct {
 	// call was sent (a claim acquired for nobody is released).
 	orphan func(r Req, res Res)
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// busy counts the flights in the air: requests sent on their own and
+	// batches. Under coalescing it is at most flights, except just after
+	// coalescing starts, when the requests already sent land.
 	busy  int
 	queue []*batchCall[Req, Res]
+	// calls counts the calls in do: sent on their own, waiting, or in a
+	// batch on its way. It is the load that starts coalescing.
+	calls      int
+	coalescing bool
+	// avg is, while coalescing, the moving average over the calls sent
+	// of the size of the batch each went in (1 for a call sent on its
+	// own), in 1/batchAvgScale of a call.
+	avg int
 }
 
 type batchCall[Req, Res any] struct {
@@ -48,12 +86,21 @@ type batchCall[Req, Res any] struct {
 // is answered to orphan.
 func (b *batcher[Req, Res]) do(ctx context.Context, r Req) (Res, error) {
 	b.mu.Lock()
-	if b.busy < b.flights && len(b.queue) == 0 {
-		// Nothing waits and a flight is free: the caller sends its own
-		// request on its own context, as without coalescing.
+	b.calls++
+	if !b.coalescing && b.calls >= b.from {
+		b.coalescing = true
+		b.avg = 2 * b.minBatch * batchAvgScale // a few small batches to stop again
+	}
+	if !b.coalescing || (b.busy < b.flights && len(b.queue) == 0) {
+		// Not coalescing, or nothing waits and a flight is free: the
+		// caller sends its own request on its own context, as without
+		// coalescing.
+		if b.coalescing {
+			b.sample(1)
+		}
 		b.busy++
 		b.mu.Unlock()
-		defer b.land() // even if the store panics: the flight must come back
+		defer b.landOwn() // even if the store panics: the flight must come back
 		return b.one(ctx, r)
 	}
 	// Every flight is busy (calls wait only then): the next flight to
@@ -78,8 +125,9 @@ func (b *batcher[Req, Res]) do(ctx context.Context, r Req) (Res, error) {
 				break
 			}
 		}
+		b.calls--
 	default:
-		call.gone = true
+		call.gone = true // still counted in calls: its batch is on its way
 	}
 	var zero Res
 	return zero, context.Cause(ctx)
@@ -99,46 +147,82 @@ func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
 	return batch
 }
 
-// land ends a flight: the next batch, if calls wait, takes it over.
-func (b *batcher[Req, Res]) land() {
+// landOwn ends the flight of a request its caller sent on its own.
+func (b *batcher[Req, Res]) landOwn() {
 	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.busy--
-		b.mu.Unlock()
-		return
-	}
-	next := b.take()
+	b.calls--
+	next := b.next()
 	b.mu.Unlock()
-	go b.flush(next)
+	if next != nil {
+		go b.flush(next)
+	}
 }
 
-// flush sends batch, answers its callers and lands the flight.
+// next hands on a flight that landed: it returns the next batch, which
+// the flight takes, or nil when the flight ends. b.mu is held.
+func (b *batcher[Req, Res]) next() []*batchCall[Req, Res] {
+	// Just after coalescing starts, more flights are in the air than
+	// flights: the extra ones end, and the others take the waiting calls.
+	// (Coalescing stops only when nothing waits, so no call waits while
+	// it is off; one that did would be taken all the same.)
+	if len(b.queue) == 0 || (b.coalescing && b.busy > b.flights) {
+		b.busy--
+		return nil
+	}
+	batch := b.take()
+	if b.coalescing {
+		b.sample(len(batch))
+	}
+	return batch
+}
+
+// sample counts calls sent together in a batch of k (1: a call sent on
+// its own while coalescing) in the average, each call weighing alike, and
+// stops coalescing when the average is too small. b.mu is held.
+func (b *batcher[Req, Res]) sample(k int) {
+	b.avg += (k*batchAvgScale - b.avg) * min(k, batchAvgWeight) / batchAvgWeight
+	if b.avg < min(b.minBatch, b.size)*batchAvgScale {
+		b.coalescing = false
+	}
+}
+
+// flush sends batch, answers its callers, and goes on with the next batch
+// while there is one; then the flight ends.
 func (b *batcher[Req, Res]) flush(batch []*batchCall[Req, Res]) {
-	reqs := make([]Req, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
-	res, err := b.send(batch, reqs)
-	var orphans []int
-	b.mu.Lock()
-	for i, c := range batch {
-		if err != nil {
-			c.err = err
-		} else {
-			c.res = res[i]
+	for batch != nil {
+		reqs := make([]Req, len(batch))
+		for i, c := range batch {
+			reqs[i] = c.req
 		}
-		c.answered = true
-		if c.gone && err == nil {
-			orphans = append(orphans, i)
+		res, err := b.send(batch, reqs)
+		var orphans []int
+		b.mu.Lock()
+		for i, c := range batch {
+			if err != nil {
+				c.err = err
+			} else {
+				c.res = res[i]
+			}
+			c.answered = true
+			if c.gone && err == nil {
+				orphans = append(orphans, i)
+			}
+			close(c.done)
 		}
-		close(c.done)
-	}
-	b.mu.Unlock()
-	b.land()
-	// Orphans are answered after the flight landed: releasing them must
-	// not hold up the calls waiting for it.
-	for _, i := range orphans {
-		b.orphan(reqs[i], res[i])
+		b.calls -= len(batch)
+		batch = b.next()
+		b.mu.Unlock()
+		if len(orphans) > 0 {
+			// Orphans are answered after the flight was handed on:
+			// releasing them must not hold up the calls waiting for it.
+			if batch != nil {
+				go b.flush(batch)
+			}
+			for _, i := range orphans {
+				b.orphan(reqs[i], res[i])
+			}
+			return
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,11 +145,20 @@ func quietLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
 	return idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 }
 
+// coalescingLedger is a quietLedger that coalesces at any load, so that
+// a few calls make batches (TestCoalescingOnlyUnderLoad tests the load
+// that starts and stops coalescing).
+func coalescingLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
+	l := quietLedger(s, opts...)
+	idem.CoalesceAtAnyLoad(l)
+	return l
+}
+
 // Calls made while every flight is busy go to the store together, each
 // call keeps its own outcome, and a lone call is sent as a plain Claim.
 func TestCoalescingBatchesCallsMadeWhileTheStoreIsBusy(t *testing.T) {
 	g := newGatedStore()
-	l := quietLedger(g, idem.WithCoalescing(8))
+	l := coalescingLedger(g, idem.WithCoalescing(8))
 	ctx := context.Background()
 
 	// A completed key, so one queued call is a replay.
@@ -218,7 +228,7 @@ func TestCoalescingBatchesCallsMadeWhileTheStoreIsBusy(t *testing.T) {
 func TestCoalescingBatchFailureIsEveryCallersStoreError(t *testing.T) {
 	g := newGatedStore()
 	g.failBatch = errors.New("connection reset")
-	l := quietLedger(g, idem.WithCoalescing(16))
+	l := coalescingLedger(g, idem.WithCoalescing(16))
 	var runs atomic.Int32
 	fn := func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil }
 	lone := occupy(t, l, g, fn)
@@ -248,7 +258,7 @@ func TestCoalescingBatchFailureIsEveryCallersStoreError(t *testing.T) {
 // released, so the key is free at once, even under AtMostOnce.
 func TestCoalescingCallerThatLeaves(t *testing.T) {
 	g := newGatedStore()
-	l := quietLedger(g, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
+	l := coalescingLedger(g, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
 	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
 	lone := occupy(t, l, g, fn)
 
@@ -345,7 +355,7 @@ func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest
 func TestCoalescingPerKeyFailure(t *testing.T) {
 	g := newGatedStore()
 	p := &poisonedBatches{gatedStore: g, poison: "poison"}
-	l := quietLedger(p, idem.WithCoalescing(16))
+	l := coalescingLedger(p, idem.WithCoalescing(16))
 	var runs atomic.Int32
 	fn := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
 	lone := occupy(t, l, g, fn)
@@ -412,7 +422,7 @@ func (c *cancelOnClaim) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) 
 func TestCoalescingCallerThatLeftAsTheAnswerCame(t *testing.T) {
 	g := newGatedStore()
 	s := &cancelOnClaim{gatedStore: g, cancels: map[string]context.CancelFunc{}}
-	l := quietLedger(s, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
+	l := coalescingLedger(s, idem.WithCoalescing(16), idem.WithPolicy(idem.AtMostOnce))
 	var ran atomic.Int32
 	fn := func(ctx context.Context) ([]byte, error) {
 		ran.Add(1)
@@ -465,7 +475,7 @@ func (p panickingRelease) Release(context.Context, string, int64, string) error 
 // down: the release failed, and the key waits for its lease.
 func TestCoalescingOrphanReleaseThatPanics(t *testing.T) {
 	g := newGatedStore()
-	l := quietLedger(panickingRelease{g}, idem.WithCoalescing(16), idem.WithLease(time.Minute))
+	l := coalescingLedger(panickingRelease{g}, idem.WithCoalescing(16), idem.WithLease(time.Minute))
 	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
 	lone := occupy(t, l, g, fn)
 
@@ -500,5 +510,131 @@ func TestCoalescingOrphanReleaseThatPanics(t *testing.T) {
 	_, err := l.Do(context.Background(), idem.Key("sent"), fn)
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("the orphan's key after its release failed: %v, want ErrInProgress (it waits for its lease)", err)
+	}
+}
+
+// Below CoalescingFrom calls at once, every call sends its own claim, even
+// while the store holds the others. The call that makes CoalescingFrom
+// starts coalescing: it and the calls after it wait, and go in a batch
+// when the calls sent on their own have landed. When calls come one at a
+// time again, coalescing stops.
+func TestCoalescingOnlyUnderLoad(t *testing.T) {
+	g := newGatedStore()
+	l := quietLedger(g, idem.WithCoalescing(64))
+	ctx := context.Background()
+	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	const own, queued = idem.CoalescingFrom - 1, 5
+	errs := make([]error, own+queued)
+	var wg sync.WaitGroup
+	for i := range own {
+		wg.Go(func() { _, errs[i] = l.Do(ctx, idem.Key("own", fmt.Sprint(i)), fn) })
+	}
+	waitFor(t, "the calls to reach the store", func() bool { return g.inClaim.Load() == own })
+	if g.single.Load() != own || idem.CoalescingQueued(l) != 0 || idem.Coalescing(l) {
+		t.Fatalf("%d calls at once: %d claims sent, %d queued, coalescing %v; want each sent on its own",
+			own, g.single.Load(), idem.CoalescingQueued(l), idem.Coalescing(l))
+	}
+	for i := range queued {
+		wg.Go(func() { _, errs[own+i] = l.Do(ctx, idem.Key("queued", fmt.Sprint(i)), fn) })
+	}
+	waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == queued })
+	if !idem.Coalescing(l) {
+		t.Fatalf("%d calls at once and not coalescing", own+queued)
+	}
+	g.open()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	if g.single.Load() != own || g.batched.Load() != queued {
+		t.Errorf("%d claims sent on their own and %d in batches, want %d and %d", g.single.Load(), g.batched.Load(), own, queued)
+	}
+
+	// One call at a time: each is sent on its own, and coalescing stops.
+	single, batches := g.single.Load(), g.batches.Load()
+	const lone = 100
+	for i := range lone {
+		if _, err := l.Do(ctx, idem.Key("lone", fmt.Sprint(i)), fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idem.Coalescing(l) {
+		t.Errorf("still coalescing after %d calls one at a time", lone)
+	}
+	if g.single.Load()-single != lone || g.batches.Load() != batches {
+		t.Errorf("%d calls one at a time: %d claims sent on their own, %d batches; want all on their own",
+			lone, g.single.Load()-single, g.batches.Load()-batches)
+	}
+}
+
+// slowStore is a memstore whose claims and completions yield the
+// processor a few times first, so that concurrent calls overlap.
+type slowStore struct{ *memstore.Store }
+
+func yieldSome() {
+	for range 3 {
+		runtime.Gosched()
+	}
+}
+
+func (s slowStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+	yieldSome()
+	return s.Store.Claim(ctx, r)
+}
+
+func (s slowStore) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+	yieldSome()
+	return s.Store.ClaimBatch(ctx, rs)
+}
+
+func (s slowStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	yieldSome()
+	return s.Store.Complete(ctx, key, fence, result, retention)
+}
+
+func (s slowStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	yieldSome()
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		errs[i] = s.Store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+	}
+	return errs, nil
+}
+
+// Calls whose load starts and stops coalescing over and over (a low
+// threshold, bursts and lulls) each run once and get their own result.
+func TestCoalescingStartsAndStops(t *testing.T) {
+	s := slowStore{memstore.New()}
+	l := quietLedger(s, idem.WithCoalescing(8))
+	idem.SetCoalescingLoad(l, 4, 3)
+	ctx := context.Background()
+	const goroutines, keys = 16, 200
+	var runs [goroutines * keys]atomic.Int32
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for k := range keys {
+				if k%50 == 0 {
+					time.Sleep(time.Duration(g) * time.Millisecond) // lulls
+				}
+				i := g*keys + k
+				res, err := l.Do(ctx, idem.Key("k", fmt.Sprint(i)), func(context.Context) ([]byte, error) {
+					runs[i].Add(1)
+					return []byte(fmt.Sprint(i)), nil
+				})
+				if err != nil || string(res.Value) != fmt.Sprint(i) {
+					t.Errorf("key %d: %+v, %v", i, res, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range runs {
+		if n := runs[i].Load(); n != 1 {
+			t.Fatalf("key %d: fn ran %d times", i, n)
+		}
 	}
 }

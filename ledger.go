@@ -78,8 +78,10 @@ func New(store Store, opts ...Option) *Ledger {
 func (l *Ledger) coalesce(size int) {
 	if bc, ok := l.store.(BatchClaimer); ok {
 		l.claims = &batcher[ClaimRequest, ClaimResult]{
-			size:    size,
-			flights: CoalescingFlights,
+			size:     size,
+			flights:  CoalescingFlights,
+			from:     coalesceFrom,
+			minBatch: coalesceMinBatch,
 			bound: func(rs []ClaimRequest) time.Duration {
 				var lease time.Duration
 				for _, r := range rs {
@@ -94,9 +96,11 @@ func (l *Ledger) coalesce(size int) {
 	}
 	if bc, ok := l.store.(BatchCompleter); ok {
 		l.completes = &batcher[Completion, error]{
-			size:    size,
-			flights: CoalescingFlights,
-			bound:   func([]Completion) time.Duration { return finishTimeout(0) },
+			size:     size,
+			flights:  CoalescingFlights,
+			from:     coalesceFrom,
+			minBatch: coalesceMinBatch,
+			bound:    func([]Completion) time.Duration { return finishTimeout(0) },
 			one: func(ctx context.Context, c Completion) (error, error) {
 				err := l.store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
 				if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
