@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
@@ -249,4 +250,49 @@ func BenchmarkBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rounds*size)/time.Since(start).Seconds(), "keys/s")
+}
+
+// BenchmarkDo: Ledger.Do of a new key with a no-op fn, each call's own
+// writes ("plain") or with idem.WithCoalescing(64) ("coalesced"), at 8
+// and 64 callers. The store's writer already shares its commits among
+// the writes queued meanwhile, so coalescing has little to add here.
+func BenchmarkDo(b *testing.B) {
+	for _, mode := range []string{"plain", "coalesced"} {
+		for _, callers := range []int{8, 64} {
+			b.Run(fmt.Sprintf("%s/callers=%d", mode, callers), func(b *testing.B) {
+				ctx := context.Background()
+				s, err := Open(ctx, filepath.Join(b.TempDir(), "idem.db"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				opts := []idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithRetention(time.Hour)}
+				if mode == "coalesced" {
+					opts = append(opts, idem.WithCoalescing(64))
+				}
+				l := idem.New(s, opts...)
+				fn := func(context.Context) ([]byte, error) { return []byte("result"), nil }
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						key := idem.Key("receipt", strconv.FormatInt(next.Add(1), 10))
+						if _, err := l.Do(ctx, key, fn); err != nil {
+							b.Errorf("Do: %v", err)
+							return
+						}
+					}
+				})
+				elapsed := time.Since(start)
+				cpu := cpuTime() - cpu0
+				b.StopTimer()
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+			})
+		}
+	}
 }
