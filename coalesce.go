@@ -15,10 +15,6 @@ import (
 // and 164 against 131 CPU-µs and 2.0k against 2.5k Do/s on pgstore. From
 // about 24 callers on, it wins.
 const (
-	// coalesceFrom: a batcher starts coalescing when a call finds this
-	// many calls in it, itself included; until then each call sends its
-	// own request, as without coalescing.
-	coalesceFrom = 12
 	// coalesceMinBatch: a coalescing batcher stops when the calls it
 	// sends went, on average, in batches of fewer calls than this.
 	coalesceMinBatch = 3
@@ -41,7 +37,7 @@ const (
 type batcher[Req, Res any] struct {
 	size    int
 	flights int
-	// from and minBatch: see coalesceFrom and coalesceMinBatch.
+	// from and minBatch: see WithCoalescingFrom and coalesceMinBatch.
 	from, minBatch int
 	// bound limits a batch's store call when one of its callers' contexts
 	// has no deadline (callers that leave do not cancel it: others share it).

@@ -513,9 +513,9 @@ func TestCoalescingOrphanReleaseThatPanics(t *testing.T) {
 	}
 }
 
-// Below CoalescingFrom calls at once, every call sends its own claim, even
-// while the store holds the others. The call that makes CoalescingFrom
-// starts coalescing: it and the calls after it wait, and go in a batch
+// Below DefaultCoalescingFrom calls at once, every call sends its own
+// claim, even while the store holds the others. The call that makes
+// DefaultCoalescingFrom starts coalescing: it and the calls after it wait, and go in a batch
 // when the calls sent on their own have landed. When calls come one at a
 // time again, coalescing stops.
 func TestCoalescingOnlyUnderLoad(t *testing.T) {
@@ -523,7 +523,7 @@ func TestCoalescingOnlyUnderLoad(t *testing.T) {
 	l := quietLedger(g, idem.WithCoalescing(64))
 	ctx := context.Background()
 	fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
-	const own, queued = idem.CoalescingFrom - 1, 5
+	const own, queued = idem.DefaultCoalescingFrom - 1, 5
 	errs := make([]error, own+queued)
 	var wg sync.WaitGroup
 	for i := range own {
@@ -636,5 +636,43 @@ func TestCoalescingStartsAndStops(t *testing.T) {
 		if n := runs[i].Load(); n != 1 {
 			t.Fatalf("key %d: fn ran %d times", i, n)
 		}
+	}
+}
+
+// WithCoalescingFrom(1) coalesces at any load: three calls made while the
+// two flights are busy go in one batch, where the default would send each
+// on its own.
+func TestCoalescingFrom(t *testing.T) {
+	for _, from := range []int{1, 0} {
+		t.Run(fmt.Sprintf("from=%d", from), func(t *testing.T) {
+			g := newGatedStore()
+			l := quietLedger(g, idem.WithCoalescing(8), idem.WithCoalescingFrom(from))
+			fn := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+			lone := occupy(t, l, g, fn)
+			const more = 3
+			var wg sync.WaitGroup
+			for i := range more {
+				wg.Go(func() {
+					if _, err := l.Do(context.Background(), idem.Key("more", fmt.Sprint(i)), fn); err != nil {
+						t.Errorf("call %d: %v", i, err)
+					}
+				})
+			}
+			if from == 1 {
+				waitFor(t, "the calls to queue", func() bool { return idem.CoalescingQueued(l) == more })
+			} else {
+				waitFor(t, "the calls to reach the store", func() bool { return g.inClaim.Load() == idem.CoalescingFlights+more })
+			}
+			g.open()
+			wg.Wait()
+			lone.Wait()
+			wantSingle, wantBatched := int32(idem.CoalescingFlights), int32(more)
+			if from != 1 {
+				wantSingle, wantBatched = idem.CoalescingFlights+more, 0
+			}
+			if g.single.Load() != wantSingle || g.batched.Load() != wantBatched {
+				t.Errorf("%d claims sent on their own and %d in batches, want %d and %d", g.single.Load(), g.batched.Load(), wantSingle, wantBatched)
+			}
+		})
 	}
 }

@@ -34,6 +34,3 @@ func Coalescing(l *Ledger) bool {
 	defer l.claims.mu.Unlock()
 	return l.claims.coalescing
 }
-
-// CoalescingFrom is how many calls in a batcher at once start coalescing.
-const CoalescingFrom = coalesceFrom

@@ -68,19 +68,23 @@ func New(store Store, opts ...Option) *Ledger {
 		l.cache = newResultCache(c.cacheSize)
 	}
 	if c.coalesce > 1 {
-		l.coalesce(c.coalesce)
+		from := c.coalesceFrom
+		if from < 1 {
+			from = DefaultCoalescingFrom
+		}
+		l.coalesce(c.coalesce, from)
 	}
 	return l
 }
 
 // coalesce sets up the batchers of [WithCoalescing] for what the store can
 // batch.
-func (l *Ledger) coalesce(size int) {
+func (l *Ledger) coalesce(size, from int) {
 	if bc, ok := l.store.(BatchClaimer); ok {
 		l.claims = &batcher[ClaimRequest, ClaimResult]{
 			size:     size,
 			flights:  CoalescingFlights,
-			from:     coalesceFrom,
+			from:     from,
 			minBatch: coalesceMinBatch,
 			bound: func(rs []ClaimRequest) time.Duration {
 				var lease time.Duration
@@ -98,7 +102,7 @@ func (l *Ledger) coalesce(size int) {
 		l.completes = &batcher[Completion, error]{
 			size:     size,
 			flights:  CoalescingFlights,
-			from:     coalesceFrom,
+			from:     from,
 			minBatch: coalesceMinBatch,
 			bound:    func([]Completion) time.Duration { return finishTimeout(0) },
 			one: func(ctx context.Context, c Completion) (error, error) {

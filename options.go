@@ -42,6 +42,8 @@ type config struct {
 	owner      string
 	hashedKeys bool
 	coalesce   int
+	// coalesceFrom: see WithCoalescingFrom (0: DefaultCoalescingFrom).
+	coalesceFrom int
 }
 
 type callConfig struct {
@@ -114,9 +116,10 @@ func WithCache(n int) Option {
 // batches are in flight and none waits is sent at once, so a lone caller
 // sees no added latency and batches form only under load. And only under
 // enough of it: a Ledger starts coalescing its claims (or completions)
-// when a call finds twelve of them under way at once, itself included,
-// and stops when its calls went in batches of fewer than three on
-// average; meanwhile every call sends its own, as without coalescing.
+// when a call finds [DefaultCoalescingFrom] (12) of them under way at
+// once, itself included ([WithCoalescingFrom] changes it), and stops when
+// its calls went in batches of fewer than three on average; meanwhile
+// every call sends its own, as without coalescing.
 // Handing calls to a batch and back costs more than a batch of one or two
 // saves (at 8 callers, coalescing every call cost redisstore and pgstore
 // a quarter to two fifths more CPU per call, and a fifth to a third of
@@ -141,6 +144,24 @@ func WithCache(n int) Option {
 func WithCoalescing(max int) Option {
 	return ledgerOption(func(c *config) { c.coalesce = max })
 }
+
+// WithCoalescingFrom sets how many calls must be under way at once, the
+// call itself included, for a Ledger made with [WithCoalescing] to start
+// sending its claims (or completions) in batches (default
+// [DefaultCoalescingFrom]). Lower it for a store whose call costs the
+// client much more than the hand-off to a batch (a store behind an HTTP
+// API); 1 coalesces at any load (a Ledger that stops for want of load
+// starts again at its next call). n < 1 means the default. Without
+// WithCoalescing it does nothing.
+func WithCoalescingFrom(n int) Option {
+	return ledgerOption(func(c *config) { c.coalesceFrom = n })
+}
+
+// DefaultCoalescingFrom is the load at which a Ledger made with
+// [WithCoalescing] starts coalescing unless [WithCoalescingFrom] says
+// otherwise: tuned on redisstore and pgstore, where from about 12 to 24
+// concurrent callers batches start to cost less than they save.
+const DefaultCoalescingFrom = 12
 
 // CoalescingFlights is how many batches a Ledger with [WithCoalescing] keeps
 // in flight to the store at once while it coalesces. Fewer flights make

@@ -280,7 +280,9 @@ var discard = slog.New(slog.DiscardHandler)
 func ledger(h Harness, s idem.Store, opts ...idem.Option) *idem.Ledger {
 	all := append([]idem.Option{idem.WithLogger(discard), idem.WithOwner("idemtest"), idem.WithLease(lease(h))}, opts...)
 	if h.coalesce {
-		all = append(all, idem.WithCoalescing(16))
+		// At any load: the suite's tests make a few calls at once, fewer
+		// than a Ledger's default load for coalescing.
+		all = append(all, idem.WithCoalescing(16), idem.WithCoalescingFrom(1))
 	}
 	return idem.New(s, all...)
 }
