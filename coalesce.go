@@ -159,8 +159,8 @@ func (b *batcher[Req, Res]) landOwn() {
 func (b *batcher[Req, Res]) next() []*batchCall[Req, Res] {
 	// Just after coalescing starts, more flights are in the air than
 	// flights: the extra ones end, and the others take the waiting calls.
-	// (Coalescing stops only when nothing waits, so no call waits while
-	// it is off; one that did would be taken all the same.)
+	// Coalescing can stop while calls wait (a batch of size calls left
+	// more behind it); the flights that land take them all the same.
 	if len(b.queue) == 0 || (b.coalescing && b.busy > b.flights) {
 		b.busy--
 		return nil
