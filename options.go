@@ -148,9 +148,9 @@ func WithCoalescing(max int) Option {
 // WithCoalescingFrom sets how many calls must be under way at once, the
 // call itself included, for a Ledger made with [WithCoalescing] to start
 // sending its claims (or completions) in batches (default
-// [DefaultCoalescingFrom]). Lower it for a store whose call costs the
-// client much more than the hand-off to a batch (a store behind an HTTP
-// API); 1 coalesces at any load (a Ledger that stops for want of load
+// [DefaultCoalescingFrom]). Lower it for a store whose batch call saves
+// much more than handing calls to a batch costs (measure: CPU per call
+// and calls a second at the concurrency you run); 1 coalesces at any load (a Ledger that stops for want of load
 // starts again at its next call). n < 1 means the default. Without
 // WithCoalescing it does nothing.
 func WithCoalescingFrom(n int) Option {
