@@ -495,7 +495,7 @@ func (p *publisher) publishDelayed(ctx context.Context, d time.Duration, msg amq
 		return err
 	}
 	if _, ok := p.delays.Load(name); !ok {
-		ch, _, err := p.channel(ctx)
+		conn, err := p.link.get(ctx)
 		if err != nil {
 			return err
 		}
@@ -509,7 +509,17 @@ func (p *publisher) publishDelayed(ctx context.Context, d time.Duration, msg amq
 			args["x-dead-letter-strategy"] = "at-least-once"
 			args["x-overflow"] = "reject-publish"
 		}
+		// On a channel of its own, never the publishing one: amqp091 sends
+		// a declare without the lock its publishes hold, so a declare there
+		// can land between the frames of a concurrent publish, and the
+		// broker closes the whole connection (unexpected_frame). A refused
+		// declare then also closes only this channel.
 		err = p.guard.do(ctx, func() error {
+			ch, err := conn.Channel()
+			if err != nil {
+				return fmt.Errorf("amqpqueue: open channel: %w", err)
+			}
+			defer ch.Close()
 			if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 				return fmt.Errorf("amqpqueue: declare delay queue %s: %w", name, err)
 			}

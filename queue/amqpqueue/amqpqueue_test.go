@@ -7,6 +7,8 @@ import (
 	"github.com/idemkit/idem/internal/tcprelay"
 	"net/url"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,4 +485,52 @@ func TestConsumerCancelledByBroker(t *testing.T) {
 		errs = append(errs, err)
 	}
 	t.Fatalf("never received after the broker cancelled the consumer: %v", errs)
+}
+
+// Delay queues are declared while other goroutines publish through the
+// same publisher. A declare on the publishing channel could land between
+// the frames of a concurrent publish, and RabbitMQ then closed the whole
+// connection ("unexpected_frame: expected content header"): a publish
+// failed with "channel closed before the confirm" in CI's load check.
+func TestDeclareDelayQueuesWhilePublishing(t *testing.T) {
+	f := newFixture(t, false)
+	p := f.publisher(t, f.conn)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var published atomic.Int64
+	errs := make(chan error, 16)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := p.Publish(ctx, queue.Outgoing{Body: []byte("plain")}); err != nil {
+					errs <- err
+					return
+				}
+				published.Add(1)
+			}
+		})
+	}
+	// Each delay a new power of two milliseconds: a new delay queue each.
+	for i := range 24 {
+		if _, err := p.Publish(ctx, queue.Outgoing{Body: []byte("later"), Delay: time.Duration(1<<i) * time.Millisecond}); err != nil {
+			t.Errorf("delayed publish %d: %v", i, err)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("publish beside the declares: %v", err)
+	}
+	if published.Load() == 0 {
+		t.Fatal("no publish ran beside the declares")
+	}
+	t.Logf("%d publishes beside 24 delay queue declares", published.Load())
 }
