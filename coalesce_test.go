@@ -145,13 +145,12 @@ func quietLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
 	return idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 }
 
-// coalescingLedger is a quietLedger that coalesces at any load, so that
-// a few calls make batches (TestCoalescingOnlyUnderLoad tests the load
-// that starts and stops coalescing).
+// coalescingLedger is a quietLedger that coalesces at any load
+// (WithCoalescingFrom(1)), so that a few calls make batches
+// (TestCoalescingOnlyUnderLoad tests the load that starts and stops
+// coalescing).
 func coalescingLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
-	l := quietLedger(s, opts...)
-	idem.CoalesceAtAnyLoad(l)
-	return l
+	return quietLedger(s, append(opts, idem.WithCoalescingFrom(1))...)
 }
 
 // Calls made while every flight is busy go to the store together, each
@@ -607,8 +606,7 @@ func (s slowStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]e
 // threshold, bursts and lulls) each run once and get their own result.
 func TestCoalescingStartsAndStops(t *testing.T) {
 	s := slowStore{memstore.New()}
-	l := quietLedger(s, idem.WithCoalescing(8))
-	idem.SetCoalescingLoad(l, 4, 3)
+	l := quietLedger(s, idem.WithCoalescing(8), idem.WithCoalescingFrom(4))
 	ctx := context.Background()
 	const goroutines, keys = 16, 200
 	var runs [goroutines * keys]atomic.Int32
