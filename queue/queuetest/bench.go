@@ -149,7 +149,13 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 			go func() {
 				defer stopped.Done()
 				for ctx.Err() == nil {
-					ds, _ := counter.Receive(ctx, 10)
+					ds, err := counter.Receive(ctx, 10)
+					if err != nil && ctx.Err() == nil {
+						// A broken broker must fail the run, not spin it.
+						b.Error(err)
+						cancel()
+						return
+					}
 					for _, d := range ds {
 						if err := d.Ack(context.Background()); err != nil {
 							b.Error(err)
@@ -179,6 +185,9 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	}
 	select {
 	case <-counter.done:
+	case <-ctx.Done(): // a receive failed (its error is reported)
+		stopped.Wait()
+		return
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("only %d of %d messages acked after 10 minutes", counter.n.Load(), n)
 	}

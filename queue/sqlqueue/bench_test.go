@@ -288,7 +288,13 @@ func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher,
 		go func() {
 			defer wg.Done()
 			for cctx.Err() == nil {
-				ds, _ := src.Receive(cctx, 10)
+				ds, err := src.Receive(cctx, 10)
+				if err != nil && cctx.Err() == nil {
+					// A broken store must fail the run, not spin it.
+					b.Error(err)
+					stop()
+					return
+				}
 				for _, d := range ds {
 					if err := d.Ack(ctx); err != nil {
 						b.Error(err)
