@@ -263,9 +263,7 @@ func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher,
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
 				m := queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i)}
 				if groups > 0 {
@@ -276,7 +274,7 @@ func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher,
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	published := time.Since(start)
@@ -284,9 +282,7 @@ func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher,
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
 	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for cctx.Err() == nil {
 				ds, err := src.Receive(cctx, 10)
 				if err != nil && cctx.Err() == nil {
@@ -304,7 +300,7 @@ func benchPublishReceiveAck(b *testing.B, src queue.Source, pub queue.Publisher,
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	total := time.Since(start)
