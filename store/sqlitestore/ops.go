@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dupshare"
 	"github.com/idemkit/idem/internal/transition"
 )
 
@@ -51,7 +51,7 @@ const (
 // the writer's transaction, never on a remembered or assumed record.
 //
 // When dupes is set (claims), apply tells it whether the key had a record.
-func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEstimate, m mutation) error {
+func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupshare.Share, m mutation) error {
 	if s.closed.Load() {
 		return errClosed
 	}
@@ -67,7 +67,7 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 			return err
 		}
 		if dupes != nil {
-			dupes.observe(rec != nil)
+			dupes.Observe(rec != nil)
 		}
 		it.rec, it.ver = rec, ver
 		if it.next, it.merr = m(rec, now); it.next == nil {
@@ -94,7 +94,7 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupEst
 type keyOp struct {
 	key   string
 	from  start // fromAbsent or fromHeld decide before the writer; fromRead decides in it
-	dupes *dupEstimate
+	dupes *dupshare.Share
 	m     mutation
 
 	// err is this key's outcome: nil, m's error (ErrLeaseLost, ErrNotFound)
@@ -160,7 +160,7 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 			return err
 		}
 		if it.from == fromAbsent && it.dupes != nil {
-			it.dupes.observe(!ok)
+			it.dupes.Observe(!ok)
 		}
 		if ok {
 			if it.redecided {
@@ -177,7 +177,7 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 	rec, ver, err := w.load(it.key)
 	if err == nil {
 		if it.from == fromRead && it.dupes != nil {
-			it.dupes.observe(rec != nil) // as apply's read does
+			it.dupes.Observe(rec != nil) // as apply's read does
 		}
 		it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
 	}
@@ -247,31 +247,6 @@ func asStmtError(err error) error {
 	}
 	return &stmtError{"batch", err}
 }
-
-// dupEstimate follows the share of recent claims that found a record for
-// their key, so that Claim can start where it is cheapest: with an INSERT
-// when keys are mostly new (the common case: one read saved per claim),
-// with a read when they mostly exist (a flood of duplicates is then
-// answered from reads, without the writer). Either start is correct; the
-// estimate only decides the cost.
-type dupEstimate struct {
-	share atomic.Int64 // ×dupOne; a moving average over about 16 claims
-}
-
-const dupOne = 1 << 16
-
-func (d *dupEstimate) observe(found bool) {
-	target := int64(0)
-	if found {
-		target = dupOne
-	}
-	old := d.share.Load()
-	d.share.Store(old + (target-old)/16) // racy updates only blur the average
-}
-
-// readFirst reports whether more than a quarter of recent claims found a
-// record.
-func (d *dupEstimate) readFirst() bool { return d.share.Load() > dupOne/4 }
 
 // decideIn runs m on rec, key's record (nil if absent) of version ver
 // loaded in the same write transaction, and stores the result. It returns

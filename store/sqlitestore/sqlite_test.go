@@ -754,7 +754,7 @@ func TestClaimStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.dupes.readFirst() {
+	if s.dupes.Often() {
 		t.Fatal("new keys made claims read first")
 	}
 	before := s.Stats()
@@ -764,7 +764,7 @@ func TestClaimStart(t *testing.T) {
 			t.Fatalf("duplicate claim: %+v", res)
 		}
 	}
-	if !s.dupes.readFirst() {
+	if !s.dupes.Often() {
 		t.Fatal("a flood of duplicates did not make claims read first")
 	}
 	if n := s.Stats().BatchedOps - before.BatchedOps; n > 20 {
@@ -776,7 +776,7 @@ func TestClaimStart(t *testing.T) {
 			t.Fatalf("new key not acquired: %+v", res)
 		}
 	}
-	if s.dupes.readFirst() {
+	if s.dupes.Often() {
 		t.Fatal("claims still read first after 40 new keys")
 	}
 }
@@ -889,7 +889,7 @@ func TestClaimBatchStart(t *testing.T) {
 			}
 		}
 	}
-	if !s.dupes.readFirst() {
+	if !s.dupes.Often() {
 		t.Fatal("a flood of duplicate batches did not make claims read first")
 	}
 	for i := range 10 {
@@ -899,7 +899,7 @@ func TestClaimBatchStart(t *testing.T) {
 			}
 		}
 	}
-	if s.dupes.readFirst() {
+	if s.dupes.Often() {
 		t.Fatal("claims still read first after 100 new keys in batches")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dupshare"
 	"github.com/idemkit/idem/internal/transition"
 
 	"modernc.org/sqlite" // registers the "sqlite" driver
@@ -35,7 +36,7 @@ type Store struct {
 
 	w     *writer
 	held  heldRecords
-	dupes dupEstimate
+	dupes dupshare.Share
 	// wlock is this process's turn at SQLite's write lock, taken by the
 	// writer for each batch and by callers of LockWrites for their
 	// transactions, so that they hand the lock over at once instead of polling for it in SQLite's
@@ -296,7 +297,7 @@ func (s *Store) readErr(op string, err error) error {
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
 	var res idem.ClaimResult
 	from := fromAbsent
-	if s.dupes.readFirst() {
+	if s.dupes.Often() {
 		from = fromRead
 	}
 	if err := s.apply(ctx, req.Key, from, &s.dupes, claimM(req, &res)); err != nil {
@@ -320,7 +321,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	out := make([]idem.ClaimResult, len(reqs))
 	from := fromAbsent
-	if s.dupes.readFirst() {
+	if s.dupes.Often() {
 		from = fromRead
 	}
 	items := make([]keyOp, len(reqs))
