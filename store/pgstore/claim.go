@@ -57,7 +57,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 			again bool
 		)
 		for rows.Next() {
-			r, stale, err := scanClaim(rows, func(string) *idem.ClaimRequest { return &req })
+			r, stale, _, err := scanClaim(rows, func(string) *idem.ClaimRequest { return &req })
 			if err != nil {
 				rows.Close()
 				return idem.ClaimResult{}, err
@@ -77,53 +77,62 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 
 // scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
 // row that was not acquired although the statement's snapshot found it
-// claimable: the claim must run again. reqFor returns the request of a
-// key, for the journal of a new key (which the statement does not send
-// back).
-func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res idem.ClaimResult, stale bool, err error) {
+// claimable: the claim must run again; inserted, a row the statement
+// inserted (the key had none). reqFor returns the request of a key, for
+// the journal of a new key (which the statement does not send back).
+func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res idem.ClaimResult, stale, inserted bool, err error) {
 	var (
 		raw                 rawRecord
 		acquired, claimable bool
 		now                 time.Time
 	)
 	if err := rows.Scan(raw.dest(&acquired, &claimable, &now)...); err != nil {
-		return res, false, err
+		return res, false, false, err
 	}
 	if !acquired && claimable {
-		return res, true, nil
+		return res, true, false, nil
 	}
-	if acquired && raw.journal == nil {
+	inserted = acquired && raw.journal == nil
+	if inserted {
 		// The INSERT inserted the row (xmax = 0): a new key, whose journal
 		// is the one entry of the request.
 		req := reqFor(raw.key)
 		if req == nil || raw.fence != 1 || raw.attempt != 1 {
-			return res, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
+			return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 		}
-		raw.entries = []idem.JournalEntry{{
-			Attempt:     1,
-			Fence:       1,
-			Owner:       text(req.Owner),
-			Correlation: text(req.Correlation),
-			Started:     now.UTC(),
-			LeaseUntil:  raw.leaseUntil.UTC(),
-			Policy:      req.Policy.String(),
-		}}
+		raw.entries = newKeyJournal(req, now, raw.leaseUntil)
 	}
 	rec, err := raw.record()
 	if err != nil {
 		res.Record.Key = raw.key // the caller can charge the failure to this key
-		return res, false, err
+		return res, false, false, err
 	}
 	res = idem.ClaimResult{Acquired: acquired, Record: rec, Now: now.UTC()}
 	if acquired && len(rec.Journal) > 0 {
 		// The statement marked the new entry when it took over.
 		res.Takeover = rec.Journal[len(rec.Journal)-1].Takeover
 	}
-	return res, false, nil
+	return res, false, inserted, nil
 }
 
-// ClaimBatch implements [idem.BatchClaimer]: the requests are claimed in
-// one statement (one round trip), with the same rules as [Store.Claim].
+// newKeyJournal is the journal of a key's row as a claim inserts it: the
+// one entry of req's attempt, started at now.
+func newKeyJournal(req *idem.ClaimRequest, now, leaseUntil time.Time) []idem.JournalEntry {
+	return []idem.JournalEntry{{
+		Attempt:     1,
+		Fence:       1,
+		Owner:       text(req.Owner),
+		Correlation: text(req.Correlation),
+		Started:     now.UTC(),
+		LeaseUntil:  leaseUntil.UTC(),
+		Policy:      req.Policy.String(),
+	}}
+}
+
+// ClaimBatch implements [idem.BatchClaimer]: the requests are claimed with
+// the same rules as [Store.Claim], in one statement (one round trip) when
+// all its keys are new, and in two when some have a row, except while
+// keys mostly have one: then in one, the full claim (see the package doc).
 // Results are in request order. A key that appears more than once is
 // claimed again, after its first claim, by a further statement for each
 // repetition, so that every request sees the record as the earlier ones
@@ -193,7 +202,12 @@ func inRounds(n int, key func(i int) string, round func(idx []int) error) error 
 }
 
 // claimRound claims reqs[i] for each i of round (distinct keys) in one
-// statement, and again for the keys that changed under it.
+// statement, and again for the keys that changed under it. While batches
+// mostly bring new keys, the new keys are first inserted by a statement
+// of their own (claimNewSQL), which costs the database about what a bare
+// insert of the rows costs, and only the keys that have a row go through
+// the full claim; while keys mostly exist, that first statement would
+// only add a round trip, and the batch starts with the full claim.
 func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult) error {
 	// Keys in byte order: concurrent batches lock their rows in the same
 	// order and cannot deadlock.
@@ -206,24 +220,27 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		}
 		return 0
 	})
-	for range maxClaimRuns {
-		n := len(round)
-		keys, owners, corrs, policies, fps := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		leases, rets, takes := make([]int64, n), make([]int64, n), make([]bool, n)
-		index := make(map[string]int, n)
-		for j, i := range round {
-			r := &reqs[i]
-			keys[j], owners[j], corrs[j], policies[j], fps[j] = r.Key, text(r.Owner), text(r.Correlation), r.Policy.String(), text(r.Fingerprint)
-			leases[j], rets[j], takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
-			index[r.Key] = i
-		}
-		rows, err := s.query(ctx, q, s.q.claimBatch, keys, owners, corrs, policies, leases, rets, fps, takes)
+	if !s.dupes.Often() {
+		inserted, err := s.claimNew(ctx, q, reqs, round, out)
 		if err != nil {
 			return err
 		}
+		round = slices.DeleteFunc(round, func(i int) bool { return inserted[reqs[i].Key] })
+		if len(round) == 0 {
+			return nil
+		}
+	}
+	for range maxClaimRuns {
+		n := len(round)
+		a := newBatchArgs(reqs, round)
+		rows, err := s.query(ctx, q, s.q.claimBatch, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.takes)
+		if err != nil {
+			return err
+		}
+		index := a.index
 		done := make(map[string]bool, n)
 		for rows.Next() {
-			res, stale, err := scanClaim(rows, func(key string) *idem.ClaimRequest {
+			res, stale, inserted, err := scanClaim(rows, func(key string) *idem.ClaimRequest {
 				if i, ok := index[key]; ok {
 					return &reqs[i]
 				}
@@ -250,6 +267,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 			}
 			done[res.Record.Key] = true
 			out[i] = res
+			s.dupes.Observe(!inserted)
 		}
 		if err := rows.Err(); err != nil {
 			return err
@@ -261,4 +279,64 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		s.reruns.Add(1)
 	}
 	return errContended
+}
+
+// batchArgs are the parameters of claimBatchSQL and claimNewSQL for some
+// requests: one array per field, and each key's request index.
+type batchArgs struct {
+	keys, owners, corrs, policies, fps []string
+	leases, rets                       []int64
+	takes                              []bool
+	index                              map[string]int
+}
+
+func newBatchArgs(reqs []idem.ClaimRequest, round []int) batchArgs {
+	n := len(round)
+	a := batchArgs{
+		keys: make([]string, n), owners: make([]string, n), corrs: make([]string, n), policies: make([]string, n), fps: make([]string, n),
+		leases: make([]int64, n), rets: make([]int64, n), takes: make([]bool, n),
+		index: make(map[string]int, n),
+	}
+	for j, i := range round {
+		r := &reqs[i]
+		a.keys[j], a.owners[j], a.corrs[j], a.policies[j], a.fps[j] = r.Key, text(r.Owner), text(r.Correlation), r.Policy.String(), text(r.Fingerprint)
+		a.leases[j], a.rets[j], a.takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
+		a.index[r.Key] = i
+	}
+	return a
+}
+
+// claimNew runs claimNewSQL for the requests of round and sets out[i] for
+// each key it inserted: acquired, the record a claim gives a new key. It
+// returns the keys inserted.
+func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult) (map[string]bool, error) {
+	a := newBatchArgs(reqs, round)
+	rows, err := s.query(ctx, q, s.q.claimNew, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	inserted := make(map[string]bool, len(round))
+	for rows.Next() {
+		var raw rawRecord
+		if err := rows.Scan(&raw.key, &raw.leaseUntil, &raw.expiresAt, &raw.createdAt); err != nil {
+			return nil, err
+		}
+		i, ok := a.index[raw.key]
+		if !ok || inserted[raw.key] {
+			return nil, fmt.Errorf("pgstore: claim batch inserted an unexpected row for %q", raw.key)
+		}
+		req := &reqs[i]
+		raw.status, raw.policy, raw.fence, raw.attempt = string(idem.StatusInProgress), req.Policy.String(), 1, 1
+		raw.owner, raw.fingerprint, raw.updatedAt = text(req.Owner), text(req.Fingerprint), raw.createdAt
+		raw.entries = newKeyJournal(req, raw.createdAt, raw.leaseUntil)
+		rec, err := raw.record()
+		if err != nil {
+			return nil, err
+		}
+		inserted[raw.key] = true
+		out[i] = idem.ClaimResult{Acquired: true, Record: rec, Now: rec.CreatedAt}
+		s.dupes.Observe(false)
+	}
+	return inserted, rows.Err()
 }

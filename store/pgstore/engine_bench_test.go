@@ -28,7 +28,9 @@ import (
 //	row-10          the floor of any batch claim of 10 on the store's table:
 //	                a bare insert of 10 new records' rows (with the one
 //	                journal entry a claim writes) in one statement
-//	claim-batch-10  the store's ClaimBatch statement of 10 new keys
+//	claim-batch-10  the store's full batch claim statement of 10 new keys
+//	claim-new-10    the statement ClaimBatch starts with while keys are
+//	                mostly new (claimNewSQL), 10 new keys
 //
 // Each reports pgbench's transactions a second (ops/s) and keys/s. The
 // store's table is prefilled with 20,000 rows and analyzed, so that the
@@ -65,6 +67,10 @@ func BenchmarkEngineStatements(b *testing.B) {
 		"(SELECT array_agg('e' || :n || '-' || g) FROM generate_series(1, 10) AS g)",
 		arr("'bench'", "text"), arr("'bench'", "text"), arr("'at_least_once'", "text"),
 		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"), arr("false", "boolean"))
+	claimNew := pgbenchParams(s.q.claimNew,
+		"(SELECT array_agg('n' || :n || '-' || g) FROM generate_series(1, 10) AS g)",
+		arr("'bench'", "text"), arr("'bench'", "text"), arr("'at_least_once'", "text"),
+		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"))
 	const rnd = "\\set n random(1, 1000000000000)\n"
 	ranClaims := false
 	for _, x := range []struct {
@@ -83,6 +89,7 @@ func BenchmarkEngineStatements(b *testing.B) {
 			"jsonb_build_array(jsonb_build_object('a', 1, 'f', 1, 'o', 'bench', 'c', 'bench', 's', now(), 'l', now() + interval '30 s', 'p', 'at_least_once')) " +
 			"FROM generate_series(1, 10) AS g ON CONFLICT DO NOTHING;\n", 10},
 		{"claim-batch-10", rnd + claimBatch + ";\n", 10},
+		{"claim-new-10", rnd + claimNew + ";\n", 10},
 	} {
 		file := filepath.Join(b.TempDir(), "script.sql")
 		if err := os.WriteFile(file, []byte(x.script), 0o644); err != nil {

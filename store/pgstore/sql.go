@@ -237,6 +237,29 @@ WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
 	AND t.key = ANY ($1::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`
 }
 
+// claimNewSQL is the first statement of a batch claim while keys are
+// mostly new: it inserts the new record row of each key that has no row
+// ($1 .. $7 as in claimBatchSQL), in key order, and does nothing at all for
+// a key that has one, whatever its state: no check, no lock, no write (a
+// batch of keys that all exist writes nothing and flushes no commit). It
+// returns the keys it inserted and their row's times; claimBatchSQL then
+// claims the others (an expired, released or lapsed row is claimable, a
+// completed one is a duplicate). A key being inserted by a concurrent
+// transaction is waited for, as by any INSERT, and then left to
+// claimBatchSQL if that transaction committed.
+func claimNewSQL(table, now string) string {
+	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
+		lease: "r.lease", ret: "r.ret", fp: "r.fp"}
+	return `WITH c AS (SELECT ` + now + ` AS now)
+INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
+SELECT ` + newRow(in, "c.now") + `
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
+	AS r(key, owner, corr, policy, lease, ret, fp), c
+ORDER BY r.key COLLATE "C"
+ON CONFLICT (key) DO NOTHING
+RETURNING t.key, t.lease_until, t.expires_at, t.created_at`
+}
+
 // ending is how finishSQL ends an attempt.
 type ending struct {
 	status  idem.Status
@@ -389,7 +412,7 @@ RETURNING ` + cols("t")
 // queries are a store's statements, built once from its table name and
 // clock.
 type queries struct {
-	now, claim, claimBatch                                    string
+	now, claim, claimBatch, claimNew                          string
 	complete, fail, release, abandon, late, extend            string
 	completeBatch                                             string
 	get, exists, list, listStatus, listStuck, listStuckStatus string
@@ -410,6 +433,7 @@ func newQueries(table, clockTable string) queries {
 		now:             "SELECT " + now,
 		claim:           claimSQL(table, now),
 		claimBatch:      claimBatchSQL(table, now),
+		claimNew:        claimNewSQL(table, now),
 		complete:        finishSQL(table, now, endComplete),
 		fail:            finishSQL(table, now, endFail),
 		release:         finishSQL(table, now, endRelease),

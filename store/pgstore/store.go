@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dupshare"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,9 @@ type Store struct {
 	// reruns counts claims that ran again because their key changed
 	// under them (see claimSQL), for tests.
 	reruns atomic.Int64
+	// dupes follows how often batch claims find their keys' rows, which
+	// decides whether a batch starts with claimNewSQL.
+	dupes dupshare.Share
 }
 
 var (

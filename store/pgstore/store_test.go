@@ -187,7 +187,20 @@ func TestTakeoverRace(t *testing.T) {
 // once: no deadlock, each key acquired once.
 func TestClaimBatchRace(t *testing.T) {
 	t.Parallel()
+	for _, start := range batchStarts {
+		t.Run(start.name, func(t *testing.T) {
+			t.Parallel()
+			claimBatchRace(t, start.prime)
+		})
+	}
+}
+
+// claimBatchRace: batches of the same keys in different orders, racing
+// from goroutines whose store starts its batches as prime puts it; each
+// key is acquired exactly once.
+func claimBatchRace(t *testing.T, prime func(*Store)) {
 	s := newTestStore(t, new(testClocks))
+	prime(s)
 	const goroutines, keys = 8, 50
 	var (
 		mu       sync.Mutex

@@ -1,0 +1,118 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// batchStarts are the two ways a batch claim starts (see claimRound):
+// with the insert of the new keys while keys are mostly new, with the full
+// claim while they mostly exist. prime puts a store's estimate on one.
+var batchStarts = []struct {
+	name  string
+	prime func(s *Store)
+}{
+	{"new-keys-first", func(*Store) {}},
+	{"full-claim-first", func(s *Store) {
+		for range 64 {
+			s.dupes.Observe(true)
+		}
+	}},
+}
+
+// TestClaimBatchStarts: a batch of keys in every state gives the same
+// outcome whichever way the batch starts, and every acquired result is the
+// record the store then holds.
+func TestClaimBatchStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type outcome struct {
+		Acquired, Takeover bool
+		Status             idem.Status
+		Fence              int64
+		Attempt, Journal   int
+		Result             string
+	}
+	var got [2]map[string]outcome
+	for n, start := range batchStarts {
+		t.Run(start.name, func(t *testing.T) {
+			clocks := new(testClocks)
+			s := newTestStore(t, clocks)
+			claim := func(key string, lease time.Duration) int64 {
+				r := req(key)
+				r.Lease = lease
+				cr, err := s.Claim(ctx, r)
+				if err != nil || !cr.Acquired {
+					t.Fatalf("Claim %q: acquired %v, %v", key, cr.Acquired, err)
+				}
+				return cr.Record.Fence
+			}
+			if err := s.Complete(ctx, "completed", claim("completed", time.Minute), []byte("r"), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Complete(ctx, "expired", claim("expired", time.Minute), []byte("r"), time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, "released", claim("released", time.Minute), "retry"); err != nil {
+				t.Fatal(err)
+			}
+			claim("lapsed", time.Second)
+			claim("busy", time.Hour)
+			clocks.advance(t, 2*time.Second)
+
+			start.prime(s)
+			if was := s.dupes.Often(); was != (n == 1) {
+				t.Fatalf("the store's estimate says keys often exist: %v, want %v", was, n == 1)
+			}
+			keys := []string{"new-b", "completed", "lapsed", "new-a", "released", "busy", "expired"}
+			reqs := make([]idem.ClaimRequest, len(keys))
+			for i, k := range keys {
+				reqs[i] = req(k)
+			}
+			res, err := s.ClaimBatch(ctx, reqs)
+			if err != nil {
+				t.Fatalf("ClaimBatch: %v", err)
+			}
+			got[n] = map[string]outcome{}
+			for i, r := range res {
+				if r.Err != nil || r.Record.Key != keys[i] {
+					t.Fatalf("result %d: key %q, Err %v; want %q, no error", i, r.Record.Key, r.Err, keys[i])
+				}
+				got[n][keys[i]] = outcome{r.Acquired, r.Takeover, r.Record.Status, r.Record.Fence, r.Record.Attempt, len(r.Record.Journal), string(r.Record.Result)}
+				if !r.Acquired {
+					continue
+				}
+				held, err := s.Get(ctx, keys[i])
+				if err != nil {
+					t.Fatalf("Get %q: %v", keys[i], err)
+				}
+				if !reflect.DeepEqual(held, r.Record) {
+					t.Errorf("%q: the batch claim returned\n%+v\nthe store holds\n%+v", keys[i], r.Record, held)
+				}
+				if !r.Now.Equal(r.Record.UpdatedAt) {
+					t.Errorf("%q: Now %v, want the claim's time %v", keys[i], r.Now, r.Record.UpdatedAt)
+				}
+			}
+			want := map[string]outcome{
+				"new-a":     {Acquired: true, Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"new-b":     {Acquired: true, Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"completed": {Status: idem.StatusCompleted, Fence: 1, Attempt: 1, Journal: 1, Result: "r"},
+				"busy":      {Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"released":  {Acquired: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"lapsed":    {Acquired: true, Takeover: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"expired":   {Acquired: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+			}
+			if !reflect.DeepEqual(got[n], want) {
+				t.Errorf("outcomes\n%v\nwant\n%v", fmt.Sprint(got[n]), fmt.Sprint(want))
+			}
+		})
+	}
+	if got[0] != nil && got[1] != nil && !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("the two starts differ:\n%v\n%v", got[0], got[1])
+	}
+}
