@@ -216,9 +216,9 @@ func (s *SQLite) stats(ctx context.Context, only string) ([]Stats, error) {
 		return st
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT queue,
-	COALESCE(SUM(visible_at <= ?), 0),
+	COALESCE(SUM(COALESCE(held_visible_at, visible_at) <= ?), 0),
 	COALESCE(SUM(visible_at > ? AND receipt IS NOT NULL), 0),
-	COALESCE(SUM(visible_at > ? AND receipt IS NULL), 0),
+	COALESCE(SUM(COALESCE(held_visible_at, visible_at) > ? AND receipt IS NULL), 0),
 	MIN(published)
 FROM idem_queue_messages`+where+` GROUP BY queue`, qargs...)
 	if err != nil {

@@ -929,3 +929,41 @@ func TestSQLiteCorruptAttributesDeadLettered(t *testing.T) {
 		t.Fatalf("dead letters %+v, want the bad message, undecodable", dls)
 	}
 }
+
+// TestSQLiteHeadWalk: see headWalk.
+func TestSQLiteHeadWalk(t *testing.T) {
+	for _, gc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("groupcommit=%v", gc), func(t *testing.T) {
+			e := openSQLiteMode(t, "", nil, gc)
+			headWalk(t, e.queue(t, "fifo"), func(t *testing.T) {
+				t.Helper()
+				sqliteCheckHeld(t, e.store.DB())
+			})
+		})
+	}
+}
+
+// sqliteCheckHeld fails t if a message of a FIFO group in db breaks the
+// held invariant (see heldViolations).
+func sqliteCheckHeld(t *testing.T, db *sql.DB) {
+	t.Helper()
+	rows, err := db.Query(heldViolations("idem_queue_messages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var bad []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		bad = append(bad, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("messages %v break the held invariant", bad)
+	}
+}

@@ -89,10 +89,15 @@ const (
 	// delayed or waiting): the group's head; and while no other message
 	// of its group is in flight (a redriven message keeps its id, so it
 	// may come back before a later message that is being handled). The
-	// groups with a message in flight are read once (on their partial
-	// index) and each candidate is tested against them, so a backlog
-	// behind blocked groups costs little per message: the receive runs on
-	// the writer, which every other write waits for.
+	// messages behind a group's head are held (migration 003: their
+	// visible_at is far in the future), so the range on visible_at never
+	// reaches them and a backlog behind blocked groups costs nothing per
+	// message: the receive runs on the writer, which every other write
+	// waits for. The lower-id check stays for the one unheld message that
+	// is not a head: one in flight when a redrive put a lower id before
+	// it, then retried or timed out. The groups with a message in flight
+	// are read once (on their partial index) and each candidate is tested
+	// against them.
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (

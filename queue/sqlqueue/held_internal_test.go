@@ -1,0 +1,125 @@
+package sqlqueue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// TestSQLiteMigrateHeld: migration 003 holds the messages of a populated
+// table that are not their group's head (in flight, delayed or waiting
+// heads stay as they were), and the queue then hands each group out in
+// id order.
+func TestSQLiteMigrateHeld(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := st.DB()
+	ms, err := migrations.Load(migrationFiles, "migrations/sqlite", "sqlqueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 3 {
+		t.Fatalf("%d migrations, want 003", len(ms))
+	}
+	now := time.Now().UnixMicro()
+	if err := migrations.ApplySQLite(ctx, db, sqliteComponent, ms[:2], now, false, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	// Group a: a1 in flight, a2 and a3 waiting. Group b: b1 delayed, b2
+	// waiting. Group c: c1 waiting alone. n1 ungrouped.
+	hour := int64(time.Hour / time.Microsecond)
+	for _, r := range []struct {
+		body, group string
+		visible     int64
+		receipt     any
+	}{
+		{"a1", "a", now + hour, 42},
+		{"a2", "a", now - 2, nil},
+		{"b1", "b", now + hour, nil},
+		{"a3", "a", now - 1, nil},
+		{"b2", "b", now - 1, nil},
+		{"c1", "c", now - 1, nil},
+		{"n1", "", now - 1, nil},
+	} {
+		var group any
+		if r.group != "" {
+			group = r.group
+		}
+		if _, err := db.Exec(`INSERT INTO idem_queue_messages (queue, body, group_id, visible_at, receipt, receive_count, published)
+VALUES ('q', ?, ?, ?, ?, ?, ?)`, []byte(r.body), group, r.visible, r.receipt, map[bool]int{true: 1}[r.receipt != nil], now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := NewSQLite(ctx, db, WithGroupCommit(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held := map[string]int64{}
+	rows, err := db.Query(`SELECT body, held_visible_at FROM idem_queue_messages WHERE held_visible_at IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var b []byte
+		var v int64
+		if err := rows.Scan(&b, &v); err != nil {
+			t.Fatal(err)
+		}
+		held[string(b)] = v
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (map[string]int64{"a2": now - 2, "a3": now - 1, "b2": now - 1}); fmt.Sprint(held) != fmt.Sprint(want) {
+		t.Fatalf("held after the migration = %v, want %v", held, want)
+	}
+	q, err := s.Queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ds, err := q.Receive(rctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(deliveryBodies(ds)); got != "[c1 n1]" {
+		t.Fatalf("receive after the migration = %s, want c1 n1 (a1 in flight, b1 delayed)", got)
+	}
+	// Ack a1 (its receipt was set by hand): a2 then a3 follow.
+	if _, err := db.Exec(`DELETE FROM idem_queue_messages WHERE group_id = 'a' AND receipt = 42`); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"a2", "a3"} {
+		ds, err := q.Receive(rctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(deliveryBodies(ds)); got != "["+want+"]" {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func deliveryBodies(ds []queue.Delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, string(d.Message().Body))
+	}
+	return out
+}
