@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/internal/pgmigrations"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestSQLiteMigrateHeld: migration 003 holds the messages of a populated
@@ -122,4 +126,92 @@ func deliveryBodies(ds []queue.Delivery) []string {
 		out = append(out, string(d.Message().Body))
 	}
 	return out
+}
+
+// TestPostgresMigrateHeld: as TestSQLiteMigrateHeld, on PostgreSQL.
+func TestPostgresMigrateHeld(t *testing.T) {
+	u := os.Getenv("IDEM_TEST_POSTGRES")
+	if u == "" {
+		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	schema := fmt.Sprintf("sqlqueue_migrate_%d", time.Now().UnixNano())
+	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newPGNames(schema)
+	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
+		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		body, group string
+		visible     string
+		receipt     any
+	}{
+		{"a1", "a", "1 hour", 42},
+		{"a2", "a", "-2 seconds", nil},
+		{"b1", "b", "1 hour", nil},
+		{"a3", "a", "-1 second", nil},
+		{"b2", "b", "-1 second", nil},
+		{"c1", "c", "-1 second", nil},
+		{"n1", "", "-1 second", nil},
+	} {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+n.messages+` (queue, body, group_id, visible_at, receipt, published)
+VALUES ('q', $1, nullif($2, ''), now() + $3::interval, $4, now())`, []byte(r.body), r.group, r.visible, r.receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := NewPostgres(ctx, pool, WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rows, err := pool.Query(ctx, `SELECT convert_from(body, 'UTF8') FROM `+n.messages+` WHERE held_visible_at IS NOT NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(held); got != "[a2 a3 b2]" {
+		t.Fatalf("held after the migration = %s, want [a2 a3 b2]", got)
+	}
+	q, err := p.Queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ds, err := q.Receive(rctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(deliveryBodies(ds)); got != "[c1 n1]" {
+		t.Fatalf("receive after the migration = %s, want c1 n1 (a1 in flight, b1 delayed)", got)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE group_id = 'a' AND receipt = 42`); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"a2", "a3"} {
+		ds, err := q.Receive(rctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(deliveryBodies(ds)); got != "["+want+"]" {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -69,6 +69,7 @@ type pgNames struct {
 	schema                   string
 	messages, dead, dedup    string // quoted, qualified
 	seq                      string // the messages' id sequence, as a string literal
+	hold, release            string // the held-message trigger functions (migration 003), quoted, qualified
 	versions                 string
 	channel                  string
 	lockKey                  int64
@@ -104,13 +105,19 @@ func newPGNames(schema string) pgNames {
 		channel:  ch,
 		lockKey:  int64(h.Sum64()),
 	}
+	n.hold, n.release = qual("idem_queue_messages_hold"), qual("idem_queue_messages_release")
 	n.seq = "'" + strings.ReplaceAll(qual("idem_queue_messages_id_seq"), "'", "''") + "'"
-	// A group with a message in flight is blocked: its groups are read
-	// once (on the groups' in-flight index: few rows) and each candidate
-	// is looked up in that set by hash, so a large backlog behind blocked
-	// groups costs a hash probe per message rather than an index probe
-	// (100,000 waiting in 10 blocked groups: 492 ms → 22 ms a receive).
-	// A candidate is visible, so never in flight itself.
+	// The messages behind a group's head are held (migration 003: their
+	// visible_at is far ahead), so the range on visible_at never reaches
+	// a backlog behind blocked groups. A group with a message in flight
+	// is blocked (a redriven head may sort before a message in flight):
+	// its groups are read once (on the groups' in-flight index: few rows)
+	// and each candidate is looked up in that set by hash. The lower-id
+	// check stays for the few unheld messages that are not heads: one in
+	// flight when a redrive put a lower id before it, then retried or
+	// timed out; one published under REPEATABLE READ whose snapshot
+	// missed a lower id committed meanwhile. A candidate is visible, so
+	// never in flight itself.
 	n.receive = n.render(`WITH blocked AS MATERIALIZED (
 	SELECT DISTINCT f.group_id FROM {{messages}} f
 	WHERE f.queue = $1 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > now()),
@@ -177,6 +184,8 @@ func (n pgNames) render(sql string) string {
 		"{{dead}}", n.dead,
 		"{{dedup}}", n.dedup,
 		"{{seq}}", n.seq,
+		"{{hold}}", n.hold,
+		"{{release}}", n.release,
 		"{{messages_visible}}", id("idem_queue_messages_visible"),
 		"{{messages_group}}", id("idem_queue_messages_group"),
 		"{{messages_group_in_flight}}", id("idem_queue_messages_group_in_flight"),
@@ -428,9 +437,9 @@ func (p *Postgres) stats(ctx context.Context, only string) ([]Stats, error) {
 	}
 	rows, err := p.pool.Query(ctx, `WITH m AS (
 	SELECT queue,
-		count(*) FILTER (WHERE visible_at <= now()) AS ready,
+		count(*) FILTER (WHERE coalesce(held_visible_at, visible_at) <= now()) AS ready,
 		count(*) FILTER (WHERE visible_at > now() AND receipt IS NOT NULL) AS in_flight,
-		count(*) FILTER (WHERE visible_at > now() AND receipt IS NULL) AS delayed,
+		count(*) FILTER (WHERE coalesce(held_visible_at, visible_at) > now() AND receipt IS NULL) AS delayed,
 		coalesce(extract(epoch FROM now() - min(published)) * 1e6, 0)::bigint AS oldest
 	FROM `+p.n.messages+` WHERE $1 = '' OR queue = $1 GROUP BY queue),
 d AS (SELECT queue, count(*) AS dead FROM `+p.n.dead+` WHERE $1 = '' OR queue = $1 GROUP BY queue)
@@ -689,7 +698,7 @@ func (q *PostgresQueue) Receive(ctx context.Context, n int) ([]queue.Delivery, e
 		wait := q.p.cfg.poll
 		var due *int64
 		err = q.p.pool.QueryRow(ctx, `SELECT (extract(epoch FROM min(visible_at) - now()) * 1e6)::bigint FROM `+q.p.n.messages+`
-WHERE queue = $1 AND visible_at > now()`, q.name).Scan(&due)
+WHERE queue = $1 AND visible_at > now() AND visible_at < `+pgHeldVisibleAt, q.name).Scan(&due)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -704,6 +713,11 @@ WHERE queue = $1 AND visible_at > now()`, q.name).Scan(&due)
 		}
 	}
 }
+
+// pgHeldVisibleAt is the visible_at of held messages (migration 003):
+// the messages of a FIFO group behind its head, which only the head's
+// delete makes visible.
+const pgHeldVisibleAt = `'2200-01-01 00:00:00+00'`
 
 // receiveTimeout bounds a receive statement, which runs to its end even
 // when the caller gives up meanwhile.
