@@ -120,7 +120,8 @@ func newPGNames(schema string) pgNames {
 	// never in flight itself.
 	n.receive = n.render(`WITH blocked AS MATERIALIZED (
 	SELECT DISTINCT f.group_id FROM {{messages}} f
-	WHERE f.queue = $1 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > now()),
+	WHERE f.queue = $1 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > now()
+	  AND f.visible_at < ` + pgHeldVisibleAt + `),
 picked AS (
 	SELECT m.id FROM {{messages}} m
 	WHERE m.queue = $1 AND m.visible_at <= now()

@@ -82,6 +82,11 @@ var sqliteQueries = [...]string{
 	sqliteDedupGet, sqliteInsert, sqliteDedupPut, sqliteSweep, sqliteHandBack,
 }
 
+// sqliteHeldVisibleAt is the visible_at of held messages (migration
+// 003), 2200-01-01 in unix µs: the messages of a FIFO group behind its
+// head, which only the head's delete makes visible.
+const sqliteHeldVisibleAt = "7258118400000000"
+
 const (
 	// sqliteReceive hands out up to ?4 visible messages of queue ?3 at
 	// ?2 (now), hidden until ?1. A message of a group is eligible only
@@ -97,7 +102,8 @@ const (
 	// is not a head: one in flight when a redrive put a lower id before
 	// it, then retried or timed out. The groups with a message in flight
 	// are read once (on their partial index) and each candidate is tested
-	// against them.
+	// against them; the range on visible_at that finds them stops short
+	// of the held messages.
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (
@@ -105,7 +111,7 @@ WHERE id IN (
 	WHERE m.queue = ?3 AND m.visible_at <= ?2
 	  AND (m.group_id IS NULL OR (m.group_id NOT IN (
 		SELECT f.group_id FROM idem_queue_messages f
-		WHERE f.queue = ?3 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > ?2)
+		WHERE f.queue = ?3 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > ?2 AND f.visible_at < ` + sqliteHeldVisibleAt + `)
 	  AND NOT EXISTS (
 		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)))
 	ORDER BY m.visible_at, m.id
