@@ -57,7 +57,7 @@
 // set to 2200-01-01, so a receive, which reads the messages in order of
 // visibility, never meets them, however many wait behind groups whose
 // head is in flight (100,000 waiting: about 0.5 ms a receive on SQLite,
-// 2 ms on PostgreSQL, where it walked them all before;
+// 1.5 ms on PostgreSQL, where it walked them all before;
 // docs/benchmarks.md). Triggers keep it so: a grouped insert holds the new
 // message if its group has a lower id (or, a redriven message keeping its
 // old id, holds the group's later ones), and the delete of a grouped
