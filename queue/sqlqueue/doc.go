@@ -79,10 +79,14 @@
 // acked after the transaction's snapshot fails at its commit with a
 // serialization error (SQLSTATE 40001: retry the transaction), and a
 // delete of a grouped message, which the queue does not do in such a
-// transaction, fails. Transactions that publish into several groups, and
-// acks of several groups at once, take the groups' locks in their own
-// order: two of them crossing may deadlock, and PostgreSQL aborts one
-// (the call returns the error; nothing is lost).
+// transaction, fails. A message's ack or dead letter takes one group's
+// lock; PublishBatch and Redrive, which may write into several groups,
+// take their groups' locks in one fixed order before they commit, so they
+// cannot deadlock with each other. A PublishTx takes each group's lock at
+// the caller's commit, in the order of its publishes, so a transaction
+// that publishes into several groups may cross another writer of the
+// same groups: PostgreSQL then aborts one of them with a deadlock error
+// (SQLSTATE 40P01) that the caller retries; nothing is lost.
 //
 // # Dedup
 //

@@ -76,6 +76,7 @@ type pgNames struct {
 	receive, publish, dedupP string
 	publishQuiet, dedupQuiet string // without NOTIFY, for Publish (see notifier)
 	ack, ackMany, ackNotify  string
+	lockGroups               string
 	retry                    string
 	extend, deadLetter       string
 }
@@ -158,6 +159,17 @@ ins AS (` + insert + `)`
 ins AS (` + insert + `)`
 	n.dedupP = n.render(dedup + notify)
 	n.dedupQuiet = n.render(dedup + quiet)
+	// lockGroups takes the held-message triggers' advisory locks (migration
+	// 003) of the groups $1 of queue $2, in the order of the lock keys. A
+	// transaction that writes into several groups takes them this way
+	// before its commit, where the deferred insert trigger takes each
+	// again (a no-op): two such transactions then cannot each hold a
+	// group's lock while waiting for the other's, a deadlock.
+	n.lockGroups = n.render(`SELECT count(*) FROM (SELECT pg_advisory_xact_lock(l.h) FROM (
+	SELECT DISTINCT hashtextextended(u.g, hashtextextended($2::text, hashtextextended(ns.nspname::text, 0))) AS h
+	FROM unnest($1::text[]) AS u(g), pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+	WHERE c.oid = ` + n.messagesLit() + `::regclass AND u.g IS NOT NULL
+	ORDER BY 1) AS l) AS locked`)
 	n.ack = n.render(`DELETE FROM {{messages}} WHERE id = $1 AND receipt = $2`)
 	n.ackMany = n.render(`DELETE FROM {{messages}} m USING unnest($1::bigint[], $2::bigint[]) AS a(id, receipt)
 WHERE m.id = a.id AND m.receipt = a.receipt RETURNING m.id, m.receipt`)
@@ -599,7 +611,7 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 			}
 			i = j
 		}
-		return nil
+		return q.lockGroups(ctx, tx, ms)
 	})
 	if err != nil {
 		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
@@ -611,6 +623,26 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 		}
 	}
 	return out, nil
+}
+
+// lockGroups takes, in tx, the group locks of the messages of ms that
+// are in FIFO groups, when they are in more than one (see
+// pgNames.lockGroups): a batch publishing into several groups then
+// cannot deadlock with another.
+func (q *PostgresQueue) lockGroups(ctx context.Context, tx pgx.Tx, ms []queue.Outgoing) error {
+	var groups []string
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m.GroupID != "" && !seen[m.GroupID] {
+			seen[m.GroupID] = true
+			groups = append(groups, m.GroupID)
+		}
+	}
+	if len(groups) < 2 {
+		return nil
+	}
+	var n int64
+	return tx.QueryRow(ctx, q.p.n.lockGroups, groups, q.name).Scan(&n)
 }
 
 // publishArgs checks m and returns the arguments of the publish
@@ -713,6 +745,12 @@ WHERE queue = $1 AND visible_at > now() AND visible_at < `+pgHeldVisibleAt, q.na
 			return nil, err
 		}
 	}
+}
+
+// messagesLit is the messages table's qualified name as a string literal
+// (for a regclass).
+func (n pgNames) messagesLit() string {
+	return "'" + strings.ReplaceAll(n.messages, "'", "''") + "'"
 }
 
 // pgHeldVisibleAt is the visible_at of held messages (migration 003):
@@ -924,15 +962,29 @@ func (q *PostgresQueue) Redrive(ctx context.Context, limit int) (int, error) {
 	}
 	total, err := redrive(limit, func(n int) (int, error) {
 		var moved int
-		err := q.p.pool.QueryRow(ctx, `WITH picked AS (
+		// The messages' groups are locked in order before the commit, as
+		// PublishBatch does (see lockGroups).
+		err := pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
+			var groups []string
+			err := tx.QueryRow(ctx, `WITH picked AS (
 	SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
 moved AS (DELETE FROM `+q.p.n.dead+` d USING picked WHERE d.id = picked.id RETURNING d.*),
 ins AS (
 	INSERT INTO `+q.p.n.messages+` (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
 	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
-	RETURNING id)
-SELECT count(*) FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved)
-		return moved, err
+	RETURNING id, group_id)
+SELECT count(*), coalesce(array_agg(DISTINCT ins.group_id) FILTER (WHERE ins.group_id IS NOT NULL), '{}')
+FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved, &groups)
+			if err != nil || len(groups) < 2 {
+				return err
+			}
+			var locked int64
+			return tx.QueryRow(ctx, q.p.n.lockGroups, groups, q.name).Scan(&locked)
+		})
+		if err != nil {
+			return 0, err // rolled back
+		}
+		return moved, nil
 	})
 	if err != nil {
 		return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
