@@ -130,15 +130,18 @@ func newKeyJournal(req *idem.ClaimRequest, now, leaseUntil time.Time) []idem.Jou
 }
 
 // ClaimBatch implements [idem.BatchClaimer]: the requests are claimed with
-// the same rules as [Store.Claim], in one statement (one round trip) when
-// all its keys are new, and in two when some have a row, except while
-// keys mostly have one: then in one, the full claim (see the package doc).
+// the same rules as [Store.Claim]: while recent batches brought mostly
+// new keys, in one statement (one round trip) when all its keys are new
+// and in two when some have a row; while keys mostly have one, in one,
+// the full claim (see the package doc).
 // Results are in request order. A key that appears more than once is
 // claimed again, after its first claim, by a further statement for each
 // repetition, so that every request sees the record as the earlier ones
 // left it. The claims of one statement commit together; if a later
-// statement fails, ClaimBatch returns the error and the keys acquired
-// before it stay claimed until their leases pass.
+// statement fails (or ctx ends between statements), ClaimBatch returns
+// the error and releases the keys it had acquired before it; a key it
+// cannot release (the database gone) stays claimed until its lease
+// passes.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -165,14 +168,44 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 			return nil, err
 		}
 	}
+	first := true
 	err := inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
-		return s.claimRound(ctx, q, reqs, round, out)
+		// Only the first round can find new keys: a later round repeats
+		// keys that the first one claimed or found.
+		newKeys := first
+		first = false
+		return s.claimRound(ctx, q, reqs, round, out, newKeys)
 	})
 	if err != nil {
+		s.releaseAcquired(ctx, out, err)
 		return nil, err
 	}
 	return out, nil
 }
+
+// releaseAcquired releases, as far as it can, the keys that a batch
+// claim acquired before one of its statements failed: the caller gets
+// only the error, so no fn will run under those claims, and a key left
+// claimed would answer "busy" to every retry until its lease passed (and,
+// under AtMostOnce, then be lapsed). It runs even when ctx is done (the
+// most common failure), bounded by releaseTimeout. A key it cannot
+// release stays claimed until its lease passes.
+func (s *Store) releaseAcquired(ctx context.Context, out []idem.ClaimResult, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	reason := text("the batch claim failed before it returned: " + cause.Error())
+	for _, r := range out {
+		if !r.Acquired {
+			continue
+		}
+		if err := s.finish(ctx, s.pool, s.q.release, r.Record.Key, r.Record.Fence, reason); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// releaseTimeout bounds releaseAcquired.
+const releaseTimeout = 5 * time.Second
 
 // inRounds calls round with the indexes 0..n-1 split into rounds in which
 // no key appears twice (one statement cannot write a row twice): each round
@@ -202,13 +235,14 @@ func inRounds(n int, key func(i int) string, round func(idx []int) error) error 
 }
 
 // claimRound claims reqs[i] for each i of round (distinct keys) in one
-// statement, and again for the keys that changed under it. While batches
+// statement, and again for the keys that changed under it. When newKeys
+// says the round may hold keys with no row, and while batches
 // mostly bring new keys, the new keys are first inserted by a statement
 // of their own (claimNewSQL), which costs the database about what a bare
 // insert of the rows costs, and only the keys that have a row go through
 // the full claim; while keys mostly exist, that first statement would
 // only add a round trip, and the batch starts with the full claim.
-func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult) error {
+func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult, newKeys bool) error {
 	// Keys in byte order: concurrent batches lock their rows in the same
 	// order and cannot deadlock.
 	slices.SortFunc(round, func(a, b int) int {
@@ -220,7 +254,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		}
 		return 0
 	})
-	if !s.dupes.Often() {
+	if newKeys && !s.dupes.Often() {
 		inserted, err := s.claimNew(ctx, q, reqs, round, out)
 		if err != nil {
 			return err

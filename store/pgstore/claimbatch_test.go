@@ -2,12 +2,14 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
 )
 
 // batchStarts are the two ways a batch claim starts (see claimRound):
@@ -114,5 +116,69 @@ func TestClaimBatchStarts(t *testing.T) {
 	}
 	if got[0] != nil && got[1] != nil && !reflect.DeepEqual(got[0], got[1]) {
 		t.Errorf("the two starts differ:\n%v\n%v", got[0], got[1])
+	}
+}
+
+// failAfterFirst is a querier that runs the first statement on the pool
+// and fails every later one, as a connection lost (or a context ended)
+// between a batch claim's two statements would.
+type failAfterFirst struct {
+	querier
+	n int
+}
+
+var errLostBetween = errors.New("connection lost between statements")
+
+func (f *failAfterFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	f.n++
+	if f.n > 1 {
+		return nil, errLostBetween
+	}
+	return f.querier.Query(ctx, sql, args...)
+}
+
+// TestClaimBatchFailsBetweenStatements: when the full claim fails after
+// the insert of the new keys committed, the batch returns the error and
+// the new keys it had claimed are released: a retry acquires them at
+// once, instead of finding them busy for a lease.
+func TestClaimBatchFailsBetweenStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t, new(testClocks))
+	done := req("done")
+	cr, err := s.Claim(ctx, done)
+	if err != nil || !cr.Acquired {
+		t.Fatalf("Claim: %v, %v", cr.Acquired, err)
+	}
+	if err := s.Complete(ctx, "done", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s.dupes.Often() {
+		t.Fatal("a new store starts batches with the full claim")
+	}
+	reqs := []idem.ClaimRequest{req("fresh-1"), req("done"), req("fresh-2")}
+	for i := range reqs {
+		reqs[i].Policy = idem.AtMostOnce
+	}
+	q := &failAfterFirst{querier: s.pool}
+	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
+		t.Fatalf("claimBatch = %v, want the second statement's error", err)
+	}
+	if q.n != 2 {
+		t.Fatalf("the batch ran %d statements, want 2 (the new keys' insert, then the full claim)", q.n)
+	}
+	for _, k := range []string{"fresh-1", "fresh-2"} {
+		rec, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatalf("Get %q: %v", k, err)
+		}
+		if rec.Status != idem.StatusReleased {
+			t.Fatalf("%q after the failed batch: %s, want released", k, rec.Status)
+		}
+		r := req(k)
+		r.Policy = idem.AtMostOnce
+		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
+			t.Fatalf("a retry of %q: acquired %v, %v; want acquired", k, cr.Acquired, err)
+		}
 	}
 }

@@ -103,7 +103,7 @@
 // [Store.ClaimBatch] claims many keys in one such statement, with the
 // requests as arrays (unnest), inserted in key order so that concurrent
 // batches lock their rows in the same order and cannot deadlock. While
-// recent batches brought mostly new keys (a moving average: more than
+// recent batches brought mostly new keys (a moving average: at least
 // three quarters of keys had no row), a batch starts with a plainer
 // statement: INSERT ... ON CONFLICT (key) DO NOTHING of the new rows,
 // which costs the server about what a bare insert of those rows does; it
