@@ -50,9 +50,13 @@ var (
 	// [idem.ErrClosed]).
 	ErrClosed = fmt.Errorf("sqlqueue: %w", idem.ErrClosed)
 	// ErrNoTables is wrapped by the error of a call on a database whose
-	// queue tables do not exist (opened with WithMigrate(false) before
-	// the migrations ran).
+	// queue tables do not exist, or are older than the build needs
+	// (opened with WithMigrate(false) before the migrations ran).
 	ErrNoTables = errors.New("sqlqueue: the queue tables do not exist")
+	// ErrIsolation is wrapped by the error of [NewPostgres] on a pool
+	// whose transactions default to an isolation level other than READ
+	// COMMITTED.
+	ErrIsolation = errors.New("sqlqueue: the queue's statements need READ COMMITTED")
 )
 
 // Option configures a [SQLite] or [Postgres] handle: what all its queues

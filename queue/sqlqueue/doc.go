@@ -77,9 +77,11 @@
 // time. The triggers need READ COMMITTED (pgstore's DoTx uses it): under
 // REPEATABLE READ or SERIALIZABLE a PublishTx into a group whose head was
 // acked after the transaction's snapshot fails at its commit with a
-// serialization error (SQLSTATE 40001: retry the transaction), and a
-// delete of a grouped message, which the queue does not do in such a
-// transaction, fails. A message's ack or dead letter takes one group's
+// serialization error (SQLSTATE 40001, or 40P01 if the ack had not yet
+// committed: retry the transaction), and a delete of a grouped message
+// fails; [NewPostgres] refuses a pool whose transactions default to
+// such a level, so the queue's own statements never run under one. A
+// message's ack or dead letter takes one group's
 // lock; PublishBatch and Redrive, which may write into several groups,
 // take their groups' locks in one fixed order before they commit, so they
 // cannot deadlock with each other. A PublishTx takes each group's lock at

@@ -2,6 +2,7 @@ package sqlqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -213,5 +214,82 @@ VALUES ('q', $1, nullif($2, ''), now() + $3::interval, $4, now())`, []byte(r.bod
 		if err := ds[0].Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSQLiteOlderTables: a handle opened with WithMigrate(false) on tables
+// from before migration 003 reports them as ErrNoTables (older than the
+// build) where it reads the new column, instead of a bare SQL error.
+func TestSQLiteOlderTables(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ms, err := migrations.Load(migrationFiles, "migrations/sqlite", "sqlqueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplySQLite(ctx, st.DB(), sqliteComponent, ms[:2], time.Now().UnixMicro(), false, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSQLite(ctx, st.DB(), WithMigrate(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Stats(ctx); !errors.Is(err, ErrNoTables) {
+		t.Fatalf("Stats on tables before migration 003 = %v, want ErrNoTables", err)
+	}
+}
+
+// TestPostgresOlderTablesAndIsolation: as TestSQLiteOlderTables on
+// PostgreSQL; and NewPostgres refuses a pool whose transactions default
+// to REPEATABLE READ.
+func TestPostgresOlderTablesAndIsolation(t *testing.T) {
+	u := os.Getenv("IDEM_TEST_POSTGRES")
+	if u == "" {
+		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	schema := fmt.Sprintf("sqlqueue_older_%d", time.Now().UnixNano())
+	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newPGNames(schema)
+	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
+		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPostgres(ctx, pool, WithSchema(schema), WithMigrate(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Stats(ctx); !errors.Is(err, ErrNoTables) {
+		t.Fatalf("Stats on tables before migration 003 = %v, want ErrNoTables", err)
+	}
+
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	rr, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	if _, err := NewPostgres(ctx, rr, WithSchema(schema)); !errors.Is(err, ErrIsolation) {
+		t.Fatalf("NewPostgres on a REPEATABLE READ pool = %v, want ErrIsolation", err)
 	}
 }

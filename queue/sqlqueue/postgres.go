@@ -216,7 +216,11 @@ func (n pgNames) render(sql string) string {
 // ctx bounds the opening only. Closing the handle does not close pool.
 //
 // Times are the server's (now() of each statement's transaction); the
-// handle's statements need READ COMMITTED, the default.
+// handle's statements need READ COMMITTED, the default: NewPostgres fails
+// with [ErrIsolation] when the pool's connections default to another
+// level (default_transaction_isolation). Under another level the delete
+// of a FIFO group's head could miss a message published behind it, so
+// the migration's trigger refuses it, and the group would stall.
 func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Postgres, error) {
 	if pool == nil {
 		return nil, errors.New("sqlqueue: NewPostgres: nil pool")
@@ -224,6 +228,13 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Post
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
+	}
+	var level string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+		return nil, fmt.Errorf("sqlqueue: %w", err)
+	}
+	if level != "read committed" {
+		return nil, fmt.Errorf("%w: the pool's connections default to %s (set default_transaction_isolation to read committed for them, e.g. in the pool config's RuntimeParams)", ErrIsolation, level)
 	}
 	p := &Postgres{pool: pool, cfg: cfg, n: newPGNames(cfg.schema)}
 	if cfg.migrate {
@@ -354,6 +365,9 @@ func (p *Postgres) wrapErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
 		return fmt.Errorf("%w: %s (open the queue with migrations on): %w", ErrNoTables, p.n.messages, err)
+	}
+	if errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "held_visible_at") { // undefined_column
+		return fmt.Errorf("%w: %s is older than this build (migration 003; open the queue with migrations on once): %w", ErrNoTables, p.n.messages, err)
 	}
 	return err
 }
