@@ -194,10 +194,11 @@ type queueConfig struct {
 // [DefaultVisibility], 30 s): how long a received message is hidden from
 // other receivers before it is handed out again, unless the delivery
 // extends it, acks it, retries it or dead-letters it first. d < 1 ms means
-// 1 ms. Each handle has its own setting for the queue: the timeout is the
-// receiver's, as with SQS's ReceiveMessage VisibilityTimeout.
+// 1 ms, more than 100 years means 100 years. Each handle has its own setting for
+// the queue: the timeout is the receiver's, as with SQS's ReceiveMessage
+// VisibilityTimeout.
 func WithVisibility(d time.Duration) QueueOption {
-	return func(c *queueConfig) { c.visibility = max(d, time.Millisecond) }
+	return func(c *queueConfig) { c.visibility = min(max(d, time.Millisecond), maxHide) }
 }
 
 // WithDedupWindow sets how long a publish's dedup id is remembered
@@ -382,16 +383,22 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle(func() error { return d.s.deadLetter(ctx, d, reason) })
 }
 
-// Extend hides the message for dur from now (dur < 1 ms means 1 ms), if
-// it is still this delivery's.
+// Extend hides the message for dur from now (dur < 1 ms means 1 ms, more
+// than 100 years means 100 years), if it is still this delivery's.
 func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.settled {
 		return fmt.Errorf("sqlqueue: message %d: %w", d.id, queue.ErrSettled)
 	}
-	return d.s.extend(ctx, d, max(dur, time.Millisecond))
+	return d.s.extend(ctx, d, min(max(dur, time.Millisecond), maxHide))
 }
+
+// maxHide bounds a visibility timeout and an Extend: 100 years. A message
+// in flight must stay visibly in flight (before the year 2200, where the
+// held messages behind FIFO group heads wait), and SQLite keeps times as
+// microseconds in an int64.
+const maxHide = 100 * 365 * 24 * time.Hour
 
 // redriveChunk is the most dead letters one step of Redrive moves (a
 // statement on PostgreSQL, a transaction on SQLite).

@@ -3,6 +3,7 @@ package sqlqueue_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -136,4 +137,45 @@ func headWalk(t *testing.T, q heldQueue, check func(t *testing.T)) {
 	if st, err := q.Stats(ctx); err != nil || st.Ready+st.Delayed+st.InFlight != 0 {
 		t.Fatalf("stats at the end = %+v, %v; want an empty queue", st, err)
 	}
+}
+
+// longExtendKeepsGroupInFlight: however far an Extend pushes a message's
+// visibility (it is capped at 100 years), the message stays in flight for
+// its group: a redriven lower id of the group waits for it. (Past the
+// year 2200, where held messages wait, the receive would not have seen
+// it in flight.)
+func longExtendKeepsGroupInFlight(t *testing.T, q redriver) {
+	ctx := context.Background()
+	publish(t, q, queue.Outgoing{Body: []byte("old"), GroupID: "g"})
+	ds := receive(t, q, 10)
+	if got := fmt.Sprint(bodies(ds)); got != "[old]" {
+		t.Fatalf("receive = %s, want old", got)
+	}
+	if err := ds[0].DeadLetter(ctx, "for the redrive"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, q, queue.Outgoing{Body: []byte("new"), GroupID: "g"})
+	ds = receive(t, q, 10)
+	if got := fmt.Sprint(bodies(ds)); got != "[new]" {
+		t.Fatalf("receive = %s, want new", got)
+	}
+	if err := ds[0].Extend(ctx, time.Duration(math.MaxInt64)); err != nil {
+		t.Fatalf("Extend by the longest duration: %v", err)
+	}
+	if n, err := q.Redrive(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("Redrive = %d, %v; want 1", n, err)
+	}
+	receiveNone(t, q)
+}
+
+// TestSQLiteLongExtend: see longExtendKeepsGroupInFlight.
+func TestSQLiteLongExtend(t *testing.T) {
+	e := openSQLiteMode(t, "", nil, true)
+	longExtendKeepsGroupInFlight(t, e.queue(t, "fifo"))
+}
+
+// TestPostgresLongExtend: see longExtendKeepsGroupInFlight.
+func TestPostgresLongExtend(t *testing.T) {
+	pool := pgPool(t)
+	longExtendKeepsGroupInFlight(t, pgQueue(t, openPostgres(t, pool, pgSchema(t, pool)), "fifo"))
 }
