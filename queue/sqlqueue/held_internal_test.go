@@ -18,18 +18,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestSQLiteMigrateHeld: migration 003 holds the messages of a populated
-// table that are not their group's head (in flight, delayed or waiting
-// heads stay as they were), and the queue then hands each group out in
-// id order.
-func TestSQLiteMigrateHeld(t *testing.T) {
+// sqliteBefore003 returns a store (closed when t ends) whose database
+// holds the queue tables as migrations 001 – 002 left them.
+func sqliteBefore003(t *testing.T) *sqlitestore.Store {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	db := st.DB()
+	t.Cleanup(func() { st.Close() })
 	ms, err := migrations.Load(migrationFiles, "migrations/sqlite", "sqlqueue")
 	if err != nil {
 		t.Fatal(err)
@@ -37,10 +35,53 @@ func TestSQLiteMigrateHeld(t *testing.T) {
 	if len(ms) < 3 {
 		t.Fatalf("%d migrations, want 003", len(ms))
 	}
-	now := time.Now().UnixMicro()
-	if err := migrations.ApplySQLite(ctx, db, sqliteComponent, ms[:2], now, false, slog.New(slog.DiscardHandler)); err != nil {
+	if err := migrations.ApplySQLite(ctx, st.DB(), sqliteComponent, ms[:2], time.Now().UnixMicro(), false, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// pgBefore003 returns a pool and a schema of t's own (dropped when t
+// ends) that holds the queue tables as migrations 001 – 002 left them,
+// and the schema's names.
+func pgBefore003(t *testing.T) (*pgxpool.Pool, string, pgNames) {
+	t.Helper()
+	u := os.Getenv("IDEM_TEST_POSTGRES")
+	if u == "" {
+		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	schema := fmt.Sprintf("sqlqueue_before003_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newPGNames(schema)
+	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
+		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pool, schema, n
+}
+
+// TestSQLiteMigrateHeld: migration 003 holds the messages of a populated
+// table that are not their group's head (in flight, delayed or waiting
+// heads stay as they were), and the queue then hands each group out in
+// id order.
+func TestSQLiteMigrateHeld(t *testing.T) {
+	ctx := context.Background()
+	st := sqliteBefore003(t)
+	db := st.DB()
+	now := time.Now().UnixMicro()
 	// Group a: a1 in flight, a2 and a3 waiting. Group b: b1 delayed, b2
 	// waiting. Group c: c1 waiting alone. n1 ungrouped.
 	hour := int64(time.Hour / time.Microsecond)
@@ -94,21 +135,32 @@ VALUES ('q', ?, ?, ?, ?, ?, ?)`, []byte(r.body), group, r.visible, r.receipt, ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	receiveAfterMigration(t, q, func() error {
+		_, err := db.Exec(`DELETE FROM idem_queue_messages WHERE group_id = 'a' AND receipt = 42`)
+		return err
+	})
+}
+
+// receiveAfterMigration receives from q, filled as the migration tests
+// fill it: c1 and n1 first (a1 in flight, b1 delayed, a2 and a3 held),
+// then, after ackA1 deletes a1, a2 and a3 in that order.
+func receiveAfterMigration(t *testing.T, q queue.Source, ackA1 func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ds, err := q.Receive(rctx, 10)
+	ds, err := q.Receive(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(deliveryBodies(ds)); got != "[c1 n1]" {
 		t.Fatalf("receive after the migration = %s, want c1 n1 (a1 in flight, b1 delayed)", got)
 	}
-	// Ack a1 (its receipt was set by hand): a2 then a3 follow.
-	if _, err := db.Exec(`DELETE FROM idem_queue_messages WHERE group_id = 'a' AND receipt = 42`); err != nil {
+	// a1's receipt was set by hand: its ack is a delete.
+	if err := ackA1(); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"a2", "a3"} {
-		ds, err := q.Receive(rctx, 10)
+		ds, err := q.Receive(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,28 +183,8 @@ func deliveryBodies(ds []queue.Delivery) []string {
 
 // TestPostgresMigrateHeld: as TestSQLiteMigrateHeld, on PostgreSQL.
 func TestPostgresMigrateHeld(t *testing.T) {
-	u := os.Getenv("IDEM_TEST_POSTGRES")
-	if u == "" {
-		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("sqlqueue_migrate_%d", time.Now().UnixNano())
-	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newPGNames(schema)
-	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
-		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema, n := pgBefore003(t)
 	for _, r := range []struct {
 		body, group string
 		visible     string
@@ -191,30 +223,10 @@ VALUES ('q', $1, nullif($2, ''), now() + $3::interval, $4, now())`, []byte(r.bod
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ds, err := q.Receive(rctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(deliveryBodies(ds)); got != "[c1 n1]" {
-		t.Fatalf("receive after the migration = %s, want c1 n1 (a1 in flight, b1 delayed)", got)
-	}
-	if _, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE group_id = 'a' AND receipt = 42`); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"a2", "a3"} {
-		ds, err := q.Receive(rctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fmt.Sprint(deliveryBodies(ds)); got != "["+want+"]" {
-			t.Fatalf("got %s, want %s", got, want)
-		}
-		if err := ds[0].Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	receiveAfterMigration(t, q, func() error {
+		_, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE group_id = 'a' AND receipt = 42`)
+		return err
+	})
 }
 
 // TestSQLiteOlderTables: a handle opened with WithMigrate(false) on tables
@@ -222,18 +234,7 @@ VALUES ('q', $1, nullif($2, ''), now() + $3::interval, $4, now())`, []byte(r.bod
 // build) where it reads the new column, instead of a bare SQL error.
 func TestSQLiteOlderTables(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ms, err := migrations.Load(migrationFiles, "migrations/sqlite", "sqlqueue")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.ApplySQLite(ctx, st.DB(), sqliteComponent, ms[:2], time.Now().UnixMicro(), false, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	st := sqliteBefore003(t)
 	s, err := NewSQLite(ctx, st.DB(), WithMigrate(false))
 	if err != nil {
 		t.Fatal(err)
@@ -248,28 +249,8 @@ func TestSQLiteOlderTables(t *testing.T) {
 // PostgreSQL; and NewPostgres refuses a pool whose transactions default
 // to REPEATABLE READ.
 func TestPostgresOlderTablesAndIsolation(t *testing.T) {
-	u := os.Getenv("IDEM_TEST_POSTGRES")
-	if u == "" {
-		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("sqlqueue_older_%d", time.Now().UnixNano())
-	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	ms, err := migrations.Load(migrationFiles, "migrations/postgres", "sqlqueue")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newPGNames(schema)
-	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
-		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema, _ := pgBefore003(t)
 	p, err := NewPostgres(ctx, pool, WithSchema(schema), WithMigrate(false))
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +260,7 @@ func TestPostgresOlderTablesAndIsolation(t *testing.T) {
 		t.Fatalf("Stats on tables before migration 003 = %v, want ErrNoTables", err)
 	}
 
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := pgxpool.ParseConfig(os.Getenv("IDEM_TEST_POSTGRES"))
 	if err != nil {
 		t.Fatal(err)
 	}
