@@ -119,22 +119,58 @@ func TestClaimBatchStarts(t *testing.T) {
 	}
 }
 
-// failAfterFirst is a querier that runs the first statement on the pool
-// and fails every later one, as a connection lost (or a context ended)
-// between a batch claim's two statements would.
-type failAfterFirst struct {
+// countQueries is a querier that counts the queries it runs and, with
+// failAfter > 0, fails those after the first failAfter, as a connection
+// lost (or a context ended) between a batch claim's statements would.
+type countQueries struct {
 	querier
-	n int
+	n, failAfter int
 }
 
 var errLostBetween = errors.New("connection lost between statements")
 
-func (f *failAfterFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	f.n++
-	if f.n > 1 {
+func (c *countQueries) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n++
+	if c.failAfter > 0 && c.n > c.failAfter {
 		return nil, errLostBetween
 	}
-	return f.querier.Query(ctx, sql, args...)
+	return c.querier.Query(ctx, sql, args...)
+}
+
+// TestClaimBatchStartFollowsBatches: batches of ten that each have one key
+// with a row take two statements at first (the new keys' insert, then the
+// full claim for that key), and after a few such batches one (the full
+// claim alone): the estimate counts batches that had such a key, not keys
+// (one key in ten would never have turned it), since the second round trip
+// is paid per batch.
+func TestClaimBatchStartFollowsBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t, new(testClocks))
+	var stmts []int
+	for b := range 12 {
+		// Nine new keys and one with a row: a tenth of the keys, in
+		// every batch.
+		var reqs []idem.ClaimRequest
+		for k := range 9 {
+			reqs = append(reqs, req(fmt.Sprintf("mixed-%d-%d", b, k)))
+		}
+		reqs = append(reqs, req("repeat"))
+		q := &countQueries{querier: s.pool}
+		res, err := s.claimBatch(ctx, q, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if want := i < 9 || b == 0; r.Acquired != want {
+				t.Fatalf("batch %d, %q: acquired %v, want %v", b, r.Record.Key, r.Acquired, want)
+			}
+		}
+		stmts = append(stmts, q.n)
+	}
+	if stmts[0] != 1 || stmts[1] != 2 || stmts[len(stmts)-1] != 1 {
+		t.Fatalf("statements per batch %v: want 1 (all new), then 2 (one key with a row), then 1 once that is common", stmts)
+	}
 }
 
 // TestClaimBatchFailsBetweenStatements: when the full claim fails after
@@ -160,7 +196,7 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 	for i := range reqs {
 		reqs[i].Policy = idem.AtMostOnce
 	}
-	q := &failAfterFirst{querier: s.pool}
+	q := &countQueries{querier: s.pool, failAfter: 1}
 	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
 		t.Fatalf("claimBatch = %v, want the second statement's error", err)
 	}

@@ -31,7 +31,7 @@ type Store struct {
 	// reruns counts claims that ran again because their key changed
 	// under them (see claimSQL), for tests.
 	reruns atomic.Int64
-	// dupes follows how often batch claims find their keys' rows, which
+	// dupes follows how often batch claims have a key with a row, which
 	// decides whether a batch starts with claimNewSQL.
 	dupes dupshare.Share
 }
