@@ -3,7 +3,8 @@
 // can start a claim the way that is cheapest for what its callers send:
 // with a bare insert while keys are mostly new, with a read (or the full
 // conditional write) while they mostly exist. Either start is correct;
-// the share only decides the cost.
+// the share only decides the cost. A store whose cost is per batch of
+// keys counts batches: one that had a key with a record is "found".
 package dupshare
 
 import "sync/atomic"
