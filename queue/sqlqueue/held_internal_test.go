@@ -173,6 +173,8 @@ func receiveAfterMigration(t *testing.T, q queue.Source, ackA1 func() error) {
 	}
 }
 
+// deliveryBodies returns the deliveries' bodies as strings (the external
+// tests' bodies, through export_test.go).
 func deliveryBodies(ds []queue.Delivery) []string {
 	var out []string
 	for _, d := range ds {

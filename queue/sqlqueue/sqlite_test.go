@@ -135,13 +135,8 @@ func receiveNone(t *testing.T, src queue.Source) {
 	}
 }
 
-func bodies(ds []queue.Delivery) []string {
-	var out []string
-	for _, d := range ds {
-		out = append(out, string(d.Message().Body))
-	}
-	return out
-}
+// bodies returns the deliveries' bodies as strings.
+var bodies = sqlqueue.DeliveryBodies
 
 func TestSQLitePublishReceiveAck(t *testing.T) {
 	e := openSQLite(t, "", nil)
