@@ -2,13 +2,20 @@ package sqlitestore
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
 )
 
 // TestMarshalJournalMatchesEncodingJSON holds marshalJournal to
@@ -82,4 +89,200 @@ func BenchmarkMarshalJournal(b *testing.B) {
 			json.Marshal(j)
 		}
 	})
+}
+
+// TestImplicitJournal runs random histories of a key through the state
+// machine and writes each record it reaches into a real table and reads it
+// back: what comes back equals what was written, whether the journal was
+// stored implicitly (an empty column) or in full. A record one journal
+// field away from its implicit entry is written in full. The common
+// history, a first claim and its outcome, must stay implicit: that is the
+// row the hot path writes.
+func TestImplicitJournal(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Times at the store's precision, as its clock gives them (Store.now).
+	base := time.Date(2026, 11, 30, 12, 0, 0, 123456000, time.UTC)
+	owners := []string{"", "w1", "host:42"}
+	corrs := []string{"", "msg-1", "corr-" + strings.Repeat("x", 40)}
+	reasons := []string{"", "boom", "card declined"}
+
+	roundTrip := func(name string, r *idem.Record) (implicit bool) {
+		t.Helper()
+		args, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.w.do(ctx, false, func(w rw, _ time.Time) error {
+			if _, err := w.remove(r.Key, 0); err != nil {
+				return err
+			}
+			_, err := w.insert(args, 1)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var journal string
+		if err := s.DB().QueryRow(`SELECT journal FROM idem_records WHERE key = ?`, r.Key).Scan(&journal); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := s.read(ctx, r.Key)
+		if err != nil {
+			t.Fatalf("%s: read: %v", name, err)
+		}
+		want := *r
+		want.Journal = slices.Clone(r.Journal)
+		normalize(&want)
+		if !reflect.DeepEqual(*got, want) {
+			t.Fatalf("%s: journal column %q\nwrote %+v\n read %+v", name, journal, want, *got)
+		}
+		return journal == ""
+	}
+
+	var implicit, explicit, nearMisses int
+	for i := range 2000 {
+		var rec *idem.Record
+		now := base.Add(time.Duration(rng.Int64N(int64(time.Hour))).Truncate(time.Microsecond))
+		var fence int64
+		for step := range 1 + rng.IntN(5) {
+			now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Minute))).Truncate(time.Microsecond))
+			var next *idem.Record
+			switch op := rng.IntN(6); {
+			case op <= 1 || rec == nil:
+				policy := idem.AtLeastOnce
+				if rng.IntN(3) == 0 {
+					policy = idem.AtMostOnce
+				}
+				var res idem.ClaimResult
+				next, res = transition.Claim(rec, idem.ClaimRequest{
+					Key: "k" + strconv.Itoa(i), Owner: owners[rng.IntN(len(owners))],
+					Correlation: corrs[rng.IntN(len(corrs))], Policy: policy, TakeLapsed: rng.IntN(2) == 0,
+					Lease: time.Duration(1+rng.IntN(90)) * time.Second, Retention: time.Duration(1+rng.IntN(10)) * time.Minute,
+				}, now)
+				if res.Acquired {
+					fence = res.Record.Fence
+				}
+			case op == 2:
+				next, _ = transition.Extend(rec, fence, 30*time.Second, now)
+			case op == 3 || op == 4:
+				status := []idem.Status{idem.StatusCompleted, idem.StatusFailed, idem.StatusReleased, idem.StatusInProgress}[rng.IntN(4)]
+				next, _ = transition.Finish(rec, fence-int64(rng.IntN(2)), transition.Ending{
+					Status: status, Result: []byte(`{"id":"` + strconv.Itoa(step) + `"}`),
+					Reason: reasons[rng.IntN(len(reasons))], Retention: time.Hour,
+				}, now)
+			default:
+				next, _ = transition.Resolve(rec, 0, idem.Resolution{Done: rng.IntN(2) == 0, Result: []byte("r"), Reason: "operator", By: "ops", Retention: time.Hour}, now)
+			}
+			if next != nil {
+				rec = next
+			}
+		}
+		name := fmt.Sprintf("history %d", i)
+		if roundTrip(name, rec) {
+			implicit++
+			// One field of the entry changed: no longer what the row says
+			// (the correlation id has a column of its own).
+			r := *rec
+			r.Journal = slices.Clone(rec.Journal)
+			e := reflect.ValueOf(&r.Journal[0]).Elem()
+			field := e.Type().Field(rng.IntN(e.NumField())).Name
+			if field == "Correlation" {
+				field = "Owner"
+			}
+			f := e.FieldByName(field)
+			switch v := f.Interface().(type) {
+			case string:
+				f.SetString(v + "x")
+			case int, int64:
+				f.SetInt(f.Int() + 1)
+			case bool:
+				f.SetBool(!v)
+			case time.Time:
+				f.Set(reflect.ValueOf(v.Add(time.Microsecond)))
+			}
+			if roundTrip(name+", one field changed", &r) {
+				t.Fatalf("%s: entry %+v changed in %s was still written implicitly", name, r.Journal[0], field)
+			}
+			nearMisses++
+		} else {
+			explicit++
+		}
+	}
+	t.Logf("%d implicit (%d near misses), %d explicit", implicit, nearMisses, explicit)
+	if implicit < 100 || explicit < 100 {
+		t.Fatalf("histories: %d implicit, %d explicit: the test no longer covers both", implicit, explicit)
+	}
+
+	// The hot path: a first claim and its completion, through a Ledger with
+	// a correlation id, leave the journal implicit.
+	l := idem.New(s)
+	if _, err := l.Do(ctx, idem.Key("booking", "b-1"), func(context.Context) ([]byte, error) { return []byte("ok"), nil }, idem.WithCorrelationID("msg-77")); err != nil {
+		t.Fatal(err)
+	}
+	var journal, corr string
+	if err := s.DB().QueryRow(`SELECT journal, correlation FROM idem_records WHERE key = ?`, idem.Key("booking", "b-1").String()).Scan(&journal, &corr); err != nil {
+		t.Fatal(err)
+	}
+	if journal != "" || corr != "msg-77" {
+		t.Fatalf("a first attempt's row has journal %q, correlation %q; want the implicit journal and msg-77", journal, corr)
+	}
+}
+
+// TestMigrationToImplicitJournal opens a file written before migration 002
+// (journals in full, no correlation column): its records read back as
+// they were, and new first attempts are stored implicitly.
+func TestMigrationToImplicitJournal(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := idem.New(s)
+	key := idem.Key("booking", "old")
+	if _, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil }, idem.WithCorrelationID("msg-1")); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Get(ctx, key.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := marshalJournal(before.Journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to the schema of migration 001, as the previous build wrote it.
+	for _, q := range []string{
+		`UPDATE idem_records SET journal = '` + string(j) + `'`,
+		`ALTER TABLE idem_records DROP COLUMN correlation`,
+		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`,
+	} {
+		if _, err := s.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	after, err := s.Get(ctx, key.String())
+	if err != nil || !reflect.DeepEqual(after, before) {
+		t.Fatalf("after migration 002:\n got %+v %v\nwant %+v", after, err, before)
+	}
+	var journal string
+	if err := s.DB().QueryRow(`SELECT journal FROM idem_records WHERE key = ?`, key.String()).Scan(&journal); err != nil || journal != string(j) {
+		t.Fatalf("the old row's journal is %q %v; want it as it was", journal, err)
+	}
+	l = idem.New(s)
+	if _, err := l.Do(ctx, idem.Key("booking", "new"), func(context.Context) ([]byte, error) { return []byte("ok"), nil }, idem.WithCorrelationID("msg-2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().QueryRow(`SELECT journal FROM idem_records WHERE key = ?`, idem.Key("booking", "new").String()).Scan(&journal); err != nil || journal != "" {
+		t.Fatalf("a new first attempt's journal is %q %v; want it implicit", journal, err)
+	}
 }

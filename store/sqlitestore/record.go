@@ -13,15 +13,15 @@ import (
 // them. The key comes last, so that an UPDATE binds the same values with
 // plain positional parameters (SET ... = ? WHERE key = ?).
 const columns = `status, policy, fence, attempt, owner, fingerprint, result, reason, ` +
-	`lease_until, expires_at, created_at, updated_at, journal, key`
+	`lease_until, expires_at, created_at, updated_at, journal, correlation, key`
 
-const numColumns = 14
+const numColumns = 15
 
 const (
 	// sqlInsert writes a record, with the version given after the
 	// columns, if its key is absent; it changes nothing if the key exists.
 	sqlInsert = `INSERT INTO idem_records (` + columns + `, version) ` +
-		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING`
+		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING`
 	// sqlUpdate overwrites a record if it still has the version given
 	// after the columns. OR FAIL: the version trigger makes SQLite treat a
 	// plain (OR ABORT) UPDATE as one that may write several rows, so it
@@ -32,7 +32,7 @@ const (
 	// (writer.runBatch), so that journal is never used.
 	sqlUpdate = `UPDATE OR FAIL idem_records SET status = ?, policy = ?, fence = ?, attempt = ?, owner = ?, ` +
 		`fingerprint = ?, result = ?, reason = ?, lease_until = ?, expires_at = ?, created_at = ?, ` +
-		`updated_at = ?, journal = ?, version = version + 1 WHERE key = ? AND version = ?`
+		`updated_at = ?, journal = ?, correlation = ?, version = version + 1 WHERE key = ? AND version = ?`
 	sqlLoad   = `SELECT ` + columns + `, version FROM idem_records WHERE key = ?`
 	sqlDelete = `DELETE FROM idem_records WHERE key = ? AND expires_at > ?`
 	sqlSweep  = `DELETE FROM idem_records WHERE key IN ` +
@@ -78,8 +78,13 @@ func normalize(r *idem.Record) {
 // encodeRecord returns r's column values in the order of columns, with
 // room for one more argument (the expected version of an update).
 func encodeRecord(r *idem.Record) ([]any, error) {
-	journal := "[]"
-	if len(r.Journal) > 0 {
+	journal, correlation := "[]", ""
+	if n := len(r.Journal); n > 0 {
+		correlation = r.Journal[n-1].Correlation
+	}
+	if implicitJournal(r) {
+		journal = ""
+	} else if len(r.Journal) > 0 {
 		b, err := marshalJournal(r.Journal)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: encoding the journal of %q: %w", r.Key, err)
@@ -104,6 +109,7 @@ func encodeRecord(r *idem.Record) ([]any, error) {
 		micros(r.CreatedAt),
 		micros(r.UpdatedAt),
 		journal,
+		correlation,
 		r.Key,
 	), nil
 }
@@ -126,9 +132,9 @@ func decodeVersioned(v []any) (*idem.Record, int64, error) {
 // *idem.CorruptError: a damaged row is never read as absent.
 func decodeRecord(v []any) (*idem.Record, error) {
 	var r idem.Record
-	key, ok := text(v[13])
+	key, ok := text(v[14])
 	if !ok {
-		return nil, &idem.CorruptError{Key: fmt.Sprint(v[13]), Detail: "key is not text"}
+		return nil, &idem.CorruptError{Key: fmt.Sprint(v[14]), Detail: "key is not text"}
 	}
 	r.Key = key
 	corrupt := func(format string, args ...any) error {
@@ -195,6 +201,10 @@ func decodeRecord(v []any) (*idem.Record, error) {
 		}
 	}
 
+	correlation, ok := optText(v[13])
+	if !ok {
+		return nil, corrupt("correlation is %T, not text", v[13])
+	}
 	var j []byte
 	switch x := v[12].(type) {
 	case string:
@@ -203,6 +213,10 @@ func decodeRecord(v []any) (*idem.Record, error) {
 		j = x
 	default:
 		return nil, corrupt("journal is %T, not JSON text", v[12])
+	}
+	if len(j) == 0 {
+		r.Journal = []idem.JournalEntry{implicitEntry(&r, correlation)}
+		return &r, nil
 	}
 	if err := json.Unmarshal(j, &r.Journal); err != nil {
 		return nil, corrupt("journal: %v", err)
