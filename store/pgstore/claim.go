@@ -78,8 +78,8 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 // scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
 // row that was not acquired although the statement's snapshot found it
 // claimable: the claim must run again; inserted, a row the statement
-// inserted (the key had none). reqFor returns the request of a key, for
-// the journal of a new key (which the statement does not send back).
+// inserted (the key had none). reqFor returns the request of a key, nil
+// for a key that was not asked for.
 func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res idem.ClaimResult, stale, inserted bool, err error) {
 	var (
 		raw                 rawRecord
@@ -92,15 +92,11 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 	if !acquired && claimable {
 		return res, true, false, nil
 	}
+	// A claim leaves a journal implicit only in a row it inserted: a new
+	// key's (taking over a row writes the journal out).
 	inserted = acquired && raw.journal == nil
-	if inserted {
-		// The INSERT inserted the row (xmax = 0): a new key, whose journal
-		// is the one entry of the request.
-		req := reqFor(raw.key)
-		if req == nil || raw.fence != 1 || raw.attempt != 1 {
-			return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
-		}
-		raw.entries = newKeyJournal(req, now, raw.leaseUntil)
+	if inserted && (reqFor(raw.key) == nil || raw.fence != 1 || raw.attempt != 1) {
+		return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 	}
 	rec, err := raw.record()
 	if err != nil {
@@ -113,20 +109,6 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 		res.Takeover = rec.Journal[len(rec.Journal)-1].Takeover
 	}
 	return res, false, inserted, nil
-}
-
-// newKeyJournal is the journal of a key's row as a claim inserts it: the
-// one entry of req's attempt, started at now.
-func newKeyJournal(req *idem.ClaimRequest, now, leaseUntil time.Time) []idem.JournalEntry {
-	return []idem.JournalEntry{{
-		Attempt:     1,
-		Fence:       1,
-		Owner:       text(req.Owner),
-		Correlation: text(req.Correlation),
-		Started:     now.UTC(),
-		LeaseUntil:  leaseUntil.UTC(),
-		Policy:      req.Policy.String(),
-	}}
 }
 
 // ClaimBatch implements [idem.BatchClaimer]: the requests are claimed with
@@ -371,7 +353,7 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 		req := &reqs[i]
 		raw.status, raw.policy, raw.fence, raw.attempt = string(idem.StatusInProgress), req.Policy.String(), 1, 1
 		raw.owner, raw.fingerprint, raw.updatedAt = text(req.Owner), text(req.Fingerprint), raw.createdAt
-		raw.entries = newKeyJournal(req, raw.createdAt, raw.leaseUntil)
+		raw.correlation = text(req.Correlation) // journal nil: implicit, as inserted
 		rec, err := raw.record()
 		if err != nil {
 			return nil, err

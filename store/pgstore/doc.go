@@ -36,7 +36,9 @@
 //	fence bigint, attempt integer
 //	owner, fingerprint, reason text, result bytea
 //	lease_until, expires_at, created_at, updated_at timestamptz
-//	journal jsonb                          []idem.JournalEntry, its json names
+//	journal jsonb                          []idem.JournalEntry, its json names;
+//	                                       NULL: implicit (below)
+//	correlation text                       the latest attempt's correlation id
 //	index (expires_at)                     Sweep
 //	index (key) WHERE status = 'in_progress'   List(Stuck): `idem ls --stuck`
 //	autovacuum at 2% dead rows; vacuum_truncate = false (see below)
@@ -63,15 +65,22 @@
 //		WHERE <claimable>: t.expires_at <= now OR t.status = 'released'
 //			OR (t.status = 'in_progress' AND t.lease_until <= now
 //			    AND (t.policy = 'at_least_once' OR $take_lapsed))
-//		RETURNING t.*, t.xmax = 0 AS inserted)
+//		RETURNING t.*)
 //	SELECT ..., true FROM ins
 //	UNION ALL
 //	SELECT ..., false, <claimable> FROM t WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)
 //
 // The takeover and after-expiry marks are computed in the statement and
-// kept in the new journal entry; a new key's entry is not sent back (the
-// caller knows it: xmax = 0 tells an insert from an update, as in River's
-// unique insert).
+// kept in the new journal entry.
+//
+// A new key's row has an implicit journal: NULL, meaning the one entry the
+// row's columns say (its attempt, fence, owner, correlation id, start,
+// lease and policy, and once it ended its status, end and reason). Its
+// claim builds no jsonb and writes a row less than half the size; its
+// heartbeats and its completion, failure or release keep the journal
+// implicit, and nearly every key never has another. A statement that
+// needs an entry the columns cannot say (a takeover, a second attempt, an
+// abandon, a resolution) writes the journal out first.
 //
 // A key the statement's snapshot shows as not claimable (a duplicate of a
 // completed or failed key, a busy or an indeterminate one) is not inserted

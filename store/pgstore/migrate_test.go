@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -186,11 +187,36 @@ func TestMigrateUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	claimNew(t, s, "k")
-	versions := pgx.Identifier{schema, DefaultTable + "_migrations"}.Sanitize()
-	// Back to version 1.
-	if _, err := s.Pool().Exec(ctx, "ALTER TABLE "+s.Table()+" RESET (vacuum_truncate); DELETE FROM "+versions+" WHERE version >= 2"); err != nil {
+	// Implicit journals of each kind: completed, released with a reason,
+	// in progress.
+	for _, k := range []string{"k", "r", "p"} {
+		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "o", Correlation: "msg-" + k, Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Complete(ctx, "k", 1, []byte("ok"), time.Hour); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "r", 1, "try later"); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]idem.Record{}
+	for _, k := range []string{"k", "r", "p"} {
+		if before[k], err = s.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	versions := pgx.Identifier{schema, DefaultTable + "_migrations"}.Sanitize()
+	// Back to version 1: the journal written out (as implicitJournalSQL
+	// writes it), no correlation column.
+	for _, q := range []string{
+		"UPDATE " + s.Table() + " AS t SET journal = " + implicitJournalSQL("t"),
+		"ALTER TABLE " + s.Table() + " DROP COLUMN correlation, ALTER COLUMN journal SET NOT NULL, RESET (vacuum_truncate)",
+		"DELETE FROM " + versions + " WHERE version >= 2",
+	} {
+		if _, err := s.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 	s2, err := Open(ctx, testURL(t), WithSchema(schema))
 	if err != nil {
@@ -205,7 +231,10 @@ func TestMigrateUpgrade(t *testing.T) {
 	if v < 2 || !strings.Contains(strings.Join(opts, ","), "vacuum_truncate=false") {
 		t.Fatalf("after reopening: version %d, reloptions %v", v, opts)
 	}
-	if rec, err := s2.Get(ctx, "k"); err != nil || rec.Fence != 1 {
-		t.Fatalf("the record after the upgrade: %+v, %v", rec, err)
+	// The journals written out in SQL read back as the implicit ones did.
+	for k, want := range before {
+		if rec, err := s2.Get(ctx, k); err != nil || !reflect.DeepEqual(rec, want) {
+			t.Fatalf("%s after the upgrade:\n got %+v, %v\nwant %+v", k, rec, err, want)
+		}
 	}
 }

@@ -18,17 +18,15 @@ type rawRecord struct {
 	attempt                                         int32
 	result                                          []byte
 	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
-	journal                                         []byte
-	// entries, when set, is the journal already decoded (a new key's
-	// claim, whose one entry the caller knows); journal is then not read.
-	entries []idem.JournalEntry
+	journal                                         []byte // nil: implicit (implicitEntry)
+	correlation                                     string
 }
 
 // dest returns the scan destinations of the record columns, followed by
 // extra.
 func (r *rawRecord) dest(extra ...any) []any {
 	return append([]any{&r.key, &r.status, &r.policy, &r.fence, &r.attempt, &r.owner, &r.fingerprint, &r.result,
-		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal}, extra...)
+		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal, &r.correlation}, extra...)
 }
 
 // record checks the row and returns it as an idem.Record, or an
@@ -45,8 +43,10 @@ func (r *rawRecord) record() (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
 	}
-	journal := r.entries
-	if journal == nil {
+	var journal []idem.JournalEntry
+	if r.journal == nil {
+		journal = []idem.JournalEntry{r.implicitEntry(status)}
+	} else {
 		if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
 			return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
 		}
@@ -74,6 +74,22 @@ func (r *rawRecord) record() (idem.Record, error) {
 		UpdatedAt:   r.updatedAt.UTC(),
 		Journal:     journal,
 	}, nil
+}
+
+// implicitEntry is the one journal entry of a row whose journal is NULL:
+// the entry its columns say, as implicitJournalSQL (sql.go) writes it out.
+func (r *rawRecord) implicitEntry(status idem.Status) idem.JournalEntry {
+	e := idem.JournalEntry{
+		Attempt: int(r.attempt), Fence: r.fence, Owner: r.owner, Correlation: r.correlation,
+		Started: r.createdAt.UTC(), LeaseUntil: r.leaseUntil.UTC(), Policy: r.policy,
+	}
+	if status != idem.StatusInProgress {
+		e.Outcome, e.Ended = string(status), r.updatedAt.UTC()
+		if status != idem.StatusCompleted {
+			e.Reason = r.reason
+		}
+	}
+	return e
 }
 
 func utc(t time.Time) time.Time {

@@ -23,12 +23,15 @@ import (
 //     interval '1 microsecond'.
 //   - The journal is jsonb, manipulated with jsonb_set, ||, - and
 //     jsonb_path_query_array; its entries keep the json field names of
-//     idem.JournalEntry, so records decode with encoding/json.
+//     idem.JournalEntry, so records decode with encoding/json. It is NULL
+//     (implicit) while it is the one entry the row's columns say: a key's
+//     first attempt (see implicitJournalSQL). The statements on the hot
+//     path keep it NULL; the others write it out before they change it.
 
 // recordColumns are the columns of a record, in the order rawRecord.dest
 // reads them.
 var recordColumns = []string{"key", "status", "policy", "fence", "attempt", "owner", "fingerprint", "result",
-	"reason", "lease_until", "expires_at", "created_at", "updated_at", "journal"}
+	"reason", "lease_until", "expires_at", "created_at", "updated_at", "journal", "correlation"}
 
 // cols returns the record columns qualified by alias.
 func cols(alias string) string {
@@ -55,6 +58,27 @@ const us = "interval '1 microsecond'"
 // table's recent rows. The key alone decides the plan.
 func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 
+// implicitJournalSQL is the journal of the row t written out: t.journal,
+// or when it is NULL the one entry t's columns say (record.go's
+// implicitEntry reads it the same way): the attempt t.attempt with fence
+// t.fence, owner and correlation id t's, started at t.created_at with t's
+// policy and lease, and once t is no longer in_progress, t's status as its
+// outcome, ended at t.updated_at, with t's reason unless it completed.
+func implicitJournalSQL(t string) string {
+	return fmt.Sprintf(`coalesce(%[1]s.journal, jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+		'a', %[1]s.attempt, 'f', %[1]s.fence, 'o', nullif(%[1]s.owner, ''), 'c', nullif(%[1]s.correlation, ''),
+		's', %[1]s.created_at, 'l', %[1]s.lease_until, 'p', %[1]s.policy,
+		'x', CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.status END,
+		'e', CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.updated_at END,
+		'r', CASE WHEN %[1]s.status IN ('failed', 'released') THEN nullif(%[1]s.reason, '') END))))`, t)
+}
+
+// keepImplicit is the journal a statement that keeps an implicit journal
+// implicit writes: NULL for NULL, else explicit.
+func keepImplicit(t, explicit string) string {
+	return "CASE WHEN " + t + ".journal IS NULL THEN NULL ELSE " + explicit + " END"
+}
+
 // trimJournal keeps the newest idem.MaxJournal entries of the array j.
 func trimJournal(j string) string {
 	return fmt.Sprintf("jsonb_path_query_array(%s, '$[last - %d to last]')", j, idem.MaxJournal-1)
@@ -68,8 +92,8 @@ func trimJournal(j string) string {
 // the wrong type, is found only when the row is decoded: a claim may take
 // such a row over and then report it corrupt; fn never runs on it.)
 func claimable(t, now, take string) string {
-	return fmt.Sprintf(`(%[1]s.expires_at <= %[2]s OR (jsonb_typeof(%[1]s.journal) = 'array'
-		AND NOT jsonb_path_exists(%[1]s.journal, '$[*] ? (@.type() != "object")') AND (
+	return fmt.Sprintf(`(%[1]s.expires_at <= %[2]s OR ((%[1]s.journal IS NULL OR (jsonb_typeof(%[1]s.journal) = 'array'
+		AND NOT jsonb_path_exists(%[1]s.journal, '$[*] ? (@.type() != "object")'))) AND (
 		%[1]s.status = 'released' OR (%[1]s.status = 'in_progress' AND %[1]s.lease_until <= %[2]s AND (
 			%[1]s.policy = 'at_least_once' OR (%[1]s.policy = 'at_most_once' AND %[3]s))))))`, t, now, take)
 }
@@ -107,13 +131,12 @@ type claimIn struct {
 	take                                     string // in the ON CONFLICT ... WHERE
 }
 
-// newRow is the row a claim inserts for a new key; now is the clock.
+// newRow is the row a claim inserts for a new key; now is the clock. Its
+// journal is implicit (NULL): the attempt's one entry is in its columns.
 func newRow(in claimIn, now string) string {
 	return in.key + `, 'in_progress', ` + in.policy + `, 1, 1, ` + in.owner + `, ` + in.fp + `, NULL, '',
 		` + now + ` + ` + in.lease + ` * ` + us + `, ` + now + ` + greatest(` + in.lease + `, ` + in.ret + `) * ` + us + `, ` + now + `, ` + now + `,
-		jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('a', 1, 'f', 1,
-			'o', nullif(` + in.owner + `, ''), 'c', nullif(` + in.corr + `, ''), 's', ` + now + `,
-			'l', ` + now + ` + ` + in.lease + ` * ` + us + `, 'p', ` + in.policy + `)))`
+		NULL, ` + in.corr
 }
 
 // onConflict is the claim's ON CONFLICT clause: when the existing row t is
@@ -123,6 +146,7 @@ func newRow(in claimIn, now string) string {
 // as after expiry; a takeover marks the lapsed attempt's entry).
 func onConflict(in claimIn) string {
 	const now = "excluded.created_at"
+	j := implicitJournalSQL("t")
 	return `ON CONFLICT (key) DO UPDATE SET
 		status = 'in_progress',
 		policy = excluded.policy,
@@ -135,16 +159,19 @@ func onConflict(in claimIn) string {
 		expires_at = excluded.expires_at,
 		created_at = CASE WHEN t.expires_at <= ` + now + ` THEN ` + now + ` ELSE t.created_at END,
 		updated_at = ` + now + `,
+		correlation = excluded.correlation,
 		journal = ` + trimJournal(`
 			CASE
 				WHEN jsonb_typeof(t.journal) <> 'array' THEN '[]'::jsonb
 				WHEN t.status = 'in_progress' AND t.expires_at > `+now+`
-					AND t.journal -> -1 -> 'f' = to_jsonb(t.fence)
-					AND jsonb_typeof(t.journal -> -1) = 'object'
-					AND coalesce(t.journal -> -1 ->> 'x', '') = ''
-				THEN jsonb_set(t.journal, '{-1,x}', '"`+idem.OutcomeLapsed+`"')
-				ELSE t.journal
-			END || ((excluded.journal -> 0) || jsonb_build_object('a', t.attempt + 1, 'f', t.fence + 1) ||
+					AND `+j+` -> -1 -> 'f' = to_jsonb(t.fence)
+					AND jsonb_typeof(`+j+` -> -1) = 'object'
+					AND coalesce(`+j+` -> -1 ->> 'x', '') = ''
+				THEN jsonb_set(`+j+`, '{-1,x}', '"`+idem.OutcomeLapsed+`"')
+				ELSE `+j+`
+			END || (jsonb_strip_nulls(jsonb_build_object('o', nullif(excluded.owner, ''), 'c', nullif(excluded.correlation, ''),
+					's', `+now+`, 'l', excluded.lease_until, 'p', excluded.policy)) ||
+				jsonb_build_object('a', t.attempt + 1, 'f', t.fence + 1) ||
 				CASE
 					WHEN t.expires_at <= `+now+` THEN '{"ae": true}'::jsonb
 					WHEN t.status = 'in_progress' THEN '{"t": true}'::jsonb
@@ -154,12 +181,9 @@ func onConflict(in claimIn) string {
 }
 
 // claimReturning are the claim's result columns for an acquired row: the
-// record (without the journal of a row the INSERT inserted, xmax = 0: the
-// caller knows its one entry), acquired, claimable, and the clock.
+// record, acquired, claimable, and the clock.
 func claimReturning(ins, now string) string {
-	c := cols(ins)
-	c = strings.TrimSuffix(c, ins+".journal") + "CASE WHEN " + ins + ".inserted THEN NULL ELSE " + ins + ".journal END"
-	return c + ", true, false, " + now
+	return cols(ins) + ", true, false, " + now
 }
 
 // claimSQL is the claim of one key: $1 key, $2 owner, $3 correlation, $4
@@ -198,7 +222,7 @@ func claimSQL(table, now string) string {
 	SELECT ` + newRow(in, now) + `
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean") + `)
 	` + onConflict(in) + `
-	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
+	RETURNING ` + cols("t") + `
 )
 SELECT ` + claimReturning("ins", now) + ` FROM ins
 UNION ALL
@@ -227,7 +251,7 @@ ins AS (
 		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
 	ORDER BY r.key COLLATE "C"
 	` + onConflict(in) + `
-	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
+	RETURNING ` + cols("t") + `
 )
 SELECT ` + claimReturning("ins", "c.now") + ` FROM ins, c
 UNION ALL
@@ -289,13 +313,24 @@ var (
 // writer waits for it and re-checks its WHERE on the new version: a
 // takeover that commits first makes the stale holder's UPDATE match
 // nothing.
+//
+// An implicit journal stays implicit: the row's new status, times and
+// reason say the entry's outcome. An abandoned attempt's (still
+// in_progress) do not, so abandon writes the journal out.
 func finishSQL(table, now string, e ending) string {
+	patch := func(j string) string {
+		return patchFenceEntry(j, "$2::bigint", func(x string) string {
+			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', %s, 'l', %s, 'x', '%s') || %s",
+				x, now, now, e.outcome, reasonPatch(e.reason))
+		})
+	}
+	journal := keepImplicit("t", patch("t.journal"))
+	if e.status == idem.StatusInProgress {
+		journal = patch(implicitJournalSQL("t"))
+	}
 	return `UPDATE ` + table + ` AS t SET
 	status = '` + string(e.status) + `', lease_until = ` + now + `, updated_at = ` + now + `, ` + e.set(now) + `,
-	journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
-		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', %s, 'l', %s, 'x', '%s') || %s",
-			x, now, now, e.outcome, reasonPatch(e.reason))
-	}) + `
+	journal = ` + journal + `
 WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now)
 }
 
@@ -330,9 +365,9 @@ fin AS (
 	UPDATE ` + table + ` AS t SET
 		status = 'completed', lease_until = c.now, updated_at = c.now,
 		result = r.result, expires_at = c.now + r.ret * ` + us + `,
-		journal = ` + patchFenceEntry("t.journal", "r.fence", func(x string) string {
+		journal = ` + keepImplicit("t", patchFenceEntry("t.journal", "r.fence", func(x string) string {
 		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
-	}) + `
+	})) + `
 	FROM r, c
 	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND t.fence = r.fence AND t.status = 'in_progress' AND ` + live("c.now") + `
 	RETURNING t.key
@@ -362,9 +397,9 @@ func extendSQL(table, now string) string {
 	lease_until = ` + until + `,
 	expires_at = greatest(t.expires_at, ` + until + `),
 	updated_at = ` + now + `,
-	journal = ` + patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
+	journal = ` + keepImplicit("t", patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
 		return x + " || jsonb_build_object('l', " + until + ")"
-	}) + `
+	})) + `
 WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now) + `
 RETURNING t.lease_until`
 }
@@ -377,7 +412,9 @@ RETURNING t.lease_until`
 // which with the exists statement).
 func resolveSQL(table, now string) string {
 	outcome := `CASE WHEN $3::boolean THEN '` + idem.OutcomeResolvedDone + `' ELSE '` + idem.OutcomeResolvedNotDone + `' END`
-	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(t.journal) WITH ORDINALITY AS j(e, o)
+	// A decision is never implicit: the journal is written out.
+	j := implicitJournalSQL("t")
+	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(` + j + `) WITH ORDINALITY AS j(e, o)
 			WHERE j.e -> 'f' = to_jsonb(t.fence) ORDER BY j.o DESC LIMIT 1)`
 	return `WITH c AS (SELECT ` + now + ` AS now)
 UPDATE ` + table + ` AS t SET
@@ -390,15 +427,15 @@ UPDATE ` + table + ` AS t SET
 	expires_at = CASE WHEN $3::boolean THEN c.now + $6::bigint * ` + us + ` ELSE t.expires_at END,
 	journal = CASE
 		-- The attempt of the current fence has no outcome yet: this decides it.
-		WHEN jsonb_typeof(t.journal) = 'array' AND ` + openEntry + ` IS TRUE
-		THEN ` + patchFenceEntry("t.journal", "t.fence", func(x string) string {
+		WHEN jsonb_typeof(` + j + `) = 'array' AND ` + openEntry + ` IS TRUE
+		THEN ` + patchFenceEntry(j, "t.fence", func(x string) string {
 		return fmt.Sprintf(`(%[1]s - 'r' - 'rb') || jsonb_build_object('e', c.now, 'x', %[2]s) || %[3]s ||
 				CASE WHEN $7::text <> '' THEN jsonb_build_object('rb', $7::text) ELSE '{}'::jsonb END ||
 				CASE WHEN (%[1]s ->> 'l')::timestamptz > c.now THEN jsonb_build_object('l', c.now) ELSE '{}'::jsonb END`,
 			x, outcome, reasonPatch("$5::text"))
 	}) + `
 		-- Otherwise the decision gets an entry of its own.
-		ELSE ` + trimJournal(`CASE WHEN jsonb_typeof(t.journal) = 'array' THEN t.journal ELSE '[]'::jsonb END ||
+		ELSE ` + trimJournal(`CASE WHEN jsonb_typeof(`+j+`) = 'array' THEN `+j+` ELSE '[]'::jsonb END ||
 			jsonb_strip_nulls(jsonb_build_object('a', t.attempt, 'f', t.fence + 1, 'o', nullif($7::text, ''),
 				's', c.now, 'l', c.now, 'e', c.now, 'x', `+outcome+`, 'r', nullif($5::text, ''),
 				'rb', nullif($7::text, ''), 'd', true))`) + `

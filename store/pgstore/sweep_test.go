@@ -18,7 +18,7 @@ func fill(t testing.TB, s *Store, prefix string, n int, status idem.Status, expi
 	t.Helper()
 	_, err := s.Pool().Exec(context.Background(), `INSERT INTO `+s.Table()+` (`+strings.Join(recordColumns, ", ")+`)
 		SELECT $1 || i, $2, 'at_least_once', 1, 1, 'filler', '', 'r', '',
-			now() + $4::bigint * interval '1 microsecond', now() + $3::bigint * interval '1 microsecond', now(), now(), '[]'
+			now() + $4::bigint * interval '1 microsecond', now() + $3::bigint * interval '1 microsecond', now(), now(), '[]', ''
 		FROM generate_series(1, $5::int) i`, prefix, string(status), micros(expiresIn), micros(leaseIn), n)
 	if err != nil {
 		t.Fatalf("filling %d rows: %v", n, err)

@@ -1,0 +1,116 @@
+package pgstore
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// TestImplicitJournal: the calls on a key's first attempt (a claim, single
+// or in a batch started either way, heartbeats, its completion, failure or
+// release, alone or in a batch) keep the row's journal NULL, with the
+// correlation id in its column; the others (an abandon, a takeover, a
+// claim of a released key, a resolution) write it out. Either way every
+// call's record is what Get reads back (the model test holds the journals
+// themselves to internal/transition).
+func TestImplicitJournal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clocks := new(testClocks)
+	s := newTestStore(t, clocks)
+	implicit := func(key string) bool {
+		t.Helper()
+		var isNull bool
+		var corr string
+		if err := s.Pool().QueryRow(ctx, "SELECT journal IS NULL, correlation FROM "+s.Table()+" WHERE key = $1", key).Scan(&isNull, &corr); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if rec, err := s.Get(ctx, key); err != nil || rec.Journal[len(rec.Journal)-1].Correlation != corr {
+			t.Fatalf("%s: correlation column %q, record %+v, %v", key, corr, rec, err)
+		}
+		return isNull
+	}
+	claim := func(key string, lease time.Duration) idem.ClaimResult {
+		t.Helper()
+		r := req(key)
+		r.Correlation, r.Lease = "msg-"+key, lease
+		cr, err := s.Claim(ctx, r)
+		if err != nil || !cr.Acquired {
+			t.Fatalf("Claim %q: %+v, %v", key, cr, err)
+		}
+		if got, err := s.Get(ctx, key); err != nil || !reflect.DeepEqual(got, cr.Record) {
+			t.Fatalf("Claim %q returned\n%+v\nGet reads\n%+v (%v)", key, cr.Record, got, err)
+		}
+		return cr
+	}
+	want := func(key string, isImplicit bool) {
+		t.Helper()
+		if got := implicit(key); got != isImplicit {
+			t.Fatalf("%s: journal implicit %v, want %v", key, got, isImplicit)
+		}
+	}
+
+	for _, k := range []string{"done", "failed", "released", "extended", "abandoned", "resolved", "lapsed", "batch-done"} {
+		claim(k, time.Minute)
+		want(k, true)
+	}
+	if err := s.Complete(ctx, "done", 1, []byte("ok"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want("done", true)
+	if err := s.Fail(ctx, "failed", 1, "card declined", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want("failed", true)
+	if err := s.Release(ctx, "released", 1, "try later"); err != nil {
+		t.Fatal(err)
+	}
+	want("released", true)
+	if _, err := s.Extend(ctx, "extended", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want("extended", true)
+	if errs, err := s.CompleteBatch(ctx, []Completion{{Key: "batch-done", Fence: 1, Result: []byte("ok"), Retention: time.Hour}}); err != nil || errs[0] != nil {
+		t.Fatalf("CompleteBatch: %v %v", errs, err)
+	}
+	want("batch-done", true)
+	if err := s.Abandon(ctx, "abandoned", 1, "crashed"); err != nil {
+		t.Fatal(err)
+	}
+	want("abandoned", false)
+	if _, err := s.Resolve(ctx, "resolved", 1, idem.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	want("resolved", false)
+	for _, start := range batchStarts {
+		start.prime(s)
+		reqs := []idem.ClaimRequest{req("batch-a-" + start.name), req("batch-b-" + start.name)}
+		res, err := s.ClaimBatch(ctx, reqs)
+		if err != nil || !res[0].Acquired || !res[1].Acquired {
+			t.Fatalf("ClaimBatch (%s): %+v, %v", start.name, res, err)
+		}
+		for i, r := range reqs {
+			want(r.Key, true)
+			if got, err := s.Get(ctx, r.Key); err != nil || !reflect.DeepEqual(got, res[i].Record) {
+				t.Fatalf("ClaimBatch (%s) returned\n%+v\nGet reads\n%+v (%v)", start.name, res[i].Record, got, err)
+			}
+		}
+	}
+
+	// A second attempt writes the journal out: over a released key, and
+	// over a lapsed one (a takeover).
+	cr := claim("released", time.Minute)
+	want("released", false)
+	if len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != idem.OutcomeReleased || cr.Record.Journal[0].Reason != "try later" {
+		t.Fatalf("the released key's journal after a second claim: %+v", cr.Record.Journal)
+	}
+	clocks.advance(t, 2*time.Minute)
+	cr = claim("lapsed", time.Minute)
+	want("lapsed", false)
+	if !cr.Takeover || len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != idem.OutcomeLapsed || cr.Record.Journal[0].Correlation != "msg-lapsed" {
+		t.Fatalf("the lapsed key's journal after a takeover: %+v", cr.Record.Journal)
+	}
+}
