@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -375,11 +376,14 @@ func (q *SQLiteQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]
 				i++
 				continue
 			}
-			// A run of messages without a dedup id: many rows per INSERT.
+			// A run of messages without a dedup id: many rows per INSERT,
+			// a power of two of them (a statement for each size is
+			// prepared once).
 			n := 1
 			for n < sqliteInsertRows && i+n < len(ms) && dedups[i+n] == "" {
 				n++
 			}
+			n = 1 << (bits.Len(uint(n)) - 1)
 			if err := q.insertRows(st, ms[i:i+n], attrs[i:i+n], out[i:i+n], now); err != nil {
 				return err
 			}
@@ -469,35 +473,31 @@ func (q *SQLiteQueue) publishIn(get, insert, put *sql.Stmt, m queue.Outgoing, de
 }
 
 // sqliteInsertRows is the most messages PublishBatch inserts with one
-// statement (7 parameters each, well under SQLite's 32,766).
+// statement (6 parameters each, well under SQLite's 32,766); a power of
+// two.
 const sqliteInsertRows = 128
 
-// insertRows inserts ms (none with a dedup id) with one INSERT and sets
-// out to their ids. One statement for many rows saves a statement's cost
-// per message, and AUTOINCREMENT's update of sqlite_sequence, which
-// SQLite makes once per statement.
+// insertRows inserts ms (none with a dedup id; a power of two of them, up
+// to sqliteInsertRows) with one INSERT and sets out to their ids. One
+// statement for many rows saves a statement's cost per message, and
+// AUTOINCREMENT's update of sqlite_sequence, which SQLite makes once per
+// statement.
 func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][]byte, out []queue.Published, now int64) error {
 	if len(ms) == 1 {
 		p, err := q.publishIn(st.dedupGet, st.insert, st.dedupPut, ms[0], "", attrs[0], now)
 		out[0] = p
 		return err
 	}
-	var b strings.Builder
-	b.WriteString(sqliteInsertHead)
-	args := make([]any, 0, 7*len(ms))
+	stmt := st.insertRows(len(ms))
+	args := make([]any, 0, 6*len(ms))
 	for i, m := range ms {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, NULL, ?, ?)")
 		body := m.Body
 		if body == nil {
 			body = []byte{}
 		}
 		args = append(args, q.name, body, nullBytes(attrs[i]), nullString(m.GroupID), now+m.Delay.Microseconds(), now)
 	}
-	b.WriteString(" RETURNING id")
-	ids, err := queryIDs(st, b.String(), args...)
+	ids, err := scanIDs(stmt.QueryContext(bg, args...))
 	if err != nil {
 		return err
 	}
@@ -514,10 +514,9 @@ func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][
 	return nil
 }
 
-// queryIDs runs a statement of the write transaction that returns one
-// id per row, and returns them.
-func queryIDs(st *sqliteStmts, query string, args ...any) ([]int64, error) {
-	rows, err := st.x.QueryContext(bg, query, args...)
+// scanIDs reads the rows of a statement that returns one id per row:
+// scanIDs(stmt.QueryContext(...)).
+func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -807,9 +806,9 @@ func (q *SQLiteQueue) Redrive(ctx context.Context, limit int) (int, error) {
 		var moved int
 		err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
 			moved = 0
-			ids, err := queryIDs(st, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+			ids, err := scanIDs(st.x.QueryContext(bg, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
 SELECT id, queue, body, attributes, group_id, dedup_id, ?, 0, published FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?
-RETURNING id`, now, q.name, n)
+RETURNING id`, now, q.name, n))
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -960,5 +961,54 @@ func sqliteCheckHeld(t *testing.T, db *sql.DB) {
 	}
 	if len(bad) > 0 {
 		t.Fatalf("messages %v break the held invariant", bad)
+	}
+}
+
+// TestSQLitePublishBatchSizes: batches of many sizes, split into inserts
+// of 128, 64, ... 2 rows and single messages around messages with a dedup
+// id, publish every message once, in order, and give each its own id, in
+// both write modes.
+func TestSQLitePublishBatchSizes(t *testing.T) {
+	for _, gc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group-commit=%v", gc), func(t *testing.T) {
+			e := openSQLiteMode(t, "", nil, gc)
+			q := e.queue(t, "sizes")
+			ctx := context.Background()
+			var want []string
+			ids := map[string]string{}
+			for _, size := range []int{2, 3, 127, 128, 129, 300, 1, 5} {
+				ms := make([]queue.Outgoing, size)
+				for i := range ms {
+					ms[i].Body = fmt.Appendf(nil, "m%05d", len(want)+i)
+					if i == size/2 && size > 2 {
+						ms[i].DedupID = string(ms[i].Body) // a dedup id splits the run
+					}
+				}
+				res, err := q.PublishBatch(ctx, ms)
+				if err != nil || len(res) != size {
+					t.Fatalf("PublishBatch of %d: %d results, %v", size, len(res), err)
+				}
+				for i, r := range res {
+					body := string(ms[i].Body)
+					if r.Duplicate || r.ID == "" || ids[r.ID] != "" {
+						t.Fatalf("PublishBatch of %d: message %s got %+v (id already %q's)", size, body, r, ids[r.ID])
+					}
+					ids[r.ID] = body
+					want = append(want, body)
+				}
+			}
+			var got []string
+			for len(got) < len(want) {
+				for _, d := range receive(t, q, 256) {
+					if ids[d.Message().ID] != string(d.Message().Body) {
+						t.Fatalf("message %s came with id %s, which PublishBatch gave to %s", d.Message().Body, d.Message().ID, ids[d.Message().ID])
+					}
+					got = append(got, string(d.Message().Body))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("received %d messages, not in publish order:\n got %v\nwant %v", len(got), got, want)
+			}
+		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,7 @@ type sqliteWriter struct {
 	s     *SQLite
 	conn  *sql.Conn
 	st    sqliteStmts
+	rows  rowStmts // on conn
 	queue chan *sqliteOp
 
 	closing chan struct{}
@@ -65,6 +68,12 @@ type sqliteWrites interface {
 type sqliteStmts struct {
 	receive, ack, retry, extend, deadCopy, deadDelete,
 	dedupGet, insert, dedupPut, sweep, handBack *sql.Stmt
+
+	// insertRows returns the statement that inserts n messages, n a power
+	// of two from 2 to sqliteInsertRows (see insertRowsSQL), prepared once
+	// per writer: a statement of hundreds of parameters costs more to
+	// parse than to run.
+	insertRows func(n int) *sql.Stmt
 
 	x interface {
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -125,7 +134,7 @@ SELECT id, queue, body, attributes, group_id, dedup_id, receive_count, first_rec
 	sqliteDeadDelete = `DELETE FROM idem_queue_messages WHERE id = ?`
 	sqliteDedupGet   = `SELECT message_id, expires_at FROM idem_queue_dedup WHERE queue = ? AND dedup_id = ?`
 	sqliteInsert     = sqliteInsertHead + `(?, ?, ?, ?, ?, ?, ?) RETURNING id`
-	// sqliteInsertHead starts the insert of messages; PublishBatch adds
+	// sqliteInsertHead starts the insert of messages; insertRowsSQL adds
 	// many rows of VALUES to it.
 	sqliteInsertHead = `INSERT INTO idem_queue_messages (queue, body, attributes, group_id, dedup_id, visible_at, published)
 VALUES `
@@ -153,6 +162,7 @@ func newSQLiteWriter(ctx context.Context, s *SQLite) (*sqliteWriter, error) {
 		batch:   make([]*sqliteOp, 0, maxBatch),
 	}
 	w.st.x = conn
+	w.st.insertRows = w.rows.get
 	fail := func(err error) (*sqliteWriter, error) {
 		w.closeStmts()
 		conn.Close()
@@ -174,6 +184,9 @@ func newSQLiteWriter(ctx context.Context, s *SQLite) (*sqliteWriter, error) {
 			return fail(fmt.Errorf("preparing %q: %w", sqliteQueries[i], err))
 		}
 	}
+	if err := w.rows.prepare(func(q string) (*sql.Stmt, error) { return conn.PrepareContext(ctx, q) }); err != nil {
+		return fail(err)
+	}
 	go w.loop()
 	return w, nil
 }
@@ -184,6 +197,51 @@ func (w *sqliteWriter) closeStmts() {
 			(*p).Close()
 		}
 	}
+	w.rows.close()
+}
+
+// rowStmts are the statements of insertRowsSQL for 2, 4, ...,
+// sqliteInsertRows rows, by log2 of their rows.
+type rowStmts [8]*sql.Stmt
+
+func (r *rowStmts) prepare(prepare func(q string) (*sql.Stmt, error)) error {
+	for n := 2; n <= sqliteInsertRows; n *= 2 {
+		st, err := prepare(insertRowsSQL(n))
+		if err != nil {
+			return fmt.Errorf("preparing the insert of %d messages: %w", n, err)
+		}
+		r[bits.TrailingZeros(uint(n))] = st
+	}
+	return nil
+}
+
+// get returns the statement that inserts n rows, n a power of two from 2
+// to sqliteInsertRows.
+func (r *rowStmts) get(n int) *sql.Stmt { return r[bits.TrailingZeros(uint(n))] }
+
+func (r *rowStmts) close() {
+	for i, st := range r {
+		if st != nil {
+			st.Close()
+			r[i] = nil
+		}
+	}
+}
+
+// insertRowsSQL inserts n messages (without dedup ids) and returns their
+// ids: 6 parameters a row (queue, body, attributes, group, visible at,
+// published).
+func insertRowsSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(sqliteInsertHead)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, NULL, ?, ?)")
+	}
+	b.WriteString(" RETURNING id")
+	return b.String()
 }
 
 // do queues run and waits for its answer. If ctx ends first, do returns
@@ -381,6 +439,8 @@ type gcWriter struct {
 	s        *SQLite
 	gc       GroupCommitter
 	prepared sqliteStmts // on the pool; bound to each transaction
+	rows     rowStmts    // on the pool; bound to a transaction when it uses them
+	rowsTx   rowStmts    // rows bound to tx (closed with it), when used
 
 	// The statements bound to the last transaction a unit ran in. Units
 	// run one at a time (the committer's writer runs them in turn), so
@@ -397,6 +457,10 @@ func newGCWriter(ctx context.Context, s *SQLite, gc GroupCommitter) (*gcWriter, 
 			g.close()
 			return nil, fmt.Errorf("preparing %q: %w", sqliteQueries[i], err)
 		}
+	}
+	if err := g.rows.prepare(func(q string) (*sql.Stmt, error) { return s.db.PrepareContext(ctx, q) }); err != nil {
+		g.close()
+		return nil, err
 	}
 	// Check that the committer's transactions are on s.db (a statement
 	// of another pool fails only when it runs).
@@ -425,6 +489,14 @@ func (g *gcWriter) bind(tx *sql.Tx) *sqliteStmts {
 			*bp[i] = tx.StmtContext(bg, *pp[i]) // closed when tx ends
 		}
 		g.st.x = tx
+		g.rowsTx = rowStmts{}
+		g.st.insertRows = func(n int) *sql.Stmt {
+			i := bits.TrailingZeros(uint(n))
+			if g.rowsTx[i] == nil {
+				g.rowsTx[i] = tx.StmtContext(bg, g.rows[i])
+			}
+			return g.rowsTx[i]
+		}
 	}
 	return &g.st
 }
@@ -456,4 +528,5 @@ func (g *gcWriter) close() {
 			(*p).Close()
 		}
 	}
+	g.rows.close()
 }
