@@ -86,15 +86,12 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 		acquired, claimable bool
 		now                 time.Time
 	)
-	if err := rows.Scan(raw.dest(&acquired, &claimable, &now)...); err != nil {
+	if err := rows.Scan(raw.dest(&acquired, &claimable, &now, &inserted)...); err != nil {
 		return res, false, false, err
 	}
 	if !acquired && claimable {
 		return res, true, false, nil
 	}
-	// A claim leaves a journal implicit only in a row it inserted: a new
-	// key's (taking over a row writes the journal out).
-	inserted = acquired && raw.journal == nil
 	if inserted && (reqFor(raw.key) == nil || raw.fence != 1 || raw.attempt != 1) {
 		return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 	}

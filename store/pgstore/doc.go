@@ -65,7 +65,7 @@
 //		WHERE <claimable>: t.expires_at <= now OR t.status = 'released'
 //			OR (t.status = 'in_progress' AND t.lease_until <= now
 //			    AND (t.policy = 'at_least_once' OR $take_lapsed))
-//		RETURNING t.*)
+//		RETURNING t.*, t.xmax = 0 AS inserted)
 //	SELECT ..., true FROM ins
 //	UNION ALL
 //	SELECT ..., false, <claimable> FROM t WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)
@@ -80,7 +80,9 @@
 // heartbeats and its completion, failure or release keep the journal
 // implicit, and nearly every key never has another. A statement that
 // needs an entry the columns cannot say (a takeover, a second attempt, an
-// abandon, a resolution) writes the journal out first.
+// abandon, a resolution) writes the journal out first. Builds from before
+// schema version 3 cannot read an implicit journal: while one still uses
+// the table, run the new build with [WithImplicitJournal](false).
 //
 // A key the statement's snapshot shows as not claimable (a duplicate of a
 // completed or failed key, a busy or an indeterminate one) is not inserted

@@ -114,3 +114,76 @@ func TestImplicitJournal(t *testing.T) {
 		t.Fatalf("the lapsed key's journal after a takeover: %+v", cr.Record.Journal)
 	}
 }
+
+// TestImplicitJournalOff: two stores on one table, one with implicit
+// journals and one WithImplicitJournal(false) (a rolling upgrade's
+// setting), take turns on the same keys. The second writes every journal
+// it touches out in full, the first keeps what it finds written out, and
+// both read the same records.
+func TestImplicitJournalOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clocks := new(testClocks)
+	on := newTestStore(t, clocks)
+	off, err := New(ctx, testPool(t), WithSchema(on.names.schema), withClockTable(clocks.get(t, on.names.schema)), WithImplicitJournal(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	journalNull := func(key string) bool {
+		t.Helper()
+		var isNull bool
+		if err := on.Pool().QueryRow(ctx, "SELECT journal IS NULL FROM "+on.Table()+" WHERE key = $1", key).Scan(&isNull); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return isNull
+	}
+	same := func(key string) idem.Record {
+		t.Helper()
+		a, errA := on.Get(ctx, key)
+		b, errB := off.Get(ctx, key)
+		if errA != nil || errB != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s reads differently:\n%+v %v\n%+v %v", key, a, errA, b, errB)
+		}
+		return a
+	}
+	// Written implicitly, ended by the store that writes journals out.
+	if _, err := on.Claim(ctx, req("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := off.Extend(ctx, "a", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if journalNull("a") {
+		t.Fatal("a heartbeat WithImplicitJournal(false) left the journal implicit")
+	}
+	if err := on.Complete(ctx, "a", 1, []byte("ok"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if journalNull("a") {
+		t.Fatal("the completion of a written-out journal made it implicit")
+	}
+	if r := same("a"); len(r.Journal) != 1 || r.Journal[0].Outcome != idem.OutcomeCompleted || r.Journal[0].Correlation != "c" {
+		t.Fatalf("a's journal: %+v", r.Journal)
+	}
+	// Claimed and ended by the store that writes journals out, alone and
+	// in batches.
+	if _, err := off.Claim(ctx, req("b")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := off.ClaimBatch(ctx, []idem.ClaimRequest{req("c"), req("d")}); err != nil || !res[0].Acquired || !res[1].Acquired {
+		t.Fatalf("ClaimBatch: %+v %v", res, err)
+	}
+	if err := off.Fail(ctx, "b", 1, "declined", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if errs, err := off.CompleteBatch(ctx, []Completion{{Key: "c", Fence: 1, Result: []byte("ok"), Retention: time.Hour}}); err != nil || errs[0] != nil {
+		t.Fatalf("CompleteBatch: %v %v", errs, err)
+	}
+	for _, k := range []string{"b", "c", "d"} {
+		if journalNull(k) {
+			t.Fatalf("%s: WithImplicitJournal(false) wrote an implicit journal", k)
+		}
+		same(k)
+	}
+}

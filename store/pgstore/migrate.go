@@ -70,7 +70,9 @@ func (n names) render(sql string) string {
 //
 // A database migrated by a newer version of this package (with
 // migrations this one does not know) is left as it is: migrations only
-// add, so older versions keep working on it.
+// add, so older versions keep working on it, as long as the newer
+// processes do not write what the older cannot read: see
+// [WithImplicitJournal] for the upgrade past schema version 3.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err

@@ -8,9 +8,10 @@ const DefaultTable = "idem_records"
 type Option func(*config)
 
 type config struct {
-	schema  string // "" for the connection's search_path
-	table   string
-	migrate bool
+	schema   string // "" for the connection's search_path
+	table    string
+	migrate  bool
+	implicit bool // WithImplicitJournal
 	// clockTable, when set, names a one-row table (off interval) whose
 	// offset is added to the server's clock in every statement. Tests only:
 	// it lets the conformance suite advance time without sleeping.
@@ -18,7 +19,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{table: DefaultTable, migrate: true}
+	return config{table: DefaultTable, migrate: true, implicit: true}
 }
 
 // WithSchema puts the record table in schema. By default the table is
@@ -52,6 +53,23 @@ func WithTable(table string) Option {
 // with [Store.Migrate], or with a user that may not create tables).
 func WithMigrate(migrate bool) Option {
 	return func(c *config) { c.migrate = migrate }
+}
+
+// WithImplicitJournal says whether a key's first attempt keeps its
+// journal implicit (default true): the journal column stays NULL while the
+// journal is the one entry the row's own columns say, which is what nearly
+// every key ever has, so a claim builds and writes no jsonb (see the
+// package doc). Every build reads both forms.
+//
+// Builds of this package from before schema version 3 (which added the
+// column correlation) read an implicit journal as a corrupt record, and a
+// claim of theirs over such a row loses the attempt's entry. While
+// processes of such a build still use the table (a rolling upgrade), open
+// the new build with WithImplicitJournal(false): it then writes every
+// journal out in full, which both builds read. Turn it back on once no
+// older process remains.
+func WithImplicitJournal(on bool) Option {
+	return func(c *config) { c.implicit = on }
 }
 
 // withClockTable adds the interval in the one-row table name (a qualified,

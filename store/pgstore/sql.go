@@ -73,10 +73,15 @@ func implicitJournalSQL(t string) string {
 		'r', CASE WHEN %[1]s.status IN ('failed', 'released') THEN nullif(%[1]s.reason, '') END))))`, t)
 }
 
-// keepImplicit is the journal a statement that keeps an implicit journal
-// implicit writes: NULL for NULL, else explicit.
-func keepImplicit(t, explicit string) string {
-	return "CASE WHEN " + t + ".journal IS NULL THEN NULL ELSE " + explicit + " END"
+// keepImplicit is the journal that a statement whose change the columns
+// of the row t say (an end, a heartbeat) writes: with implicit journals
+// (WithImplicitJournal), NULL for NULL and else patch(t.journal);
+// without, patch of the journal written out.
+func keepImplicit(t string, implicit bool, patch func(j string) string) string {
+	if !implicit {
+		return patch(implicitJournalSQL(t))
+	}
+	return "CASE WHEN " + t + ".journal IS NULL THEN NULL ELSE " + patch(t+".journal") + " END"
 }
 
 // trimJournal keeps the newest idem.MaxJournal entries of the array j.
@@ -132,11 +137,18 @@ type claimIn struct {
 }
 
 // newRow is the row a claim inserts for a new key; now is the clock. Its
-// journal is implicit (NULL): the attempt's one entry is in its columns.
-func newRow(in claimIn, now string) string {
+// journal is implicit (NULL: the attempt's one entry is in its columns),
+// or that entry written out.
+func newRow(in claimIn, now string, implicit bool) string {
+	journal := "NULL"
+	if !implicit {
+		journal = `jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('a', 1, 'f', 1,
+			'o', nullif(` + in.owner + `, ''), 'c', nullif(` + in.corr + `, ''), 's', ` + now + `,
+			'l', ` + now + ` + ` + in.lease + ` * ` + us + `, 'p', ` + in.policy + `)))`
+	}
 	return in.key + `, 'in_progress', ` + in.policy + `, 1, 1, ` + in.owner + `, ` + in.fp + `, NULL, '',
 		` + now + ` + ` + in.lease + ` * ` + us + `, ` + now + ` + greatest(` + in.lease + `, ` + in.ret + `) * ` + us + `, ` + now + `, ` + now + `,
-		NULL, ` + in.corr
+		` + journal + `, ` + in.corr
 }
 
 // onConflict is the claim's ON CONFLICT clause: when the existing row t is
@@ -181,9 +193,10 @@ func onConflict(in claimIn) string {
 }
 
 // claimReturning are the claim's result columns for an acquired row: the
-// record, acquired, claimable, and the clock.
+// record, acquired, claimable, the clock, and whether the INSERT inserted
+// the row (xmax = 0: a new key) rather than claiming an existing one.
 func claimReturning(ins, now string) string {
-	return cols(ins) + ", true, false, " + now
+	return cols(ins) + ", true, false, " + now + ", " + ins + ".inserted"
 }
 
 // claimSQL is the claim of one key: $1 key, $2 owner, $3 correlation, $4
@@ -214,19 +227,19 @@ func claimReturning(ins, now string) string {
 // again, with a new snapshot. A snapshot row that is not claimable is a
 // true answer as of the statement's start (for example "busy" for a
 // holder that completed a moment later).
-func claimSQL(table, now string) string {
+func claimSQL(table, now string, implicit bool) string {
 	in := claimIn{key: "$1::text", owner: "$2::text", corr: "$3::text", policy: "$4::text",
 		lease: "$5::bigint", ret: "$6::bigint", fp: "$7::text", take: "$8::boolean"}
 	return `WITH ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	SELECT ` + newRow(in, now) + `
+	SELECT ` + newRow(in, now, implicit) + `
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean") + `)
 	` + onConflict(in) + `
-	RETURNING ` + cols("t") + `
+	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
 SELECT ` + claimReturning("ins", now) + ` FROM ins
 UNION ALL
-SELECT ` + cols("t") + `, false, ` + claimable("t", now, "$8::boolean") + `, ` + now + `
+SELECT ` + cols("t") + `, false, ` + claimable("t", now, "$8::boolean") + `, ` + now + `, false
 FROM ` + table + ` AS t
 WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 }
@@ -237,7 +250,7 @@ WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 // deadlock) in one INSERT. The keys' rows are read by primary key (key =
 // ANY: the planner looks them up by key whatever its statistics say, never
 // scanning the table), the second time only for keys not acquired.
-func claimBatchSQL(table, now string) string {
+func claimBatchSQL(table, now string, implicit bool) string {
 	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp", take: "(SELECT r.take FROM r WHERE r.key = t.key)"}
 	return `WITH c AS (SELECT ` + now + ` AS now),
@@ -245,17 +258,17 @@ r AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::b
 	AS u(key, owner, corr, policy, lease, ret, fp, take)),
 ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	SELECT ` + newRow(in, "c.now") + `
+	SELECT ` + newRow(in, "c.now", implicit) + `
 	FROM r, c
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x
 		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
 	ORDER BY r.key COLLATE "C"
 	` + onConflict(in) + `
-	RETURNING ` + cols("t") + `
+	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
 SELECT ` + claimReturning("ins", "c.now") + ` FROM ins, c
 UNION ALL
-SELECT ` + cols("t") + `, false, ` + claimable("t", "c.now", "r.take") + `, c.now
+SELECT ` + cols("t") + `, false, ` + claimable("t", "c.now", "r.take") + `, c.now, false
 FROM ` + table + ` AS t JOIN r ON r.key = t.key CROSS JOIN c
 WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
 	AND t.key = ANY ($1::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`
@@ -271,12 +284,12 @@ WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
 // completed one is a duplicate). A key being inserted by a concurrent
 // transaction is waited for, as by any INSERT, and then left to
 // claimBatchSQL if that transaction committed.
-func claimNewSQL(table, now string) string {
+func claimNewSQL(table, now string, implicit bool) string {
 	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp"}
 	return `WITH c AS (SELECT ` + now + ` AS now)
 INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-SELECT ` + newRow(in, "c.now") + `
+SELECT ` + newRow(in, "c.now", implicit) + `
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
 	AS r(key, owner, corr, policy, lease, ret, fp), c
 ORDER BY r.key COLLATE "C"
@@ -317,14 +330,14 @@ var (
 // An implicit journal stays implicit: the row's new status, times and
 // reason say the entry's outcome. An abandoned attempt's (still
 // in_progress) do not, so abandon writes the journal out.
-func finishSQL(table, now string, e ending) string {
+func finishSQL(table, now string, e ending, implicit bool) string {
 	patch := func(j string) string {
 		return patchFenceEntry(j, "$2::bigint", func(x string) string {
 			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', %s, 'l', %s, 'x', '%s') || %s",
 				x, now, now, e.outcome, reasonPatch(e.reason))
 		})
 	}
-	journal := keepImplicit("t", patch("t.journal"))
+	journal := keepImplicit("t", implicit, patch)
 	if e.status == idem.StatusInProgress {
 		journal = patch(implicitJournalSQL("t"))
 	}
@@ -355,7 +368,7 @@ WHERE t.key = $1 AND ` + live(now) + `
 // fences, $3 results, $4 retentions (µs). It returns the keys completed.
 // The second UPDATE annotates the stale attempts among them (their rows are
 // not the first's, so no row is written twice).
-func completeBatchSQL(table, now string) string {
+func completeBatchSQL(table, now string, implicit bool) string {
 	match := func(e string) string {
 		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
 	}
@@ -365,9 +378,11 @@ fin AS (
 	UPDATE ` + table + ` AS t SET
 		status = 'completed', lease_until = c.now, updated_at = c.now,
 		result = r.result, expires_at = c.now + r.ret * ` + us + `,
-		journal = ` + keepImplicit("t", patchFenceEntry("t.journal", "r.fence", func(x string) string {
-		return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
-	})) + `
+		journal = ` + keepImplicit("t", implicit, func(j string) string {
+		return patchFenceEntry(j, "r.fence", func(x string) string {
+			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
+		})
+	}) + `
 	FROM r, c
 	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND t.fence = r.fence AND t.status = 'in_progress' AND ` + live("c.now") + `
 	RETURNING t.key
@@ -391,15 +406,17 @@ SELECT key FROM fin`
 // (transition.Extend) and returns the new LeaseUntil; no row when the
 // attempt no longer holds the key (lateSQL then annotates its entry: a
 // refused heartbeat proves the attempt was still running).
-func extendSQL(table, now string) string {
+func extendSQL(table, now string, implicit bool) string {
 	until := now + " + $3::bigint * " + us
 	return `UPDATE ` + table + ` AS t SET
 	lease_until = ` + until + `,
 	expires_at = greatest(t.expires_at, ` + until + `),
 	updated_at = ` + now + `,
-	journal = ` + keepImplicit("t", patchFenceEntry("t.journal", "$2::bigint", func(x string) string {
-		return x + " || jsonb_build_object('l', " + until + ")"
-	})) + `
+	journal = ` + keepImplicit("t", implicit, func(j string) string {
+		return patchFenceEntry(j, "$2::bigint", func(x string) string {
+			return x + " || jsonb_build_object('l', " + until + ")"
+		})
+	}) + `
 WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now) + `
 RETURNING t.lease_until`
 }
@@ -456,7 +473,7 @@ type queries struct {
 	resolve, delete, sweep                                    string
 }
 
-func newQueries(table, clockTable string) queries {
+func newQueries(table, clockTable string, implicit bool) queries {
 	now := "statement_timestamp()"
 	if clockTable != "" {
 		now = "(statement_timestamp() + (SELECT off FROM " + clockTable + "))"
@@ -468,16 +485,16 @@ func newQueries(table, clockTable string) queries {
 	stuck := " AND t.status = 'in_progress' AND t.lease_until <= " + now
 	return queries{
 		now:             "SELECT " + now,
-		claim:           claimSQL(table, now),
-		claimBatch:      claimBatchSQL(table, now),
-		claimNew:        claimNewSQL(table, now),
-		complete:        finishSQL(table, now, endComplete),
-		fail:            finishSQL(table, now, endFail),
-		release:         finishSQL(table, now, endRelease),
-		abandon:         finishSQL(table, now, endAbandon),
+		claim:           claimSQL(table, now, implicit),
+		claimBatch:      claimBatchSQL(table, now, implicit),
+		claimNew:        claimNewSQL(table, now, implicit),
+		complete:        finishSQL(table, now, endComplete, implicit),
+		fail:            finishSQL(table, now, endFail, implicit),
+		release:         finishSQL(table, now, endRelease, implicit),
+		abandon:         finishSQL(table, now, endAbandon, implicit),
 		late:            lateSQL(table, now),
-		extend:          extendSQL(table, now),
-		completeBatch:   completeBatchSQL(table, now),
+		extend:          extendSQL(table, now, implicit),
+		completeBatch:   completeBatchSQL(table, now, implicit),
 		get:             "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE t.key = $1 AND " + live(now),
 		exists:          "SELECT EXISTS (SELECT 1 FROM " + table + " AS t WHERE t.key = $1 AND " + live(now) + ")",
 		list:            list(""),

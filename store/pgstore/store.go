@@ -122,7 +122,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, own bool, opts []Option) 
 		o(&cfg)
 	}
 	n := newNames(cfg.schema, cfg.table)
-	s := &Store{pool: pool, ownPool: own, names: n, q: newQueries(n.qtable, cfg.clockTable)}
+	s := &Store{pool: pool, ownPool: own, names: n, q: newQueries(n.qtable, cfg.clockTable, cfg.implicit)}
 	if cfg.migrate {
 		if err := migrate(ctx, pool, n); err != nil {
 			return nil, err

@@ -112,9 +112,9 @@
 //
 // The store keeps its records in the table idem_records (one row per key;
 // times in unix microseconds; the journal as JSON, or empty when it is the
-// one entry the row's own columns say, a key's first attempt and its
-// outcome, with that attempt's correlation id in the column correlation)
-// and its schema version in idem_migrations. Open applies the embedded migrations in one
+// one entry the row's own columns say: a key's first attempt and its
+// outcome, see [WithImplicitJournal]; the latest attempt's correlation id
+// in the column correlation) and its schema version in idem_migrations. Open applies the embedded migrations in one
 // transaction, so two processes opening a fresh file at once take turns.
 // Other tables in the file are the program's own.
 //

@@ -108,9 +108,11 @@ func TestImplicitJournal(t *testing.T) {
 	corrs := []string{"", "msg-1", "corr-" + strings.Repeat("x", 40)}
 	reasons := []string{"", "boom", "card declined"}
 
-	roundTrip := func(name string, r *idem.Record) (implicit bool) {
+	// roundTrip writes r as WithImplicitJournal(on) would and reads it
+	// back; it reports whether the journal was stored implicitly.
+	roundTrip := func(name string, r *idem.Record, on bool) (implicit bool) {
 		t.Helper()
-		args, err := encodeRecord(r)
+		args, err := encodeRecord(r, on)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +139,9 @@ func TestImplicitJournal(t *testing.T) {
 		normalize(&want)
 		if !reflect.DeepEqual(*got, want) {
 			t.Fatalf("%s: journal column %q\nwrote %+v\n read %+v", name, journal, want, *got)
+		}
+		if journal == "" && !on {
+			t.Fatalf("%s: stored implicitly WithImplicitJournal(false)", name)
 		}
 		return journal == ""
 	}
@@ -180,7 +185,8 @@ func TestImplicitJournal(t *testing.T) {
 			}
 		}
 		name := fmt.Sprintf("history %d", i)
-		if roundTrip(name, rec) {
+		roundTrip(name+", implicit journals off", rec, false)
+		if roundTrip(name, rec, true) {
 			implicit++
 			// One field of the entry changed: no longer what the row says
 			// (the correlation id has a column of its own).
@@ -202,7 +208,7 @@ func TestImplicitJournal(t *testing.T) {
 			case time.Time:
 				f.Set(reflect.ValueOf(v.Add(time.Microsecond)))
 			}
-			if roundTrip(name+", one field changed", &r) {
+			if roundTrip(name+", one field changed", &r, true) {
 				t.Fatalf("%s: entry %+v changed in %s was still written implicitly", name, r.Journal[0], field)
 			}
 			nearMisses++
@@ -284,5 +290,51 @@ func TestMigrationToImplicitJournal(t *testing.T) {
 	}
 	if err := s.DB().QueryRow(`SELECT journal FROM idem_records WHERE key = ?`, idem.Key("booking", "new").String()).Scan(&journal); err != nil || journal != "" {
 		t.Fatalf("a new first attempt's journal is %q %v; want it implicit", journal, err)
+	}
+}
+
+// TestImplicitJournalOff: a store WithImplicitJournal(false) on the same
+// file as one with implicit journals writes every journal it stores out in
+// full, and both read the same records.
+func TestImplicitJournalOff(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	on, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer on.Close()
+	off, err := Open(ctx, path, WithImplicitJournal(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	ok := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	for _, k := range []string{"a", "b"} {
+		if _, err := idem.New(off).Do(ctx, idem.Key(k), ok, idem.WithCorrelationID("msg-"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A claim by the implicit store, completed by the other.
+	cr, err := on.Claim(ctx, idem.ClaimRequest{Key: "c", Owner: "w", Correlation: "msg-c", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
+	if err != nil || !cr.Acquired {
+		t.Fatalf("claim: %+v %v", cr, err)
+	}
+	if err := off.Complete(ctx, "c", cr.Record.Fence, []byte("ok"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		var journal string
+		if err := on.DB().QueryRow(`SELECT journal FROM idem_records WHERE key = ?`, idem.Key(k).String()).Scan(&journal); err != nil {
+			t.Fatal(err)
+		}
+		if journal == "" {
+			t.Fatalf("%s: WithImplicitJournal(false) left the journal implicit", k)
+		}
+		a, errA := on.Get(ctx, idem.Key(k).String())
+		b, errB := off.Get(ctx, idem.Key(k).String())
+		if errA != nil || errB != nil || !reflect.DeepEqual(a, b) || len(a.Journal) != 1 || a.Journal[0].Correlation != "msg-"+k {
+			t.Fatalf("%s reads differently or wrong:\n%+v %v\n%+v %v", k, a, errA, b, errB)
+		}
 	}
 }

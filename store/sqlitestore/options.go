@@ -43,6 +43,7 @@ type config struct {
 	busyTimeout time.Duration
 	logger      *slog.Logger
 	readConns   int
+	implicit    bool // WithImplicitJournal
 }
 
 func defaultConfig() config {
@@ -53,6 +54,7 @@ func defaultConfig() config {
 		busyTimeout: DefaultBusyTimeout,
 		logger:      slog.New(slog.DiscardHandler),
 		readConns:   4,
+		implicit:    true,
 	}
 }
 
@@ -107,4 +109,20 @@ func WithLogger(l *slog.Logger) Option {
 // The default is 4; n < 1 means 1.
 func WithReadConns(n int) Option {
 	return func(c *config) { c.readConns = max(n, 1) }
+}
+
+// WithImplicitJournal says whether a key's first attempt keeps its
+// journal implicit (default true): the journal column stays empty while
+// the journal is the one entry the row's own columns say, which is what
+// nearly every key ever has, so the store writes and reads no JSON for it
+// and the row is less than half the size. Every build reads both forms.
+//
+// Builds of this package from before schema version 2 (which added the
+// column correlation) refuse to open the file once it is migrated, but a
+// process of such a build that opened it before reads an implicit journal
+// as a corrupt record. While such a process still runs on the file, open
+// the new build with WithImplicitJournal(false): it then writes every
+// journal out in full, which both builds read.
+func WithImplicitJournal(on bool) Option {
+	return func(c *config) { c.implicit = on }
 }

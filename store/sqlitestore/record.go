@@ -76,13 +76,18 @@ func normalize(r *idem.Record) {
 }
 
 // encodeRecord returns r's column values in the order of columns, with
-// room for one more argument (the expected version of an update).
-func encodeRecord(r *idem.Record) ([]any, error) {
+// room for one more argument (the expected version of an update). With
+// implicit (WithImplicitJournal), a journal that the columns say is
+// stored as an empty column.
+func encodeRecord(r *idem.Record, implicit bool) ([]any, error) {
 	journal, correlation := "[]", ""
-	if n := len(r.Journal); n > 0 {
-		correlation = r.Journal[n-1].Correlation
+	for i := len(r.Journal) - 1; i >= 0; i-- {
+		if !r.Journal[i].Decision { // the latest attempt's, not a resolution's
+			correlation = r.Journal[i].Correlation
+			break
+		}
 	}
-	if implicitJournal(r) {
+	if implicit && implicitJournal(r) {
 		journal = ""
 	} else if len(r.Journal) > 0 {
 		b, err := marshalJournal(r.Journal)
