@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/transition"
 )
 
 // rawRecord is a row as scanned, before it is checked.
@@ -18,7 +19,7 @@ type rawRecord struct {
 	attempt                                         int32
 	result                                          []byte
 	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
-	journal                                         []byte // nil: implicit (implicitEntry)
+	journal                                         []byte // nil: implicit (transition.ImplicitEntry)
 	correlation                                     string
 }
 
@@ -44,9 +45,7 @@ func (r *rawRecord) record() (idem.Record, error) {
 		return idem.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
 	}
 	var journal []idem.JournalEntry
-	if r.journal == nil {
-		journal = []idem.JournalEntry{r.implicitEntry(status)}
-	} else {
+	if r.journal != nil {
 		if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
 			return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
 		}
@@ -58,7 +57,7 @@ func (r *rawRecord) record() (idem.Record, error) {
 			e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
 		}
 	}
-	return idem.Record{
+	rec := idem.Record{
 		Key:         r.key,
 		Status:      status,
 		Policy:      policy,
@@ -73,23 +72,13 @@ func (r *rawRecord) record() (idem.Record, error) {
 		CreatedAt:   r.createdAt.UTC(),
 		UpdatedAt:   r.updatedAt.UTC(),
 		Journal:     journal,
-	}, nil
-}
-
-// implicitEntry is the one journal entry of a row whose journal is NULL:
-// the entry its columns say, as implicitJournalSQL (sql.go) writes it out.
-func (r *rawRecord) implicitEntry(status idem.Status) idem.JournalEntry {
-	e := idem.JournalEntry{
-		Attempt: int(r.attempt), Fence: r.fence, Owner: r.owner, Correlation: r.correlation,
-		Started: r.createdAt.UTC(), LeaseUntil: r.leaseUntil.UTC(), Policy: r.policy,
 	}
-	if status != idem.StatusInProgress {
-		e.Outcome, e.Ended = string(status), r.updatedAt.UTC()
-		if status != idem.StatusCompleted {
-			e.Reason = r.reason
-		}
+	if r.journal == nil {
+		// Implicit: the entry the columns say, as implicitJournalSQL
+		// (sql.go) writes it out.
+		rec.Journal = []idem.JournalEntry{transition.ImplicitEntry(&rec, r.correlation)}
 	}
-	return e
+	return rec, nil
 }
 
 func utc(t time.Time) time.Time {

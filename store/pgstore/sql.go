@@ -59,8 +59,8 @@ const us = "interval '1 microsecond'"
 func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 
 // implicitJournalSQL is the journal of the row t written out: t.journal,
-// or when it is NULL the one entry t's columns say (record.go's
-// implicitEntry reads it the same way): the attempt t.attempt with fence
+// or when it is NULL the one entry t's columns say
+// (transition.ImplicitEntry, which record.go reads it with): the attempt t.attempt with fence
 // t.fence, owner and correlation id t's, started at t.created_at with t's
 // policy and lease, and once t is no longer in_progress, t's status as its
 // outcome, ended at t.updated_at, with t's reason unless it completed.
