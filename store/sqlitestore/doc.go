@@ -28,7 +28,7 @@
 // A sync costs far more than the work of a write (a disk does a few
 // thousand syncs a second). So every write of a Store goes through one
 // writer goroutine, which owns one connection: it takes all the operations
-// queued since its last commit (up to [WithMaxBatch], default 256), runs
+// queued since its last commit (up to [WithMaxBatch], default 1024), runs
 // them in one BEGIN IMMEDIATE ... COMMIT, and answers each caller after the
 // COMMIT. 64 concurrent callers share about one sync per batch instead of
 // paying one each; a single caller waits for its own sync as it would
@@ -120,7 +120,7 @@
 //
 // # Defaults
 //
-// WAL mode; synchronous=FULL ([WithSynchronous]); batches of up to 256
+// WAL mode; synchronous=FULL ([WithSynchronous]); batches of up to 1024
 // operations ([WithMaxBatch]); a busy timeout of 10 s ([WithBusyTimeout]);
 // 4 read connections ([WithReadConns]); the clock [time.Now] ([WithClock]);
 // no logging ([WithLogger]).

@@ -8,8 +8,12 @@ import (
 // Defaults for the options of [Open].
 const (
 	// DefaultMaxBatch is how many operations the writer commits together at
-	// most unless [WithMaxBatch] says otherwise.
-	DefaultMaxBatch = 256
+	// most unless [WithMaxBatch] says otherwise: enough for everything a
+	// queue.Consumer of 512 handlers has queued at once (each handler's
+	// claim, completion and ack), so that they share one commit; 256 made
+	// such a Consumer on sqlqueue about 5% slower end to end, at about 5%
+	// more CPU a message (docs/benchmarks.md, session 9).
+	DefaultMaxBatch = 1024
 	// DefaultBusyTimeout is how long a write waits for another connection
 	// or process to release the database's write lock unless
 	// [WithBusyTimeout] says otherwise.
@@ -80,7 +84,7 @@ func WithSynchronous(mode Synchronous) Option {
 
 // WithMaxBatch sets how many queued operations the writer runs in one
 // transaction, and so under one sync, at most. The default is
-// [DefaultMaxBatch] (256); n < 1 means 1, which commits every operation on
+// [DefaultMaxBatch] (1024); n < 1 means 1, which commits every operation on
 // its own.
 func WithMaxBatch(n int) Option {
 	return func(c *config) { c.maxBatch = max(n, 1) }
