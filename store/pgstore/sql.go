@@ -59,11 +59,12 @@ const us = "interval '1 microsecond'"
 func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 
 // implicitJournalSQL is the journal of the row t written out: t.journal,
-// or when it is NULL the one entry t's columns say
-// (transition.ImplicitEntry, which record.go reads it with): the attempt t.attempt with fence
-// t.fence, owner and correlation id t's, started at t.created_at with t's
-// policy and lease, and once t is no longer in_progress, t's status as its
-// outcome, ended at t.updated_at, with t's reason unless it completed.
+// or when it is NULL the one entry t's columns say, as
+// transition.ImplicitEntry builds it when record.go reads the row: the
+// attempt t.attempt with fence t.fence, owner and correlation id t's,
+// started at t.created_at with t's policy and lease, and once t is no
+// longer in_progress, t's status as its outcome, ended at t.updated_at,
+// with t's reason unless it completed.
 func implicitJournalSQL(t string) string {
 	return fmt.Sprintf(`coalesce(%[1]s.journal, jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
 		'a', %[1]s.attempt, 'f', %[1]s.fence, 'o', nullif(%[1]s.owner, ''), 'c', nullif(%[1]s.correlation, ''),
