@@ -1012,3 +1012,57 @@ func TestSQLitePublishBatchSizes(t *testing.T) {
 		})
 	}
 }
+
+// gatedCommitter holds every unit of work that starts while gate is set
+// until the gate opens.
+type gatedCommitter struct {
+	sqlqueue.GroupCommitter
+	gate    atomic.Pointer[chan struct{}]
+	entered chan struct{}
+}
+
+func (g *gatedCommitter) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return g.GroupCommitter.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if gate := g.gate.Load(); gate != nil {
+			g.entered <- struct{}{}
+			<-*gate
+		}
+		return fn(ctx, tx)
+	})
+}
+
+// TestSQLitePublishBatchAcrossClose: a PublishBatch whose unit the group
+// committer already runs when the handle closes finishes with an answer
+// (its messages written or an error), not a panic on a statement the close
+// took away.
+func TestSQLitePublishBatchAcrossClose(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	gc := &gatedCommitter{GroupCommitter: st, entered: make(chan struct{}, 1)}
+	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(gc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := qs.Queue("closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	gc.gate.Store(&gate)
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		_, err := q.PublishBatch(ctx, []queue.Outgoing{{Body: []byte("a")}, {Body: []byte("b")}})
+		t.Logf("PublishBatch across Close: %v", err)
+	}()
+	<-gc.entered
+	qs.Close()
+	close(gate)
+	if p := <-done; p != nil {
+		t.Fatalf("PublishBatch panicked across Close: %v", p)
+	}
+}

@@ -219,11 +219,14 @@ func (r *rowStmts) prepare(prepare func(q string) (*sql.Stmt, error)) error {
 // to sqliteInsertRows.
 func (r *rowStmts) get(n int) *sql.Stmt { return r[bits.TrailingZeros(uint(n))] }
 
+// close closes the statements but keeps them: a unit that the group
+// committer already holds may still bind one to its transaction, which
+// then prepares it again on the transaction's connection (as for the
+// other statements of gcWriter.prepared).
 func (r *rowStmts) close() {
-	for i, st := range r {
+	for _, st := range r {
 		if st != nil {
 			st.Close()
-			r[i] = nil
 		}
 	}
 }

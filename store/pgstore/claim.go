@@ -350,7 +350,7 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 		req := &reqs[i]
 		raw.status, raw.policy, raw.fence, raw.attempt = string(idem.StatusInProgress), req.Policy.String(), 1, 1
 		raw.owner, raw.fingerprint, raw.updatedAt = text(req.Owner), text(req.Fingerprint), raw.createdAt
-		raw.correlation = text(req.Correlation) // journal nil: implicit, as inserted
+		raw.correlation = text(req.Correlation) // journal nil: the implicit entry, which is what the row holds, implicit or written out
 		rec, err := raw.record()
 		if err != nil {
 			return nil, err

@@ -59,7 +59,7 @@ func WithMigrate(migrate bool) Option {
 // journal implicit (default true): the journal column stays NULL while the
 // journal is the one entry the row's own columns say, which is what nearly
 // every key ever has, so a claim builds and writes no jsonb (see the
-// package doc). Every build reads both forms.
+// package doc). Every build from schema version 3 on reads both forms.
 //
 // Builds of this package from before schema version 3 (which added the
 // column correlation) read an implicit journal as a corrupt record, and a
@@ -67,7 +67,9 @@ func WithMigrate(migrate bool) Option {
 // processes of such a build still use the table (a rolling upgrade), open
 // the new build with WithImplicitJournal(false): it then writes every
 // journal out in full, which both builds read. Turn it back on once no
-// older process remains.
+// older process remains. Turning it off does not rewrite the rows that
+// are already implicit (each is written out when next changed), so set it
+// before the first new process writes.
 func WithImplicitJournal(on bool) Option {
 	return func(c *config) { c.implicit = on }
 }

@@ -119,14 +119,17 @@ func WithReadConns(n int) Option {
 // journal implicit (default true): the journal column stays empty while
 // the journal is the one entry the row's own columns say, which is what
 // nearly every key ever has, so the store writes and reads no JSON for it
-// and the row is less than half the size. Every build reads both forms.
+// and the row is less than half the size. Every build from schema version
+// 2 on reads both forms.
 //
 // Builds of this package from before schema version 2 (which added the
 // column correlation) refuse to open the file once it is migrated, but a
 // process of such a build that opened it before reads an implicit journal
 // as a corrupt record. While such a process still runs on the file, open
 // the new build with WithImplicitJournal(false): it then writes every
-// journal out in full, which both builds read.
+// journal out in full, which both builds read. Turning it off does not
+// rewrite the rows that are already implicit, so set it before the first
+// new process writes.
 func WithImplicitJournal(on bool) Option {
 	return func(c *config) { c.implicit = on }
 }
