@@ -89,9 +89,10 @@ func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error)
 }
 
 // Close stops the writer (calls queued for it fail with [ErrClosed]) and
-// returns its connection to the pool; it does not close the pool. Waiting
-// receives and later calls fail with ErrClosed. Closing twice does
-// nothing.
+// returns its connection to the pool; it does not close the pool. With
+// [WithGroupCommit], the calls whose units the committer already holds
+// still run and get their answer. Waiting receives and later calls fail
+// with ErrClosed. Closing twice does nothing.
 func (s *SQLite) Close() error {
 	if s.closed.Swap(true) {
 		return nil
