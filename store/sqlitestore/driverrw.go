@@ -24,11 +24,12 @@ type driverRW struct {
 	dest                               [numColumns + 1]driver.Value
 	vals                               [numColumns + 1]any
 	wrote                              bool // a statement changed a row since the flag was cleared
+	implicit                           bool // the store's WithImplicitJournal
 }
 
 var bg = context.Background()
 
-func newDriverRW(dc any) (*driverRW, error) {
+func newDriverRW(dc any, implicit bool) (*driverRW, error) {
 	conn, ok := dc.(driver.Conn)
 	if !ok {
 		return nil, fmt.Errorf("sqlitestore: driver connection is %T", dc)
@@ -37,7 +38,7 @@ func newDriverRW(dc any) (*driverRW, error) {
 	if !ok {
 		return nil, fmt.Errorf("sqlitestore: driver connection %T cannot prepare with a context", dc)
 	}
-	w := &driverRW{conn: conn}
+	w := &driverRW{conn: conn, implicit: implicit}
 	for _, x := range []struct {
 		dst *driver.Stmt
 		q   string
@@ -170,6 +171,8 @@ func (w *driverRW) load(key string) (*idem.Record, int64, error) {
 	clear(w.vals[:])
 	return r, ver, err
 }
+
+func (w *driverRW) encode(r *idem.Record) ([]any, error) { return encodeRecord(r, w.implicit) }
 
 func (w *driverRW) insert(args []any, version int64) (bool, error) {
 	n, err := w.exec(w.insertS, w.bind(append(args[:numColumns], version)...))

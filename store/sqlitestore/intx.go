@@ -119,7 +119,7 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 		done, err := finishM(res.Record.Fence, end)(next, s.now())
 		if err == nil {
 			s.w.raw(func(w *driverRW) error {
-				_, err = storeIn(w, req.Key, rec == nil, done, ver, s.cfg.implicit)
+				_, err = storeIn(w, req.Key, rec == nil, done, ver)
 				return nil
 			})
 		}

@@ -57,7 +57,7 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupsha
 	}
 	s.stats.ops.Add(1)
 	now := s.now()
-	it := keyOp{key: key, from: from, dupes: dupes, m: m, implicit: s.cfg.implicit}
+	it := keyOp{key: key, from: from, dupes: dupes, m: m}
 	if err := it.prepare(s, now); err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupsha
 			return it.merr
 		}
 		it.from, it.dupes = fromRead, nil // observed on the read, not again in the writer
-		if err := it.encode(); err != nil {
+		if err := it.encode(s.cfg.implicit); err != nil {
 			return err
 		}
 	}
@@ -96,9 +96,6 @@ type keyOp struct {
 	from  start // fromAbsent or fromHeld decide before the writer; fromRead decides in it
 	dupes *dupshare.Share
 	m     mutation
-	// implicit: journals the row's columns say are stored implicitly
-	// (WithImplicitJournal).
-	implicit bool
 
 	// err is this key's outcome: nil, m's error (ErrLeaseLost, ErrNotFound)
 	// or its record's corruption.
@@ -131,15 +128,16 @@ func (it *keyOp) prepare(s *Store, now time.Time) error {
 	case fromAbsent:
 		it.next, it.merr = it.m(nil, now)
 	}
-	return it.encode()
+	return it.encode(s.cfg.implicit)
 }
 
-// encode makes the ready-made write of next, if there is one.
-func (it *keyOp) encode() error {
+// encode makes the ready-made write of next, if there is one, as the
+// writer's rw.encode would (implicit: the store's WithImplicitJournal).
+func (it *keyOp) encode(implicit bool) error {
 	if it.next == nil {
 		return nil
 	}
-	args, err := encodeRecord(it.next, it.implicit)
+	args, err := encodeRecord(it.next, implicit)
 	if err != nil {
 		return err
 	}
@@ -182,7 +180,7 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 		if it.from == fromRead && it.dupes != nil {
 			it.dupes.Observe(rec != nil) // as apply's read does
 		}
-		it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now, it.implicit)
+		it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
 	}
 	switch {
 	case err == nil:
@@ -254,12 +252,12 @@ func asStmtError(err error) error {
 // decideIn runs m on rec, key's record (nil if absent) of version ver
 // loaded in the same write transaction, and stores the result. It returns
 // the record it wrote (nil if none) and its version.
-func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now time.Time, implicit bool) (*idem.Record, int64, error) {
+func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now time.Time) (*idem.Record, int64, error) {
 	next, merr := m(rec, now)
 	if next == nil {
 		return nil, 0, merr
 	}
-	wver, err := storeIn(w, key, rec == nil, next, ver, implicit)
+	wver, err := storeIn(w, key, rec == nil, next, ver)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -270,8 +268,8 @@ func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now tim
 // transaction: an insert when the key had no row (absent), else an update
 // of the version ver that was loaded in the same transaction. It returns
 // the version written.
-func storeIn(w rw, key string, absent bool, next *idem.Record, ver int64, implicit bool) (int64, error) {
-	args, err := encodeRecord(next, implicit)
+func storeIn(w rw, key string, absent bool, next *idem.Record, ver int64) (int64, error) {
+	args, err := w.encode(next)
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,9 @@ import (
 // transaction may be damaged) from an outcome (ErrLeaseLost, a corrupt
 // record).
 type rw interface {
+	// encode returns r's column values as the store writes them (see
+	// encodeRecord and WithImplicitJournal), for insert and update.
+	encode(r *idem.Record) ([]any, error)
 	// load returns the stored record of key, expired or not, and its
 	// version; nil if there is none.
 	load(key string) (*idem.Record, int64, error)

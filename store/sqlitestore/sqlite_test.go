@@ -803,7 +803,7 @@ func TestClaimRetriedBatch(t *testing.T) {
 					var r idem.ClaimResult
 					rec, ver, err := w.load("k")
 					if err == nil {
-						_, _, err = decideIn(w, "k", rec, ver, claimM(other, &r), now, true)
+						_, _, err = decideIn(w, "k", rec, ver, claimM(other, &r), now)
 					}
 					return err
 				}

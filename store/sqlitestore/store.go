@@ -326,7 +326,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	items := make([]keyOp, len(reqs))
 	for i, req := range reqs {
-		items[i] = keyOp{key: req.Key, from: from, dupes: &s.dupes, m: claimM(req, &out[i]), implicit: s.cfg.implicit}
+		items[i] = keyOp{key: req.Key, from: from, dupes: &s.dupes, m: claimM(req, &out[i])}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
@@ -349,7 +349,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	items := make([]keyOp, len(cs))
 	for i, c := range cs {
 		end := transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}
-		items[i] = keyOp{key: c.Key, from: fromHeld, m: finishM(c.Fence, end), implicit: s.cfg.implicit}
+		items[i] = keyOp{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
