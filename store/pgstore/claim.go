@@ -57,7 +57,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 			again bool
 		)
 		for rows.Next() {
-			r, stale, _, err := scanClaim(rows, func(string) *idem.ClaimRequest { return &req })
+			r, stale, _, err := scanClaim(rows)
 			if err != nil {
 				rows.Close()
 				return idem.ClaimResult{}, err
@@ -78,9 +78,9 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 // scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
 // row that was not acquired although the statement's snapshot found it
 // claimable: the claim must run again; inserted, a row the statement
-// inserted (the key had none). reqFor returns the request of a key, nil
-// for a key that was not asked for.
-func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res idem.ClaimResult, stale, inserted bool, err error) {
+// inserted (the key had none). The caller checks that the row's key is
+// one it asked for.
+func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err error) {
 	var (
 		raw                 rawRecord
 		acquired, claimable bool
@@ -92,7 +92,7 @@ func scanClaim(rows pgx.Rows, reqFor func(key string) *idem.ClaimRequest) (res i
 	if !acquired && claimable {
 		return res, true, false, nil
 	}
-	if inserted && (reqFor(raw.key) == nil || raw.fence != 1 || raw.attempt != 1) {
+	if inserted && (raw.fence != 1 || raw.attempt != 1) {
 		return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 	}
 	rec, err := raw.record()
@@ -258,12 +258,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		index := a.index
 		done := make(map[string]bool, n)
 		for rows.Next() {
-			res, stale, inserted, err := scanClaim(rows, func(key string) *idem.ClaimRequest {
-				if i, ok := index[key]; ok {
-					return &reqs[i]
-				}
-				return nil
-			})
+			res, stale, inserted, err := scanClaim(rows)
 			if i, ok := index[res.Record.Key]; ok && err != nil && errors.Is(err, idem.ErrCorrupt) && !done[res.Record.Key] {
 				// This key alone: its record cannot be read. (If the
 				// statement acquired it, the claim lapses with its lease.)
