@@ -625,7 +625,7 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 			}
 			i = j
 		}
-		return q.lockGroups(ctx, tx, ms)
+		return q.lockGroups(ctx, tx, groupsOf(ms))
 	})
 	if err != nil {
 		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: publish to %s: %w", q.name, err))
@@ -639,11 +639,20 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 	return out, nil
 }
 
-// lockGroups takes, in tx, the group locks of the messages of ms that
-// are in FIFO groups, when they are in more than one (see
-// pgNames.lockGroups): a batch publishing into several groups then
+// lockGroups takes, in tx, the locks of the FIFO groups (distinct ids)
+// that tx writes into, when there is more than one (see
+// pgNames.lockGroups): a transaction writing into several groups then
 // cannot deadlock with another.
-func (q *PostgresQueue) lockGroups(ctx context.Context, tx pgx.Tx, ms []queue.Outgoing) error {
+func (q *PostgresQueue) lockGroups(ctx context.Context, tx pgx.Tx, groups []string) error {
+	if len(groups) < 2 {
+		return nil
+	}
+	var n int64
+	return tx.QueryRow(ctx, q.p.n.lockGroups, groups, q.name).Scan(&n)
+}
+
+// groupsOf returns the distinct group ids of ms.
+func groupsOf(ms []queue.Outgoing) []string {
 	var groups []string
 	seen := map[string]bool{}
 	for _, m := range ms {
@@ -652,11 +661,7 @@ func (q *PostgresQueue) lockGroups(ctx context.Context, tx pgx.Tx, ms []queue.Ou
 			groups = append(groups, m.GroupID)
 		}
 	}
-	if len(groups) < 2 {
-		return nil
-	}
-	var n int64
-	return tx.QueryRow(ctx, q.p.n.lockGroups, groups, q.name).Scan(&n)
+	return groups
 }
 
 // publishArgs checks m and returns the arguments of the publish
@@ -989,11 +994,10 @@ ins AS (
 	RETURNING id, group_id)
 SELECT count(*), coalesce(array_agg(DISTINCT ins.group_id) FILTER (WHERE ins.group_id IS NOT NULL), '{}')
 FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved, &groups)
-			if err != nil || len(groups) < 2 {
+			if err != nil {
 				return err
 			}
-			var locked int64
-			return tx.QueryRow(ctx, q.p.n.lockGroups, groups, q.name).Scan(&locked)
+			return q.lockGroups(ctx, tx, groups)
 		})
 		if err != nil {
 			return 0, err // rolled back

@@ -210,14 +210,17 @@ func (r *rowStmts) prepare(prepare func(q string) (*sql.Stmt, error)) error {
 		if err != nil {
 			return fmt.Errorf("preparing the insert of %d messages: %w", n, err)
 		}
-		r[bits.TrailingZeros(uint(n))] = st
+		r[rowIndex(n)] = st
 	}
 	return nil
 }
 
 // get returns the statement that inserts n rows, n a power of two from 2
 // to sqliteInsertRows.
-func (r *rowStmts) get(n int) *sql.Stmt { return r[bits.TrailingZeros(uint(n))] }
+func (r *rowStmts) get(n int) *sql.Stmt { return r[rowIndex(n)] }
+
+// rowIndex is the index in rowStmts of the statement that inserts n rows.
+func rowIndex(n int) int { return bits.TrailingZeros(uint(n)) }
 
 // close closes the statements but keeps them: a unit that the group
 // committer already holds may still bind one to its transaction, which
@@ -454,6 +457,7 @@ type gcWriter struct {
 
 func newGCWriter(ctx context.Context, s *SQLite, gc GroupCommitter) (*gcWriter, error) {
 	g := &gcWriter{s: s, gc: gc}
+	g.st.insertRows = g.boundRows
 	var err error
 	for i, p := range g.prepared.all() {
 		if *p, err = s.db.PrepareContext(ctx, sqliteQueries[i]); err != nil {
@@ -493,15 +497,18 @@ func (g *gcWriter) bind(tx *sql.Tx) *sqliteStmts {
 		}
 		g.st.x = tx
 		g.rowsTx = rowStmts{}
-		g.st.insertRows = func(n int) *sql.Stmt {
-			i := bits.TrailingZeros(uint(n))
-			if g.rowsTx[i] == nil {
-				g.rowsTx[i] = tx.StmtContext(bg, g.rows[i])
-			}
-			return g.rowsTx[i]
-		}
 	}
 	return &g.st
+}
+
+// boundRows is g.st.insertRows: the statement of g.rows for n rows, bound
+// to the unit's transaction the first time the transaction uses it.
+func (g *gcWriter) boundRows(n int) *sql.Stmt {
+	i := rowIndex(n)
+	if g.rowsTx[i] == nil {
+		g.rowsTx[i] = g.tx.StmtContext(bg, g.rows[i])
+	}
+	return g.rowsTx[i]
 }
 
 // do runs run as a unit of work. late is not needed: the committer answers
