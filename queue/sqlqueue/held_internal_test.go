@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/internal/migrations"
 	"github.com/idemkit/idem/internal/pgmigrations"
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/jackc/pgx/v5"
@@ -46,10 +47,7 @@ func sqliteBefore003(t *testing.T) *sqlitestore.Store {
 // and the schema's names.
 func pgBefore003(t *testing.T) (*pgxpool.Pool, string, pgNames) {
 	t.Helper()
-	u := os.Getenv("IDEM_TEST_POSTGRES")
-	if u == "" {
-		t.Skip("set IDEM_TEST_POSTGRES to run the PostgreSQL queue tests")
-	}
+	u := testenv.Require(t, testenv.Postgres, "the PostgreSQL queue tests")
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, u)
 	if err != nil {
@@ -262,7 +260,7 @@ func TestPostgresOlderTablesAndIsolation(t *testing.T) {
 		t.Fatalf("Stats on tables before migration 003 = %v, want ErrNoTables", err)
 	}
 
-	cfg, err := pgxpool.ParseConfig(os.Getenv("IDEM_TEST_POSTGRES"))
+	cfg, err := pgxpool.ParseConfig(os.Getenv(testenv.Postgres))
 	if err != nil {
 		t.Fatal(err)
 	}
