@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,12 @@ func sqliteBefore003(t *testing.T) *sqlitestore.Store {
 // and the schema's names.
 func pgBefore003(t *testing.T) (*pgxpool.Pool, string, pgNames) {
 	t.Helper()
+	return pgBefore(t, 3)
+}
+
+// pgBefore is pgBefore003 for the migrations before version.
+func pgBefore(t *testing.T, version int) (*pgxpool.Pool, string, pgNames) {
+	t.Helper()
 	u := testenv.Require(t, testenv.Postgres, "the PostgreSQL queue tests")
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, u)
@@ -54,7 +61,7 @@ func pgBefore003(t *testing.T) (*pgxpool.Pool, string, pgNames) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("sqlqueue_before003_%d", time.Now().UnixNano())
+	schema := fmt.Sprintf("sqlqueue_before%03d_%d", version, time.Now().UnixNano())
 	t.Cleanup(func() {
 		pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
@@ -63,7 +70,7 @@ func pgBefore003(t *testing.T) (*pgxpool.Pool, string, pgNames) {
 		t.Fatal(err)
 	}
 	n := newPGNames(schema)
-	if err := pgmigrations.Apply(ctx, pool, ms[:2], pgmigrations.Target{
+	if err := pgmigrations.Apply(ctx, pool, ms[:version-1], pgmigrations.Target{
 		Component: "sqlqueue", Object: n.messages, Schema: schema, Versions: n.versions, LockKey: n.lockKey, Render: n.render,
 	}); err != nil {
 		t.Fatal(err)
@@ -227,6 +234,74 @@ VALUES ('q', $1, nullif($2, ''), now() + $3::interval, $4, now())`, []byte(r.bod
 		_, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE group_id = 'a' AND receipt = 42`)
 		return err
 	})
+}
+
+// TestPostgresMigrateHoldOnce: migration 004 makes visible again the
+// messages that the hold trigger of migration 003 hid for good (several
+// messages of one group published in one transaction): held ones and one
+// already released into 2200. The queue then hands each group out in id
+// order.
+func TestPostgresMigrateHoldOnce(t *testing.T) {
+	ctx := context.Background()
+	pool, schema, n := pgBefore(t, 4)
+	for _, group := range []string{"a", "b"} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for i := 1; i <= 3; i++ {
+				if _, err := tx.Exec(ctx, `INSERT INTO `+n.messages+` (id, queue, body, group_id, visible_at, published)
+VALUES (nextval(`+n.seq+`), 'q', $1, $2, now(), now())`, []byte(fmt.Sprint(group, i)), group); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b1 is done: its delete released b2 into 2200.
+	if _, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE body = 'b1'`); err != nil {
+		t.Fatal(err)
+	}
+	var hidden int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+n.messages+`
+WHERE visible_at >= '2200-01-01' AND coalesce(held_visible_at, visible_at) >= '2200-01-01'`).Scan(&hidden); err != nil || hidden != 4 {
+		t.Fatalf("before migration 004, %d messages hidden for good (%v); want a2, a3, b2, b3", hidden, err)
+	}
+	p, err := NewPostgres(ctx, pool, WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	q, err := p.Queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 5 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ds, err := q.Receive(rctx, 10)
+		cancel()
+		if err != nil {
+			t.Fatalf("receive after %v: %v", got, err)
+		}
+		for _, d := range ds {
+			got = append(got, string(d.Message().Body))
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var a, b []string
+	for _, m := range got {
+		if strings.HasPrefix(m, "a") {
+			a = append(a, m)
+		} else {
+			b = append(b, m)
+		}
+	}
+	if fmt.Sprint(a, b) != "[a1 a2 a3] [b2 b3]" {
+		t.Fatalf("received %v after migration 004; want each group whole, in order", got)
+	}
 }
 
 // TestSQLiteOlderTables: a handle opened with WithMigrate(false) on tables

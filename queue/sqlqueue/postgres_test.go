@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -618,6 +619,40 @@ func TestPostgresPublishBatch(t *testing.T) {
 	}
 }
 
+// See publishBatchRuns; then a batch of more rows than one statement
+// takes keeps its order too.
+func TestPostgresPublishBatchRuns(t *testing.T) {
+	pool := pgPool(t)
+	p := openPostgres(t, pool, pgSchema(t, pool))
+	publishBatchRuns(t, pgQueue(t, p, "runs"))
+
+	q := pgQueue(t, p, "long")
+	ms := make([]queue.Outgoing, 2500)
+	for i := range ms {
+		ms[i] = queue.Outgoing{Body: fmt.Appendf(nil, "%d", i)}
+	}
+	res, err := q.PublishBatch(context.Background(), ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev int64
+	for i, r := range res {
+		id, err := strconv.ParseInt(r.ID, 10, 64)
+		if err != nil || id <= prev || r.Duplicate {
+			t.Fatalf("message %d: %+v after id %d; want increasing ids in publish order", i, r, prev)
+		}
+		prev = id
+	}
+	for next := 0; next < len(ms); {
+		for _, d := range receive(t, q, 1000) {
+			if m := d.Message(); string(m.Body) != fmt.Sprint(next) || m.ID != res[next].ID {
+				t.Fatalf("received %q (id %s), want message %d (id %s)", m.Body, m.ID, next, res[next].ID)
+			}
+			next++
+		}
+	}
+}
+
 // See redriveIntoBusyGroup.
 func TestPostgresRedriveIntoBusyGroup(t *testing.T) {
 	pool := pgPool(t)
@@ -657,6 +692,39 @@ func TestPostgresLateCommitIntoBusyGroup(t *testing.T) {
 	if got := fmt.Sprint(bodies(ds)); got != "[x1]" {
 		t.Fatalf("after acking x2 = %s, want x1", got)
 	}
+}
+
+// A transaction that publishes three messages of one group (PublishTx
+// called three times) hands them out in order, each after the one before
+// it is acked. The hold trigger fires once per message at the commit: a
+// later message's own trigger must not hold again a message the first
+// one's trigger already held (it stayed hidden for good).
+func TestPostgresPublishTxSameGroup(t *testing.T) {
+	pool := pgPool(t)
+	p := openPostgres(t, pool, pgSchema(t, pool))
+	q := pgQueue(t, p, "fifo")
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, b := range []string{"g1", "g2", "g3"} {
+			if _, err := q.PublishTx(ctx, tx, queue.Outgoing{Body: []byte(b), GroupID: "g"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"g1", "g2", "g3"} {
+		ds := receive(t, q, 10)
+		if got := fmt.Sprint(bodies(ds)); got != "["+want+"]" {
+			t.Fatalf("received %s, want [%s]", got, want)
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receiveNone(t, q)
 }
 
 // A message whose stored attributes are not a string map (a row written

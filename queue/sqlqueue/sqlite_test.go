@@ -416,72 +416,83 @@ func TestSQLitePublishBatch(t *testing.T) {
 	for _, gc := range []bool{true, false} {
 		t.Run(fmt.Sprintf("groupcommit=%v", gc), func(t *testing.T) {
 			e := openSQLiteMode(t, "", nil, gc)
-			q := e.queue(t, "batch")
-			first := publish(t, q, queue.Outgoing{Body: []byte("first"), DedupID: "k"})
-			var ms []queue.Outgoing
-			for i := range 300 { // more than one statement's rows, and a remainder
-				m := queue.Outgoing{Body: fmt.Appendf(nil, "p%03d", i), Attributes: map[string]string{"i": fmt.Sprint(i)}}
-				switch {
-				case i == 7:
-					m.DedupID = "k" // a duplicate inside a run
-				case i == 130:
-					m.DedupID = "fresh"
-				case i == 200:
-					m.Delay = time.Hour
-				case i%50 == 3:
-					m.GroupID = "g"
-				}
-				ms = append(ms, m)
-			}
-			ms = append(ms, queue.Outgoing{Body: []byte("lone")})
-			res, err := q.PublishBatch(context.Background(), ms)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res) != len(ms) {
-				t.Fatalf("%d results for %d messages", len(res), len(ms))
-			}
-			idOf := map[string]string{}
-			var prev int64
-			for i, r := range res {
-				if (i == 7) != r.Duplicate {
-					t.Fatalf("message %d: %+v; only message 7 (dedup id k) is a duplicate", i, r)
-				}
-				if r.Duplicate {
-					if r.ID != first.ID {
-						t.Fatalf("duplicate's id %s, want the first message's %s", r.ID, first.ID)
-					}
-					continue
-				}
-				id, err := strconv.ParseInt(r.ID, 10, 64)
-				if err != nil || id <= prev {
-					t.Fatalf("message %d: id %q after %d; want increasing ids in publish order", i, r.ID, prev)
-				}
-				prev = id
-				idOf[string(ms[i].Body)] = r.ID
-			}
-			got := 0
-			for got < len(ms)-1 { // "first", and all but the duplicate and the delayed one
-				for _, d := range receive(t, q, 100) {
-					m := d.Message()
-					body := string(m.Body)
-					if m.ID != idOf[body] && body != "first" {
-						t.Fatalf("received %q as message %s; PublishBatch said %s", body, m.ID, idOf[body])
-					}
-					if i, err := strconv.Atoi(strings.TrimPrefix(body, "p")); err == nil {
-						if m.Attributes["i"] != fmt.Sprint(i) || (m.GroupID == "g") != (i%50 == 3) {
-							t.Fatalf("message %q: attributes %v, group %q", body, m.Attributes, m.GroupID)
-						}
-					}
-					if err := d.Ack(context.Background()); err != nil {
-						t.Fatal(err)
-					}
-					got++
-				}
-			}
-			receiveNone(t, q) // p200 is delayed an hour
+			publishBatchRuns(t, e.queue(t, "batch"))
 		})
 	}
+}
+
+// publishBatchRuns publishes a batch of 301 messages to the empty queue q
+// (runs without dedup ids, with a duplicate and a fresh dedup id among
+// them, attributes, a FIFO group, a delay) and checks that each message
+// got its own id, in publish order, and is received with what it was
+// published with.
+func publishBatchRuns(t *testing.T, q interface {
+	batchPublisher
+	queue.Publisher
+}) {
+	first := publish(t, q, queue.Outgoing{Body: []byte("first"), DedupID: "k"})
+	var ms []queue.Outgoing
+	for i := range 300 { // more than one statement's rows, and a remainder
+		m := queue.Outgoing{Body: fmt.Appendf(nil, "p%03d", i), Attributes: map[string]string{"i": fmt.Sprint(i)}}
+		switch {
+		case i == 7:
+			m.DedupID = "k" // a duplicate inside a run
+		case i == 130:
+			m.DedupID = "fresh"
+		case i == 200:
+			m.Delay = time.Hour
+		case i%50 == 3:
+			m.GroupID = "g"
+		}
+		ms = append(ms, m)
+	}
+	ms = append(ms, queue.Outgoing{Body: []byte("lone")})
+	res, err := q.PublishBatch(context.Background(), ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(ms) {
+		t.Fatalf("%d results for %d messages", len(res), len(ms))
+	}
+	idOf := map[string]string{}
+	var prev int64
+	for i, r := range res {
+		if (i == 7) != r.Duplicate {
+			t.Fatalf("message %d: %+v; only message 7 (dedup id k) is a duplicate", i, r)
+		}
+		if r.Duplicate {
+			if r.ID != first.ID {
+				t.Fatalf("duplicate's id %s, want the first message's %s", r.ID, first.ID)
+			}
+			continue
+		}
+		id, err := strconv.ParseInt(r.ID, 10, 64)
+		if err != nil || id <= prev {
+			t.Fatalf("message %d: id %q after %d; want increasing ids in publish order", i, r.ID, prev)
+		}
+		prev = id
+		idOf[string(ms[i].Body)] = r.ID
+	}
+	got := 0
+	for got < len(ms)-1 { // "first", and all but the duplicate and the delayed one
+		for _, d := range receive(t, q, 100) {
+			m := d.Message()
+			body := string(m.Body)
+			if m.ID != idOf[body] && body != "first" {
+				t.Fatalf("received %q as message %s; PublishBatch said %s", body, m.ID, idOf[body])
+			}
+			if i, err := strconv.Atoi(strings.TrimPrefix(body, "p")); err == nil {
+				if m.Attributes["i"] != fmt.Sprint(i) || (m.GroupID == "g") != (i%50 == 3) {
+					t.Fatalf("message %q: attributes %v, group %q", body, m.Attributes, m.GroupID)
+				}
+			}
+			if err := d.Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+	}
+	receiveNone(t, q) // p200 is delayed an hour
 }
 
 func TestSQLiteDeadLetterRedrive(t *testing.T) {
