@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ type pgNames struct {
 	lockKey                  int64
 	receive, publish, dedupP string
 	publishQuiet, dedupQuiet string // without NOTIFY, for Publish (see notifier)
+	publishMany              string // a run of messages without dedup ids, without NOTIFY
 	ack, ackMany, ackNotify  string
 	lockGroups               string
 	retry                    string
@@ -147,6 +149,15 @@ SELECT ins.id FROM ins WHERE $7::text IS NOT NULL`
 ins AS (` + insert + `)`
 	n.publish = n.render(publish + notify)
 	n.publishQuiet = n.render(publish + quiet)
+	// A run of messages without dedup ids in one statement: $1 the
+	// queue, then arrays of bodies, attributes (or NULL), group ids (or
+	// NULL) and delays (µs). The function scan yields the arrays' rows in
+	// order and nextval runs as each is produced, so the ids follow the
+	// messages' order.
+	n.publishMany = n.render(`INSERT INTO {{messages}} (id, queue, body, attributes, group_id, visible_at, published)
+SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, now() + u.delay * interval '1 microsecond', now()
+FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[]) AS u(body, attributes, group_id, delay)
+RETURNING id`)
 	// A dedup id claims the message id first: the upsert takes the id
 	// unless an unexpired entry holds it (then nothing is inserted, and
 	// the entry names the first message).
@@ -577,10 +588,10 @@ func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoi
 
 // PublishBatch publishes ms in one transaction (which commits all or none
 // of them), in order, and returns what each publish got, as Publish would
-// have. A run of messages without a dedup id goes to the server in one
-// round trip. Use it to load many messages at once. Two batches publishing
-// the same dedup ids at once in opposite orders may deadlock: PostgreSQL
-// aborts one, which returns the error having published nothing.
+// have. A run of messages without a dedup id is one statement (of up to
+// publishManyRows rows). Use it to load many messages at once. Two batches
+// publishing the same dedup ids at once in opposite orders may deadlock:
+// PostgreSQL aborts one, which returns the error having published nothing.
 func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error) {
 	if q.p.closed.Load() {
 		return nil, ErrClosed
@@ -606,21 +617,11 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 				i++
 				continue
 			}
-			j := i
-			var b pgx.Batch
-			for ; j < len(ms) && dedups[j] == ""; j++ {
-				b.Queue(q.p.n.publishQuiet, args[j]...)
+			j := i + 1
+			for j < len(ms) && j-i < publishManyRows && dedups[j] == "" {
+				j++
 			}
-			br := tx.SendBatch(ctx, &b)
-			for k := i; k < j; k++ {
-				var id int64
-				if err := br.QueryRow().Scan(&id); err != nil {
-					br.Close()
-					return err
-				}
-				out[k] = queue.Published{ID: formatID(id)}
-			}
-			if err := br.Close(); err != nil {
+			if err := q.publishRun(ctx, tx, args[i:j], out[i:j]); err != nil {
 				return err
 			}
 			i = j
@@ -637,6 +638,37 @@ func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) (
 		}
 	}
 	return out, nil
+}
+
+// publishManyRows bounds the rows of one publishMany statement, and so
+// the arrays a statement carries.
+const publishManyRows = 1000
+
+// publishRun inserts the messages of args (publishArgs, none with a dedup
+// id) in tx with one statement and sets their ids in out.
+func (q *PostgresQueue) publishRun(ctx context.Context, tx pgx.Tx, args [][]any, out []queue.Published) error {
+	bodies, attrs, groups, delays := make([][]byte, len(args)), make([]any, len(args)), make([]any, len(args)), make([]int64, len(args))
+	for i, a := range args {
+		bodies[i], attrs[i], groups[i], delays[i] = a[1].([]byte), a[2], a[3], a[5].(int64)
+	}
+	rows, err := tx.Query(ctx, q.p.n.publishMany, q.name, bodies, attrs, groups, delays)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	if len(ids) != len(args) {
+		return fmt.Errorf("inserted %d messages of %d", len(ids), len(args))
+	}
+	// The ids were drawn in the messages' order; RETURNING need not
+	// give them back in it.
+	slices.Sort(ids)
+	for i, id := range ids {
+		out[i] = queue.Published{ID: formatID(id)}
+	}
+	return nil
 }
 
 // lockGroups takes, in tx, the locks of the FIFO groups (distinct ids)
