@@ -369,23 +369,36 @@ WHERE t.key = $1 AND ` + live(now) + `
 // fences, $3 results, $4 retentions (µs). It returns the keys completed.
 // The second UPDATE annotates the stale attempts among them (their rows are
 // not the first's, so no row is written twice).
+//
+// The keys come sorted in byte order (completeRound sorts them), which is
+// the order of COLLATE "C". The first UPDATE finds its rows by key = ANY
+// (by primary key whatever the statistics say) and reads each row's
+// inputs from the arrays at the key's position, found by binary search
+// (width_bucket over the sorted keys), checked to hold the row's key. A
+// join with the arrays' unnest instead took most of the statement's time:
+// the planner, expecting few rows, compared every row found with every
+// input row (18 - 31 ms for a batch of 256, against 3 - 5 ms this way).
+// The second UPDATE runs only when the first did not complete every key
+// (a one-time filter), so the usual batch reads each row once.
 func completeBatchSQL(table, now string, implicit bool) string {
 	match := func(e string) string {
 		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
 	}
+	at := func(array string) string { return "(" + array + `)[width_bucket(t.key COLLATE "C", $1::text[])]` }
+	fence := at("$2::bigint[]")
 	return `WITH c AS (SELECT ` + now + ` AS now),
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[]) AS u(key, fence, result, ret)),
 fin AS (
 	UPDATE ` + table + ` AS t SET
 		status = 'completed', lease_until = c.now, updated_at = c.now,
-		result = r.result, expires_at = c.now + r.ret * ` + us + `,
+		result = ` + at("$3::bytea[]") + `, expires_at = c.now + ` + at("$4::bigint[]") + ` * ` + us + `,
 		journal = ` + keepImplicit("t", implicit, func(j string) string {
-		return patchFenceEntry(j, "r.fence", func(x string) string {
+		return patchFenceEntry(j, fence, func(x string) string {
 			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
 		})
 	}) + `
-	FROM r, c
-	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND t.fence = r.fence AND t.status = 'in_progress' AND ` + live("c.now") + `
+	FROM c
+	WHERE t.key = ANY ($1::text[]) AND ` + at("$1::text[]") + ` = t.key AND t.fence = ` + fence + ` AND t.status = 'in_progress' AND ` + live("c.now") + `
 	RETURNING t.key
 ),
 late AS (
@@ -393,7 +406,8 @@ late AS (
 		return x + " || jsonb_build_object('lf', c.now)"
 	}) + `
 	FROM r, c
-	WHERE t.key = ANY ($1::text[]) AND t.key = r.key AND NOT EXISTS (SELECT 1 FROM fin WHERE fin.key = r.key)
+	WHERE (SELECT count(*) FROM fin) < cardinality($1::text[])
+		AND t.key = ANY ($1::text[]) AND t.key = r.key AND NOT EXISTS (SELECT 1 FROM fin WHERE fin.key = r.key)
 		AND ` + live("c.now") + `
 		AND (t.fence <> r.fence OR t.status <> 'in_progress')
 		AND jsonb_typeof(t.journal) = 'array'

@@ -286,8 +286,52 @@ func TestCompleteBatch(t *testing.T) {
 	if rec.Status != idem.StatusInProgress || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
 		t.Fatalf("stale key after CompleteBatch: %+v", rec)
 	}
+	// The holder of the takeover completes in a batch: its entry (the
+	// journal's second, written out) ends, the lapsed one is kept.
+	errs, err = s.CompleteBatch(ctx, []Completion{
+		{Key: "b", Fence: b.Record.Fence, Result: []byte("twice"), Retention: time.Hour},
+		{Key: "stale", Fence: 2, Result: []byte("taken"), Retention: time.Hour},
+	})
+	if err != nil || errs[0] == nil || errs[1] != nil {
+		t.Fatalf("second CompleteBatch = %v, %v; want lease lost for b only", errs, err)
+	}
+	rec, _ = s.Get(ctx, "stale")
+	if rec.Status != idem.StatusCompleted || string(rec.Result) != "taken" || len(rec.Journal) != 2 ||
+		rec.Journal[0].Outcome != idem.OutcomeLapsed || rec.Journal[1].Outcome != idem.OutcomeCompleted {
+		t.Fatalf("taken-over key after CompleteBatch: %+v", rec)
+	}
 	if errs, err := s.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
 		t.Fatalf("CompleteBatch(nil) = %v, %v", errs, err)
+	}
+}
+
+// TestCompleteBatchKeyOrder: each key gets its own result and retention
+// whatever the keys' order in the call, with keys whose byte order is not
+// their linguistic order (the statement looks each key's inputs up in the
+// keys sorted by byte).
+func TestCompleteBatchKeyOrder(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, new(testClocks))
+	ctx := context.Background()
+	keys := []string{"é", "B", "a", "Z", "a b", "ä", "aa", "`", "日本", "b"}
+	var cs []Completion
+	for i, k := range keys {
+		cr := claimNew(t, s, k)
+		cs = append(cs, Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("result of " + k), Retention: time.Duration(i+1) * time.Hour})
+	}
+	errs, err := s.CompleteBatch(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := s.Now(ctx)
+	for i, k := range keys {
+		rec, err := s.Get(ctx, k)
+		if errs[i] != nil || err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "result of "+k {
+			t.Fatalf("%q: batch error %v; after it %+v, %v", k, errs[i], rec, err)
+		}
+		if d := rec.ExpiresAt.Sub(now); d < time.Duration(i+1)*time.Hour-time.Minute || d > time.Duration(i+1)*time.Hour {
+			t.Fatalf("%q expires in %v, want %v", k, d, time.Duration(i+1)*time.Hour)
+		}
 	}
 }
 
