@@ -113,8 +113,8 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) (errs []erro
 }
 
 func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int, errs []error) error {
-	// In byte order: the statement finds each key's inputs by binary
-	// search over the keys (completeBatchSQL).
+	// By their UTF-8 bytes, as Go compares strings: the statement finds each
+	// key's inputs by binary search over the keys (completeBatchSQL).
 	slices.SortFunc(round, func(a, b int) int {
 		switch {
 		case cs[a].Key < cs[b].Key:

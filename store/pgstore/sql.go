@@ -370,23 +370,26 @@ WHERE t.key = $1 AND ` + live(now) + `
 // The second UPDATE annotates the stale attempts among them (their rows are
 // not the first's, so no row is written twice).
 //
-// The keys come sorted in byte order (completeRound sorts them), which is
-// the order of COLLATE "C". The first UPDATE finds its rows by key = ANY
-// (by primary key whatever the statistics say) and reads each row's
-// inputs from the arrays at the key's position, found by binary search
-// (width_bucket over the sorted keys), checked to hold the row's key. A
-// join with the arrays' unnest instead took most of the statement's time:
-// the planner, expecting few rows, compared every row found with every
-// input row (18 - 31 ms for a batch of 256, against 3 - 5 ms this way).
-// The second UPDATE runs only when the first did not complete every key
-// (a one-time filter), so the usual batch reads each row once.
+// The keys come sorted by their UTF-8 bytes (completeRound sorts them as
+// Go compares strings). The first UPDATE finds its rows by key = ANY (by
+// primary key whatever the statistics say) and reads each row's inputs
+// from the arrays at the key's position: a binary search (width_bucket)
+// of the row's key, as UTF-8 bytes, among the keys as UTF-8 bytes (k.keys:
+// the database's own encoding may order them otherwise), checked to hold
+// the row's key. A join with the arrays' unnest instead took most of the
+// statement's time: the planner, expecting few rows, compared every row
+// found with every input row (18 - 31 ms for a batch of 256, against
+// 3 - 5 ms this way). The second UPDATE runs only when the first did not
+// complete every key (a one-time filter), so the usual batch reads each
+// row once.
 func completeBatchSQL(table, now string, implicit bool) string {
 	match := func(e string) string {
 		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
 	}
-	at := func(array string) string { return "(" + array + `)[width_bucket(t.key COLLATE "C", $1::text[])]` }
+	at := func(array string) string { return "(" + array + ")[width_bucket(convert_to(t.key, 'UTF8'), k.keys)]" }
 	fence := at("$2::bigint[]")
 	return `WITH c AS (SELECT ` + now + ` AS now),
+k AS MATERIALIZED (SELECT array_agg(convert_to(u.key, 'UTF8') ORDER BY u.o) AS keys FROM unnest($1::text[]) WITH ORDINALITY AS u(key, o)),
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[]) AS u(key, fence, result, ret)),
 fin AS (
 	UPDATE ` + table + ` AS t SET
@@ -397,7 +400,7 @@ fin AS (
 			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
 		})
 	}) + `
-	FROM c
+	FROM c, k
 	WHERE t.key = ANY ($1::text[]) AND ` + at("$1::text[]") + ` = t.key AND t.fence = ` + fence + ` AND t.status = 'in_progress' AND ` + live("c.now") + `
 	RETURNING t.key
 ),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func req(key string) idem.ClaimRequest {
@@ -331,6 +332,55 @@ func TestCompleteBatchKeyOrder(t *testing.T) {
 		}
 		if d := rec.ExpiresAt.Sub(now); d < time.Duration(i+1)*time.Hour-time.Minute || d > time.Duration(i+1)*time.Hour {
 			t.Fatalf("%q expires in %v, want %v", k, d, time.Duration(i+1)*time.Hour)
+		}
+	}
+}
+
+// TestCompleteBatchEncoding: in a database whose encoding orders some
+// keys otherwise than their UTF-8 bytes do (WIN1252: "ÿ" is 0xFF, "€"
+// 0x80), CompleteBatch still finds each key's inputs.
+func TestCompleteBatchEncoding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testPool(t)
+	db := fmt.Sprintf("idem_win1252_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db+" ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = db
+	cfg.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	keys := []string{"ÿ", "€", "a"} // UTF-8: 61 < C3 BF < E2 82 AC; WIN1252: 80 < 61 < FF
+	var cs []Completion
+	for _, k := range keys {
+		cr, err := s.Claim(ctx, req(k))
+		if err != nil || !cr.Acquired {
+			t.Fatalf("Claim %q: %+v, %v", k, cr, err)
+		}
+		cs = append(cs, Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("result of " + k), Retention: time.Hour})
+	}
+	errs, err := s.CompleteBatch(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		rec, err := s.Get(ctx, k)
+		if errs[i] != nil || err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "result of "+k {
+			t.Fatalf("%q: batch error %v; after it %+v, %v", k, errs[i], rec, err)
 		}
 	}
 }
