@@ -42,8 +42,8 @@ var (
 	// 200 bytes.
 	ErrBadName = errors.New("sqlqueue: a queue name must be 1 to 200 bytes")
 	// ErrBadMessage is returned by Publish for a message the queue cannot
-	// take (a negative delay, a nil transaction for PublishTx); nothing is
-	// published. A nil or empty body is fine.
+	// take (a negative delay or one over 100 years, a nil transaction for
+	// PublishTx); nothing is published. A nil or empty body is fine.
 	ErrBadMessage = errors.New("sqlqueue: bad message")
 	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres],
 	// and on a [SQLite] whose [WithGroupCommit] store is closed (it wraps
@@ -272,6 +272,9 @@ func checkOutgoing(m queue.Outgoing) error {
 	if m.Delay < 0 {
 		return fmt.Errorf("%w: negative delay %v", ErrBadMessage, m.Delay)
 	}
+	if m.Delay > maxHide {
+		return fmt.Errorf("%w: delay %v beyond the 100 years a message can wait", ErrBadMessage, m.Delay)
+	}
 	return nil
 }
 
@@ -374,7 +377,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // Retry makes the message visible again delay from now (0: at once), if
 // it is still this delivery's.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
-	return d.settle(func() error { return d.s.retry(ctx, d, max(delay, 0)) })
+	return d.settle(func() error { return d.s.retry(ctx, d, min(max(delay, 0), maxHide)) })
 }
 
 // DeadLetter moves the message to the dead-letter table with reason, in
@@ -394,10 +397,10 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	return d.s.extend(ctx, d, min(max(dur, time.Millisecond), maxHide))
 }
 
-// maxHide bounds a visibility timeout and an Extend: 100 years. A message
-// in flight must stay visibly in flight (before the year 2200, where the
-// held messages behind FIFO group heads wait), and SQLite keeps times as
-// microseconds in an int64.
+// maxHide bounds a visibility timeout, an Extend and a Retry's delay, and
+// a publish refuses a longer delay: 100 years. A message must stay before
+// the year 2200, where the held messages behind FIFO group heads wait,
+// and SQLite keeps times as microseconds in an int64.
 const maxHide = 100 * 365 * 24 * time.Hour
 
 // redriveChunk is the most dead letters one step of Redrive moves (a

@@ -258,13 +258,21 @@ VALUES (nextval(`+n.seq+`), 'q', $1, $2, now(), now())`, []byte(fmt.Sprint(group
 			t.Fatal(err)
 		}
 	}
+	// Published with delays reaching 2200 (no bound on a delay), a plain
+	// message and a group's head: not hidden by the trigger, so left alone.
+	for _, group := range []string{"", "late"} {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+n.messages+` (id, queue, body, group_id, visible_at, published)
+VALUES (nextval(`+n.seq+`), 'q', 'late', nullif($1, ''), now() + interval '200 years', now())`, group); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// b1 is done: its delete released b2 into 2200.
 	if _, err := pool.Exec(ctx, `DELETE FROM `+n.messages+` WHERE body = 'b1'`); err != nil {
 		t.Fatal(err)
 	}
 	var hidden int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+n.messages+`
-WHERE visible_at >= '2200-01-01' AND coalesce(held_visible_at, visible_at) >= '2200-01-01'`).Scan(&hidden); err != nil || hidden != 4 {
+WHERE visible_at = '2200-01-01 00:00:00+00' AND coalesce(held_visible_at, visible_at) = '2200-01-01 00:00:00+00'`).Scan(&hidden); err != nil || hidden != 4 {
 		t.Fatalf("before migration 004, %d messages hidden for good (%v); want a2, a3, b2, b3", hidden, err)
 	}
 	p, err := NewPostgres(ctx, pool, WithSchema(schema))
@@ -291,6 +299,11 @@ WHERE visible_at >= '2200-01-01' AND coalesce(held_visible_at, visible_at) >= '2
 			}
 		}
 	}
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if ds, err := q.Receive(rctx, 10); len(ds) > 0 {
+		t.Fatalf("received %q (%v); the messages delayed past 2200 must wait", ds[0].Message().Body, err)
+	}
 	var a, b []string
 	for _, m := range got {
 		if strings.HasPrefix(m, "a") {
@@ -301,6 +314,54 @@ WHERE visible_at >= '2200-01-01' AND coalesce(held_visible_at, visible_at) >= '2
 	}
 	if fmt.Sprint(a, b) != "[a1 a2 a3] [b2 b3]" {
 		t.Fatalf("received %v after migration 004; want each group whole, in order", got)
+	}
+}
+
+// TestPostgresMigrateHoldOnceRace: a transaction that publishes several
+// messages of one group while migration 004 runs commits after it, with
+// the new trigger function: nothing is hidden that the migration's repair
+// did not see.
+func TestPostgresMigrateHoldOnceRace(t *testing.T) {
+	ctx := context.Background()
+	pool, _, n := pgBefore(t, 4)
+	sql, err := migrationFiles.ReadFile("migrations/postgres/004_hold_once.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	migration, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer migration.Rollback(ctx)
+	if _, err := migration.Exec(ctx, n.render(string(sql))); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	go func() {
+		published <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for i := 1; i <= 3; i++ {
+				if _, err := tx.Exec(ctx, `INSERT INTO `+n.messages+` (id, queue, body, group_id, visible_at, published)
+VALUES (nextval(`+n.seq+`), 'q', $1, 'g', now(), now())`, []byte(fmt.Sprint(i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-published:
+		t.Fatalf("the publish committed while the migration ran (%v); it must wait for it", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := migration.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	var hidden int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+n.messages+` WHERE held_visible_at = '2200-01-01 00:00:00+00'`).Scan(&hidden); err != nil || hidden != 0 {
+		t.Fatalf("%d messages hidden for good after migration 004 (%v)", hidden, err)
 	}
 }
 

@@ -151,12 +151,12 @@ ins AS (` + insert + `)`
 	n.publishQuiet = n.render(publish + quiet)
 	// A run of messages without dedup ids in one statement: $1 the
 	// queue, then arrays of bodies, attributes (or NULL), group ids (or
-	// NULL) and delays (µs). The function scan yields the arrays' rows in
-	// order and nextval runs as each is produced, so the ids follow the
-	// messages' order.
+	// NULL) and delays (µs). nextval, volatile, runs after the ORDER BY,
+	// so the ids follow the messages' order.
 	n.publishMany = n.render(`INSERT INTO {{messages}} (id, queue, body, attributes, group_id, visible_at, published)
 SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, now() + u.delay * interval '1 microsecond', now()
-FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[]) AS u(body, attributes, group_id, delay)
+FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS u(body, attributes, group_id, delay, n)
+ORDER BY u.n
 RETURNING id`)
 	// A dedup id claims the message id first: the upsert takes the id
 	// unless an unexpired entry holds it (then nothing is inserted, and

@@ -189,6 +189,9 @@ func TestSQLiteBadInput(t *testing.T) {
 	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Delay: -time.Second}); !errors.Is(err, sqlqueue.ErrBadMessage) {
 		t.Fatalf("negative delay: %v", err)
 	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Delay: 101 * 365 * 24 * time.Hour}); !errors.Is(err, sqlqueue.ErrBadMessage) {
+		t.Fatalf("delay past the year 2200: %v", err)
+	}
 	receiveNone(t, q)
 }
 

@@ -7,6 +7,14 @@
 -- into held_visible_at: the release then made it visible in 2200, and the
 -- group stopped behind it. A message is held once: its own trigger leaves
 -- it as it is when it is already held.
+--
+-- The table lock first: a publish that commits while this migration runs
+-- would still run the old function (the new one takes effect at this
+-- migration's commit) and hide messages the repair below did not see.
+-- Publishes under way finish first; the next ones wait, then use the new
+-- function.
+LOCK TABLE {{messages}} IN SHARE ROW EXCLUSIVE MODE;
+
 CREATE OR REPLACE FUNCTION {{hold}}() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
 	lower_id bigint;
@@ -33,10 +41,12 @@ BEGIN
 END
 $$;
 
--- The messages hidden so already: held with the marker as their
--- visibility, or released with it. They become visible at their publish
--- time (the delay they were published with is not kept anywhere).
+-- The messages hidden so already: held with the marker itself as their
+-- visibility, or released with it (only FIFO messages are ever held, and
+-- the marker is copied exactly; a message published with a delay reaching
+-- 2200 is left alone). They become visible at their publish time (the
+-- delay they were published with is not kept anywhere).
 UPDATE {{messages}} SET held_visible_at = published
-WHERE held_visible_at >= '2200-01-01 00:00:00+00';
+WHERE group_id IS NOT NULL AND held_visible_at = '2200-01-01 00:00:00+00';
 UPDATE {{messages}} SET visible_at = published
-WHERE visible_at >= '2200-01-01 00:00:00+00' AND held_visible_at IS NULL AND receipt IS NULL;
+WHERE group_id IS NOT NULL AND visible_at = '2200-01-01 00:00:00+00' AND held_visible_at IS NULL AND receipt IS NULL;
