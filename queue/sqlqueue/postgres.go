@@ -120,7 +120,10 @@ func newPGNames(schema string) pgNames {
 	// flight when a redrive put a lower id before it, then retried or
 	// timed out; one published under REPEATABLE READ whose snapshot
 	// missed a lower id committed meanwhile. A candidate is visible, so
-	// never in flight itself.
+	// never in flight itself. The UPDATE then finds the picked rows by
+	// primary key (id = ANY): joined with them instead, the cached generic
+	// plan, not knowing the LIMIT, hashed the whole table on every receive
+	// (24 ms for 10 messages of a 60,000-message queue, against 0.2 ms).
 	n.receive = n.render(`WITH blocked AS MATERIALIZED (
 	SELECT DISTINCT f.group_id FROM {{messages}} f
 	WHERE f.queue = $1 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > now()
@@ -136,7 +139,7 @@ picked AS (
 UPDATE {{messages}} m
 SET visible_at = now() + $3 * interval '1 microsecond', receive_count = m.receive_count + 1,
 	receipt = (random() * 4e18)::bigint, first_received = coalesce(m.first_received, now())
-FROM picked WHERE m.id = picked.id
+WHERE m.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING m.id, m.body, m.attributes::text, m.group_id, m.dedup_id, m.receive_count, m.receipt, m.first_received, m.published`)
 	const insert = `INSERT INTO {{messages}} (id, queue, body, attributes, group_id, dedup_id, visible_at, published)
 	SELECT id, $1, $2, $3::jsonb, $4, $5, now() + $6 * interval '1 microsecond', now() FROM newid
