@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -93,7 +94,7 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 		}
 	}
 	var raw rawRecord
-	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, text(r.Reason), micros(r.Retention), text(r.By), r.InProgress).
+	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, pgtext.Storable(r.Reason), micros(r.Retention), pgtext.Storable(r.By), r.InProgress).
 		Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -44,8 +45,8 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 	if err := checkPolicy(req.Policy); err != nil {
 		return idem.ClaimResult{}, err
 	}
-	args := []any{req.Key, text(req.Owner), text(req.Correlation), req.Policy.String(),
-		micros(req.Lease), micros(req.Retention), text(req.Fingerprint), req.TakeLapsed}
+	args := []any{req.Key, pgtext.Storable(req.Owner), pgtext.Storable(req.Correlation), req.Policy.String(),
+		micros(req.Lease), micros(req.Retention), pgtext.Storable(req.Fingerprint), req.TakeLapsed}
 	for range maxClaimRuns {
 		rows, err := s.query(ctx, q, s.q.claim, args...)
 		if err != nil {
@@ -171,7 +172,7 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 func (s *Store) releaseAcquired(ctx context.Context, out []idem.ClaimResult, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	reason := text("the batch claim failed before it returned: " + cause.Error())
+	reason := pgtext.Storable("the batch claim failed before it returned: " + cause.Error())
 	for _, r := range out {
 		if !r.Acquired {
 			continue
@@ -315,7 +316,7 @@ func newBatchArgs(reqs []idem.ClaimRequest, round []int) batchArgs {
 	}
 	for j, i := range round {
 		r := &reqs[i]
-		a.keys[j], a.owners[j], a.corrs[j], a.policies[j], a.fps[j] = r.Key, text(r.Owner), text(r.Correlation), r.Policy.String(), text(r.Fingerprint)
+		a.keys[j], a.owners[j], a.corrs[j], a.policies[j], a.fps[j] = r.Key, pgtext.Storable(r.Owner), pgtext.Storable(r.Correlation), r.Policy.String(), pgtext.Storable(r.Fingerprint)
 		a.leases[j], a.rets[j], a.takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
 		a.index[r.Key] = i
 	}
@@ -344,8 +345,8 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 		}
 		req := &reqs[i]
 		raw.status, raw.policy, raw.fence, raw.attempt = string(idem.StatusInProgress), req.Policy.String(), 1, 1
-		raw.owner, raw.fingerprint, raw.updatedAt = text(req.Owner), text(req.Fingerprint), raw.createdAt
-		raw.correlation = text(req.Correlation) // journal nil: the implicit entry, which is what the row holds, implicit or written out
+		raw.owner, raw.fingerprint, raw.updatedAt = pgtext.Storable(req.Owner), pgtext.Storable(req.Fingerprint), raw.createdAt
+		raw.correlation = pgtext.Storable(req.Correlation) // journal nil: the implicit entry, which is what the row holds, implicit or written out
 		rec, err := raw.record()
 		if err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -26,7 +27,7 @@ func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.wrap("fail", s.finish(ctx, s.pool, s.q.fail, key, fence, text(reason), micros(retention)))
+	return s.wrap("fail", s.finish(ctx, s.pool, s.q.fail, key, fence, pgtext.Storable(reason), micros(retention)))
 }
 
 // Release implements [idem.Store].
@@ -34,7 +35,7 @@ func (s *Store) Release(ctx context.Context, key string, fence int64, reason str
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.wrap("release", s.finish(ctx, s.pool, s.q.release, key, fence, text(reason)))
+	return s.wrap("release", s.finish(ctx, s.pool, s.q.release, key, fence, pgtext.Storable(reason)))
 }
 
 // Abandon implements [idem.Store].
@@ -42,7 +43,7 @@ func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason str
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.wrap("abandon", s.finish(ctx, s.pool, s.q.abandon, key, fence, text(reason)))
+	return s.wrap("abandon", s.finish(ctx, s.pool, s.q.abandon, key, fence, pgtext.Storable(reason)))
 }
 
 // finish runs one of the finishing statements (finishSQL) on q. When it

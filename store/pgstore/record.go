@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/transition"
@@ -86,16 +84,4 @@ func utc(t time.Time) time.Time {
 		return t
 	}
 	return t.UTC()
-}
-
-// text makes s storable in a PostgreSQL text column (and in jsonb): owners,
-// correlation ids, fingerprints and reasons come from callers and errors,
-// and may hold bytes that are not UTF-8 or NUL bytes, which PostgreSQL
-// refuses. Those are replaced with U+FFFD. Keys are never changed: a key
-// the database refuses fails the call.
-func text(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
