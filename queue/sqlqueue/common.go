@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/queue"
 )
 
@@ -38,12 +39,15 @@ var (
 	// visibility timeout lapsed and another receiver got it (or will), or
 	// it was settled meanwhile. The call changed nothing.
 	ErrReceiptExpired = errors.New("sqlqueue: the delivery's receipt expired (the message was handed back or out again, or settled)")
-	// ErrBadName is returned for an empty queue name or one longer than
-	// 200 bytes.
-	ErrBadName = errors.New("sqlqueue: a queue name must be 1 to 200 bytes")
+	// ErrBadName is returned for an empty queue name, one longer than 200
+	// bytes, or one that is not UTF-8 or holds a NUL byte.
+	ErrBadName = errors.New("sqlqueue: a queue name must be 1 to 200 bytes of UTF-8 without NUL")
 	// ErrBadMessage is returned by Publish for a message the queue cannot
-	// take (a negative delay or one over 100 years, a nil transaction for
-	// PublishTx); nothing is published. A nil or empty body is fine.
+	// take (a negative delay or one over 100 years; a group id, dedup id or
+	// attribute that is not UTF-8 or holds a NUL byte, which PostgreSQL
+	// cannot store and JSON would change; a nil transaction for
+	// PublishTx); nothing is published. A nil or empty body is fine, and a
+	// body may hold any bytes.
 	ErrBadMessage = errors.New("sqlqueue: bad message")
 	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres],
 	// and on a [SQLite] whose [WithGroupCommit] store is closed (it wraps
@@ -221,7 +225,7 @@ func WithContentDedup(on bool) QueueOption {
 
 // checkName checks a queue name.
 func checkName(name string) error {
-	if name == "" || len(name) > 200 {
+	if name == "" || len(name) > 200 || !pgtext.Valid(name) {
 		return fmt.Errorf("%w: %q", ErrBadName, name)
 	}
 	return nil
@@ -275,6 +279,16 @@ func checkOutgoing(m queue.Outgoing) error {
 	if m.Delay > maxHide {
 		return fmt.Errorf("%w: delay %v beyond the 100 years a message can wait", ErrBadMessage, m.Delay)
 	}
+	for what, s := range map[string]string{"group id": m.GroupID, "dedup id": m.DedupID} {
+		if !pgtext.Valid(s) {
+			return fmt.Errorf("%w: %s %q is not UTF-8 without NUL bytes", ErrBadMessage, what, s)
+		}
+	}
+	for k, v := range m.Attributes {
+		if !pgtext.Valid(k) || !pgtext.Valid(v) {
+			return fmt.Errorf("%w: attribute %q = %q is not UTF-8 without NUL bytes", ErrBadMessage, k, v)
+		}
+	}
 	return nil
 }
 
@@ -304,7 +318,7 @@ type corruptRow struct {
 func deadLetterCorrupt(log *slog.Logger, queueName string, rows []corruptRow,
 	deadLetter func(context.Context, *delivery, string) error) {
 	for _, r := range rows {
-		reason := "undecodable: " + r.err.Error()
+		reason := pgtext.Storable("undecodable: " + r.err.Error())
 		if err := deadLetter(context.Background(), r.d, reason); err != nil {
 			log.Error("sqlqueue: dead-lettering a message whose attributes cannot be read; it comes back after the visibility timeout",
 				"queue", queueName, "message_id", formatID(r.d.id), "reason", reason, "err", err)
@@ -381,8 +395,12 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 }
 
 // DeadLetter moves the message to the dead-letter table with reason, in
-// one transaction, if it is still this delivery's.
+// one transaction, if it is still this delivery's. Bytes of reason that
+// are not UTF-8, and NULs, are stored as U+FFFD: a reason is often an
+// error's text quoting the message, and PostgreSQL would refuse it, so
+// the message could never be dead-lettered.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	reason = pgtext.Storable(reason)
 	return d.settle(func() error { return d.s.deadLetter(ctx, d, reason) })
 }
 
