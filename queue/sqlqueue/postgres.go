@@ -142,7 +142,7 @@ SET visible_at = now() + $3 * interval '1 microsecond', receive_count = m.receiv
 WHERE m.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING m.id, m.body, m.attributes::text, m.group_id, m.dedup_id, m.receive_count, m.receipt, m.first_received, m.published`)
 	const insert = `INSERT INTO {{messages}} (id, queue, body, attributes, group_id, dedup_id, visible_at, published)
-	SELECT id, $1, $2, $3::jsonb, $4, $5, now() + $6 * interval '1 microsecond', now() FROM newid
+	SELECT id, $1, $2, $3::jsonb, $4, $5, statement_timestamp() + $6 * interval '1 microsecond', statement_timestamp() FROM newid
 	RETURNING id`
 	const notify = `
 SELECT ins.id FROM ins, LATERAL (SELECT pg_notify($7, $1)) AS n`
@@ -157,7 +157,7 @@ ins AS (` + insert + `)`
 	// NULL) and delays (µs). nextval, volatile, runs after the ORDER BY,
 	// so the ids follow the messages' order.
 	n.publishMany = n.render(`INSERT INTO {{messages}} (id, queue, body, attributes, group_id, visible_at, published)
-SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, now() + u.delay * interval '1 microsecond', now()
+SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, statement_timestamp() + u.delay * interval '1 microsecond', statement_timestamp()
 FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS u(body, attributes, group_id, delay, n)
 ORDER BY u.n
 RETURNING id`)
@@ -166,9 +166,9 @@ RETURNING id`)
 	// the entry names the first message).
 	dedup := `WITH newid AS (
 	INSERT INTO {{dedup}} AS d (queue, dedup_id, message_id, expires_at)
-	VALUES ($1, $8, nextval({{seq}}), now() + $9 * interval '1 microsecond')
+	VALUES ($1, $8, nextval({{seq}}), statement_timestamp() + $9 * interval '1 microsecond')
 	ON CONFLICT (queue, dedup_id) DO UPDATE SET message_id = excluded.message_id, expires_at = excluded.expires_at
-	WHERE d.expires_at <= now()
+	WHERE d.expires_at <= statement_timestamp()
 	RETURNING message_id AS id),
 ins AS (` + insert + `)`
 	n.dedupP = n.render(dedup + notify)
@@ -229,7 +229,9 @@ func (n pgNames) render(sql string) string {
 // transaction under an advisory lock, so processes may start together.
 // ctx bounds the opening only. Closing the handle does not close pool.
 //
-// Times are the server's (now() of each statement's transaction); the
+// Times are the server's: each statement's own start (a publish inside a
+// caller's transaction, PublishTx, measures its delay and its dedup window
+// from the publish, not from the transaction's start); the
 // handle's statements need READ COMMITTED, the default: NewPostgres fails
 // with [ErrIsolation] when the pool's connections default to another
 // level (default_transaction_isolation). Under another level the delete
