@@ -279,10 +279,11 @@ func checkOutgoing(m queue.Outgoing) error {
 	if m.Delay > maxHide {
 		return fmt.Errorf("%w: delay %v beyond the 100 years a message can wait", ErrBadMessage, m.Delay)
 	}
-	for what, s := range map[string]string{"group id": m.GroupID, "dedup id": m.DedupID} {
-		if !pgtext.Valid(s) {
-			return fmt.Errorf("%w: %s %q is not UTF-8 without NUL bytes", ErrBadMessage, what, s)
-		}
+	if !pgtext.Valid(m.GroupID) {
+		return fmt.Errorf("%w: group id %q is not UTF-8 without NUL bytes", ErrBadMessage, m.GroupID)
+	}
+	if !pgtext.Valid(m.DedupID) {
+		return fmt.Errorf("%w: dedup id %q is not UTF-8 without NUL bytes", ErrBadMessage, m.DedupID)
 	}
 	for k, v := range m.Attributes {
 		if !pgtext.Valid(k) || !pgtext.Valid(v) {
