@@ -27,6 +27,13 @@
 // idem_queue_dedup (dedup id → first message id, until the window ends).
 // A queue needs no creating: [SQLite.Queue] and [Postgres.Queue] name one.
 //
+// Both backends take the same input. A body may hold any bytes. A queue's
+// name (1 to 200 bytes), a message's group id, dedup id and attributes
+// must be UTF-8 without NUL bytes, which PostgreSQL text requires and JSON
+// would otherwise change: anything else is refused with [ErrBadName] or
+// [ErrBadMessage], and nothing is published. So is a delay over 100 years
+// (a message must stay before 2200, see FIFO groups).
+//
 // # Delivery
 //
 // Receive picks up to max visible messages, oldest visible first, and in
@@ -35,9 +42,11 @@
 // receipt. Ack, Retry, Extend and DeadLetter act only while the receipt is
 // still the message's: a delivery whose visibility lapsed, and whose
 // message another receiver got, gets [ErrReceiptExpired] and changes
-// nothing. Retry(delay) hides the message for delay (0: visible at once)
-// and clears the receipt. DeadLetter moves the row to idem_queue_dead with
-// the reason in one transaction. The receive count starts at 1 and grows
+// nothing. Retry(delay) hides the message for delay (0: visible at once;
+// at most 100 years) and clears the receipt. DeadLetter moves the row to
+// idem_queue_dead with the reason in one transaction; bytes of the reason
+// that are not UTF-8, and NULs, are stored as U+FFFD (a reason is often
+// an error's text quoting the message, and PostgreSQL would refuse it). The receive count starts at 1 and grows
 // with every receive; Redrive resets it to 0.
 //
 // # FIFO groups
@@ -52,7 +61,12 @@
 // and ungrouped messages are not held up. A group's next message becomes
 // visible when its head is acked or dead-lettered.
 //
-// The messages behind a group's head are held (migration 003): their
+// The messages behind a group's head are held (migrations 003 and 004;
+// 004 fixed a PostgreSQL trigger that hid for good the later messages of
+// a group published several at a time in one transaction, and made them
+// visible again: it locks the messages table while it runs, waiting for
+// open transactions that published and making publishes and receives
+// wait for it, once, for about the time of a scan of the table): their
 // visibility time moves to the column held_visible_at and visible_at is
 // set to 2200-01-01, so a receive, which reads the messages in order of
 // visibility, never meets them, however many wait behind groups whose

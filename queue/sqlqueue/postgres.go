@@ -594,7 +594,7 @@ func (q *PostgresQueue) PublishTx(ctx context.Context, tx pgx.Tx, m queue.Outgoi
 // PublishBatch publishes ms in one transaction (which commits all or none
 // of them), in order, and returns what each publish got, as Publish would
 // have. A run of messages without a dedup id is one statement (of up to
-// publishManyRows rows). Use it to load many messages at once. Two batches
+// 1,000 rows). Use it to load many messages at once. Two batches
 // publishing the same dedup ids at once in opposite orders may deadlock:
 // PostgreSQL aborts one, which returns the error having published nothing.
 func (q *PostgresQueue) PublishBatch(ctx context.Context, ms []queue.Outgoing) ([]queue.Published, error) {

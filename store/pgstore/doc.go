@@ -163,7 +163,8 @@
 // A row whose status, policy or journal cannot be decoded is reported as a
 // [*idem.CorruptError] by every call that reads it (List fails as a
 // whole), and claims never overwrite it until it expires. Owners,
-// correlation ids and reasons that PostgreSQL text cannot hold (NUL bytes,
+// correlation ids, fingerprints, reasons and Resolve's by that PostgreSQL
+// text cannot hold (NUL bytes,
 // bytes that are not UTF-8) are stored with U+FFFD in their place; keys
 // are stored exactly, and one that PostgreSQL refuses fails the call.
 //
