@@ -164,9 +164,9 @@
 // [*idem.CorruptError] by every call that reads it (List fails as a
 // whole), and claims never overwrite it until it expires. Owners,
 // correlation ids, fingerprints, reasons and Resolve's by that PostgreSQL
-// text cannot hold (NUL bytes,
-// bytes that are not UTF-8) are stored with U+FFFD in their place; keys
-// are stored exactly, and one that PostgreSQL refuses fails the call.
+// text cannot hold (NUL bytes, bytes that are not UTF-8) are stored with
+// U+FFFD in their place; keys are stored exactly, and one that
+// PostgreSQL refuses fails the call.
 //
 // # Keeping the table bounded at a billion keys a month
 //
