@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -289,6 +290,20 @@ func checkOutgoing(m queue.Outgoing) error {
 		if !pgtext.Valid(k) || !pgtext.Valid(v) {
 			return fmt.Errorf("%w: attribute %q = %q is not UTF-8 without NUL bytes", ErrBadMessage, k, v)
 		}
+	}
+	return nil
+}
+
+// publishedInOrder sets out to the ids of a multi-row insert of len(out)
+// messages whose ids grow in the messages' order, as RETURNING gave them
+// back (in an order of its own).
+func publishedInOrder(ids []int64, out []queue.Published) error {
+	if len(ids) != len(out) {
+		return fmt.Errorf("inserted %d messages, got %d ids back", len(out), len(ids))
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		out[i] = queue.Published{ID: formatID(id)}
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -664,16 +663,8 @@ func (q *PostgresQueue) publishRun(ctx context.Context, tx pgx.Tx, args [][]any,
 	if err != nil {
 		return err
 	}
-	if len(ids) != len(args) {
-		return fmt.Errorf("inserted %d messages of %d", len(ids), len(args))
-	}
-	// The ids were drawn in the messages' order; RETURNING need not
-	// give them back in it.
-	slices.Sort(ids)
-	for i, id := range ids {
-		out[i] = queue.Published{ID: formatID(id)}
-	}
-	return nil
+	// The ids were drawn in the messages' order (ORDER BY).
+	return publishedInOrder(ids, out)
 }
 
 // lockGroups takes, in tx, the locks of the FIFO groups (distinct ids)

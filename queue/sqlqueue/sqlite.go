@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -502,17 +501,9 @@ func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][
 	if err != nil {
 		return err
 	}
-	if len(ids) != len(ms) {
-		return fmt.Errorf("inserted %d messages, got %d ids back", len(ms), len(ids))
-	}
-	// RETURNING's order is unspecified, but the rows are inserted in the
-	// order of VALUES, and AUTOINCREMENT gives each a larger id than any
-	// before it: the sorted ids are in the messages' order.
-	slices.Sort(ids)
-	for i, id := range ids {
-		out[i] = queue.Published{ID: formatID(id)}
-	}
-	return nil
+	// The rows are inserted in the order of VALUES, and AUTOINCREMENT
+	// gives each a larger id than any before it.
+	return publishedInOrder(ids, out)
 }
 
 // scanIDs reads the rows of a statement that returns one id per row:
