@@ -105,6 +105,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/reason"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -982,16 +983,17 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 }
 
 // DeadLetter publishes a copy (body, properties, headers, plus the reason
-// in x-idem-dead-letter-reason and the queue in x-idem-dead-letter-queue)
+// in x-idem-dead-letter-reason, valid UTF-8 and at most its first 4,096
+// bytes, and the queue in x-idem-dead-letter-queue)
 // to the dead-letter exchange with confirms and the mandatory flag, and
 // then acks the original.
-func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
+func (d *Delivery) DeadLetter(ctx context.Context, why string) error {
 	return d.settle(ctx, func() error {
 		if err := d.c.open(); err != nil {
 			return err
 		}
 		msg := d.copy()
-		msg.Headers[HeaderDeadLetterReason] = reason
+		msg.Headers[HeaderDeadLetterReason] = reason.Bound(why)
 		msg.Headers[HeaderDeadLetterQueue] = d.src.cfg.Queue
 		msg.Headers[HeaderReceives] = int64(d.m.ReceiveCount)
 		cfg := d.src.cfg

@@ -7,6 +7,7 @@ import (
 	"github.com/idemkit/idem/internal/tcprelay"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,6 +174,24 @@ func TestDeadLetterKeepsTheReason(t *testing.T) {
 			t.Fatalf("queue still holds %d messages", n)
 		}
 	})
+}
+
+// A reason as long as an error quoting a whole response (here larger than
+// RabbitMQ's frame, which closed the channel) is cut to its first 4,096
+// bytes: the message is dead-lettered, not left to come back for ever.
+func TestDeadLetterHugeReason(t *testing.T) {
+	f := newFixture(t, false)
+	p, src := f.publisher(t, f.conn), f.source(t, f.conn)
+	publish(t, p, queue.Outgoing{Body: []byte("poison")})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	why := strings.Repeat("é", 300<<10)
+	if err := d.DeadLetter(context.Background(), why); err != nil {
+		t.Fatal(err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 || dl[0].Headers[HeaderDeadLetterReason] != why[:4096] {
+		t.Fatalf("dead letters %d; want one, with the reason's first 4,096 bytes", len(dl))
+	}
 }
 
 // A dead-letter destination that routes nowhere is an error, and the

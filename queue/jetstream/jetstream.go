@@ -89,6 +89,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/reason"
 	"github.com/idemkit/idem/queue/internal/visibility"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -465,8 +466,9 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 }
 
 // DeadLetter publishes a copy of the message (body and headers, less those
-// that steer a publish such as Nats-Expected-*, plus the reason and the
-// original's stream, sequence and delivery count as headers)
+// that steer a publish such as Nats-Expected-*, plus the reason, valid
+// UTF-8 and at most its first 4,096 bytes, and the original's stream,
+// sequence and delivery count as headers)
 // to the dead-letter subject, waits for its PubAck, and then terminates the
 // original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
 // a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
@@ -510,8 +512,8 @@ func publishControl(k string) bool {
 		k == "nats-rollup" || k == "nats-ttl"
 }
 
-func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, reason string) {
-	h.Set(HeaderDeadLetterReason, reason)
+func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, why string) {
+	h.Set(HeaderDeadLetterReason, reason.Bound(why))
 	h.Set(HeaderDeadLetterStream, s.cfg.Stream)
 	h.Set(HeaderDeadLetterSequence, strconv.FormatUint(seq, 10))
 	h.Set(HeaderDeadLetterDeliveries, strconv.Itoa(deliveries))

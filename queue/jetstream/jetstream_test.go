@@ -7,6 +7,7 @@ import (
 	"github.com/idemkit/idem/internal/tcprelay"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,6 +269,25 @@ func TestDeadLetterKeepsTheReason(t *testing.T) {
 	receiveNone(t, src, 2500*time.Millisecond) // past the ack wait
 	if n := f.streamMsgs(t); n != 0 {
 		t.Fatalf("stream still holds %d messages", n)
+	}
+}
+
+// A reason as long as an error quoting a whole response (here larger than
+// the server's max payload) is cut to its first 4,096 bytes: the message
+// is dead-lettered, not left to come back for ever.
+func TestDeadLetterHugeReason(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("poison")})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	why := strings.Repeat("é", 1<<20)
+	if err := d.DeadLetter(context.Background(), why); err != nil {
+		t.Fatal(err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 || dl[0].Header.Get(HeaderDeadLetterReason) != why[:4096] {
+		t.Fatalf("dead letters %d, reason of %d bytes; want one, with the reason's first 4,096 bytes", len(dl), len(dl[0].Header.Get(HeaderDeadLetterReason)))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/reason"
 	"github.com/idemkit/idem/queue/internal/sqsmsg"
 	"github.com/idemkit/idem/queue/internal/visibility"
 	"github.com/idemkit/idem/queue/lambdasqs"
@@ -281,17 +282,6 @@ func (q *Queue) sendDeadLetter(ctx context.Context, m queue.Message, raw map[str
 
 // cleanReason keeps reason within what SQS accepts in a String attribute.
 func cleanReason(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) > maxReasonLen {
-		cut := 0
-		for i := range s {
-			if i > maxReasonLen {
-				break
-			}
-			cut = i
-		}
-		s = s[:cut]
-	}
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r',
@@ -301,7 +291,7 @@ func cleanReason(s string) string {
 			return r
 		}
 		return utf8.RuneError
-	}, s)
+	}, reason.Bound(s))
 }
 
 // ChangeVisibility sets the visibility of the message received with

@@ -99,8 +99,6 @@ const (
 	DedupInterval = 5 * time.Minute
 	// maxAttributes is the most message attributes a message may carry.
 	maxAttributes = 10
-	// maxReasonLen bounds the reason kept on a dead-lettered copy.
-	maxReasonLen = 4096
 )
 
 var (
