@@ -63,6 +63,15 @@ func badText(t *testing.T, q deadLetterer) {
 			t.Fatalf("reason %q, want the bytes replaced with U+FFFD", dl.Reason)
 		}
 	}
+	// A reason quoting a whole response keeps its first 4,096 bytes.
+	publish(t, q, queue.Outgoing{Body: []byte("long")})
+	why := strings.Repeat("é", 10000)
+	if err := receive(t, q, 1)[0].DeadLetter(ctx, why); err != nil {
+		t.Fatal(err)
+	}
+	if dls, err = q.DeadLetters(ctx, 10); err != nil || len(dls) != 3 || dls[2].Reason != why[:4096] {
+		t.Fatalf("dead letters %d (%v); want the long reason's first 4,096 bytes last", len(dls), err)
+	}
 }
 
 func TestSQLiteBadText(t *testing.T) {

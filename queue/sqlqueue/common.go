@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/internal/reason"
 )
 
 // Defaults for the options of a queue.
@@ -334,14 +335,14 @@ type corruptRow struct {
 func deadLetterCorrupt(log *slog.Logger, queueName string, rows []corruptRow,
 	deadLetter func(context.Context, *delivery, string) error) {
 	for _, r := range rows {
-		reason := pgtext.Storable("undecodable: " + r.err.Error())
-		if err := deadLetter(context.Background(), r.d, reason); err != nil {
+		why := pgtext.Storable(reason.Bound("undecodable: " + r.err.Error()))
+		if err := deadLetter(context.Background(), r.d, why); err != nil {
 			log.Error("sqlqueue: dead-lettering a message whose attributes cannot be read; it comes back after the visibility timeout",
-				"queue", queueName, "message_id", formatID(r.d.id), "reason", reason, "err", err)
+				"queue", queueName, "message_id", formatID(r.d.id), "reason", why, "err", err)
 			continue
 		}
 		log.Warn("sqlqueue: dead-lettered a message whose attributes cannot be read",
-			"queue", queueName, "message_id", formatID(r.d.id), "reason", reason)
+			"queue", queueName, "message_id", formatID(r.d.id), "reason", why)
 	}
 }
 
@@ -411,13 +412,13 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 }
 
 // DeadLetter moves the message to the dead-letter table with reason, in
-// one transaction, if it is still this delivery's. Bytes of reason that
-// are not UTF-8, and NULs, are stored as U+FFFD: a reason is often an
-// error's text quoting the message, and PostgreSQL would refuse it, so
-// the message could never be dead-lettered.
-func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	reason = pgtext.Storable(reason)
-	return d.settle(func() error { return d.s.deadLetter(ctx, d, reason) })
+// one transaction, if it is still this delivery's. It keeps the reason's
+// first 4,096 bytes, with U+FFFD for bytes that are not UTF-8 and for
+// NULs: a reason is often an error's text quoting the message, and
+// PostgreSQL would refuse it, so the message could never be dead-lettered.
+func (d *delivery) DeadLetter(ctx context.Context, why string) error {
+	why = pgtext.Storable(reason.Bound(why))
+	return d.settle(func() error { return d.s.deadLetter(ctx, d, why) })
 }
 
 // Extend hides the message for dur from now (dur < 1 ms means 1 ms, more

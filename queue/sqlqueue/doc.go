@@ -44,9 +44,10 @@
 // message another receiver got, gets [ErrReceiptExpired] and changes
 // nothing. Retry(delay) hides the message for delay (0: visible at once;
 // at most 100 years) and clears the receipt. DeadLetter moves the row to
-// idem_queue_dead with the reason in one transaction; bytes of the reason
-// that are not UTF-8, and NULs, are stored as U+FFFD (a reason is often
-// an error's text quoting the message, and PostgreSQL would refuse it). The receive count starts at 1 and grows
+// idem_queue_dead with the reason in one transaction; the reason's first
+// 4,096 bytes are kept, with U+FFFD for bytes that are not UTF-8 and for
+// NULs (a reason is often an error's text quoting the message, and
+// PostgreSQL would refuse it). The receive count starts at 1 and grows
 // with every receive; Redrive resets it to 0.
 //
 // # FIFO groups
