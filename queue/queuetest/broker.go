@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,6 +133,30 @@ func testBroker(t *testing.T, h Harness) {
 		}
 		if dl[0].Reason != "" && dl[0].Reason != "cannot parse: bad json" {
 			t.Errorf("dead letter reason %q, want the one given", dl[0].Reason)
+		}
+	})
+
+	t.Run("dead_letter_long_reason", func(t *testing.T) {
+		// A reason is often an error's text, which may quote a whole
+		// response: longer than a broker takes in a header. The message
+		// must still be dead-lettered, not come back for ever.
+		t.Parallel()
+		if !h.Features.DeadLetter {
+			t.Skip("the adapter declares no dead-letter destination")
+		}
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("poison")})
+		d := receiveOne(t, src, 10*time.Second)
+		why := strings.Repeat("é", 1<<20) // 2 MiB
+		settle(t, "DeadLetter with a 2 MiB reason", d.DeadLetter(context.Background(), why))
+		receiveNone(t, src, 500*time.Millisecond, "after dead-lettering the only message")
+		var dl []DeadLetter
+		eventually(t, 10*time.Second, "the dead-lettered message never reached the dead letters", func() bool {
+			dl = h.DeadLetters(t, src)
+			return len(dl) > 0
+		})
+		if len(dl) != 1 || string(dl[0].Message.Body) != "poison" || !strings.HasPrefix(why, dl[0].Reason) {
+			t.Fatalf("%d dead letters (first reason %.40q), want the poison message with a prefix of its reason", len(dl), dl[0].Reason)
 		}
 	})
 
