@@ -47,7 +47,8 @@ func (c *capture) WriteHeader(code int) {
 	c.status = code
 	h := c.rw.Header()
 	for name, vals := range h {
-		if c.m.cfg.replayHeaders[name] {
+		if c.m.cfg.replayHeaders[http.CanonicalHeaderKey(name)] {
+			name = http.CanonicalHeaderKey(name)
 			for _, v := range vals {
 				c.headers = append(c.headers, name, v)
 			}
@@ -67,6 +68,11 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	n, err := c.rw.Write(p)
+	if err != nil || n < len(p) {
+		// The client did not take it all: the handler may stop here, so
+		// the kept body cannot be known complete.
+		c.omitted, c.body = true, nil
+	}
 	if !c.omitted && n > 0 {
 		if len(c.body)+n > c.max {
 			c.omitted, c.body = true, nil

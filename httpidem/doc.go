@@ -72,7 +72,9 @@
 // body, so a retry never runs the handler again: it gets the status, the
 // headers, an empty body, Idempotent-Replayed: true and
 // Idempotency-Body-Omitted: true. A text/event-stream response is recorded
-// the same way. Flushing is passed through (http.Flusher and
+// the same way, and so is a response the client stopped taking midway (a
+// write to it failed: what the handler wrote after is unknown, and the
+// part the client took is not the whole body). Flushing is passed through (http.Flusher and
 // http.ResponseController work on the writer the handler gets) and does not
 // by itself stop the body from being kept. A handler that hijacks the
 // connection records the key as not replayable: retries get 422

@@ -25,7 +25,9 @@ const (
 	// marker; IETF httpapi issue #46).
 	HeaderReplayed = "Idempotent-Replayed"
 	// HeaderBodyOmitted is set to "true" on a replay whose body was not
-	// kept (over the response size limit, or an event stream).
+	// kept (over the response size limit, an event stream, or a response
+	// the client stopped taking: a write to it failed, so what the handler
+	// wrote after is unknown).
 	HeaderBodyOmitted = "Idempotency-Body-Omitted"
 	// HeaderRetention advertises, in seconds, how long the server remembers
 	// a key (the draft asks servers to publish it and defines no header for

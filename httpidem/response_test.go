@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // TestLargeResponse: a response over WithMaxResponse reaches the client in
@@ -235,5 +238,72 @@ func TestReplayContentEncoding(t *testing.T) {
 		if r.status != http.StatusCreated || r.body != `{"ok":true}` || r.replayed() != want {
 			t.Fatalf("request %d: %d %q replayed=%v", i+1, r.status, r.body, r.replayed())
 		}
+	}
+}
+
+// brokenConn is a ResponseWriter whose client went away after room bytes.
+type brokenConn struct {
+	h    http.Header
+	room int
+}
+
+func (b *brokenConn) Header() http.Header { return b.h }
+func (b *brokenConn) WriteHeader(int)     {}
+func (b *brokenConn) Write(p []byte) (int, error) {
+	n := min(len(p), b.room)
+	b.room -= n
+	if n < len(p) {
+		return n, errors.New("write: broken pipe")
+	}
+	return n, nil
+}
+
+// TestReplayAfterClientWentAway: the client's connection breaks in the
+// middle of the response (the very case a client retries for), and the
+// handler goes on writing. The replay must not pass the part the socket
+// took for the whole body: it gives the body, or says it was omitted.
+func TestReplayAfterClientWentAway(t *testing.T) {
+	m := httpidem.New(ledger(memstore.New()), httpidem.WithLogger(quiet()))
+	runs := 0
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+		for _, chunk := range []string{"aaaa", "bbbb", "cccc"} {
+			_, _ = io.WriteString(w, chunk) // handlers rarely check this error
+		}
+	}))
+	req := func() *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader("{}"))
+		r.Header.Set(httpidem.HeaderKey, `"k1"`)
+		return r
+	}
+	h.ServeHTTP(&brokenConn{h: http.Header{}, room: 6}, req())
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req())
+	omitted := rec.Header().Get(httpidem.HeaderBodyOmitted) == "true"
+	if runs != 1 || rec.Code != http.StatusCreated || (rec.Body.String() != "aaaabbbbcccc" && !omitted) {
+		t.Fatalf("after %d runs, replay: status %d, body %q, %s %v; want 201 and the whole body or none",
+			runs, rec.Code, rec.Body, httpidem.HeaderBodyOmitted, omitted)
+	}
+}
+
+// TestReplayHeaderSpelling: a header the handler sets by map assignment
+// under its usual spelling ("ETag", not Go's "Etag") is replayed too.
+func TestReplayHeaderSpelling(t *testing.T) {
+	m := httpidem.New(ledger(memstore.New()), httpidem.WithLogger(quiet()))
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["ETag"] = []string{`"v1"`}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	req := func() *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/things", nil)
+		r.Header.Set(httpidem.HeaderKey, `"k3"`)
+		return r
+	}
+	first, again := httptest.NewRecorder(), httptest.NewRecorder()
+	h.ServeHTTP(first, req())
+	h.ServeHTTP(again, req())
+	if again.Header().Get(httpidem.HeaderReplayed) != "true" || again.Header().Get("ETag") != `"v1"` {
+		t.Fatalf("replay's headers %v; want ETag \"v1\"", again.Header())
 	}
 }
