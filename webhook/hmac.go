@@ -85,9 +85,12 @@ type HMACConfig struct {
 	// IDHeader, if set, holds the event id. It must be one of the Signed
 	// parts (an unsigned id header could be changed by whoever replays the
 	// request), with a non-empty Literal between it and any neighbouring
-	// part, and its value must not contain a byte of any Literal part
-	// (either would make the signed content ambiguous). When empty, the id
-	// comes from ID.
+	// part, and on at least one side of it only Literals and the
+	// TimestampHeader (digits); its value must not contain a byte of any
+	// Literal part. Otherwise the signed content would be ambiguous: with
+	// the body or another header on both sides, bytes could move across
+	// the id's boundaries, and a captured delivery verify under another id.
+	// When empty, the id comes from ID.
 	IDHeader string
 	// Secrets, used as the strings they are (no decoding). At least one.
 	Secrets []string
@@ -159,6 +162,21 @@ func newHMAC(name string, cfg HMACConfig) (*HMAC, error) {
 			}
 			if i > 0 && !lit(cfg.Signed[i-1]) || i+1 < len(cfg.Signed) && !lit(cfg.Signed[i+1]) {
 				return nil, fmt.Errorf("webhook: %s scheme: id header %s must be separated from the other signed parts by a non-empty literal", name, cfg.IDHeader)
+			}
+			// A part that may hold a separator (the body, a header other
+			// than the digits-only timestamp) on each side of the id lets
+			// bytes move across the id's boundaries: the id must be
+			// anchored at one end by literals and the timestamp only.
+			fixed := func(ps []Part) bool {
+				for _, p := range ps {
+					if p.body || p.header != "" && p.header != cfg.TimestampHeader {
+						return false
+					}
+				}
+				return true
+			}
+			if !fixed(cfg.Signed[:i]) && !fixed(cfg.Signed[i+1:]) {
+				return nil, fmt.Errorf("webhook: %s scheme: id header %s has parts that may hold a separator on both sides", name, cfg.IDHeader)
 			}
 		}
 	}

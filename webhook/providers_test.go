@@ -368,6 +368,41 @@ func TestGenericHMACIDHeaderDelimited(t *testing.T) {
 	}
 }
 
+// With a part that may hold a literal's byte on both sides of the id (a
+// header, the body), bytes move across the id's boundaries: a delivery of
+// tenant "acme.eu", id "evt_1" verifies as tenant "acme", id "eu", with
+// "evt_1." prepended to the body, and would be captured a second time.
+// NewHMAC refuses such a configuration; it accepts an id anchored on one
+// side by literals and the (digits-only) timestamp.
+func TestGenericHMACIDHeaderAnchored(t *testing.T) {
+	for _, signed := range [][]Part{
+		{HeaderValue("X-Tenant"), Literal("."), HeaderValue("X-Id"), Literal("."), Body},
+		{Body, Literal("."), HeaderValue("X-Id"), Literal("."), HeaderValue("X-Tenant")},
+		{HeaderValue("X-Ts"), Literal("."), HeaderValue("X-Tenant"), Literal("."), HeaderValue("X-Id"), Literal("."), Body},
+	} {
+		s, err := NewHMAC(HMACConfig{Header: "X-Sig", Signed: signed, TimestampHeader: "X-Ts", IDHeader: "X-Id", Secrets: []string{"k"}})
+		if err != nil {
+			continue
+		}
+		h := hdr("X-Tenant", "acme.eu", "X-Id", "evt_1", "X-Ts", "1614265330")
+		sig, _ := s.Sign(h, []byte("{}"))
+		forged := hdr("X-Tenant", "acme", "X-Id", "eu", "X-Ts", "1614265330", "X-Sig", sig)
+		if ev, err := s.Verify(forged, []byte("evt_1.{}"), time.Unix(1614265330, 0)); err == nil {
+			t.Errorf("parts %v: a delivery signed for evt_1 verified as %q", signed, ev.ID)
+		} else {
+			t.Errorf("parts %v: accepted an id with a variable part on both sides", signed)
+		}
+	}
+	for _, signed := range [][]Part{
+		{HeaderValue("X-Ts"), Literal("."), HeaderValue("X-Id"), Literal("."), Body},
+		{Literal("v1:"), HeaderValue("X-Id"), Literal(":"), HeaderValue("X-Tenant"), Literal(":"), HeaderValue("X-Ts"), Literal(":"), Body},
+	} {
+		if _, err := NewHMAC(HMACConfig{Header: "X-Sig", Signed: signed, TimestampHeader: "X-Ts", IDHeader: "X-Id", Secrets: []string{"k"}}); err != nil {
+			t.Errorf("parts %v: %v", signed, err)
+		}
+	}
+}
+
 func TestEventIDChecks(t *testing.T) {
 	s, _ := NewStripe("k")
 	now := time.Unix(1e9, 0)
