@@ -652,7 +652,7 @@ const publishManyRows = 1000
 // id) in tx with one statement and sets their ids in out.
 func (q *PostgresQueue) publishRun(ctx context.Context, tx pgx.Tx, args [][]any, out []queue.Published) error {
 	bodies, attrs, groups, delays := make([][]byte, len(args)), make([]any, len(args)), make([]any, len(args)), make([]int64, len(args))
-	for i, a := range args {
+	for i, a := range args { // publishArgs' $2 body, $3 attributes, $4 group id, $6 delay
 		bodies[i], attrs[i], groups[i], delays[i] = a[1].([]byte), a[2], a[3], a[5].(int64)
 	}
 	rows, err := tx.Query(ctx, q.p.n.publishMany, q.name, bodies, attrs, groups, delays)
