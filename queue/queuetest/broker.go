@@ -115,24 +115,9 @@ func testBroker(t *testing.T, h Harness) {
 
 	t.Run("dead_letter", func(t *testing.T) {
 		t.Parallel()
-		if !h.Features.DeadLetter {
-			t.Skip("the adapter declares no dead-letter destination")
-		}
-		src, pub := h.New(t, 30*time.Second)
-		publish(t, pub, queue.Outgoing{Body: []byte("poison")})
-		d := receiveOne(t, src, 10*time.Second)
-		settle(t, "DeadLetter", d.DeadLetter(context.Background(), "cannot parse: bad json"))
-		receiveNone(t, src, 500*time.Millisecond, "after dead-lettering the only message")
-		var dl []DeadLetter
-		eventually(t, 10*time.Second, "the dead-lettered message never reached the dead letters", func() bool {
-			dl = h.DeadLetters(t, src)
-			return len(dl) > 0
-		})
-		if len(dl) != 1 || string(dl[0].Message.Body) != "poison" {
-			t.Fatalf("dead letters %+v, want the one poison message", dl)
-		}
-		if dl[0].Reason != "" && dl[0].Reason != "cannot parse: bad json" {
-			t.Errorf("dead letter reason %q, want the one given", dl[0].Reason)
+		dl := deadLetterPoison(t, h, "cannot parse: bad json")
+		if dl.Reason != "" && dl.Reason != "cannot parse: bad json" {
+			t.Errorf("dead letter reason %q, want the one given", dl.Reason)
 		}
 	})
 
@@ -141,22 +126,9 @@ func testBroker(t *testing.T, h Harness) {
 		// response: longer than a broker takes in a header. The message
 		// must still be dead-lettered, not come back for ever.
 		t.Parallel()
-		if !h.Features.DeadLetter {
-			t.Skip("the adapter declares no dead-letter destination")
-		}
-		src, pub := h.New(t, 30*time.Second)
-		publish(t, pub, queue.Outgoing{Body: []byte("poison")})
-		d := receiveOne(t, src, 10*time.Second)
 		why := strings.Repeat("é", 1<<20) // 2 MiB
-		settle(t, "DeadLetter with a 2 MiB reason", d.DeadLetter(context.Background(), why))
-		receiveNone(t, src, 500*time.Millisecond, "after dead-lettering the only message")
-		var dl []DeadLetter
-		eventually(t, 10*time.Second, "the dead-lettered message never reached the dead letters", func() bool {
-			dl = h.DeadLetters(t, src)
-			return len(dl) > 0
-		})
-		if len(dl) != 1 || string(dl[0].Message.Body) != "poison" || !strings.HasPrefix(why, dl[0].Reason) {
-			t.Fatalf("%d dead letters (first reason %.40q), want the poison message with a prefix of its reason", len(dl), dl[0].Reason)
+		if dl := deadLetterPoison(t, h, why); !strings.HasPrefix(why, dl.Reason) {
+			t.Fatalf("dead letter reason %.40q..., want a prefix of the one given", dl.Reason)
 		}
 	})
 
@@ -266,4 +238,28 @@ func testBroker(t *testing.T, h Harness) {
 			t.Fatalf("group a after a0's retry: %q, want a0 a1 a2", as)
 		}
 	})
+}
+
+// deadLetterPoison dead-letters the only message of a fresh queue with
+// reason why and returns it as the dead letters show it (it skips t when
+// the adapter declares no dead-letter destination).
+func deadLetterPoison(t *testing.T, h Harness, why string) DeadLetter {
+	t.Helper()
+	if !h.Features.DeadLetter {
+		t.Skip("the adapter declares no dead-letter destination")
+	}
+	src, pub := h.New(t, 30*time.Second)
+	publish(t, pub, queue.Outgoing{Body: []byte("poison")})
+	d := receiveOne(t, src, 10*time.Second)
+	settle(t, fmt.Sprintf("DeadLetter with a reason of %d bytes", len(why)), d.DeadLetter(context.Background(), why))
+	receiveNone(t, src, 500*time.Millisecond, "after dead-lettering the only message")
+	var dl []DeadLetter
+	eventually(t, 10*time.Second, "the dead-lettered message never reached the dead letters", func() bool {
+		dl = h.DeadLetters(t, src)
+		return len(dl) > 0
+	})
+	if len(dl) != 1 || string(dl[0].Message.Body) != "poison" {
+		t.Fatalf("%d dead letters (the first's body %q), want the one poison message", len(dl), dl[0].Message.Body)
+	}
+	return dl[0]
 }
