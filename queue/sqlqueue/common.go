@@ -335,7 +335,7 @@ type corruptRow struct {
 func deadLetterCorrupt(log *slog.Logger, queueName string, rows []corruptRow,
 	deadLetter func(context.Context, *delivery, string) error) {
 	for _, r := range rows {
-		why := pgtext.Storable(reason.Bound("undecodable: " + r.err.Error()))
+		why := storedReason("undecodable: " + r.err.Error())
 		if err := deadLetter(context.Background(), r.d, why); err != nil {
 			log.Error("sqlqueue: dead-lettering a message whose attributes cannot be read; it comes back after the visibility timeout",
 				"queue", queueName, "message_id", formatID(r.d.id), "reason", why, "err", err)
@@ -345,6 +345,10 @@ func deadLetterCorrupt(log *slog.Logger, queueName string, rows []corruptRow,
 			"queue", queueName, "message_id", formatID(r.d.id), "reason", why)
 	}
 }
+
+// storedReason is the dead-letter reason a queue keeps of why: its first
+// reason.MaxLen bytes, storable in PostgreSQL text (see DeadLetter).
+func storedReason(why string) string { return pgtext.Storable(reason.Bound(why)) }
 
 func decodeAttrs(b []byte) (map[string]string, error) {
 	if len(b) == 0 {
@@ -417,7 +421,7 @@ func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
 // NULs: a reason is often an error's text quoting the message, and
 // PostgreSQL would refuse it, so the message could never be dead-lettered.
 func (d *delivery) DeadLetter(ctx context.Context, why string) error {
-	why = pgtext.Storable(reason.Bound(why))
+	why = storedReason(why)
 	return d.settle(func() error { return d.s.deadLetter(ctx, d, why) })
 }
 
