@@ -235,6 +235,68 @@ func benchReceiveBehindBlocked(b *testing.B, q batchPublisher, backlog int, load
 	}
 }
 
+// BenchmarkReceiveBesideDelayed measures one Receive of 10 messages of
+// FIFO groups from a queue that also holds delayed messages (delayed
+// messages: a delay on publish, or a retry's backoff). The groups with a
+// message in flight, which the receive reads, must be found without
+// passing the delayed ones: its cost should not grow with them. Run it
+// with -benchtime 200x; IDEM_TEST_POSTGRES adds the PostgreSQL runs.
+func BenchmarkReceiveBesideDelayed(b *testing.B) {
+	for _, delayed := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("engine=sqlite/delayed=%d", delayed), func(b *testing.B) {
+			_, qs := benchSQLite(b, groupCommit)
+			q, _ := qs.Queue("delayed", sqlqueue.WithVisibility(time.Hour))
+			benchReceiveBesideDelayed(b, q, delayed, func() {})
+		})
+		b.Run(fmt.Sprintf("engine=postgres/delayed=%d", delayed), func(b *testing.B) {
+			pool := pgPool(b)
+			schema := pgSchema(b, pool)
+			q := pgQueue(b, openPostgres(b, pool, schema), "delayed", sqlqueue.WithVisibility(time.Hour))
+			benchReceiveBesideDelayed(b, q, delayed, func() {
+				if _, err := pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// benchReceiveBesideDelayed fills q and times its receives; loaded runs
+// once the messages are in.
+func benchReceiveBesideDelayed(b *testing.B, q batchPublisher, delayed int, loaded func()) {
+	ctx := context.Background()
+	const ready, limit = 100, 10
+	batch := make([]queue.Outgoing, 0, 1000)
+	for i := range delayed + ready {
+		m := queue.Outgoing{Body: fmt.Appendf(nil, "message %d", i), Delay: time.Hour}
+		if i >= delayed {
+			m = queue.Outgoing{Body: m.Body, GroupID: fmt.Sprint("r", i)}
+		}
+		batch = append(batch, m)
+		if len(batch) == cap(batch) || i == delayed+ready-1 {
+			if _, err := q.PublishBatch(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	loaded()
+	b.ResetTimer()
+	for range b.N {
+		ds, err := q.Receive(ctx, limit)
+		if err != nil || len(ds) != limit {
+			b.Fatalf("receive: %d messages, %v; want %d", len(ds), err, limit)
+		}
+		b.StopTimer()
+		for _, d := range ds {
+			if err := d.Retry(ctx, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
+}
+
 // BenchmarkPublishReceiveAck measures the queue alone, without a ledger:
 // b.N messages published one by one by 16 goroutines, then consumed by 8
 // workers that receive up to 10 at a time and ack each, with no FIFO

@@ -24,6 +24,12 @@ import (
 // holds the queue tables as migrations 001 – 002 left them.
 func sqliteBefore003(t *testing.T) *sqlitestore.Store {
 	t.Helper()
+	return sqliteBefore(t, 3)
+}
+
+// sqliteBefore is sqliteBefore003 for the migrations before version.
+func sqliteBefore(t *testing.T, version int) *sqlitestore.Store {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	if err != nil {
@@ -34,10 +40,10 @@ func sqliteBefore003(t *testing.T) *sqlitestore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) < 3 {
-		t.Fatalf("%d migrations, want 003", len(ms))
+	if len(ms) < version {
+		t.Fatalf("%d migrations, want %03d", len(ms), version)
 	}
-	if err := migrations.ApplySQLite(ctx, st.DB(), sqliteComponent, ms[:2], time.Now().UnixMicro(), false, slog.New(slog.DiscardHandler)); err != nil {
+	if err := migrations.ApplySQLite(ctx, st.DB(), sqliteComponent, ms[:version-1], time.Now().UnixMicro(), false, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -378,6 +384,28 @@ func TestSQLiteOlderTables(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Stats(ctx); !errors.Is(err, ErrNoTables) {
 		t.Fatalf("Stats on tables before migration 003 = %v, want ErrNoTables", err)
+	}
+
+	// Before migration 002, the receive's index is missing: the writer
+	// cannot prepare it.
+	for _, gc := range []bool{false, true} {
+		st := sqliteBefore(t, 2)
+		opts := []Option{WithMigrate(false)}
+		if gc {
+			opts = append(opts, WithGroupCommit(st))
+		}
+		s, err := NewSQLite(ctx, st.DB(), opts...)
+		if err == nil {
+			q, qerr := s.Queue("q")
+			if qerr != nil {
+				t.Fatal(qerr)
+			}
+			_, err = q.Receive(ctx, 1)
+			s.Close()
+		}
+		if !errors.Is(err, ErrNoTables) {
+			t.Fatalf("group commit %v: on tables before migration 002 = %v, want ErrNoTables", gc, err)
+		}
 	}
 }
 

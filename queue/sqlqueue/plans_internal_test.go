@@ -2,11 +2,53 @@ package sqlqueue
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/jackc/pgx/v5"
 )
+
+// TestSQLiteReceivePlan: the receive reads the groups in flight on their
+// partial index. SQLite, without statistics, preferred the range on
+// (queue, visible_at) there, which passes every delayed and retried
+// message of the queue too: a receive of 10 grouped messages took 100 ms
+// beside 200,000 delayed ones, against 1 ms on the partial index.
+func TestSQLiteReceivePlan(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	qs, err := NewSQLite(ctx, st.DB(), WithGroupCommit(st)) // every migration
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qs.Close()
+	rows, err := st.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqliteReceive, int64(2e15), int64(1e15), "q", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if !strings.Contains(plan, "SEARCH f USING INDEX idem_queue_messages_group_in_flight") {
+		t.Fatalf("the receive does not read the groups in flight on their index:\n%s", plan)
+	}
+}
 
 // TestPostgresReceivePlan: on a large queue, the receive's generic plan
 // (the one a cached statement soon uses, not knowing how many messages are

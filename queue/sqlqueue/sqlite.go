@@ -160,6 +160,9 @@ func (s *SQLite) wrapErr(err error) error {
 	if strings.Contains(err.Error(), "no such table: idem_queue_") {
 		return fmt.Errorf("%w (open the queue with migrations on): %w", ErrNoTables, err)
 	}
+	if strings.Contains(err.Error(), "no such index: idem_queue_messages_group_in_flight") {
+		return fmt.Errorf("%w: they are older than this build (migration 002; open the queue with migrations on once): %w", ErrNoTables, err)
+	}
 	if strings.Contains(err.Error(), "no such column: held_visible_at") {
 		return fmt.Errorf("%w: they are older than this build (migration 003; open the queue with migrations on once): %w", ErrNoTables, err)
 	}

@@ -110,16 +110,17 @@ const (
 	// waits for. The lower-id check stays for the one unheld message that
 	// is not a head: one in flight when a redrive put a lower id before
 	// it, then retried or timed out. The groups with a message in flight
-	// are read once (on their partial index) and each candidate is tested
-	// against them; the range on visible_at that finds them stops short
-	// of the held messages.
+	// are read once and each candidate is tested against them. They are
+	// read on their partial index, named: SQLite has no statistics here
+	// and took the range on (queue, visible_at) instead, which passes
+	// every delayed or retried message of the queue as well.
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (
 	SELECT m.id FROM idem_queue_messages m
 	WHERE m.queue = ?3 AND m.visible_at <= ?2
 	  AND (m.group_id IS NULL OR (m.group_id NOT IN (
-		SELECT f.group_id FROM idem_queue_messages f
+		SELECT f.group_id FROM idem_queue_messages f INDEXED BY idem_queue_messages_group_in_flight
 		WHERE f.queue = ?3 AND f.group_id IS NOT NULL AND f.receipt IS NOT NULL AND f.visible_at > ?2 AND f.visible_at < ` + sqliteHeldVisibleAt + `)
 	  AND NOT EXISTS (
 		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)))

@@ -275,8 +275,11 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 			if err != nil {
 				return fmt.Errorf("idem: %w", err)
 			}
+			stats := st.Stats()
 			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler", note: r.note()})
+				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler",
+				note: fmt.Sprintf("%s; writer: %.1f writes a commit, %.3f syncs a message", r.note(),
+					float64(stats.BatchedOps)/float64(max(stats.Batches, 1)), float64(stats.Syncs)/float64(r.n))})
 			return nil
 		}
 		riverSide := func() error {
