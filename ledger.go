@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,19 +158,20 @@ func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []by
 	return refused
 }
 
-// releaseOrphan releases a key a claim acquired for a caller that had left
-// (its context ended while the claim was on its way): fn never
-// ran, so the key is free for the next call whatever the policy. A
-// takeover is left to lapse instead, as after a crash: releasing it would
-// make the orphan's empty attempt, not the lapsed one that may have done
-// the effect, the attempt the next call's Reconcile hook is asked about.
+// releaseOrphan ends the attempt of a claim acquired for a caller that had
+// left (its context ended while the claim was on its way): fn never ran,
+// so the key is released for the next call whatever the policy. A
+// takeover is abandoned instead (left lapsed at once, as after a crash):
+// the attempt it took over may have done the effect, and the next call
+// must meet it as lapsed. Either way the reason marks the attempt as not
+// run, so a later Reconcile hook is asked about the attempt before it.
 func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
-	if !cr.Acquired || cr.Takeover {
+	if !cr.Acquired {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
 	defer cancel()
-	const reason = "not run: the caller left before its claim was answered"
+	const reason = notRunPrefix + "the caller left before its claim was answered"
 	// Orphans are released on the flight's goroutine, where a panic in the
 	// store would reach no caller and end the process: it is this release's
 	// failure.
@@ -179,6 +181,9 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 				err = fmt.Errorf("the store panicked: %v", p)
 			}
 		}()
+		if cr.Takeover {
+			return l.store.Abandon(ctx, cr.Record.Key, cr.Record.Fence, reason)
+		}
 		return l.store.Release(ctx, cr.Record.Key, cr.Record.Fence, reason)
 	}
 	if err := release(); err != nil {
@@ -217,14 +222,18 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 // means: a [Permanent] error fails the key; under AtLeastOnce any other error
 // releases it for a retry; under AtMostOnce it leaves the key indeterminate
 // unless wrapped in [NotDone]. A panic in fn is treated like an error, then
-// re-panics. If a heartbeat finds the lease lost, fn's context is cancelled
-// and Do returns [ErrLeaseLost] without recording anything.
+// re-panics. If the store refuses a heartbeat (another attempt took the
+// key), fn's context is cancelled and Do returns [ErrLeaseLost] without
+// recording anything. If the lease runs out because the store could not be
+// reached in time, fn's context is cancelled too, but what fn then returns
+// is recorded as usual under its fence: the store refuses it, and Do
+// returns ErrLeaseLost, only if another attempt took the key meanwhile.
 //
 // A store error is wrapped in a [*StoreError] and returned: never read as an
 // outcome. The key is then left to its lease and policy. If ctx ends before
 // the claim is answered, fn does not run: Do returns ctx's error (wrapped
 // likewise) and releases the key if the claim was acquired anyway (a
-// takeover is left to lapse, as after a crash).
+// takeover is abandoned: left lapsed, as after a crash).
 func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
@@ -256,7 +265,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 		work = func(ctx context.Context) ([]byte, error) {
 			v, done, err := reconcile(ctx, c.reconcile, lapsedOf(rec))
 			if err != nil {
-				return nil, abandonError{fmt.Errorf("idem: reconcile %q: %w", rec.Key, err)}
+				return nil, abandonError{err: fmt.Errorf("idem: reconcile %q: %w", rec.Key, err), notRun: true}
 			}
 			if done {
 				reconciled = true
@@ -277,11 +286,11 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 		// A copy: the caller owns the fresh Value and may change it.
 		l.cache.put(rec.Key, cacheEntry{value: append([]byte(nil), val...), fingerprint: c.fingerprint, attempt: res.Attempt, fence: res.Fence, expires: start.Add(c.retention)})
 	}
-	outcome := "executed"
+	outcome, logged := "executed", rec
 	if reconciled {
-		outcome = "reconciled"
+		outcome, logged.Fence = "reconciled", res.Fence
 	}
-	l.logOutcome(ctx, slog.LevelInfo, outcome, c, rec, slog.Bool("takeover", cr.Takeover), slog.Duration("took", time.Since(start)))
+	l.logOutcome(ctx, slog.LevelInfo, outcome, c, logged, slog.Bool("takeover", cr.Takeover), slog.Duration("took", time.Since(start)))
 	return res, nil
 }
 
@@ -305,8 +314,9 @@ func (l *Ledger) callConfig(opts []CallOption) *callConfig {
 	for _, o := range opts {
 		o.applyCall(c)
 	}
-	if c.leaseCap > 0 && c.lease > c.leaseCap {
-		c.lease = c.leaseCap
+	if c.leaseCap > 0 {
+		c.lease = min(c.lease, c.leaseCap)
+		c.leaseEnd = time.Now().Add(c.leaseCap)
 	}
 	return c
 }
@@ -385,7 +395,18 @@ func reconcile(ctx context.Context, hook ReconcileFunc, lp Lapsed) (v []byte, do
 
 // abandonError marks an error after which nothing is known about the
 // effect: the attempt is abandoned (left lapsed) whatever the policy.
-type abandonError struct{ err error }
+// notRun: fn did not run (a Reconcile hook failed), so the attempt is
+// recorded as not run.
+type abandonError struct {
+	err    error
+	notRun bool
+}
+
+// notRunPrefix begins the reason recorded for an attempt that ended
+// without running fn: a claim whose caller had left, a Reconcile hook that
+// failed. Such an attempt did no effect, so a later Reconcile hook is asked
+// about the attempt before it, which may have (lastRun).
+const notRunPrefix = "idem: not run: "
 
 func (e abandonError) Error() string { return e.err.Error() }
 func (e abandonError) Unwrap() error { return e.err }
@@ -406,7 +427,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	// stop, so the lease lapses as after a crash.
 	defer hb.stop()
 	val, fnErr, panicked, panicVal := call(runCtx, fn)
-	lost := hb.stop()
+	lost, refused := hb.stop()
 	// A Reconcile hook that panics decided nothing, as one that errs: the
 	// lapsed attempt stays lapsed, whatever the policy.
 	rp, inHook := panicVal.(reconcilePanic)
@@ -420,6 +441,19 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	defer fcancel()
 	key, fence := rec.Key, rec.Fence
 
+	if lost != nil && !refused {
+		// The lease ran out here, while the store could not be reached (or
+		// the call's lease cap ended it), but no other attempt is known to
+		// hold the key: record fn's outcome under its fence, which the store
+		// refuses if one took it meanwhile. fn was cancelled: its error says
+		// so.
+		l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", lost),
+			slog.String("msg_detail", "fn was cancelled; recording its outcome under its fence"))
+		if fnErr != nil {
+			fnErr = fmt.Errorf("%w (fn was cancelled: %v)", fnErr, lost)
+		}
+		lost = nil
+	}
 	if lost != nil {
 		l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.Any("error", lost),
 			slog.String("msg_detail", "fn may have done its effect; nothing recorded, the key's new holder decides"))
@@ -435,6 +469,9 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 
 	if panicked {
 		reason := fmt.Sprintf("panic: %v", panicVal)
+		if inHook {
+			reason = fmt.Sprintf("%sthe Reconcile hook panicked: %v", notRunPrefix, panicVal)
+		}
 		var serr error
 		outcome := "released"
 		if c.policy == AtMostOnce || inHook {
@@ -482,6 +519,9 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	)
 	switch {
 	case errors.As(fnErr, &ab):
+		if ab.notRun {
+			reason = notRunPrefix + reason
+		}
 		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
 	case errors.As(fnErr, &pe):
 		op, serr = "failed", l.store.Fail(fctx, key, fence, reason, c.retention)
@@ -556,6 +596,7 @@ type heartbeat struct {
 	run     sync.Mutex // held by a beat; stop waits for it
 	stopped atomic.Bool
 	lost    atomic.Pointer[error]
+	refused atomic.Bool // the store answered ErrLeaseLost: another attempt holds the key
 	once    sync.Once
 }
 
@@ -579,19 +620,28 @@ func (h *heartbeat) beat() {
 	if h.watchdog == nil {
 		h.watchdog = time.AfterFunc(time.Until(h.deadline), h.expire)
 	}
+	lease := h.c.lease
+	if !h.c.leaseEnd.IsZero() {
+		// WithLeaseAtMost: not past the call's end; the watchdog then
+		// cancels fn when the lease granted last runs out.
+		if lease = min(lease, time.Until(h.c.leaseEnd)); lease <= 0 {
+			return
+		}
+	}
 	asked := time.Now()
 	// An extension may take the beat's interval, but not past the lease
 	// this process can count on: when the store cannot answer by then, fn
 	// is cancelled at once, not a beat later.
 	ectx, ecancel := context.WithDeadline(h.ctx, minTime(asked.Add(h.interval), h.deadline))
-	err := h.extend(ectx)
+	err := h.extend(ectx, lease)
 	ecancel()
 	next := asked.Add(h.interval) // beats keep their cadence, however long an extension took
 	switch {
 	case err == nil:
-		h.deadline = asked.Add(h.c.lease)
+		h.deadline = asked.Add(lease)
 		h.watchdog.Reset(time.Until(h.deadline))
 	case errors.Is(err, ErrLeaseLost):
+		h.refused.Store(true)
 		h.fail(ErrLeaseLost)
 		return
 	default:
@@ -611,13 +661,13 @@ func (h *heartbeat) beat() {
 // extend asks the store for the extension. A panic in the store is a failed
 // extension: the beat runs on a timer's goroutine, where no caller could
 // recover it, so it would end the process.
-func (h *heartbeat) extend(ctx context.Context) (err error) {
+func (h *heartbeat) extend(ctx context.Context, lease time.Duration) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("the store panicked: %v", p)
 		}
 	}()
-	_, err = h.l.store.Extend(ctx, h.rec.Key, h.rec.Fence, h.c.lease)
+	_, err = h.l.store.Extend(ctx, h.rec.Key, h.rec.Fence, lease)
 	return err
 }
 
@@ -644,8 +694,9 @@ func (h *heartbeat) fail(err error) {
 }
 
 // stop ends the heartbeat, waiting for a beat under way, and reports
-// whether the lease was lost.
-func (h *heartbeat) stop() error {
+// whether the lease was lost, and whether the store said so (refused) or
+// it ran out here.
+func (h *heartbeat) stop() (lost error, refused bool) {
 	h.once.Do(func() {
 		h.stopped.Store(true)
 		h.timer.Stop()
@@ -656,42 +707,54 @@ func (h *heartbeat) stop() error {
 		h.run.Unlock()
 	})
 	if p := h.lost.Load(); p != nil {
-		return *p
+		return *p, h.refused.Load()
 	}
-	return nil
+	return nil, false
 }
 
+// lapsedOf describes, for a Reconcile hook, the attempt before the one rec
+// holds that may have done the effect: the one that lapsed (or released
+// the key with an error).
 func lapsedOf(rec Record) Lapsed {
-	// The journal's newest entry is this claim; the one before it is the
-	// attempt that lapsed (or was released with an error).
-	lp := Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason, Outcome: OutcomeLapsed}
-	if n := len(rec.Journal); n >= 2 {
-		e := rec.Journal[n-2]
-		lp.Fence, lp.Attempt, lp.Owner, lp.Correlation, lp.Started = e.Fence, e.Attempt, e.Owner, e.Correlation, e.Started
-		if e.Outcome != "" {
-			lp.Outcome = e.Outcome
-		}
-		if e.Reason != "" {
-			lp.Reason = e.Reason
-		}
+	e, ok := lastRun(rec)
+	if !ok {
+		// The journal does not reach it (it keeps MaxJournal entries).
+		return Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason, Outcome: OutcomeLapsed}
+	}
+	lp := Lapsed{Key: rec.Key, Fence: e.Fence, Attempt: e.Attempt, Owner: e.Owner, Correlation: e.Correlation,
+		Started: e.Started, Reason: e.Reason, Outcome: e.Outcome}
+	if lp.Outcome == "" {
+		lp.Outcome = OutcomeLapsed
 	}
 	return lp
 }
 
-// releasedWithError reports whether the attempt before the one rec holds
-// released the key with an error: it failed, perhaps after its effect (the
-// "throw after the send" of a handler), so a Reconcile hook is asked before
-// fn runs again.
+// lastRun returns the newest journal entry before rec's own claim whose
+// attempt ran fn, or may have: the attempts recorded as not run (a caller
+// that left before its claim was answered, a Reconcile hook that failed)
+// are passed over. ok is false when there is none in the journal, or only
+// before a claim that began the record anew after an earlier record's
+// retention passed.
+func lastRun(rec Record) (e JournalEntry, ok bool) {
+	j := rec.Journal
+	for i := len(j) - 2; i >= 0; i-- {
+		if j[i+1].AfterExpiry {
+			return JournalEntry{}, false // the earlier attempts belong to a record whose retention passed
+		}
+		if !strings.HasPrefix(j[i].Reason, notRunPrefix) {
+			return j[i], true
+		}
+	}
+	return JournalEntry{}, false
+}
+
+// releasedWithError reports whether the last attempt before the one rec
+// holds that ran fn released the key with an error: it failed, perhaps
+// after its effect (the "throw after the send" of a handler), so a
+// Reconcile hook is asked before fn runs again.
 func releasedWithError(rec Record) bool {
-	n := len(rec.Journal)
-	if n < 2 {
-		return false
-	}
-	if rec.Journal[n-1].AfterExpiry {
-		return false // the earlier attempt belongs to a record whose retention passed
-	}
-	e := rec.Journal[n-2]
-	return e.Outcome == OutcomeReleased && e.Reason != ""
+	e, ok := lastRun(rec)
+	return ok && e.Outcome == OutcomeReleased && e.Reason != ""
 }
 
 func newCorrelationID() string {

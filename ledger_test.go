@@ -74,7 +74,8 @@ func (h *hangingExtends) Extend(ctx context.Context, key string, fence int64, le
 }
 
 // When an extension hangs past its context, fn is still cancelled when the
-// lease runs out: the watchdog does not wait for the store to answer.
+// lease runs out: the watchdog does not wait for the store to answer. No
+// other attempt took the key, so what fn returns is still recorded.
 func TestLeaseRunsOutWhileAnExtensionHangs(t *testing.T) {
 	s := &hangingExtends{Store: memstore.New(), release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	lease := 90 * time.Millisecond
@@ -108,8 +109,103 @@ func TestLeaseRunsOutWhileAnExtensionHangs(t *testing.T) {
 	}
 	released.Store(true)
 	close(s.release)
-	if err := <-done; !errors.Is(err, idem.ErrLeaseLost) {
+	if err := <-done; err != nil {
+		t.Fatalf("Do = %v, want fn's result recorded (no other attempt took the key)", err)
+	}
+	if rec, err := s.Get(context.Background(), "hang"); err != nil || rec.Status != idem.StatusCompleted {
+		t.Fatalf("record %+v, %v; want completed", rec, err)
+	}
+}
+
+// unreachableExtends is a memstore whose Extend cannot reach the backend.
+type unreachableExtends struct{ *memstore.Store }
+
+func (unreachableExtends) Extend(context.Context, string, int64, time.Duration) (time.Time, error) {
+	return time.Time{}, errors.New("connection reset")
+}
+
+// Heartbeats fail for longer than the lease while fn does its effect, not
+// watching its context. Nobody took the key, so the store still holds it
+// under fn's fence: fn's result is recorded and the next call replays it
+// instead of doing the effect again.
+func TestLeaseRunOutHereStillRecords(t *testing.T) {
+	lease := 90 * time.Millisecond
+	l := idem.New(unreachableExtends{memstore.New()}, idem.WithLease(lease), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	sends := 0
+	send := func(ctx context.Context) ([]byte, error) {
+		sends++
+		time.Sleep(lease + 30*time.Millisecond) // an SMTP call that does not watch ctx
+		if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+			t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+		}
+		return []byte("250 OK"), nil
+	}
+	first, err := l.Do(context.Background(), idem.Key("email"), send)
+	if err != nil || string(first.Value) != "250 OK" {
+		t.Fatalf("first Do: %+v, %v; want fn's result recorded", first, err)
+	}
+	second, err := l.Do(context.Background(), idem.Key("email"), send)
+	if err != nil || !second.Replayed || sends != 1 {
+		t.Fatalf("second Do: %+v, %v; sent %d times; want a replay, one send", second, err, sends)
+	}
+}
+
+// When the lease ran out here and another attempt took the key meanwhile,
+// the store refuses the first attempt's result under its old fence: Do
+// returns ErrLeaseLost and the new holder's record stands.
+func TestLeaseRunOutHereThenTakenOver(t *testing.T) {
+	lease := 60 * time.Millisecond
+	s := memstore.New()
+	quiet := idem.WithLogger(slog.New(slog.DiscardHandler))
+	l := idem.New(unreachableExtends{s}, idem.WithLease(lease), quiet)
+	other := idem.New(s, idem.WithLease(time.Minute), quiet)
+	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		time.Sleep(10 * time.Millisecond) // the store's lease ends no earlier than this process's
+		res, err := other.Do(context.Background(), idem.Key("k"), func(context.Context) ([]byte, error) { return []byte("second"), nil })
+		if err != nil || !res.Takeover {
+			t.Errorf("the other attempt: %+v, %v; want a takeover", res, err)
+		}
+		return []byte("first"), nil
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	}
+	if rec, err := s.Get(context.Background(), "k"); err != nil || string(rec.Result) != "second" {
+		t.Fatalf("record %+v, %v; want the other attempt's result", rec, err)
+	}
+}
+
+// WithLeaseAtMost ends the lease no later than its bound after the call
+// starts, heartbeats included (a Lambda killed at its deadline must not
+// leave the key busy after it): fn is cancelled when it runs out.
+func TestWithLeaseAtMostBoundsHeartbeats(t *testing.T) {
+	s := memstore.New()
+	l := idem.New(s, idem.WithLease(time.Hour), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	const bound = 150 * time.Millisecond
+	start := time.Now()
+	var latest time.Time
+	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+		for ctx.Err() == nil && time.Since(start) < 8*bound {
+			rec, err := s.Get(context.Background(), "k")
+			if err != nil {
+				return nil, err
+			}
+			if rec.LeaseUntil.After(latest) {
+				latest = rec.LeaseUntil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+			t.Errorf("fn's context cause %v after %v, want ErrLeaseLost", context.Cause(ctx), time.Since(start))
+		}
+		return nil, ctx.Err()
+	}, idem.WithLeaseAtMost(bound))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v, want fn's context.Canceled", err)
+	}
+	if over := latest.Sub(start.Add(bound)); over > 20*time.Millisecond {
+		t.Fatalf("lease held until %v past the bound", over)
 	}
 }
 
@@ -157,20 +253,29 @@ func (panickingExtends) Extend(context.Context, string, int64, time.Duration) (t
 // A store that panics in Extend, on the heartbeat's timer goroutine where no
 // caller could recover it, does not bring the process down: the extension
 // failed, and when the lease runs out fn is cancelled with ErrLeaseLost.
+// Its error then releases the key (AtLeastOnce), which the store still
+// held under its fence.
 func TestHeartbeatExtendThatPanics(t *testing.T) {
 	lease := 60 * time.Millisecond
-	l := idem.New(panickingExtends{memstore.New()}, idem.WithLease(lease), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	s := panickingExtends{memstore.New()}
+	l := idem.New(s, idem.WithLease(lease), idem.WithLogger(slog.New(slog.DiscardHandler)))
 	_, err := l.Do(context.Background(), idem.Key("hb-panic"), func(ctx context.Context) ([]byte, error) {
 		select {
 		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+				t.Errorf("fn's context cause %v, want ErrLeaseLost", context.Cause(ctx))
+			}
 			return nil, ctx.Err()
 		case <-time.After(50 * lease):
 			t.Error("fn was not cancelled when its lease ran out")
 			return []byte("ok"), nil
 		}
 	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v, want fn's context.Canceled", err)
+	}
+	if rec, err := s.Get(context.Background(), "hb-panic"); err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want released", rec, err)
 	}
 }
 

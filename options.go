@@ -49,6 +49,7 @@ type config struct {
 type callConfig struct {
 	lease       time.Duration
 	leaseCap    time.Duration // WithLeaseAtMost; 0: none
+	leaseEnd    time.Time     // the call's start plus leaseCap: no heartbeat extends the lease past it; zero: none
 	retention   time.Duration
 	policy      Policy
 	fingerprint string
@@ -69,7 +70,9 @@ func WithLease(d time.Duration) LedgerCallOption {
 }
 
 // WithLeaseAtMost caps the call's lease at d, whatever [WithLease] (on the
-// Ledger or the call, before or after it) sets. It is for callers with a
+// Ledger or the call, before or after it) sets, and ends it no later than d
+// after the call starts: heartbeats stop extending it there, and fn's
+// context is cancelled when it runs out. It is for callers with a
 // deadline, such as a Lambda handler: a lease that outlives the invocation
 // would keep the key from the next delivery that long after the process
 // is killed at its deadline. Non-positive values are ignored.

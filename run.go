@@ -30,11 +30,11 @@ func Run[T any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx co
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, abandonError{fmt.Errorf("idem: encoding the result of %q as JSON: %w", key.s, err)}
+			return nil, abandonError{err: fmt.Errorf("idem: encoding the result of %q as JSON: %w", key.s, err)}
 		}
 		var back T
 		if err := json.Unmarshal(b, &back); err != nil {
-			return nil, abandonError{fmt.Errorf("idem: the JSON of the result of %q does not decode back into %T, so duplicates could not read it: %w", key.s, back, err)}
+			return nil, abandonError{err: fmt.Errorf("idem: the JSON of the result of %q does not decode back into %T, so duplicates could not read it: %w", key.s, back, err)}
 		}
 		fresh, ran = back, true
 		return b, nil

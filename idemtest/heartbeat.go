@@ -45,7 +45,8 @@ func realTime(t *testing.T, h Harness, s idem.Store) (stop func()) {
 }
 
 // testHeartbeat holds the Ledger's heartbeats: a slow fn keeps its key,
-// and an fn whose lease was lost is cancelled and records nothing.
+// and an fn whose key another attempt or an operator took is cancelled
+// and records nothing.
 func testHeartbeat(t *testing.T, h Harness) {
 	t.Run("slow_fn_keeps_its_key", func(t *testing.T) {
 		t.Parallel()
