@@ -76,6 +76,9 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // the rest of its group in the batch are handed back (Retry(0)) in order,
 // and other groups go on. While a handler runs, the delivery is extended
 // every third of the source's visibility, and the ledger extends its lease.
+// The later messages of its group in the batch, waiting their turn, are
+// extended too: none lapses to be handed to another worker, which would
+// count a receive against it and could run it before the earlier ones end.
 //
 // A panic in the handler is recovered, logged with its stack, and treated as
 // a retryable error (the ledger has already released or abandoned the key
@@ -353,20 +356,49 @@ func groupUnits(ds []Delivery) [][]Delivery {
 
 // runUnit handles a unit's messages in order. Once one is not done (or the
 // consumer is stopping), the rest are handed back untouched.
+//
+// The messages after the first are kept invisible from the start, as the
+// running one is, until each is settled: unextended, a message waiting
+// behind slower ones would lapse before its turn, and the broker would hand
+// it (and the rest of its group) to another worker, which could run it
+// before the earlier ones finish. Handing the waiting messages back instead
+// would keep the order, but every hand-back counts a receive, and a group
+// that waits often would reach the maximum receives and be dead-lettered
+// without ever failing.
 func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []Delivery) {
+	waiting := make([]func(), len(unit)) // stops the extension of unit[i] (i > 0)
+	for i := 1; i < len(unit); i++ {
+		waiting[i] = c.keepVisible(hctx, unit[i], idem.OperationKey{})
+	}
+	defer func() {
+		// Also when a handler ends its goroutine (runtime.Goexit): the
+		// messages left are then as after a crash.
+		for _, stop := range waiting {
+			stopKeeping(stop)
+		}
+	}()
 	held := ""
-	for _, d := range unit {
+	for i, d := range unit {
 		switch {
 		case held != "":
+			stopKeeping(waiting[i])
 			c.settle(hctx, d, d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: held}, idem.Result{})
 		case runCtx.Err() != nil || hctx.Err() != nil:
+			stopKeeping(waiting[i])
 			c.settle(hctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
 			held = "the consumer is stopping"
 		default:
-			if !c.process(hctx, d) {
+			if !c.process(hctx, d, waiting[i]) {
 				held = "an earlier message of its group is not done"
 			}
 		}
+	}
+}
+
+// stopKeeping stops an extension keepVisible started, if any.
+func stopKeeping(stop func()) {
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -387,11 +419,15 @@ type verdict struct {
 }
 
 // process handles one delivery and reports whether it is settled as done or
-// dead-lettered (so its FIFO group may go on).
-func (c *Consumer) process(ctx context.Context, d Delivery) bool {
+// dead-lettered (so its FIFO group may go on). kept, when not nil, stops the
+// extension that kept d invisible while it waited its turn (see runUnit);
+// it goes on while d is handled, in place of one of its own, and stops
+// before d is settled.
+func (c *Consumer) process(ctx context.Context, d Delivery, kept func()) bool {
 	m := d.Message()
 	key, opts, err := c.prepare(m)
 	if err != nil {
+		stopKeeping(kept)
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
@@ -400,6 +436,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 		// up on the message, ask the ledger whether its key is done or
 		// still running.
 		v, res := c.overMax(ctx, key, m, opts)
+		stopKeeping(kept)
 		return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
 	}
 
@@ -412,7 +449,10 @@ func (c *Consumer) process(ctx context.Context, d Delivery) bool {
 	}
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.
-	stop := c.keepVisible(ctx, d, key)
+	stop := kept
+	if stop == nil {
+		stop = c.keepVisible(ctx, d, key)
+	}
 	// Also when the handler ends its goroutine (runtime.Goexit): the
 	// message is then left as after a crash, to come back when its
 	// visibility lapses.
@@ -629,8 +669,9 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 }
 
 // keepVisible extends d every extendEvery until the returned func is
-// called. It is a timer, not a goroutine: most handlers end before the
-// first extension is due. An extension may take up to extendEvery (the
+// called; key is for the log (the zero key when it is not computed yet).
+// It is a timer, not a goroutine: most handlers end before the first
+// extension is due. An extension may take up to extendEvery (the
 // next one is due then); stop cancels one under way, so that a broker
 // call that hangs does not hold up the message's settlement.
 func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.OperationKey) (stop func()) {
@@ -656,8 +697,12 @@ func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.Operati
 		if err != nil && xctx.Err() == nil {
 			// The ledger still guards the effect: another worker that
 			// gets the message finds the key busy.
-			c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed",
-				c.ledger.LogKey(key.String()), slog.String("message_id", d.Message().ID), slog.Any("error", err))
+			var attrs []slog.Attr
+			if key.Err() == nil { // not computed yet for a message waiting its turn
+				attrs = append(attrs, c.ledger.LogKey(key.String()))
+			}
+			attrs = append(attrs, slog.String("message_id", d.Message().ID), slog.Any("error", err))
+			c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed", attrs...)
 		}
 		if !stopped.Load() {
 			t.Reset(max(c.cfg.extendEvery-time.Since(asked), 0))

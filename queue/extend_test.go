@@ -2,8 +2,10 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +101,120 @@ func TestHandlerGoexitStopsExtending(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if m := d.extends.Load(); m != n {
 		t.Fatalf("the delivery was extended %d more times after its handler's goroutine ended", m-n)
+	}
+}
+
+// brokerDelivery keeps a visibility deadline as a broker does: Receive set
+// it, Extend moves it, and an Extend after the delivery is settled is
+// refused.
+type brokerDelivery struct {
+	*fakeDelivery
+	vmu   sync.Mutex
+	until time.Time
+	done  bool
+	late  int // extensions asked after the delivery was settled
+}
+
+func (d *brokerDelivery) Extend(_ context.Context, by time.Duration) error {
+	d.vmu.Lock()
+	defer d.vmu.Unlock()
+	if d.done {
+		d.late++
+		return queue.ErrSettled
+	}
+	d.until = time.Now().Add(by)
+	return nil
+}
+
+func (d *brokerDelivery) settle(f func() error) error {
+	d.vmu.Lock()
+	d.done = true
+	d.vmu.Unlock()
+	return f()
+}
+
+func (d *brokerDelivery) Ack(ctx context.Context) error {
+	return d.settle(func() error { return d.fakeDelivery.Ack(ctx) })
+}
+
+func (d *brokerDelivery) Retry(ctx context.Context, delay time.Duration) error {
+	return d.settle(func() error { return d.fakeDelivery.Retry(ctx, delay) })
+}
+
+// left is how long d stays invisible from now (negative once it lapsed).
+func (d *brokerDelivery) left() time.Duration {
+	d.vmu.Lock()
+	defer d.vmu.Unlock()
+	return time.Until(d.until)
+}
+
+type secondVisibility struct{ fakeSource }
+
+func (*secondVisibility) Visibility() time.Duration { return time.Second }
+
+// The messages of a FIFO group received in one batch (SQS FIFO hands out
+// up to ten of a group at once) wait for the earlier ones; while they wait
+// they are extended as the running one is. Unextended, the fourth one here
+// would start half a visibility after it lapsed: meanwhile the broker hands
+// it to another worker, which may run it before the third is done, and
+// every such receive counts toward the dead letter. A message held back
+// after an earlier one failed is extended until it is handed back, and no
+// message is extended after it is settled.
+func TestWaitingMessagesOfAGroupStayInvisible(t *testing.T) {
+	byID := map[string]*brokerDelivery{}
+	var (
+		mu   sync.Mutex
+		left = map[string]time.Duration{} // visibility left when its handler started
+	)
+	c, err := queue.NewConsumer(&secondVisibility{}, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))),
+		queue.MessageIDKey("m"), func(_ context.Context, m queue.Message) ([]byte, error) {
+			mu.Lock()
+			left[m.ID] = byID[m.ID].left()
+			mu.Unlock()
+			time.Sleep(500 * time.Millisecond)
+			if m.ID == "g4" {
+				return nil, errors.New("transient")
+			}
+			return nil, nil
+		},
+		queue.WithHandlerTimeout(900*time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := time.Now()
+	var ds []queue.Delivery
+	for _, id := range []string{"g1", "g2", "g3", "g4", "g5", "g6"} {
+		d := &brokerDelivery{fakeDelivery: &fakeDelivery{m: queue.Message{ID: id, GroupID: "g", ReceiveCount: 1}}, until: received.Add(time.Second)}
+		byID[id] = d
+		ds = append(ds, d)
+	}
+	c.HandleBatch(context.Background(), ds)
+	// Handlers start at 0, 0.5s, 1s and 1.5s; g4 fails at 2s and g5, g6
+	// are held back then. Extended every third of a second by a second, a
+	// message always has more than half a second left.
+	for _, id := range []string{"g1", "g2", "g3", "g4"} {
+		if l, ok := left[id]; !ok || l < 300*time.Millisecond {
+			t.Errorf("%s's handler started with %v of visibility left (ran %v), want it kept invisible while it waited", id, l, ok)
+		}
+	}
+	want := map[string]string{"g1": "ack", "g2": "ack", "g3": "ack", "g4": "retry", "g5": "retry", "g6": "retry"}
+	for _, id := range []string{"g5", "g6"} {
+		d := byID[id]
+		d.vmu.Lock()
+		if over := d.until.Sub(received); over < 1500*time.Millisecond {
+			t.Errorf("%s was last made invisible until %v after the receive, want it extended while it waited (2s)", id, over)
+		}
+		d.vmu.Unlock()
+	}
+	time.Sleep(500 * time.Millisecond) // an extension that was due after the settle would have come
+	for id, d := range byID {
+		if got, _ := d.settled(); len(got) != 1 || got[0] != want[id] {
+			t.Errorf("%s settled %v, want [%s]", id, got, want[id])
+		}
+		d.vmu.Lock()
+		if d.late > 0 {
+			t.Errorf("%s extended %d times after it was settled", id, d.late)
+		}
+		d.vmu.Unlock()
 	}
 }
