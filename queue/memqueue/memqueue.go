@@ -8,6 +8,7 @@ package memqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"sync"
@@ -24,7 +25,9 @@ const (
 
 // ErrReceiptExpired is returned when a delivery is settled or extended
 // after its message was handed to another receiver (its visibility lapsed)
-// or settled already.
+// or settled through another delivery. A delivery settled already (acked,
+// retried or dead-lettered) returns an error wrapping [queue.ErrSettled]
+// instead.
 var ErrReceiptExpired = errors.New("memqueue: delivery no longer holds its message")
 
 // DeadLetter is a dead-lettered message and the reason it was given.
@@ -233,24 +236,28 @@ type delivery struct {
 	e       *entry
 	receipt int64
 	m       queue.Message
+	settled bool // Ack, Retry or DeadLetter succeeded; guarded by q.mu
 }
 
 func (d *delivery) Message() queue.Message { return d.m }
 
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.with(d.q.remove)
+	return d.with("ack", true, d.q.remove)
 }
 
+// Retry makes the message receivable again delay from now. It ends the
+// delivery's hold, as Ack does: a later Ack, Retry, DeadLetter or Extend
+// of this delivery is refused.
 func (d *delivery) Retry(ctx context.Context, delay time.Duration) error {
-	return d.with(func(e *entry) { e.visibleAt = time.Now().Add(max(delay, 0)) })
+	return d.with("retry", true, func(e *entry) { e.visibleAt = time.Now().Add(max(delay, 0)) })
 }
 
 func (d *delivery) Extend(ctx context.Context, by time.Duration) error {
-	return d.with(func(e *entry) { e.visibleAt = time.Now().Add(by) })
+	return d.with("extend", false, func(e *entry) { e.visibleAt = time.Now().Add(by) })
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.with(func(e *entry) {
+	return d.with("dead-letter", true, func(e *entry) {
 		d.q.dead = append(d.q.dead, DeadLetter{Message: e.m, Reason: reason, At: time.Now()})
 		d.q.remove(e)
 	})
@@ -274,15 +281,20 @@ func (q *Queue) remove(e *entry) {
 	}
 }
 
-// with applies f to d's message if d still holds it: no later receive
-// took it and it is not settled.
-func (d *delivery) with(f func(e *entry)) error {
+// with applies f (op, in errors) to d's message if d still holds it: d is
+// not settled, no later receive took the message and no other delivery
+// settled it. settles says that f settles d, which then holds nothing.
+func (d *delivery) with(op string, settles bool, f func(e *entry)) error {
 	d.q.mu.Lock()
 	defer d.q.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("memqueue: %s of message %s: %w", op, d.m.ID, queue.ErrSettled)
+	}
 	if d.e.gone || d.e.receipt != d.receipt {
-		return ErrReceiptExpired
+		return fmt.Errorf("memqueue: %s of message %s: %w", op, d.m.ID, ErrReceiptExpired)
 	}
 	f(d.e)
+	d.settled = settles
 	d.q.signal()
 	return nil
 }
