@@ -50,8 +50,10 @@ type Message struct {
 
 // Delivery is a received message that the consumer must settle exactly once
 // with Ack, Retry or DeadLetter. Extend may be called any number of times
-// before that. Settling twice returns an error wrapping [ErrSettled] on
-// adapters that can tell.
+// before that. Once a settle has succeeded the delivery holds nothing: a
+// second settle, or an Extend, returns an error wrapping [ErrSettled] and
+// changes nothing (a Retry included: an Ack after it must not drop the
+// message handed back). queue/queuetest holds every adapter to this.
 type Delivery interface {
 	// Message returns the delivered message.
 	Message() Message
@@ -130,7 +132,7 @@ type TxPublisher[Tx any] interface {
 
 var (
 	// ErrSettled is returned when a delivery already acked, retried or
-	// dead-lettered is settled again.
+	// dead-lettered is settled again or extended.
 	ErrSettled = errors.New("queue: delivery already settled")
 	// ErrUnsupported is returned for a feature the broker does not have.
 	ErrUnsupported = errors.New("queue: not supported by this broker")

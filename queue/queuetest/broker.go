@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,6 +73,27 @@ func testBroker(t *testing.T, h Harness) {
 		}
 		settle(t, "Ack", d2.Ack(context.Background()))
 		receiveNone(t, src, 500*time.Millisecond, "after acking the redelivery")
+	})
+
+	t.Run("settled_delivery_refuses", func(t *testing.T) {
+		// A delivery is settled once: after Ack, Retry or DeadLetter it
+		// holds nothing, and any later call on it is refused with an
+		// error wrapping queue.ErrSettled. An Ack that went through after
+		// a Retry would drop a message the consumer handed back; an Extend
+		// would hide it from the receiver it was handed back to.
+		t.Parallel()
+		src, pub := h.New(t, 30*time.Second)
+		publish(t, pub, queue.Outgoing{Body: []byte("once")})
+		d := receiveOne(t, src, 10*time.Second)
+		settle(t, "Retry(0)", d.Retry(context.Background(), 0))
+		refused(t, h, d, "Retry(0)")
+		d2 := receiveOne(t, src, 10*time.Second)
+		if m := d2.Message(); string(m.Body) != "once" || m.ReceiveCount < 2 {
+			t.Fatalf("redelivery after the refused calls: body %q, ReceiveCount %d; want once, at least 2", m.Body, m.ReceiveCount)
+		}
+		settle(t, "Ack of the redelivery", d2.Ack(context.Background()))
+		refused(t, h, d2, "Ack")
+		receiveNone(t, src, 500*time.Millisecond, "after acking the redelivery and refusing the calls after it")
 	})
 
 	t.Run("visibility_lapse_redelivers", func(t *testing.T) {
@@ -262,4 +284,19 @@ func deadLetterPoison(t *testing.T, h Harness, why string) DeadLetter {
 		t.Fatalf("%d dead letters (the first's body %q), want the one poison message", len(dl), dl[0].Message.Body)
 	}
 	return dl[0]
+}
+
+// refused checks that every settle of d, and Extend, is refused with an
+// error wrapping queue.ErrSettled now that d was settled by how (DeadLetter
+// only where the adapter declares a dead-letter destination).
+func refused(t *testing.T, h Harness, d queue.Delivery, how string) {
+	t.Helper()
+	for _, op := range SettleOps(time.Hour) {
+		if op.Name == "DeadLetter" && !h.Features.DeadLetter {
+			continue
+		}
+		if err := op.Call(context.Background(), d); !errors.Is(err, queue.ErrSettled) {
+			t.Errorf("%s after %s: %v, want an error wrapping queue.ErrSettled", op.Name, how, err)
+		}
+	}
 }
