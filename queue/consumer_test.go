@@ -157,6 +157,38 @@ func TestHandleBatchBoundsLeaseByDeadline(t *testing.T) {
 	}
 }
 
+// The bound holds for the heartbeats too: a handler that runs most of the
+// invocation does not leave the key busy past the deadline.
+func TestHandleBatchHeartbeatsStopAtDeadline(t *testing.T) {
+	store := memstore.New()
+	q := memqueue.New()
+	l := idem.New(store, idem.WithLease(time.Hour), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	var leaseUntil time.Time
+	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(_ context.Context, m queue.Message) ([]byte, error) {
+		time.Sleep(time.Until(deadline) - 300*time.Millisecond) // heartbeats run meanwhile
+		rec, err := store.Get(context.Background(), idem.Key("m", m.ID).String())
+		leaseUntil = rec.LeaseUntil
+		return nil, err
+	}, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HandleBatch(ctx, ds)
+	if over := leaseUntil.Sub(deadline); leaseUntil.IsZero() || over > 100*time.Millisecond {
+		t.Fatalf("lease held until %v past the invocation's deadline (read: %v)", over, !leaseUntil.IsZero())
+	}
+}
+
 // A ledger store that fails is never read as "done": the message is
 // retried, not acked, and once the store answers again the effect happens
 // exactly once, even when a completion's answer was lost after it committed.
