@@ -571,7 +571,16 @@ func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, opt
 			err = fmt.Errorf("queue: handler panicked: %v", p)
 		}
 	}()
-	return c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.handler(ctx, m) }, opts...)
+	return c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+		v, err := c.handler(ctx, m)
+		if errors.Is(err, ErrUndecodable) {
+			// The handler could not read the message, so it did nothing:
+			// the key is released under either policy, not left
+			// indeterminate under AtMostOnce, and a redriven message runs.
+			return v, idem.NotDone(err)
+		}
+		return v, err
+	}, opts...)
 }
 
 // judge maps the ledger's answer to what happens to the delivery.

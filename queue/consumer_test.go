@@ -67,6 +67,37 @@ func TestUndecodable(t *testing.T) {
 	}
 }
 
+// A handler that cannot decode its message did nothing: the message is
+// dead-lettered and its key released, under AtMostOnce too (not left
+// indeterminate), so the message redriven after a fix runs.
+func TestUndecodableFromHandlerReleasesTheKey(t *testing.T) {
+	store := memstore.New()
+	q := memqueue.New()
+	l := idem.New(store, idem.WithPolicy(idem.AtMostOnce), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(context.Context, queue.Message) ([]byte, error) {
+		return nil, queue.Undecodable(errors.New("unexpected end of JSON input"))
+	}, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("{")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HandleBatch(context.Background(), ds)
+	if dl := q.DeadLetters(); len(dl) != 1 {
+		t.Fatalf("%d dead letters, want the message", len(dl))
+	}
+	rec, err := store.Get(context.Background(), idem.Key("m", p.ID).String())
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want released", rec, err)
+	}
+}
+
 // A panicking handler does not take the consumer down: the message is
 // retried, and the next delivery succeeds.
 func TestHandlerPanicIsRetried(t *testing.T) {

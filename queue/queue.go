@@ -143,7 +143,9 @@ var (
 
 // Undecodable wraps err so that the consumer dead-letters the message at
 // once instead of retrying it. errors.Is(Undecodable(err), ErrUndecodable)
-// holds and the original error stays reachable with errors.Unwrap/As.
+// holds and the original error stays reachable with errors.Unwrap/As. A
+// handler that returns it declares that it did nothing: the key is
+// released (as by [idem.NotDone]) under either policy.
 func Undecodable(err error) error {
 	if err == nil {
 		return nil
