@@ -48,6 +48,7 @@ type config struct {
 	logger      *slog.Logger
 	readConns   int
 	implicit    bool // WithImplicitJournal
+	migrate     bool // WithMigrate
 }
 
 func defaultConfig() config {
@@ -59,6 +60,7 @@ func defaultConfig() config {
 		logger:      slog.New(slog.DiscardHandler),
 		readConns:   4,
 		implicit:    true,
+		migrate:     true,
 	}
 }
 
@@ -132,4 +134,20 @@ func WithReadConns(n int) Option {
 // new process writes.
 func WithImplicitJournal(on bool) Option {
 	return func(c *config) { c.implicit = on }
+}
+
+// WithMigrate says whether [Open] prepares the database file (default
+// true): it creates the file if it does not exist, switches it to WAL
+// mode, and creates the tables or applies the migrations this version of
+// the package knows that the file has not seen. With false Open changes
+// nothing in the file, nor its journal mode: it refuses, with an error
+// wrapping [ErrNotMigrated], a file that does not exist, that holds no
+// idem store (no table idem_records, as in another program's database),
+// or whose store is at an older schema version than this build's (a
+// migration would make it unreadable to the older builds still using it).
+// A schema newer than this build's is refused either way. Use it for
+// tools that look at a store the workers own, such as the idem command's
+// inspection and repair commands.
+func WithMigrate(migrate bool) Option {
+	return func(c *config) { c.migrate = migrate }
 }

@@ -80,6 +80,8 @@ type Stats struct {
 // Open opens (creating it if needed) the SQLite database at path, applies
 // the store's migrations, and starts the store's writer. path is a file
 // name, not a URI; it must not contain '?'. ctx bounds the opening only.
+// With [WithMigrate](false) it neither creates, migrates nor switches the
+// file to WAL mode, and refuses a file without this build's schema.
 //
 // The database is put in WAL mode; the write connections use
 // synchronous=FULL unless [WithSynchronous] says otherwise, and wait
@@ -102,6 +104,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: unknown synchronous mode %q", cfg.sync)
 	}
 
+	if !cfg.migrate {
+		if err := fileExists(path); err != nil {
+			return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+		}
+	}
 	s := &Store{cfg: cfg, path: path, wlock: make(chan struct{}, 1)}
 	busy := strconv.FormatInt(cfg.busyTimeout.Milliseconds(), 10)
 	q := url.Values{}
@@ -119,10 +126,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		s.closeDBs()
 		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
 	}
-	if err := s.walMode(ctx); err != nil {
-		return fail(err)
-	}
-	if err := migrate(ctx, s.db, s.now(), cfg.logger); err != nil {
+	if cfg.migrate {
+		if err := s.walMode(ctx); err != nil {
+			return fail(err)
+		}
+		if err := migrate(ctx, s.db, s.now(), cfg.logger); err != nil {
+			return fail(err)
+		}
+	} else if err := checkSchema(ctx, s.db); err != nil {
 		return fail(err)
 	}
 
