@@ -2,7 +2,9 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/idemkit/idem"
@@ -21,9 +23,16 @@ func openRedis(ctx context.Context, raw, rest string, _ Options) (idem.Store, er
 	if !strings.HasPrefix(rest, "//") {
 		return nil, fmt.Errorf("store %q: not a URL; write %s://USER:PASSWORD@HOST:PORT/DB", Redact(raw), strings.ToLower(scheme))
 	}
-	s, err := redisstore.Open(ctx, strings.ToLower(scheme)+":"+rest)
-	if err != nil {
-		return nil, fmt.Errorf("store %q: %s", Redact(raw), strings.ReplaceAll(err.Error(), rest, Redact(raw)))
+	u := strings.ToLower(scheme) + ":" + rest
+	s, err := redisstore.Open(ctx, u)
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		// The parser's message quotes the URL, or a piece of it (`invalid
+		// port ":pa" after host` for the password "pa/ss"): leave it out.
+		return nil, fmt.Errorf("store %q: not a valid URL; percent-encode a '/', '?', '#', '@' or '%%' in the user name or password", Redact(raw))
+	case err != nil:
+		return nil, fmt.Errorf("store %q: %s", Redact(raw), strings.ReplaceAll(err.Error(), u, Redact(raw)))
 	}
 	return s, nil
 }

@@ -99,22 +99,38 @@ func (o *Openers) Open(ctx context.Context, raw string, opts Options) (idem.Stor
 }
 
 // Redact returns raw with a password replaced by "xxxxx", for messages:
-// the one in its user info, and a "password" query parameter.
+// the one in its user info, and a "password" query parameter. It does not
+// rely on the URL being well formed, since it is for the messages about
+// URLs that are not: the user info runs to the last '@' (a password may
+// hold an unencoded '/', '?', '#' or '@'), the password from the first ':'
+// in it, and the "//" after the scheme may be missing
+// ("postgres:alice:s3cret@db/billing"), as may the scheme itself
+// ("alice:s3cret@db/billing"). A '@' in the query makes it redact more
+// than the password, never less.
 func Redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+	prefix, rest := "", raw
+	if scheme, after, ok := strings.Cut(raw, ":"); ok && knownScheme(scheme) {
+		prefix, rest = scheme+":", after
+		if r, ok := strings.CutPrefix(rest, "//"); ok {
+			prefix, rest = prefix+"//", r
+		}
+	} else if scheme, after, ok := strings.Cut(raw, "://"); ok && !strings.ContainsAny(scheme, "@:/?#") {
+		prefix, rest = scheme+"://", after
 	}
-	host, path := rest, ""
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		host, path = rest[:i], rest[i:]
-	}
-	if at := strings.LastIndexByte(host, '@'); at >= 0 {
-		if user, _, hasPass := strings.Cut(host[:at], ":"); hasPass {
-			host = user + ":xxxxx" + host[at:]
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+			return prefix + user + ":xxxxx@" + redactQuery(rest[at+1:])
 		}
 	}
-	return scheme + "://" + host + redactQuery(path)
+	return prefix + redactQuery(rest)
+}
+
+// knownScheme reports whether scheme (any case) is one of the built-in
+// store schemes, for Redact to tell "postgres:alice:s3cret@..." (scheme,
+// user, password) from "alice:s3cret@..." (user, password).
+func knownScheme(scheme string) bool {
+	_, ok := New().schemes[strings.ToLower(scheme)]
+	return ok
 }
 
 // redactQuery replaces the value of a "password" parameter in the query
