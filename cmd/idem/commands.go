@@ -163,8 +163,9 @@ const storesDoc = `  sqlite:PATH, sqlite://PATH   the SQLite database file PATH
   dynamodb://TABLE?region=R&endpoint=URL
                                the DynamoDB table TABLE; AWS credentials as usual
   mem:                         an empty in-memory store, for trying things
-  Commands other than demo never create a store: a missing database file or
-  table is an error.
+  Commands other than demo never create or migrate a store: a missing
+  database file or table, or a SQLite file without idem's tables or at an
+  older schema version, is an error.
 `
 
 const exitCodesDoc = `  0    ok

@@ -21,8 +21,9 @@
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
 // Commands that read or repair records never create a store that does not
-// exist: a missing SQLite file, or a missing PostgreSQL table, is an error
-// (exit 1). Every command has --help.
+// exist, nor migrate one: a missing SQLite file, a SQLite file without
+// idem's tables or at an older schema version, or a missing PostgreSQL
+// table, is an error (exit 1). Every command has --help.
 //
 //	inspect KEY          the record: status and derived state (lapsed, or
 //	                     indeterminate under at_most_once), policy, fence,

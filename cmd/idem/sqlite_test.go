@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,5 +72,62 @@ func TestSQLiteURL(t *testing.T) {
 	r.expect(t, 0, `"key":"receipt:1:7"`, `"key":"receipt:2:7","status":"released"`, `"key":"receipt:3:7"`)
 	if strings.Count(r.stdout, "\n") != 3 {
 		t.Errorf("after sweep:\n%s", r)
+	}
+}
+
+// TestSQLiteReadOnlyNeverMigrates: a command on an existing SQLite file
+// that holds no idem store (a mistyped path to the application's own
+// database), or a store at an older schema that older workers still use,
+// exits 1 and leaves the file as it was: no idem tables, no migration.
+func TestSQLiteReadOnlyNeverMigrates(t *testing.T) {
+	ctx := context.Background()
+	exec := func(path string, qs ...string) {
+		t.Helper()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, q := range qs {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	scan := func(path, q string) string {
+		t.Helper()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var v sql.NullString
+		if err := db.QueryRow(q).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v.String
+	}
+
+	app := filepath.Join(t.TempDir(), "app.db")
+	exec(app, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`)
+	for _, args := range [][]string{{"ls", "--stuck"}, {"inspect", "k"}, {"sweep"}, {"release", "k"}} {
+		r := idemRun(ctx, append([]string{"--store", "sqlite:" + app}, args...)...)
+		r.expectErr(t, 1, "no idem store", "no tables idem_records", "neither creates nor migrates")
+	}
+	if got := scan(app, `SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'`); got != "orders" {
+		t.Errorf("a read-only command created tables in the application's database: %s", got)
+	}
+
+	old := filepath.Join(t.TempDir(), "idem.db")
+	s, err := sqlitestore.Open(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	exec(old, `ALTER TABLE idem_records DROP COLUMN correlation`,
+		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`)
+	idemRun(ctx, "--store", "sqlite:"+old, "ls").expectErr(t, 1, "schema version 1, this build's is 2")
+	if got := scan(old, `SELECT MAX(version) FROM idem_migrations WHERE component = 'sqlitestore'`); got != "1" {
+		t.Errorf("idem ls migrated the workers' store from schema 1 to %s", got)
 	}
 }

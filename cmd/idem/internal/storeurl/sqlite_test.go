@@ -2,9 +2,13 @@ package storeurl
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 func TestOpenSQLiteErrors(t *testing.T) {
@@ -51,5 +55,74 @@ func TestOpenSQLite(t *testing.T) {
 	}
 	if got := SQLitePath("///abs/x.db"); got != "/abs/x.db" {
 		t.Errorf("SQLitePath(///abs/x.db) = %q", got)
+	}
+}
+
+// TestOpenSQLiteMustExistNeverMigrates: with MustExist a file that holds
+// no idem store, or a store at an older schema, is refused and left as it
+// was (no tables created, no migration, journal mode unchanged).
+func TestOpenSQLiteMustExistNeverMigrates(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	query := func(path, q string) string {
+		t.Helper()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var v string
+		if err := db.QueryRow(q).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	exec := func(path string, qs ...string) {
+		t.Helper()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, q := range qs {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const tables = `SELECT group_concat(name) FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`
+
+	app := filepath.Join(dir, "app.db")
+	exec(app, `CREATE TABLE orders (id INTEGER PRIMARY KEY)`)
+	if s, err := New().Open(ctx, "sqlite:"+app, Options{MustExist: true}); err == nil {
+		s.Close()
+		t.Error("opened another program's database as a store")
+	} else if !errors.Is(err, sqlitestore.ErrNotMigrated) || !strings.Contains(err.Error(), "no tables idem_records") ||
+		!strings.Contains(err.Error(), "neither creates nor migrates") {
+		t.Errorf("another program's database: %v", err)
+	}
+	if got := query(app, tables); got != "orders" {
+		t.Errorf("tables after Open: %s", got)
+	}
+	if got := query(app, `PRAGMA journal_mode`); got != "delete" {
+		t.Errorf("journal mode after Open: %s", got)
+	}
+
+	old := filepath.Join(dir, "idem.db")
+	s, err := sqlitestore.Open(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	exec(old, `ALTER TABLE idem_records DROP COLUMN correlation`,
+		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`)
+	if s, err := New().Open(ctx, "sqlite:"+old, Options{MustExist: true}); err == nil {
+		s.Close()
+		t.Error("opened a store at schema 1")
+	} else if !errors.Is(err, sqlitestore.ErrNotMigrated) || !strings.Contains(err.Error(), "schema version 1") {
+		t.Errorf("schema 1: %v", err)
+	}
+	if got := query(old, `SELECT MAX(version) FROM idem_migrations`); got != "1" {
+		t.Errorf("Open migrated the store to version %s", got)
 	}
 }
