@@ -20,8 +20,9 @@ stored status, except for an in_progress record whose lease has passed: it
 shows as "lapsed" (at_least_once: the next claim takes it over) or
 "indeterminate" (at_most_once: waiting for 'idem resolve').
 
---stuck lists just those lapsed and indeterminate keys: the ones a crash
-left behind. When more records match than --limit, ls says how to continue
+--status S lists the records in state S as the STATE column shows it:
+in_progress only those whose lease is live. --stuck lists just the lapsed
+and indeterminate keys: the ones a crash left behind. When more records match than --limit, ls says how to continue
 (--after the last key shown).
 
 With --json it prints one JSON object per line (the fields of
@@ -34,7 +35,7 @@ With --json it prints one JSON object per line (the fields of
 
 func runLs(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
-	status := fs.String("status", "", "only records in state `S`: in_progress, completed, failed, released, lapsed or indeterminate")
+	status := fs.String("status", "", "only records in state `S` (the STATE column): in_progress (lease live), completed, failed, released, lapsed or indeterminate")
 	stuck := fs.Bool("stuck", false, "only lapsed and indeterminate keys (in_progress past their lease)")
 	limit := fs.Int("limit", 100, "list at most `N` records; 0 lists all")
 	after := fs.String("after", "", "only keys after `KEY` (continue an earlier listing)")
@@ -56,9 +57,14 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	case explain.StateLapsed, explain.StateIndeterminate:
 		q.Stuck, want = true, st
 	case explain.StateInProgress, explain.StateCompleted, explain.StateFailed, explain.StateReleased:
+		if *stuck {
+			return usagef("--stuck lists lapsed and indeterminate keys; it cannot be combined with --status %s", st)
+		}
 		q.Status = idem.Status(st)
-		if *stuck && q.Status != idem.StatusInProgress {
-			return usagef("--stuck lists in_progress records past their lease; it cannot be combined with --status %s", st)
+		if st == explain.StateInProgress {
+			// As the STATE column says: a live lease, not the stored
+			// in_progress of a lapsed or indeterminate key.
+			want = st
 		}
 	default:
 		return usagef("unknown --status %q (want in_progress, completed, failed, released, lapsed or indeterminate)", *status)
