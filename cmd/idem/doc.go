@@ -32,7 +32,8 @@
 //	                     --json prints it as JSON (result in base64).
 //	ls                   records, one line each; --status S, --stuck (lapsed
 //	                     and indeterminate keys), --limit N, --after KEY, --json
-//	                     (one object per line).
+//	                     (one object per line). A corrupt record is listed as
+//	                     CORRUPT and ls goes on, then exits 1.
 //	release KEY          make a key claimable again; refuses a live lease
 //	                     unless --force; --fence N acts only on the attempt
 //	                     inspected.
@@ -41,6 +42,9 @@
 //	                     decide a key whose attempt never finished; same
 //	                     refusals and --fence; --reason and --by (who
 //	                     decided) are recorded in the journal.
+//	delete KEY           remove a key's record: a corrupt one (ls lists it as
+//	                     CORRUPT), or a key to forget; refuses a live lease,
+//	                     a completed key and a corrupt record unless --force.
 //	sweep                delete expired records in batches (--batch N) until
 //	                     none are left; Ctrl-C stops between batches.
 //	queue stats          per sqlqueue queue in the store's database: ready,

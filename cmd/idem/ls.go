@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -26,9 +28,14 @@ and indeterminate keys: the ones a crash left behind. When more records match th
 (--after the last key shown).
 
 With --json it prints one JSON object per line (the fields of
-'idem inspect --json' without the journal).`,
+'idem inspect --json' without the journal).
+
+A record the store cannot decode is listed in its place with the state
+CORRUPT (in JSON: {"key":...,"state":"corrupt","error":...}), whatever
+--status, and ls goes on past it; after the listing it names each corrupt
+record on stderr and exits 1. 'idem delete KEY --force' removes one.`,
 	exits: `  0  ok (also when nothing matches)
-  1  the store failed
+  1  the store failed, or a record is corrupt (listed, then named on stderr)
   2  usage error`,
 	run: runLs,
 }
@@ -89,6 +96,7 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	}
 	n := 0
 	last := ""
+	var corrupt []*idem.CorruptError
 	for *limit == 0 || n < *limit {
 		r, ok, err := it.next(ctx)
 		if err != nil {
@@ -99,19 +107,26 @@ func runLs(ctx context.Context, a *app, args []string) error {
 			break
 		}
 		n++
-		last = r.Key
-		if *asJSON {
-			if err := writeJSON(a.stdout, toJSON(&r, now, false)); err != nil {
-				return err
-			}
-			continue
+		last = r.rec.Key
+		if r.corrupt != nil {
+			corrupt = append(corrupt, r.corrupt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Key, explain.StateOf(&r, now), r.Fence, r.Attempt, orDash(r.Owner),
-			rel(r.UpdatedAt, now), rel(r.ExpiresAt, now))
-		if n%500 == 0 {
-			if err := tw.Flush(); err != nil {
-				return err
+		switch {
+		case *asJSON && r.corrupt != nil:
+			err = writeJSON(a.stdout, corruptJSON{Key: r.corrupt.Key, State: stateCorrupt, Error: r.corrupt.Error()})
+		case *asJSON:
+			err = writeJSON(a.stdout, toJSON(&r.rec, now, false))
+		case r.corrupt != nil:
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\n", r.corrupt.Key, strings.ToUpper(stateCorrupt))
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.rec.Key, explain.StateOf(&r.rec, now), r.rec.Fence, r.rec.Attempt, orDash(r.rec.Owner),
+				rel(r.rec.UpdatedAt, now), rel(r.rec.ExpiresAt, now))
+			if n%500 == 0 {
+				err = tw.Flush()
 			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if *asJSON {
@@ -120,7 +135,7 @@ func runLs(ctx context.Context, a *app, args []string) error {
 				fmt.Fprintf(a.stderr, "more records follow: idem ls --after %q ...\n", last)
 			}
 		}
-		return nil
+		return corruptErr(corrupt)
 	}
 	if n == 0 {
 		// The header was never flushed.
@@ -137,38 +152,84 @@ func runLs(ctx context.Context, a *app, args []string) error {
 			fmt.Fprintf(a.stdout, "(%d shown; more follow: idem ls --after %q ...)\n", n, last)
 		}
 	}
-	return nil
+	return corruptErr(corrupt)
+}
+
+// stateCorrupt is the state ls shows for a record the store cannot decode
+// (CORRUPT in the table, "corrupt" in JSON).
+const stateCorrupt = "corrupt"
+
+// corruptJSON is a corrupt record in ls --json.
+type corruptJSON struct {
+	Key   string `json:"key"`
+	State string `json:"state"`
+	Error string `json:"error"`
+}
+
+// corruptErr is the error ls ends with when it listed corrupt records
+// (exit 1, after the listing).
+func corruptErr(cs []*idem.CorruptError) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	if len(cs) == 1 {
+		b.WriteString("1 record is corrupt (listed as CORRUPT):")
+	} else {
+		fmt.Fprintf(&b, "%d records are corrupt (listed as CORRUPT):", len(cs))
+	}
+	for _, c := range cs {
+		fmt.Fprintf(&b, "\n  %s", c.Error())
+	}
+	b.WriteString("\nevery claim of such a key fails until its record is removed: 'idem delete KEY --force' removes it (the key's next delivery then runs as a new operation)")
+	return &codeError{exitError, errors.New(b.String())}
+}
+
+// listed is one row of ls: a record, or a record the store cannot decode.
+type listed struct {
+	rec     idem.Record
+	corrupt *idem.CorruptError // rec is only the key's zero record
 }
 
 // lister pages through Store.List, keeping the records whose derived state
-// is want (any when want is "").
+// is want (any when want is ""). A corrupt record does not end the
+// listing: the store fails the whole page that holds it, so the lister
+// finds the records before it (see skipCorrupt), returns it as a row of
+// its own, whatever want, and lists on after it.
 type lister struct {
 	s    idem.Store
 	q    idem.ListQuery
 	now  time.Time
 	want explain.State
 	page int
-	buf  []idem.Record
+	buf  []listed
 	done bool
 }
 
-func (l *lister) next(ctx context.Context) (idem.Record, bool, error) {
+func (l *lister) next(ctx context.Context) (listed, bool, error) {
 	for {
 		for len(l.buf) > 0 {
 			r := l.buf[0]
 			l.buf = l.buf[1:]
-			if l.want == "" || explain.StateOf(&r, l.now) == l.want {
+			if r.corrupt != nil || l.want == "" || explain.StateOf(&r.rec, l.now) == l.want {
 				return r, true, nil
 			}
 		}
 		if l.done {
-			return idem.Record{}, false, nil
+			return listed{}, false, nil
 		}
-		q := l.q
-		q.Limit = l.page
-		recs, err := l.s.List(ctx, q)
+		recs, err := l.list(ctx, l.page)
+		var ce *idem.CorruptError
+		if errors.As(err, &ce) && ce.Key > l.q.After {
+			l.buf, err = l.skipCorrupt(ctx, ce)
+			if err != nil {
+				return listed{}, false, fmt.Errorf("listing records: %w", err)
+			}
+			l.q.After = l.buf[len(l.buf)-1].corrupt.Key
+			continue
+		}
 		if err != nil {
-			return idem.Record{}, false, fmt.Errorf("listing records: %w", err)
+			return listed{}, false, fmt.Errorf("listing records: %w", err)
 		}
 		if len(recs) < l.page {
 			l.done = true
@@ -176,6 +237,45 @@ func (l *lister) next(ctx context.Context) (idem.Record, bool, error) {
 		if len(recs) > 0 {
 			l.q.After = recs[len(recs)-1].Key
 		}
-		l.buf = recs
+		l.buf = l.buf[:0]
+		for _, r := range recs {
+			l.buf = append(l.buf, listed{rec: r})
+		}
 	}
+}
+
+func (l *lister) list(ctx context.Context, limit int) ([]idem.Record, error) {
+	q := l.q
+	q.Limit = limit
+	return l.s.List(ctx, q)
+}
+
+// skipCorrupt returns the rows from l.q.After up to and including the
+// first corrupt record, given that a page of l.page records failed on the
+// corrupt record bad. It halves the page until it finds the longest one
+// that lists without error (about log2(l.page) calls): those records come
+// before the first corrupt one, which ends the longest page plus one.
+func (l *lister) skipCorrupt(ctx context.Context, bad *idem.CorruptError) ([]listed, error) {
+	var good []idem.Record
+	lo, hi := 0, l.page // a page of lo records lists, one of hi fails
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		recs, err := l.list(ctx, mid)
+		var ce *idem.CorruptError
+		switch {
+		case err == nil:
+			lo, good = mid, recs
+		case errors.As(err, &ce) && ce.Key > l.q.After:
+			hi, bad = mid, ce
+		default:
+			return nil, err
+		}
+	}
+	rows := make([]listed, 0, len(good)+1)
+	for _, r := range good {
+		if r.Key < bad.Key {
+			rows = append(rows, listed{rec: r})
+		}
+	}
+	return append(rows, listed{rec: idem.Record{Key: bad.Key}, corrupt: bad}), nil
 }
