@@ -27,8 +27,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	}
 	res, derr := claimResult(req, v)
 	if err != nil { // not replicated
-		if derr == nil && res.Acquired {
-			s.undo(req.Key, res.Record.Fence)
+		if derr == nil {
+			s.undo(res)
 		}
 		return idem.ClaimResult{}, s.wrap("claim", req.Key, err)
 	}
@@ -41,11 +41,20 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // undo releases a claim that WAIT could not confirm, so that the key is
 // not left to lapse (and, under AtMostOnce, to become indeterminate) for an
 // attempt that never ran. Best effort: its errors are dropped.
-func (s *Store) undo(key string, fence int64) {
+//
+// Only a claim of a free key is undone. A takeover stays in progress and
+// lapses again, as after a crash (Ledger.releaseOrphan does the same):
+// releasing it would forget the lapsed attempt, which may have done the
+// effect, and the next claim would be a fresh one, not a takeover, so an
+// AtMostOnce key would run again instead of being indeterminate.
+func (s *Store) undo(res idem.ClaimResult) {
+	if !res.Acquired || res.Takeover {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(key)},
-		s.args(fence, string(idem.StatusReleased), "idem: the claim was not acknowledged by enough replicas", int64(0))...).Result()
+	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(res.Record.Key)},
+		s.args(res.Record.Fence, string(idem.StatusReleased), "idem: the claim was not acknowledged by enough replicas", int64(0))...).Result()
 }
 
 func checkPolicy(p idem.Policy) error {
@@ -158,9 +167,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	if notReplicated != nil {
 		for _, r := range out {
-			if r.Acquired {
-				s.undo(r.Record.Key, r.Record.Fence)
-			}
+			s.undo(r)
 		}
 		return nil, s.wrap("claim batch", "", notReplicated)
 	}

@@ -59,10 +59,14 @@ func WithKeepExpired(d time.Duration) Option {
 // acknowledged it (Redis WAIT, sent after the script on the same
 // connection, in the same round trip), or until timeout. A write that
 // too few replicas acknowledged returns an error wrapping a
-// [*NotReplicatedError]: a store error, never an outcome. A claim that was
-// acquired but not acknowledged is released again (best effort) before
-// the error is returned, so that no attempt is left holding a key that
-// nobody runs.
+// [*NotReplicatedError]: a store error, never an outcome. A claim of a
+// free key that was acquired but not acknowledged is released again (best
+// effort) before the error is returned, so that no attempt is left holding
+// a key that nobody runs. A takeover of a lapsed attempt is not released:
+// it stays in progress and lapses again, as if its caller had crashed, so
+// that the next claim is again a takeover (and, under AtMostOnce without
+// TakeLapsed, finds the key indeterminate): the lapsed attempt may have
+// done the effect.
 //
 // WAIT makes a write survive the failover of the primary to an
 // acknowledging replica; it does not make it durable on disk (see the

@@ -282,6 +282,73 @@ func TestWait(t *testing.T) {
 	}
 }
 
+// TestWaitKeepsTakeover: a takeover that WAIT could not confirm is not
+// released (TestWait's undo is for claims of free keys only): the lapsed
+// attempt it took over may have done the effect, so the key stays in
+// progress under the takeover's fence and lapses again. Released, it would
+// be claimed afresh: an AtMostOnce key would run a second time instead of
+// being found indeterminate, and an AtLeastOnce key's next claim would not
+// be a takeover (no Reconcile hook asked).
+func TestWaitKeepsTakeover(t *testing.T) {
+	ctx := context.Background()
+	clocks := new(testClocks)
+	s := newTestStore(t, clocks)
+	sw := New(s.client, WithPrefix(s.Prefix()), WithWait(1, 20*time.Millisecond))
+	sw.clock = s.clock
+	d, err := s.Durability(ctx)
+	if err != nil {
+		t.Skipf("CONFIG is not available: %v", err)
+	}
+	if d.Replicas > 0 {
+		t.Skipf("the test server has %d replicas", d.Replicas)
+	}
+	most := idem.ClaimRequest{Key: "most", Owner: "first", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}
+	least := idem.ClaimRequest{Key: "least", Owner: "first", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
+	for _, r := range []idem.ClaimRequest{most, least} {
+		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
+			t.Fatalf("first claim of %s: %+v, %v", r.Key, cr, err)
+		}
+	}
+	clocks.advance(t, 2*time.Second) // the first attempts crashed: their leases lapse
+
+	// A reconciling caller takes the AtMostOnce key over (Claim), and a
+	// plain claim takes the AtLeastOnce one over (ClaimBatch, with a free
+	// key beside it, which is released as before); WAIT confirms neither.
+	take := most
+	take.Owner, take.TakeLapsed = "reconciler", true
+	_, err = sw.Claim(ctx, take)
+	var nr *NotReplicatedError
+	if !errors.As(err, &nr) {
+		t.Fatalf("takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
+	}
+	again := least
+	again.Owner = "second"
+	free := idem.ClaimRequest{Key: "free", Owner: "second", Lease: time.Second, Retention: time.Hour}
+	if _, err := sw.ClaimBatch(ctx, []idem.ClaimRequest{again, free}); !errors.As(err, &nr) {
+		t.Fatalf("batch takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
+	}
+	for _, k := range []string{"most", "least"} {
+		rec, err := s.Get(ctx, k)
+		if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+			t.Fatalf("%s after an unconfirmed takeover: %+v, %v; want in_progress at fence 2", k, brief(rec), err)
+		}
+	}
+	if rec, err := s.Get(ctx, "free"); err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("free key after an unconfirmed batch claim: %+v, %v; want it released", brief(rec), err)
+	}
+
+	// Once the takeovers lapse in turn, the keys are as the crashes left them.
+	clocks.advance(t, 2*time.Second)
+	cr, err := s.Claim(ctx, most)
+	if err != nil || cr.Acquired {
+		t.Fatalf("plain AtMostOnce claim after the unconfirmed takeover: %+v, %v; want not acquired (indeterminate)", cr, err)
+	}
+	cr, err = s.Claim(ctx, least)
+	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 3 {
+		t.Fatalf("AtLeastOnce claim after the unconfirmed takeover: %+v, %v; want a takeover at fence 3", cr, err)
+	}
+}
+
 func TestDurability(t *testing.T) {
 	s := newTestStore(t, nil)
 	d, err := s.Durability(context.Background())
