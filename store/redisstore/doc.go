@@ -105,9 +105,10 @@
 // and fsyncs the AOF before it answers), and with replicas use [WithWait]
 // so that a write is acknowledged only once the replicas have it (WAIT
 // narrows the failover window; Redis does not promise that a failover
-// keeps every write WAIT confirmed). [Store.Durability] reports what the
-// server is configured to do, so that a program can refuse to start on a
-// server that loses writes.
+// keeps every write WAIT confirmed). WithWait is refused on a *redis.Ring
+// (see [ErrWaitOnRing]). [Store.Durability] reports what the server is
+// configured to do, so that a program can refuse to start on a server that
+// loses writes.
 //
 // # Defaults
 //

@@ -74,6 +74,11 @@ func WithKeepExpired(d time.Duration) Option {
 // primary whose replicas are down refuses to confirm any write. timeout
 // (default 1s when not positive) must be shorter than the client's read
 // timeout and than the deadlines of the callers' contexts.
+//
+// WithWait needs a *redis.Client (also from redis.NewFailoverClient) or a
+// *redis.ClusterClient, where the store sends WAIT to the node that holds
+// each key; [New] panics with [ErrWaitOnRing] when given it with a
+// *redis.Ring.
 func WithWait(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.waitReplicas = max(replicas, 0)

@@ -133,6 +133,9 @@ func splitURL(rawURL string) (string, []Option, error) {
 // Set ContextTimeoutEnabled in the client's options, so that the deadlines
 // of the contexts passed to the store bound its calls. The client's
 // retries are safe (see the package doc).
+//
+// [WithWait] does not work on a *redis.Ring: New panics when given both
+// (see [ErrWaitOnRing]), as it does with a nil client.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	if client == nil {
 		panic("redisstore: New: nil client")
@@ -141,10 +144,23 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if _, ring := client.(*redis.Ring); ring && cfg.waitReplicas > 0 {
+		panic(ErrWaitOnRing)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Store{client: client, cfg: cfg, idBase: hex.EncodeToString(b[:]) + ":", extra0: cfg.keepExpired.Microseconds()}
 }
+
+// ErrWaitOnRing is what [New] panics with when given a *redis.Ring and
+// [WithWait]. WAIT has no key: it must follow the write on the connection
+// that made it, and a Ring routes a command without a key to a shard of
+// its own choosing, so the WAIT would count the replicas of another shard
+// than the one that holds the record. A Ring also moves keys to other
+// shards when one is down, which loses records whatever WAIT confirmed.
+// For replicated writes, use one server (with its replicas, or Sentinel)
+// through a *redis.Client, or Redis Cluster.
+var ErrWaitOnRing = errors.New("redisstore: WithWait does not work on a *redis.Ring: WAIT would reach another shard than the write's; use a *redis.Client or a *redis.ClusterClient")
 
 // Client returns the store's Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.client }
@@ -335,7 +351,8 @@ type scripter interface {
 
 // nodeFor returns the client of the node that holds key: the client
 // itself, or the key's master on a cluster (WAIT must follow the write on
-// its connection).
+// its connection). The client is never a *redis.Ring: New refuses one
+// with WithWait.
 func (s *Store) nodeFor(ctx context.Context, key string) (scripter, error) {
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		return cc.MasterForKey(ctx, key)

@@ -349,6 +349,29 @@ func TestWaitKeepsTakeover(t *testing.T) {
 	}
 }
 
+// TestWaitRefusedOnRing: New refuses WithWait on a *redis.Ring, whose
+// keyless WAIT would count another shard's replicas than the write's; a
+// Ring without WAIT (or with WithWait(0, ...)) is accepted. New contacts
+// no server, so the ring's addresses need not answer.
+func TestWaitRefusedOnRing(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	defer ring.Close()
+	newStore := func(opts ...Option) (err any) {
+		defer func() { err = recover() }()
+		New(ring, opts...)
+		return nil
+	}
+	if got := newStore(WithWait(1, time.Second)); got != ErrWaitOnRing {
+		t.Fatalf("New(ring, WithWait(1, 1s)) panicked with %v, want ErrWaitOnRing", got)
+	}
+	if got := newStore(); got != nil {
+		t.Fatalf("New(ring) panicked: %v", got)
+	}
+	if got := newStore(WithWait(0, time.Second)); got != nil {
+		t.Fatalf("New(ring, WithWait(0, 1s)) panicked: %v", got)
+	}
+}
+
 func TestDurability(t *testing.T) {
 	s := newTestStore(t, nil)
 	d, err := s.Durability(context.Background())
