@@ -264,7 +264,7 @@ func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, 
 			}
 		}
 		if len(again) > 0 {
-			if err := script.Load(ctx, c).Err(); err != nil {
+			if err := load(ctx, c, script); err != nil {
 				return err
 			}
 		}

@@ -170,21 +170,45 @@ func (s *Store) Client() redis.UniversalClient { return s.client }
 func (s *Store) Prefix() string { return s.cfg.prefix }
 
 // Ping checks that the server answers and loads the store's scripts into
-// its script cache (on every master of a cluster), so that the first calls
-// do not send them.
+// its script cache (on every master of a cluster, on every live shard of a
+// Ring), so that the first calls do not send them.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		return s.wrap("ping", "", err)
-	}
-	for _, sc := range allScripts {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
-			return s.wrap("ping", "", err)
+	ping := func(ctx context.Context, c redis.UniversalClient) error {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return err
 		}
+		for _, sc := range allScripts {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
+	var err error
+	if r, ok := s.client.(*redis.Ring); ok {
+		// The Ring sends a command without a key (PING, SCRIPT LOAD) to a
+		// shard of its choosing.
+		err = r.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return ping(ctx, c) })
+	} else {
+		err = ping(ctx, s.client)
+	}
+	return s.wrap("ping", "", err)
+}
+
+// load loads sc into the script cache of the servers c reaches: a Ring's
+// SCRIPT LOAD, having no key, would reach one shard of go-redis's
+// choosing, so on a Ring sc is loaded on every live shard (a ClusterClient
+// loads it on every master itself).
+func load(ctx context.Context, c scripter, sc *redis.Script) error {
+	if r, ok := c.(*redis.Ring); ok {
+		return r.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return sc.Load(ctx, shard).Err()
+		})
+	}
+	return sc.Load(ctx, c).Err()
 }
 
 // Close marks the store closed: later calls return an error wrapping
@@ -317,7 +341,7 @@ func (s *Store) eval(ctx context.Context, sc *redis.Script, key string, args []a
 		w := pipe.Do(ctx, "wait", s.cfg.waitReplicas, s.cfg.waitTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if isNoScript(ev.Err()) {
-			if err := sc.Load(ctx, c).Err(); err != nil {
+			if err := load(ctx, c, sc); err != nil {
 				return nil, err
 			}
 			continue
