@@ -20,9 +20,16 @@ var _ idem.BatchClaimer = (*Store)(nil)
 // concurrently (at most 16 at a time), each as [Store.Claim] does it, and
 // the batch takes about as long as its slowest claim. A key that appears
 // more than once is claimed in request order, so its second claim finds
-// the first one's record. Results are in request order; a record that
-// cannot be decoded fails its own key (ClaimResult.Err); if any other
-// claim fails, the error is returned (the other claims may have been made).
+// the first one's record. Results are in request order.
+//
+// A failure of one key alone, after which nothing was written for it, is
+// that key's ClaimResult.Err, and the batch's other keys have their
+// outcomes: a record that cannot be decoded ([idem.ErrCorrupt]), one that
+// would be too large ([ErrItemTooLarge]), one that kept changing under
+// the claim ([ErrContention]), or a request DynamoDB still throttled
+// after the client's retries (ProvisionedThroughputExceededException,
+// ThrottlingException, RequestLimitExceeded). If any other claim fails,
+// the error is returned (the other claims may have been made).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -52,8 +59,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 			defer func() { <-sem }()
 			for _, i := range idx {
 				res, err := s.Claim(ctx, reqs[i])
-				if errors.Is(err, idem.ErrCorrupt) {
-					// This key alone: its record cannot be read.
+				if err != nil && keyAlone(err) {
 					out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: err}
 					continue
 				}
@@ -75,4 +81,25 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		return nil, first
 	}
 	return out, nil
+}
+
+// keyAlone reports whether err, from a claim, is a failure of its key
+// alone after which nothing was written for the key.
+func keyAlone(err error) bool {
+	return errors.Is(err, idem.ErrCorrupt) || errors.Is(err, ErrItemTooLarge) ||
+		errors.Is(err, ErrContention) || throttled(err)
+}
+
+// throttled reports whether DynamoDB refused a request for its rate (the
+// client's retries exhausted): the request was not applied.
+func throttled(err error) bool {
+	var ae interface{ ErrorCode() string }
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
+		return true
+	}
+	return false
 }

@@ -16,8 +16,9 @@ import (
 // proxy stands between a client and the test endpoint, to produce what a
 // real endpoint does but an emulator cannot be made to do on demand: an
 // answer lost after the write was made, an endpoint that goes away in the
-// middle of a call, and the item that DynamoDB returns with a failed
-// condition (ReturnValuesOnConditionCheckFailure, which dynalite ignores).
+// middle of a call, the item that DynamoDB returns with a failed
+// condition (ReturnValuesOnConditionCheckFailure, which dynalite ignores),
+// and answers of the test's choosing (intercept: a throttled request).
 type proxy struct {
 	t      testing.TB
 	target string
@@ -39,6 +40,10 @@ type proxy struct {
 	pathErr bool
 	// before, when set, runs before a request is forwarded.
 	before func(op string)
+	// intercept, when set, sees each request first and may answer it in
+	// the endpoint's stead (handled): with status and out, or by hanging
+	// up when status is 0.
+	intercept func(op string, body []byte) (status int, out []byte, handled bool)
 }
 
 func newProxy(t testing.TB) *proxy {
@@ -75,6 +80,12 @@ func (p *proxy) SetBefore(f func(op string)) {
 	p.mu.Unlock()
 }
 
+func (p *proxy) SetIntercept(f func(op string, body []byte) (status int, out []byte, handled bool)) {
+	p.mu.Lock()
+	p.intercept = f
+	p.mu.Unlock()
+}
+
 func (p *proxy) SetPathErr(on bool) {
 	p.mu.Lock()
 	p.pathErr = on
@@ -100,7 +111,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	p.mu.Lock()
 	p.calls[op]++
-	down, allOld, before, pathErr := p.down, p.allOld, p.before, p.pathErr
+	down, allOld, before, pathErr, intercept := p.down, p.allOld, p.before, p.pathErr, p.intercept
 	drop := p.drop[op] > 0
 	if drop {
 		p.drop[op]--
@@ -109,6 +120,19 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if down {
 		hangUp(w)
 		return
+	}
+	if intercept != nil {
+		if status, out, handled := intercept(op, body); handled {
+			if status == 0 {
+				hangUp(w)
+				return
+			}
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(out)), 10))
+			w.WriteHeader(status)
+			w.Write(out)
+			return
+		}
 	}
 	if before != nil {
 		before(op)

@@ -384,6 +384,89 @@ func TestBatchRepeats(t *testing.T) {
 	}
 }
 
+// itemOf reports whether the request body writes or reads key's item.
+func itemOf(body []byte, key string) bool {
+	return bytes.Contains(body, []byte(`"`+AttrKey+`":{"S":"`+key+`"}`))
+}
+
+// noRetries makes a client give up at the first failure of a request.
+func noRetries(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
+
+// TestBatchKeyFailures: in ClaimBatch, a failure of one key alone is that
+// key's ClaimResult.Err, and the batch's other keys are claimed (the
+// batch used to fail as a whole, though it had made their claims, and
+// their callers could neither run nor release them): a record too large
+// (ErrItemTooLarge), a record that keeps changing under the claim
+// (ErrContention), a write still throttled when the client's retries are
+// spent. Nothing is written for those keys.
+func TestBatchKeyFailures(t *testing.T) {
+	p := newProxy(t)
+	table := newTable(t)
+	raw := New(testClient(t), table) // not through the proxy
+	s := New(newClient(p.URL(), noRetries), table)
+	ctx := context.Background()
+	cr, err := s.Claim(ctx, claimReq("churn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "churn", cr.Record.Fence, "free"); err != nil {
+		t.Fatal(err)
+	}
+	p.SetIntercept(func(op string, body []byte) (int, []byte, bool) {
+		switch {
+		case op == "PutItem" && itemOf(body, "hot"):
+			return 400, []byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",` +
+				`"message":"The level of configured provisioned throughput for the table was exceeded."}`), true
+		case op == "PutItem" && itemOf(body, "churn"):
+			// Another writer changes the record just before each write.
+			_, err := raw.Client().UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(table), Key: raw.keyOf("churn"),
+				UpdateExpression:          aws.String("SET #c = :c"),
+				ExpressionAttributeNames:  map[string]string{"#c": attrCall},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":c": str(newCall())},
+			})
+			if err != nil {
+				t.Errorf("changing churn: %v", err)
+			}
+		}
+		return 0, nil, false
+	})
+	big := claimReq("big")
+	big.Correlation = strings.Repeat("c", MaxItemSize)
+	reqs := []idem.ClaimRequest{claimReq("a"), big, claimReq("hot"), claimReq("churn"), claimReq("b"), claimReq("a")}
+	res, err := s.ClaimBatch(ctx, reqs)
+	if err != nil {
+		t.Fatalf("ClaimBatch with keys that fail alone = %v, want their failures in their results", err)
+	}
+	var ae interface{ ErrorCode() string }
+	for i, want := range []struct {
+		acquired bool
+		err      func(error) bool
+	}{
+		{true, nil},
+		{false, func(err error) bool { return errors.Is(err, ErrItemTooLarge) }},
+		{false, func(err error) bool {
+			return errors.As(err, &ae) && ae.ErrorCode() == "ProvisionedThroughputExceededException"
+		}},
+		{false, func(err error) bool { return errors.Is(err, ErrContention) }},
+		{true, nil},
+		{false, nil}, // a's second claim finds the first
+	} {
+		r := res[i]
+		if r.Record.Key != reqs[i].Key || r.Acquired != want.acquired || (r.Err == nil) != (want.err == nil) || r.Err != nil && !want.err(r.Err) {
+			t.Errorf("result %d (%s): acquired %v, err %v", i, reqs[i].Key, r.Acquired, r.Err)
+		}
+	}
+	for _, k := range []string{"big", "hot"} {
+		if _, err := raw.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("Get(%s) after its failed claim = %v, want ErrNotFound", k, err)
+		}
+	}
+	if rec, err := raw.Get(ctx, "churn"); err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 {
+		t.Errorf("churn after its failed claim: %s at fence %d, %v; want released at fence 1", rec.Status, rec.Fence, err)
+	}
+}
+
 // TestReadFirst: with WithReadFirst a claim reads first: a duplicate or a
 // busy key is one GetItem and no write; a new key, a released, expired or
 // lapsed one is a GetItem and one conditioned PutItem; and a write that
