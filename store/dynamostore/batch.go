@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -28,8 +29,11 @@ var _ idem.BatchClaimer = (*Store)(nil)
 // would be too large ([ErrItemTooLarge]), one that kept changing under
 // the claim ([ErrContention]), or a request DynamoDB still throttled
 // after the client's retries (ProvisionedThroughputExceededException,
-// ThrottlingException, RequestLimitExceeded). If any other claim fails,
-// the error is returned (the other claims may have been made).
+// ThrottlingException, RequestLimitExceeded). Any other error (the
+// endpoint, the network, the context) fails the batch: ClaimBatch starts
+// no more claims, waits for those in flight, releases the keys they
+// acquired (best effort; takeovers excepted, which stay in progress and
+// lapse again, as after a crash), and returns the error.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -50,14 +54,24 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		first error
 		sem   = make(chan struct{}, batchWorkers)
 	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
 	for _, k := range order {
 		idx := byKey[k]
 		sem <- struct{}{}
+		if failed() {
+			<-sem
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			for _, i := range idx {
+				if failed() {
+					return
+				}
 				res, err := s.Claim(ctx, reqs[i])
 				if err != nil && keyAlone(err) {
 					out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: err}
@@ -67,7 +81,6 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 					mu.Lock()
 					if first == nil {
 						first = err
-						cancel()
 					}
 					mu.Unlock()
 					return
@@ -78,6 +91,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	wg.Wait()
 	if first != nil {
+		s.releaseBatch(ctx, out)
 		return nil, first
 	}
 	return out, nil
@@ -102,4 +116,29 @@ func throttled(err error) bool {
 		return true
 	}
 	return false
+}
+
+// releaseBatch releases the claims of a failed batch that were acquired:
+// their callers get the batch's error and never run them, and left to
+// lapse an AtMostOnce key would become indeterminate though nothing ran.
+// A takeover is left in progress to lapse again, as after a crash:
+// releasing it would forget the lapsed attempt, which may have done the
+// effect (Ledger.releaseOrphan does the same). Best effort: errors are
+// dropped, the key then lapses.
+func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, batchWorkers)
+	for _, r := range out {
+		if !r.Acquired || r.Takeover {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = s.Release(ctx, r.Record.Key, r.Record.Fence, "idem: the claim batch failed before its results reached the caller")
+		})
+	}
+	wg.Wait()
 }
