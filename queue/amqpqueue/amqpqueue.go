@@ -96,6 +96,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"net"
 	"strconv"
@@ -121,6 +122,12 @@ const (
 	HeaderReceives = "x-idem-receives"
 	// HeaderDedupID carries Outgoing.DedupID.
 	HeaderDedupID = "x-idem-dedup-id"
+	// HeaderPublishToken holds a random token, new for every publish
+	// (Publish, Retry's delayed copy, DeadLetter's copy), by which a
+	// basic.return is matched to the publish it answers. Copies keep the
+	// original's message-id, and a producer may set one message-id on many
+	// messages, so the message-id cannot tell two publishes apart.
+	HeaderPublishToken = "x-idem-publish-token"
 )
 
 // ErrConfig is returned for a missing or unusable setting.
@@ -459,8 +466,9 @@ func (p *publisher) close() {
 	})
 }
 
-// publish sends msg and waits for the broker's confirm. msg.MessageId must
-// be set: it matches a basic.return to the publish.
+// publish sends msg and waits for the broker's confirm. It sends msg with
+// a new token in [HeaderPublishToken] (on a copy of msg.Headers), by which
+// the basic.return of this publish, if any, is told from that of any other.
 func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
@@ -468,6 +476,13 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 	if err != nil {
 		return err
 	}
+	token := newID()
+	h := make(amqp.Table, len(msg.Headers)+1)
+	maps.Copy(h, msg.Headers)
+	h[HeaderPublishToken] = token
+	msg.Headers = h
+	rt.expect(token)
+	defer rt.forget(token) // a publish that stops waiting leaves nothing behind
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("amqpqueue: publish to %q/%q: %w", exchange, key, err)
@@ -476,7 +491,7 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 	if err != nil {
 		return fmt.Errorf("amqpqueue: publish to %q/%q: no confirm (the message may or may not be stored): %w", exchange, key, err)
 	}
-	if ret, returned := rt.take(msg.MessageId); returned {
+	if ret, returned := rt.take(token); returned {
 		return fmt.Errorf("%w: exchange %q, routing key %q: %d %s", ErrUnroutable, exchange, key, ret.ReplyCode, ret.ReplyText)
 	}
 	if !acked {
@@ -534,22 +549,33 @@ func (p *publisher) publishDelayed(ctx context.Context, d time.Duration, msg amq
 	return p.publish(ctx, "", name, msg)
 }
 
-// returnTracker records basic.return frames by message id. The broker sends
-// a return before the confirm of the same publish and the client hands it to
-// the tracker before dispatching the confirm, so after a confirm take's
-// barrier (a round through the tracker's loop) sees any return of it.
+// returnTracker matches basic.return frames to the publishes waiting for
+// them, by the token each publish carries in [HeaderPublishToken]. A return
+// whose token no publish waits for (its publish gave up, or it was not sent
+// by publish) is dropped. The broker sends a return before the confirm of
+// the same publish and the client hands it to the tracker before
+// dispatching the confirm, so after a confirm take's barrier (a round
+// through the tracker's loop) sees any return of it. Each channel has its
+// own tracker: a channel's returns, and its publishes' tokens, end with it.
 type returnTracker struct {
 	in      chan amqp.Return
 	barrier chan chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
-	byID    map[string]amqp.Return
+	waiting map[string]*amqp.Return // token -> its return once it came
 }
 
 func newReturnTracker(ch *amqp.Channel) *returnTracker {
-	rt := &returnTracker{in: make(chan amqp.Return), barrier: make(chan chan struct{}),
-		done: make(chan struct{}), byID: map[string]amqp.Return{}}
+	rt := startReturnTracker()
 	ch.NotifyReturn(rt.in)
+	return rt
+}
+
+// startReturnTracker starts a tracker whose loop runs until rt.in is
+// closed (amqp091 closes it with the channel).
+func startReturnTracker() *returnTracker {
+	rt := &returnTracker{in: make(chan amqp.Return), barrier: make(chan chan struct{}),
+		done: make(chan struct{}), waiting: map[string]*amqp.Return{}}
 	go rt.loop()
 	return rt
 }
@@ -562,8 +588,11 @@ func (rt *returnTracker) loop() {
 			if !ok {
 				return
 			}
+			token, _ := r.Headers[HeaderPublishToken].(string)
 			rt.mu.Lock()
-			rt.byID[r.MessageId] = r
+			if _, ok := rt.waiting[token]; ok {
+				rt.waiting[token] = &r
+			}
 			rt.mu.Unlock()
 		case b := <-rt.barrier:
 			close(b)
@@ -571,7 +600,24 @@ func (rt *returnTracker) loop() {
 	}
 }
 
-func (rt *returnTracker) take(id string) (amqp.Return, bool) {
+// expect registers a publish's token before the publish is sent, so that
+// its return is kept.
+func (rt *returnTracker) expect(token string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.waiting[token] = nil
+}
+
+// forget drops token and its return, if one came.
+func (rt *returnTracker) forget(token string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	delete(rt.waiting, token)
+}
+
+// take is called after the confirm of the publish with token: it reports
+// the publish's return, if the broker sent one, and forgets token.
+func (rt *returnTracker) take(token string) (amqp.Return, bool) {
 	b := make(chan struct{})
 	select {
 	case rt.barrier <- b:
@@ -580,9 +626,12 @@ func (rt *returnTracker) take(id string) (amqp.Return, bool) {
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	r, ok := rt.byID[id]
-	delete(rt.byID, id)
-	return r, ok
+	r := rt.waiting[token]
+	delete(rt.waiting, token)
+	if r == nil {
+		return amqp.Return{}, false
+	}
+	return *r, true
 }
 
 // Publisher publishes to the configured queue through the default
