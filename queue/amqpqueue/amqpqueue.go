@@ -912,22 +912,32 @@ func (s *Source) delivery(c *consumerChannel, d amqp.Delivery) *Delivery {
 		case k == "x-delivery-count":
 			this = int(toInt(v)) + 1
 		case k == HeaderDedupID:
-			m.DedupID = fmt.Sprint(v)
+			m.DedupID = headerString(v)
 		case strings.HasPrefix(k, "x-idem-") || k == "x-death" || strings.HasPrefix(k, "x-first-death-") ||
 			strings.HasPrefix(k, "x-last-death-"):
 		default:
 			if m.Attributes == nil {
 				m.Attributes = map[string]string{}
 			}
-			if s, ok := v.(string); ok {
-				m.Attributes[k] = s
-			} else {
-				m.Attributes[k] = fmt.Sprint(v)
-			}
+			m.Attributes[k] = headerString(v)
 		}
 	}
 	m.ReceiveCount = prior + this
 	return &Delivery{src: s, c: c, d: d, m: m}
+}
+
+// headerString is a header value as an attribute string: a string or a
+// byte array (the 'x' field other clients, such as Java's for a byte[],
+// send) as its bytes, anything else (numbers, booleans, timestamps,
+// tables) as fmt.Sprint writes it.
+func headerString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return fmt.Sprint(v)
 }
 
 func toInt(v any) int64 {

@@ -445,6 +445,41 @@ func TestCopiesDoNotFollowCC(t *testing.T) {
 	})
 }
 
+// Headers another client sent as AMQP byte arrays (the 'x' field type;
+// the Java client's byte[] headers) reach Attributes and DedupID as their
+// bytes, not as Go's fmt.Sprint of a []byte ("[116 45 55]"). Other values
+// keep their printed form.
+func TestByteArrayHeaders(t *testing.T) {
+	f := newFixture(t, false)
+	src := f.source(t, f.conn)
+	ch, err := f.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.PublishWithContext(context.Background(), "", f.cfg.Queue, false, false, amqp.Publishing{
+		MessageId: "m1", Body: []byte("x"), Headers: amqp.Table{
+			"tenant": []byte("t-7"), HeaderDedupID: []byte("order-8891"), "n": int32(42),
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, src, 1, 5*time.Second)[0]
+	m := d.Message()
+	if got := m.Attributes["tenant"]; got != "t-7" {
+		t.Errorf("attribute tenant = %q, want %q (sent as a byte array)", got, "t-7")
+	}
+	if got := m.Attributes["n"]; got != "42" {
+		t.Errorf("attribute n = %q, want %q (sent as an int32)", got, "42")
+	}
+	if m.DedupID != "order-8891" {
+		t.Errorf("DedupID = %q, want %q (sent as a byte array)", m.DedupID, "order-8891")
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitCount(t *testing.T, f *fixture, name string, want int) {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); f.count(t, name) != want; time.Sleep(20 * time.Millisecond) {
