@@ -283,11 +283,7 @@ func (q *Queue) sendDeadLetter(ctx context.Context, m queue.Message, raw map[str
 // cleanReason keeps reason within what SQS accepts in a String attribute.
 func cleanReason(s string) string {
 	return strings.Map(func(r rune) rune {
-		switch {
-		case r == '\t' || r == '\n' || r == '\r',
-			r >= 0x20 && r <= 0xD7FF,
-			r >= 0xE000 && r <= 0xFFFD,
-			r >= 0x10000 && r <= 0x10FFFF:
+		if sqsRune(r) {
 			return r
 		}
 		return utf8.RuneError

@@ -22,7 +22,9 @@
 //     original. See [Options.DeadLetterURL] for where it goes and how this
 //     sits beside SQS's own redrive policy.
 //   - Publish is SendMessage, with MessageGroupId and
-//     MessageDeduplicationId on FIFO queues.
+//     MessageDeduplicationId on FIFO queues. SQS carries text: a body or
+//     attribute that is not UTF-8 of the characters SQS accepts is refused
+//     ([ErrBadBody], [ErrBadAttribute]); encode binary payloads first.
 //
 // # Stale receipt handles
 //
@@ -66,6 +68,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -122,9 +125,18 @@ var (
 	// ContentBasedDeduplication for an Outgoing without a DedupID (SQS
 	// requires one); nothing is sent.
 	ErrNoDedupID = errors.New("sqsqueue: FIFO queue without content-based deduplication needs a DedupID")
-	// ErrBadAttribute is returned by Publish for more than 10 attributes or
-	// an empty attribute name or value (SQS refuses both); nothing is sent.
+	// ErrBadAttribute is returned by Publish for more than 10 attributes, an
+	// empty attribute name or value (SQS refuses both), or a name or value
+	// that is not UTF-8 of the characters SQS accepts (see [ErrBadBody]);
+	// nothing is sent.
 	ErrBadAttribute = errors.New("sqsqueue: invalid message attribute")
+	// ErrBadBody is returned by Publish for a body that is not UTF-8 made
+	// of the characters SQS accepts: #x9, #xA, #xD, #x20 to #xD7FF, #xE000
+	// to #xFFFD and #x10000 to #x10FFFF. Nothing is sent. (The SDK would
+	// replace each invalid byte with U+FFFD on the way, and SQS store the
+	// changed message.) Binary payloads must be encoded by the caller, for
+	// example with base64.
+	ErrBadBody = errors.New("sqsqueue: message body is not UTF-8 of the characters SQS accepts")
 )
 
 // Client is the part of *sqs.Client a Queue uses. *sqs.Client satisfies it;
@@ -463,7 +475,17 @@ func fifoID(id string) string {
 // are sent as String message attributes (at most 10, non-empty names and
 // values: [ErrBadAttribute]). See the package doc for when
 // Published.Duplicate is reported.
+//
+// SQS carries text only: a body, attribute name or attribute value that is
+// not valid UTF-8, or holds a character outside SQS's set (NUL and most
+// other control characters, U+FFFE, U+FFFF, surrogates), is refused with
+// [ErrBadBody] or [ErrBadAttribute] and nothing is sent, rather than
+// arriving changed. Encode binary payloads (base64, for example) before
+// publishing.
 func (q *Queue) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	if i := badText(string(m.Body)); i >= 0 {
+		return queue.Published{}, fmt.Errorf("%w: byte %d of %d (%q)", ErrBadBody, i, len(m.Body), excerpt(string(m.Body), i))
+	}
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageBody: aws.String(string(m.Body))}
 	if m.Delay < 0 || m.Delay > MaxDelay {
 		return queue.Published{}, fmt.Errorf("%w: %v", ErrDelayTooLong, m.Delay)
@@ -517,9 +539,51 @@ func toAttributes(a map[string]string) (map[string]types.MessageAttributeValue, 
 		if k == "" || v == "" {
 			return nil, fmt.Errorf("%w: attribute %q has an empty name or value", ErrBadAttribute, k)
 		}
+		if i := badText(k); i >= 0 {
+			return nil, fmt.Errorf("%w: name %q is not UTF-8 of the characters SQS accepts (byte %d)", ErrBadAttribute, k, i)
+		}
+		if i := badText(v); i >= 0 {
+			return nil, fmt.Errorf("%w: value of %q is not UTF-8 of the characters SQS accepts (byte %d: %q)", ErrBadAttribute, k, i, excerpt(v, i))
+		}
 		out[k] = stringAttribute(v)
 	}
 	return out, nil
+}
+
+// sqsRune reports whether SQS accepts r in a message body or String
+// attribute: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
+// #x10000 to #x10FFFF.
+func sqsRune(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n' || r == '\r',
+		r >= 0x20 && r <= 0xD7FF,
+		r >= 0xE000 && r <= 0xFFFD,
+		r >= 0x10000 && r <= 0x10FFFF:
+		return true
+	}
+	return false
+}
+
+// badText returns the byte offset of the first byte of s that is not part
+// of a valid UTF-8 encoding of a character SQS accepts, or -1 if there is
+// none. (A U+FFFD that s really holds is accepted: it is a character.)
+func badText(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
+				return i
+			}
+		}
+		if !sqsRune(r) {
+			return i
+		}
+	}
+	return -1
+}
+
+// excerpt is at most 16 bytes of s from i, for an error message.
+func excerpt(s string, i int) string {
+	return s[i:min(len(s), i+16)]
 }
 
 // stringAttribute is v as a message attribute of type String.

@@ -303,6 +303,14 @@ func TestPublishRefusesBadInput(t *testing.T) {
 		{"FIFO without group", fq, queue.Outgoing{Body: []byte("x"), DedupID: "d"}, sqsqueue.ErrNoGroupID},
 		{"FIFO without dedup id", fq, queue.Outgoing{Body: []byte("x"), GroupID: "g"}, sqsqueue.ErrNoDedupID},
 		{"FIFO with delay", fq, queue.Outgoing{Body: []byte("x"), GroupID: "g", DedupID: "d", Delay: time.Second}, queue.ErrUnsupported},
+		// SQS carries text: the SDK would turn invalid bytes into U+FFFD.
+		{"body not UTF-8", q, queue.Outgoing{Body: []byte{'{', 0xff, 0xfe, 0x80, '}'}}, sqsqueue.ErrBadBody},
+		{"body with NUL", q, queue.Outgoing{Body: []byte("a\x00b")}, sqsqueue.ErrBadBody},
+		{"body with U+FFFF", q, queue.Outgoing{Body: []byte("a\uffffb")}, sqsqueue.ErrBadBody},
+		{"attribute not UTF-8", q, queue.Outgoing{Body: []byte("x"), Attributes: map[string]string{"sig": "a\xffb"}}, sqsqueue.ErrBadAttribute},
+		{"attribute with a control character", q, queue.Outgoing{Body: []byte("x"), Attributes: map[string]string{"k": "a\x01b"}}, sqsqueue.ErrBadAttribute},
+		{"attribute name not UTF-8", q, queue.Outgoing{Body: []byte("x"), Attributes: map[string]string{"k\xff": "v"}}, sqsqueue.ErrBadAttribute},
+		{"FIFO body not UTF-8", fq, queue.Outgoing{Body: []byte{0xc3}, GroupID: "g", DedupID: "d"}, sqsqueue.ErrBadBody},
 	} {
 		if _, err := tc.q.Publish(context.Background(), tc.m); !errors.Is(err, tc.want) {
 			t.Errorf("%s: Publish = %v, want %v", tc.name, err, tc.want)
@@ -310,6 +318,28 @@ func TestPublishRefusesBadInput(t *testing.T) {
 	}
 	nothing(t, q, time.Second)
 	nothing(t, fq, time.Second)
+}
+
+// Text at the edges of what SQS accepts (tab, CR, LF, a real U+FFFD, a
+// private-use and a four-byte character) is published, not refused, and
+// arrives unchanged in the body and in an attribute.
+func TestPublishTextEdges(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	url, _ := newQueue(t, c, queueSpec{})
+	q := open(t, c, url, sqsqueue.Options{})
+	text := "a\tb\r\nc é \ufffd \ue000 \U0001F600 \U0010FFFD"
+	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte(text), Attributes: map[string]string{"note": text}}); err != nil {
+		t.Fatalf("Publish(%q): %v", text, err)
+	}
+	d := receive(t, q, 1)[0]
+	m := d.Message()
+	if string(m.Body) != text || m.Attributes["note"] != text {
+		t.Errorf("arrived as body %q, attribute %q; want %q for both", m.Body, m.Attributes["note"], text)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A FIFO queue hands out a group's messages in order and holds a group back
