@@ -118,6 +118,14 @@ var (
 	// have handed the message to another receiver, and its answer to +WPI
 	// would not say (see the package documentation). Nothing is sent.
 	ErrAckWaitExpired = errors.New("jetstream: the delivery's ack wait expired (the server may have redelivered the message)")
+	// ErrBadAttribute is returned (wrapped) by Publish for an attribute a
+	// NATS header cannot carry unchanged: a name that is empty or holds
+	// anything but printable ASCII less the separators " ( ) / , : ; < = >
+	// ? @ [ \ ] { } (nats.go refuses those), or a value holding CR or LF
+	// or beginning or ending with a space or tab (NATS would turn CR and
+	// LF into spaces and trim the ends, and the message arrive changed).
+	// Nothing is sent.
+	ErrBadAttribute = errors.New("jetstream: attribute cannot be carried in a NATS header")
 )
 
 // defaultTimeout bounds a settle or publish whose context has no deadline.
@@ -467,8 +475,9 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 
 // DeadLetter publishes a copy of the message (body and headers, less those
 // that steer a publish such as Nats-Expected-*, plus the reason, valid
-// UTF-8 and at most its first 4,096 bytes, and the original's stream,
-// sequence and delivery count as headers)
+// UTF-8 and at most its first 4,096 bytes, with CR and LF written as \r
+// and \n so that a multi-line reason stays readable in a one-line header,
+// and the original's stream, sequence and delivery count as headers)
 // to the dead-letter subject, waits for its PubAck, and then terminates the
 // original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
 // a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
@@ -512,8 +521,12 @@ func publishControl(k string) bool {
 		k == "nats-rollup" || k == "nats-ttl"
 }
 
+// reasonEscaper writes CR and LF in a dead-letter reason visibly; a NATS
+// header value would have them turned into spaces.
+var reasonEscaper = strings.NewReplacer("\r", `\r`, "\n", `\n`)
+
 func (s *Source) deadLetterHeaders(h nats.Header, seq uint64, deliveries int, why string) {
-	h.Set(HeaderDeadLetterReason, reason.Bound(why))
+	h.Set(HeaderDeadLetterReason, reasonEscaper.Replace(reason.Bound(why)))
 	h.Set(HeaderDeadLetterStream, s.cfg.Stream)
 	h.Set(HeaderDeadLetterSequence, strconv.FormatUint(seq, 10))
 	h.Set(HeaderDeadLetterDeliveries, strconv.Itoa(deliveries))
@@ -619,13 +632,20 @@ func NewPublisher(js njs.JetStream, subject string) (*Publisher, error) {
 }
 
 // Publish sends m and waits for the stream's PubAck. Attributes become
-// headers; DedupID becomes Nats-Msg-Id. A duplicate inside the stream's
+// headers, names kept as given (case included); one a header cannot carry
+// unchanged is refused with [ErrBadAttribute] and nothing is sent. DedupID
+// becomes Nats-Msg-Id. A duplicate inside the stream's
 // Duplicates window returns Published{ID: the held message's sequence,
 // Duplicate: true}. GroupID is ignored; a non-zero Delay is refused with
 // [queue.ErrUnsupported] (see the package documentation). Without a deadline on ctx, Publish waits at most 10s.
 func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
 	if m.Delay > 0 {
 		return queue.Published{}, fmt.Errorf("jetstream: Delay: %w", queue.ErrUnsupported)
+	}
+	for k, v := range m.Attributes {
+		if err := checkAttribute(k, v); err != nil {
+			return queue.Published{}, err
+		}
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
@@ -644,3 +664,25 @@ func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Publis
 	}
 	return queue.Published{ID: strconv.FormatUint(ack.Sequence, 10), Duplicate: ack.Duplicate}, nil
 }
+
+// checkAttribute returns an error wrapping ErrBadAttribute when a NATS
+// header cannot carry name k with value v unchanged (see ErrBadAttribute).
+func checkAttribute(k, v string) error {
+	if k == "" {
+		return fmt.Errorf("%w: empty name", ErrBadAttribute)
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < '!' || c > '~' || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("%w: name %q: byte %d (%q) is not allowed in a header name", ErrBadAttribute, k, i, c)
+		}
+	}
+	if i := strings.IndexAny(v, "\r\n"); i >= 0 {
+		return fmt.Errorf("%w: value of %q holds a line break at byte %d", ErrBadAttribute, k, i)
+	}
+	if v != "" && (isBlank(v[0]) || isBlank(v[len(v)-1])) {
+		return fmt.Errorf("%w: value of %q (%q) begins or ends with a space or tab", ErrBadAttribute, k, v)
+	}
+	return nil
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }

@@ -272,6 +272,87 @@ func TestDeadLetterKeepsTheReason(t *testing.T) {
 	}
 }
 
+// A multi-line reason (errors.Join, an error quoting a response) keeps its
+// line breaks visibly, as \n and \r, in the one-line reason header:
+// written raw, NATS turned them into spaces.
+func TestDeadLetterMultiLineReason(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("poison"), Attributes: map[string]string{"Tenant": "7"}})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	why := errors.Join(errors.New("decode order: unexpected EOF"), errors.New("response:\r\nNats-Msg-Id: forged")).Error()
+	if err := d.DeadLetter(context.Background(), why); err != nil {
+		t.Fatal(err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", len(dl))
+	}
+	h := dl[0].Header
+	want := `decode order: unexpected EOF\nresponse:\r\nNats-Msg-Id: forged`
+	if got := h.Get(HeaderDeadLetterReason); got != want {
+		t.Errorf("reason on the dead letter = %q, want %q", got, want)
+	}
+	if h.Get("Tenant") != "7" || h.Get(njs.MsgIDHeader) == "forged" {
+		t.Errorf("dead letter headers: %v", h)
+	}
+}
+
+// Publish refuses, with ErrBadAttribute and sending nothing, an attribute
+// a NATS header would change (a value with CR or LF, or with spaces or
+// tabs at its ends) or refuse (a name with a space, a colon or a control
+// character); before, the values went out flattened and trimmed and
+// Publish returned nil. Values it can carry (inner spaces and tabs, UTF-8,
+// bytes that are not UTF-8, an empty value) arrive unchanged, with the
+// name's case.
+func TestPublishAttributesUnchangedOrRefused(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p, src := f.publisher(t, js), f.source(t, js)
+	for _, attrs := range []map[string]string{
+		{"crlf": "line1\r\nInjected: yes"},
+		{"lf": "a\nb"},
+		{"cr": "a\rb"},
+		{"lead": "  padded"},
+		{"trail": "padded\t"},
+		{"a name": "v"},
+		{"a:b": "v"},
+		{"ctl\x01": "v"},
+		{"": "v"},
+		{"é": "v"},
+	} {
+		if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Attributes: attrs}); !errors.Is(err, ErrBadAttribute) {
+			t.Errorf("Publish with attributes %q: %v, want ErrBadAttribute", attrs, err)
+		}
+	}
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("stream holds %d messages after refused publishes, want 0", n)
+	}
+
+	attrs := map[string]string{
+		"Mixed-Case": "v",
+		"inner":      "a  b\tc",
+		"utf8":       "é ü 😀",
+		"bin":        string([]byte{'a', 0xff, 0x00, 'b'}),
+		"empty":      "",
+	}
+	publish(t, p, queue.Outgoing{Body: []byte("x"), Attributes: attrs})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	got := d.Message().Attributes
+	for k, v := range attrs {
+		if w, ok := got[k]; !ok || w != v {
+			t.Errorf("attribute %q = %q (present %v), want %q", k, w, ok, v)
+		}
+	}
+	if len(got) != len(attrs) {
+		t.Errorf("attributes %q, want %q", got, attrs)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A reason as long as an error quoting a whole response (here larger than
 // the server's max payload) is cut to its first 4,096 bytes: the message
 // is dead-lettered, not left to come back for ever.
