@@ -74,6 +74,7 @@ func Run(t *testing.T, h Harness) {
 		t.Fatal("queuetest: Features.DeadLetter needs Harness.DeadLetters")
 	}
 	t.Run("broker", func(t *testing.T) { testBroker(t, h) })
+	t.Run("attributes", func(t *testing.T) { testAttributes(t, h) })
 	t.Run("consumer", func(t *testing.T) { testConsumer(t, h) })
 	t.Run("seed", func(t *testing.T) { testSeed(t, h) })
 	t.Run("load", func(t *testing.T) { testLoad(t, h) })
