@@ -123,8 +123,11 @@ var (
 	// anything but printable ASCII less the separators " ( ) / , : ; < = >
 	// ? @ [ \ ] { } (nats.go refuses those), or a value holding CR or LF
 	// or beginning or ending with a space or tab (NATS would turn CR and
-	// LF into spaces and trim the ends, and the message arrive changed).
-	// Nothing is sent.
+	// LF into spaces and trim the ends, and the message arrive changed);
+	// and a name beginning with Nats- in any case, which the server reads
+	// as an instruction (Nats-Msg-Id, Nats-Expected-*, Nats-Rollup,
+	// Nats-TTL: an attribute must not set the dedup id or fail the
+	// publish). Nothing is sent.
 	ErrBadAttribute = errors.New("jetstream: attribute cannot be carried in a NATS header")
 )
 
@@ -670,6 +673,9 @@ func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Publis
 func checkAttribute(k, v string) error {
 	if k == "" {
 		return fmt.Errorf("%w: empty name", ErrBadAttribute)
+	}
+	if len(k) >= len("Nats-") && strings.EqualFold(k[:len("Nats-")], "Nats-") {
+		return fmt.Errorf("%w: name %q: headers beginning Nats- steer the server (use DedupID for Nats-Msg-Id)", ErrBadAttribute, k)
 	}
 	for i := 0; i < len(k); i++ {
 		if c := k[i]; c < '!' || c > '~' || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {

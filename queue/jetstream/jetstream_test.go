@@ -303,7 +303,9 @@ func TestDeadLetterMultiLineReason(t *testing.T) {
 // a NATS header would change (a value with CR or LF, or with spaces or
 // tabs at its ends) or refuse (a name with a space, a colon or a control
 // character); before, the values went out flattened and trimmed and
-// Publish returned nil. Values it can carry (inner spaces and tabs, UTF-8,
+// Publish returned nil. A name the server reads as an instruction
+// (Nats-Msg-Id, Nats-Expected-*, ...) is refused too: it would set the
+// dedup id or make the publish fail. Values it can carry (inner spaces and tabs, UTF-8,
 // bytes that are not UTF-8, an empty value) arrive unchanged, with the
 // name's case.
 func TestPublishAttributesUnchangedOrRefused(t *testing.T) {
@@ -321,6 +323,9 @@ func TestPublishAttributesUnchangedOrRefused(t *testing.T) {
 		{"ctl\x01": "v"},
 		{"": "v"},
 		{"é": "v"},
+		{"Nats-Msg-Id": "order-1"},
+		{"nats-expected-last-sequence": "1"},
+		{"NATS-TTL": "1s"},
 	} {
 		if _, err := p.Publish(context.Background(), queue.Outgoing{Body: []byte("x"), Attributes: attrs}); !errors.Is(err, ErrBadAttribute) {
 			t.Errorf("Publish with attributes %q: %v, want ErrBadAttribute", attrs, err)
