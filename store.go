@@ -100,9 +100,11 @@ type ClaimResult struct {
 	// Now is the store's clock at the claim.
 	Now time.Time
 	// Err, in a result of [BatchClaimer.ClaimBatch] only, is a failure of
-	// this key alone (its record cannot be decoded: [ErrCorrupt]); the
-	// batch's other keys have their outcomes. Nothing was written for the
-	// key. [Store.Claim] returns such a failure as its error.
+	// this key alone: its record cannot be decoded ([ErrCorrupt]), or the
+	// store refused this key's write (a record too large for the store, a
+	// key too contended or throttled, as a store documents); the batch's
+	// other keys have their outcomes. Nothing was written for the key.
+	// [Store.Claim] returns such a failure as its error.
 	Err error
 }
 
