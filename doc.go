@@ -38,6 +38,8 @@
 // present it, so an attempt that lost its lease (a long GC pause, a
 // partition) cannot overwrite its successor's record: its writes get
 // [ErrLeaseLost], and its fn's context is cancelled when a heartbeat notices.
+// Fences grow while the key's record lives: a record deleted (`idem
+// delete`) or swept and then claimed anew starts again at fence 1.
 // When heartbeats cannot reach the store until the lease runs out, fn's
 // context is cancelled as well, but what fn returns is still recorded under
 // its fence: the store takes it unless another attempt took the key.

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +170,7 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
 	defer cancel()
-	const reason = notRunPrefix + "the caller left before its claim was answered"
+	reason := NotRunReason("the caller left before its claim was answered")
 	// Orphans are released on the flight's goroutine, where a panic in the
 	// store would reach no caller and end the process: it is this release's
 	// failure.
@@ -402,12 +401,6 @@ type abandonError struct {
 	notRun bool
 }
 
-// notRunPrefix begins the reason recorded for an attempt that ended
-// without running fn: a claim whose caller had left, a Reconcile hook that
-// failed. Such an attempt did no effect, so a later Reconcile hook is asked
-// about the attempt before it, which may have (lastRun).
-const notRunPrefix = "idem: not run: "
-
 func (e abandonError) Error() string { return e.err.Error() }
 func (e abandonError) Unwrap() error { return e.err }
 
@@ -441,14 +434,14 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	defer fcancel()
 	key, fence := rec.Key, rec.Fence
 
-	if lost != nil && !refused {
+	if lost != nil && !refused && l.stillHeld(fctx, rec) {
 		// The lease ran out here, while the store could not be reached (or
-		// the call's lease cap ended it), but no other attempt is known to
-		// hold the key: record fn's outcome under its fence, which the store
-		// refuses if one took it meanwhile. fn was cancelled: its error says
-		// so.
-		l.logOutcome(ctx, slog.LevelWarn, "heartbeat-failed", c, rec, slog.Any("error", lost),
-			slog.String("msg_detail", "fn was cancelled; recording its outcome under its fence"))
+		// the call's lease cap ended it), but the store still shows this
+		// attempt holding the key: record fn's outcome under its fence,
+		// which the store refuses if another attempt took it meanwhile. fn
+		// was cancelled: its error says so.
+		l.logOutcome(ctx, slog.LevelWarn, "lease-ran-out", c, rec, slog.Any("error", lost),
+			slog.String("msg_detail", "fn was cancelled; the store still shows this attempt, so its outcome is recorded under its fence"))
 		if fnErr != nil {
 			fnErr = fmt.Errorf("%w (fn was cancelled: %v)", fnErr, lost)
 		}
@@ -470,7 +463,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	if panicked {
 		reason := fmt.Sprintf("panic: %v", panicVal)
 		if inHook {
-			reason = fmt.Sprintf("%sthe Reconcile hook panicked: %v", notRunPrefix, panicVal)
+			reason = NotRunReason(fmt.Sprintf("the Reconcile hook panicked: %v", panicVal))
 		}
 		var serr error
 		outcome := "released"
@@ -520,7 +513,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	switch {
 	case errors.As(fnErr, &ab):
 		if ab.notRun {
-			reason = notRunPrefix + reason
+			reason = NotRunReason(reason)
 		}
 		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
 	case errors.As(fnErr, &pe):
@@ -543,6 +536,16 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	}
 	l.logOutcome(ctx, level, op, c, rec, slog.String("reason", reason))
 	return nil, fnErr
+}
+
+// stillHeld reports whether the store still shows rec's attempt holding
+// its key: the same record (not one created anew after a delete or a
+// sweep, whose fences start again at 1), at the same fence, in progress,
+// under the same owner. A store error counts as no.
+func (l *Ledger) stillHeld(ctx context.Context, rec Record) bool {
+	cur, err := l.store.Get(ctx, rec.Key)
+	return err == nil && cur.Status == StatusInProgress && cur.Fence == rec.Fence &&
+		cur.Owner == rec.Owner && cur.CreatedAt.Equal(rec.CreatedAt)
 }
 
 // storeOp names the Store call that records an outcome, as StoreError.Op
@@ -741,7 +744,7 @@ func lastRun(rec Record) (e JournalEntry, ok bool) {
 		if j[i+1].AfterExpiry {
 			return JournalEntry{}, false // the earlier attempts belong to a record whose retention passed
 		}
-		if !strings.HasPrefix(j[i].Reason, notRunPrefix) {
+		if !j[i].NotRun() {
 			return j[i], true
 		}
 	}

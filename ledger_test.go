@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync/atomic"
@@ -173,6 +174,49 @@ func TestLeaseRunOutHereThenTakenOver(t *testing.T) {
 	}
 	if rec, err := s.Get(context.Background(), "k"); err != nil || string(rec.Result) != "second" {
 		t.Fatalf("record %+v, %v; want the other attempt's result", rec, err)
+	}
+}
+
+// When the lease ran out here and the record was deleted meanwhile (an
+// operator's idem delete, a sweep), a new attempt's record starts again at
+// fence 1: the first attempt's result must not be recorded over the new
+// attempt, whose fence is the same.
+func TestLeaseRunOutHereThenDeletedAndClaimedAgain(t *testing.T) {
+	lease := 60 * time.Millisecond
+	s := memstore.New()
+	quiet := idem.WithLogger(slog.New(slog.DiscardHandler))
+	l := idem.New(unreachableExtends{s}, idem.WithLease(lease), quiet)
+	other := idem.New(s, idem.WithLease(time.Minute), idem.WithOwner("other"), quiet)
+	bStarted, aReturned := make(chan struct{}), make(chan struct{})
+	bDone := make(chan error, 1)
+	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		if err := s.Delete(context.Background(), "k"); err != nil {
+			t.Error(err)
+		}
+		go func() {
+			res, err := other.Do(context.Background(), idem.Key("k"), func(context.Context) ([]byte, error) {
+				close(bStarted)
+				<-aReturned
+				return []byte("from-B"), nil
+			})
+			if err == nil && res.Fence != 1 {
+				err = fmt.Errorf("the new attempt's fence %d, want 1 (a new record)", res.Fence)
+			}
+			bDone <- err
+		}()
+		<-bStarted
+		return []byte("from-A"), nil
+	})
+	close(aReturned)
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the first attempt's Do = %v, want ErrLeaseLost", err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatalf("the new attempt: %v", err)
+	}
+	if rec, err := s.Get(context.Background(), "k"); err != nil || string(rec.Result) != "from-B" {
+		t.Fatalf("record %+v, %v; want the new attempt's result", rec, err)
 	}
 }
 

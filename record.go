@@ -2,6 +2,7 @@ package idem
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -75,6 +76,22 @@ const (
 	OutcomeResolvedDone    = "resolved-done"     // an operator or Reconcile hook said the effect happened
 	OutcomeResolvedNotDone = "resolved-not-done" // an operator said it did not
 )
+
+// notRunPrefix begins the reason recorded for an attempt that ended
+// without running its operation (NotRunReason).
+const notRunPrefix = "idem: not run: "
+
+// NotRunReason returns the reason to record for an attempt that ends
+// without running its operation: a claim whose caller left before it was
+// answered, a Reconcile hook that failed, a claim a store undid. It begins
+// "idem: not run: ". Such an attempt did no effect: a Reconcile hook is
+// asked about the attempt before it instead, and `idem explain` does not
+// count it as one that may have done the effect.
+func NotRunReason(detail string) string { return notRunPrefix + detail }
+
+// NotRun reports whether the attempt ended without running its operation
+// (its reason was made by [NotRunReason]).
+func (e JournalEntry) NotRun() bool { return strings.HasPrefix(e.Reason, notRunPrefix) }
 
 // JournalEntry is one attempt in a record's journal.
 type JournalEntry struct {
