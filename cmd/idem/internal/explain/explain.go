@@ -120,6 +120,20 @@ func isReconciled(e idem.JournalEntry) bool {
 		(strings.HasSuffix(e.ResolvedBy, "(reconcile)") || strings.HasPrefix(e.Reason, "reconciled"))
 }
 
+// notRunDetail returns why e, an attempt that ended without running its
+// operation (e.NotRun()), did not run: its reason after the prefix
+// idem.NotRunReason puts before it, with a failed Reconcile hook's error
+// ("idem: reconcile KEY: ERR") worded as such.
+func notRunDetail(e idem.JournalEntry) string {
+	d := strings.TrimPrefix(e.Reason, idem.NotRunReason(""))
+	if rest, ok := strings.CutPrefix(d, "idem: reconcile "); ok {
+		if _, err, ok := strings.Cut(rest, ": "); ok {
+			return "the Reconcile hook failed: " + err
+		}
+	}
+	return d
+}
+
 // policyOf returns the policy e was claimed under: its own, else (journals
 // of stores that do not keep it) the record's.
 func policyOf(rec *idem.Record, e idem.JournalEntry) string {
@@ -168,6 +182,10 @@ func Explain(rec idem.Record, now time.Time) Explanation {
 	return x
 }
 
+// outcomeNotRun stands, in the story, for the outcome of an attempt that
+// released or abandoned the key without running its operation.
+const outcomeNotRun = "not-run"
+
 func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 	j := rec.Journal
 	var ev []Event
@@ -197,19 +215,37 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		if e.AfterExpiry {
 			b.WriteString(", after the previous record had expired (retention passed): idem no longer remembered how earlier attempts ended")
 		}
-		// prev names the attempt a takeover took over (the journal may no
-		// longer hold it).
+		// prev names the attempt a takeover took over: the last one before
+		// it that may have done the effect (the journal may no longer hold
+		// it). The attempts after that one that did not run are passed over.
 		prev, over := "the lapsed attempt", "a lapsed attempt"
-		if p := previous(atts, i); p != nil {
+		from := -1
+		if p := previousRun(atts, i); p != nil {
 			prev = fmt.Sprintf("attempt %d", p.Attempt)
 			over = "lapsed " + prev
+			from = p.idx
 		}
 		if e.Takeover {
 			fmt.Fprintf(&b, ", taking over %s", over)
+			if skipped := notRunBetween(atts, from, i); len(skipped) > 0 {
+				fmt.Fprintf(&b, " (%s after it did not run)", attemptList(skipped))
+			}
 		}
 		add(e.Started, e.Attempt, e.Fence, "claim", "%s", b.String())
 
-		switch e.Outcome {
+		outcome := e.Outcome
+		if e.NotRun() && (outcome == idem.OutcomeReleased || outcome == idem.OutcomeAbandoned) {
+			outcome = outcomeNotRun
+		}
+		switch outcome {
+		case outcomeNotRun:
+			// It ended without running its operation: no effect came from
+			// it, whatever the policy.
+			what := "it released the key"
+			if e.Outcome == idem.OutcomeAbandoned {
+				what = "it left the key lapsed"
+			}
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d did not run: %s; no effect came from it, and %s", e.Attempt, notRunDetail(e), what)
 		case "", idem.OutcomeLapsed:
 			if e.Outcome == idem.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
@@ -267,13 +303,40 @@ func stillRunning(e idem.JournalEntry, later string) string {
 		e.Attempt, stamp(e.LateFinish), later)
 }
 
-func previous(atts []attempt, idx int) *attempt {
+// previousRun returns the last attempt before journal position idx that
+// may have done the effect: attempts that did not run are passed over.
+func previousRun(atts []attempt, idx int) *attempt {
 	for k := len(atts) - 1; k >= 0; k-- {
-		if atts[k].idx < idx {
+		if atts[k].idx < idx && !atts[k].NotRun() {
 			return &atts[k]
 		}
 	}
 	return nil
+}
+
+// notRunBetween returns the numbers of the attempts between journal
+// positions from and to (both excluded) that did not run.
+func notRunBetween(atts []attempt, from, to int) []int {
+	var n []int
+	for _, a := range atts {
+		if a.idx > from && a.idx < to && a.NotRun() {
+			n = append(n, a.Attempt)
+		}
+	}
+	return n
+}
+
+// attemptList names attempts: "attempt 2", "attempts 2 and 3", "attempts
+// 2, 3 and 4".
+func attemptList(n []int) string {
+	if len(n) == 1 {
+		return fmt.Sprintf("attempt %d", n[0])
+	}
+	s := make([]string, len(n))
+	for i, a := range n {
+		s[i] = fmt.Sprint(a)
+	}
+	return "attempts " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 func next(atts []attempt, idx int) *attempt {
@@ -315,8 +378,12 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 
 	var steps []Step
 	// 1. Was completion recorded before the second attempt?
+	// An attempt that did not run did not repeat the effect.
 	for jx := 1; jx < len(atts); jx++ {
 		b := atts[jx]
+		if b.NotRun() {
+			continue
+		}
 		for ix := range jx {
 			a := atts[ix]
 			if a.Outcome != idem.OutcomeCompleted && a.Outcome != idem.OutcomeResolvedDone || a.Ended.IsZero() || a.Ended.After(b.Started) {
@@ -325,7 +392,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 			steps = append(steps, Step{q1, "yes", fmt.Sprintf("attempt %d's completion was recorded at %s, and attempt %d started after it at %s", a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))})
 			v := Verdict{Cause: CauseLifetime, Attempts: []int{a.Attempt, b.Attempt}}
 			switch op := releasedBetween(j, a.idx, b.idx); {
-			case b.AfterExpiry:
+			case afterExpiryBetween(atts, a.idx, b.idx):
 				v.Code = CodeExpiredRerun
 				v.Text = fmt.Sprintf("Check the job key, table and record lifetime: the completed record expired (retention) before the redelivery; raise retention to cover the sender's retry horizon. Attempt %d completed at %s; the record was forgotten and attempt %d ran again %s later.",
 					a.Attempt, stamp(a.Ended), b.Attempt, dur(b.Started.Sub(a.Ended)))
@@ -348,12 +415,16 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 	steps = append(steps, Step{q1, "no", "no attempt started after an earlier attempt's completion was recorded"})
 
 	// 2. Did attempts overlap? An attempt whose Reconcile hook found the
-	// effect done ran no effect, so it does not overlap anything.
+	// effect done, or that did not run, ran no effect, so it does not
+	// overlap anything.
 	for ix := range atts {
 		a := atts[ix]
+		if a.NotRun() {
+			continue
+		}
 		for jx := ix + 1; jx < len(atts); jx++ {
 			b := atts[jx]
-			if isReconciled(b.JournalEntry) {
+			if isReconciled(b.JournalEntry) || b.NotRun() {
 				continue
 			}
 			var why string
@@ -373,11 +444,30 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 	steps = append(steps, Step{q2, "no", "no attempt was still running, or recorded anything, after a later one started"})
 
 	// 3. Did a later attempt run after an earlier one may have done its
-	// effect?
+	// effect? Each attempt that ran is paired with the last one before it
+	// that ran: the attempts between them did not run, so they did no
+	// effect (a Reconcile hook is asked about the attempt before them).
 	var notes []string      // why each earlier attempt did not lead to a repeat
 	var reconciled *attempt // the first takeover a Reconcile hook settled
-	for jx := 1; jx < len(atts); jx++ {
-		a, b := atts[jx-1], atts[jx]
+	var notRun []int        // the attempts that did not run
+	var lastRun *attempt    // the last attempt that ran, or may have
+	for jx := range atts {
+		b := atts[jx]
+		if b.NotRun() {
+			notRun = append(notRun, b.Attempt)
+			notes = append(notes, fmt.Sprintf("attempt %d did not run (%s)", b.Attempt, notRunDetail(b.JournalEntry)))
+			continue
+		}
+		ap := lastRun
+		lastRun = &atts[jx]
+		if ap == nil {
+			continue
+		}
+		a := *ap
+		between := ""
+		if skipped := notRunBetween(atts, a.idx, b.idx); len(skipped) > 0 {
+			between = fmt.Sprintf(" (%s between them did not run)", attemptList(skipped))
+		}
 		if op := releasedBetween(j, a.idx, b.idx); op != nil {
 			notes = append(notes, fmt.Sprintf("attempt %d's effect was declared not done%s%s", a.Attempt, resolvedBy(*op), because(op.Reason)))
 			continue
@@ -399,7 +489,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 			if a.Outcome == idem.OutcomeAbandoned {
 				how = "ended without recording an outcome" + because(a.Reason)
 			}
-			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d %s, and attempt %d took it over at %s", a.Attempt, how, b.Attempt, stamp(b.Started))})
+			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d %s, and attempt %d took it over at %s%s", a.Attempt, how, b.Attempt, stamp(b.Started), between)})
 			v := Verdict{Code: CodeTakeover, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
 				Text: fmt.Sprintf("Send succeeded, recording failed or crashed: attempt %d %s and attempt %d took over (AtLeastOnce repeats the effect; use AtMostOnce or a Reconcile hook to stop that).", a.Attempt, how, b.Attempt)}
 			if amo {
@@ -416,7 +506,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 				notes = append(notes, fmt.Sprintf("attempt %d returned idem.NotDone under at_most_once: its effect did not happen", a.Attempt))
 				continue
 			}
-			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d returned an error%s under at_least_once and released the key; attempt %d ran again at %s", a.Attempt, because(a.Reason), b.Attempt, stamp(b.Started))})
+			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d returned an error%s under at_least_once and released the key; attempt %d ran again at %s%s", a.Attempt, because(a.Reason), b.Attempt, stamp(b.Started), between)})
 			return steps, Verdict{Code: CodeRetriedAfterError, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
 				Text: fmt.Sprintf("Send succeeded, recording failed: attempt %d returned an error%s, which under AtLeastOnce releases the key, and attempt %d ran again; if attempt %d's effect happened before its error, it happened twice. Return an error only for failures before the effect, or use AtMostOnce (an error then leaves the key indeterminate unless wrapped in idem.NotDone).",
 					a.Attempt, because(a.Reason), b.Attempt, a.Attempt)}
@@ -430,18 +520,44 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 	}
 	steps = append(steps, Step{q3, "no", why})
 	last := atts[len(atts)-1]
+	if lastRun != nil {
+		last = *lastRun // the one whose effect is in question
+	}
 	if StateOf(rec, now) == StateIndeterminate {
 		return steps, Verdict{Code: CodeIndeterminate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
 			Text: fmt.Sprintf("No second effect from idem's side so far: attempt %d lapsed without recording its outcome under at_most_once, so idem will not run it again; the key is waiting for `idem resolve %s --done|--not-done`.", last.Attempt, rec.Key)}
 	}
 	if reconciled != nil {
-		p := previous(atts, reconciled.idx)
+		p := previousRun(atts, reconciled.idx)
 		return steps, Verdict{Code: CodeReconciled, Cause: CauseNoIdemDup, Attempts: []int{p.Attempt, reconciled.Attempt},
 			Text: fmt.Sprintf("No second effect from idem's side: attempt %d took over, its Reconcile hook found attempt %d's effect done, nothing was repeated (the hook's result was recorded instead of running again). If two effects were seen anyway, check what the hook looks up.",
 				reconciled.Attempt, p.Attempt)}
 	}
+	text := fmt.Sprintf("%d attempts, but no second effect could come from idem's side: each earlier attempt ended saying its effect had not happened.", len(atts))
+	switch {
+	case len(notRun) > 0 && len(notRun)+1 >= len(atts):
+		// At most one attempt ran.
+		text = fmt.Sprintf("%d attempts, but no second effect could come from idem's side: %s did not run (no effect came from it), so only attempt %d may have done the effect.", len(atts), attemptList(notRun), last.Attempt)
+		if lastRun == nil {
+			text = fmt.Sprintf("%d attempts, and none ran: no effect came from idem's side.", len(atts))
+		}
+	case len(notRun) > 0:
+		text = fmt.Sprintf("%d attempts, but no second effect could come from idem's side: %s did not run, and each earlier attempt that ran ended saying its effect had not happened.", len(atts), attemptList(notRun))
+	}
 	return steps, Verdict{Code: CodeNoDuplicate, Cause: CauseNoIdemDup, Attempts: []int{last.Attempt},
-		Text: fmt.Sprintf("%d attempts, but no second effect could come from idem's side: each earlier attempt ended saying its effect had not happened.", len(atts))}
+		Text: text}
+}
+
+// afterExpiryBetween reports whether an attempt after journal position from,
+// up to and including to, was claimed after an earlier record's retention
+// passed.
+func afterExpiryBetween(atts []attempt, from, to int) bool {
+	for _, a := range atts {
+		if a.idx > from && a.idx <= to && a.AfterExpiry {
+			return true
+		}
+	}
+	return false
 }
 
 // releasedBetween returns the operator decision entry between journal

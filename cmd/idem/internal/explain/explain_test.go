@@ -307,6 +307,113 @@ func TestExplainVerdicts(t *testing.T) {
 			answers: []string{"no"},
 		},
 		{
+			name: "orphaned claim of a fresh key, then a run",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(220), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(5), Ended: at(5), Outcome: idem.OutcomeReleased,
+						Reason: idem.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m2", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				}},
+			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"attempt 1 did not run"},
+			notText: []string{"returned an error", "twice"},
+			story: []string{"attempt 1 (fence 1) claimed",
+				"attempt 1 did not run: the caller left before its claim was answered; no effect came from it, and it released the key",
+				"attempt 2 (fence 2) claimed", "attempt 2 completed"},
+		},
+		{
+			name: "orphaned takeover, then a takeover",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(720), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: idem.OutcomeAbandoned, Takeover: true,
+						Reason: idem.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(720), Ended: at(720), Outcome: idem.OutcomeCompleted, Takeover: true},
+				}},
+			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 3}, state: StateCompleted,
+			answers: []string{"no", "no", "yes"},
+			text:    []string{"attempt 1 lapsed without recording an outcome and attempt 3 took over"},
+			notText: []string{"attempt 2"},
+			story: []string{"attempt 1 (fence 1) claimed", "attempt 1's lease ran out",
+				"attempt 2 (fence 2) claimed by w2 under at_least_once, correlation m1, taking over lapsed attempt 1",
+				"attempt 2 did not run: the caller left before its claim was answered; no effect came from it, and it left the key lapsed",
+				"attempt 3 (fence 3) claimed by w3 under at_least_once, correlation m1, taking over lapsed attempt 1 (attempt 2 after it did not run)",
+				"attempt 3 completed"},
+		},
+		{
+			name: "two attempts that did not run between a lapse and a takeover",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 4, Attempt: 4, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(920), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: idem.OutcomeAbandoned, Takeover: true,
+						Reason: idem.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w3", Started: at(600), LeaseUntil: at(650), Ended: at(650), Outcome: idem.OutcomeAbandoned, Takeover: true,
+						Reason: idem.NotRunReason(`idem: reconcile "k": provider 503`)},
+					{Attempt: 4, Fence: 4, Owner: "w4", Started: at(900), LeaseUntil: at(920), Ended: at(920), Outcome: idem.OutcomeCompleted, Takeover: true},
+				}},
+			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 4}, state: StateCompleted,
+			answers: []string{"no", "no", "yes"},
+			text:    []string{"attempt 1 lapsed without recording an outcome and attempt 4 took over"},
+			story: []string{"attempt 1 (fence 1) claimed", "lease ran out",
+				"taking over lapsed attempt 1", "attempt 2 did not run: the caller left",
+				"taking over lapsed attempt 1 (attempt 2 after it did not run)", "attempt 3 did not run: the Reconcile hook failed: provider 503",
+				"taking over lapsed attempt 1 (attempts 2 and 3 after it did not run)", "attempt 4 completed"},
+		},
+		{
+			name: "a failed Reconcile hook, then a reconcile",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(710), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: idem.OutcomeAbandoned, Takeover: true,
+						Reason: idem.NotRunReason(`idem: reconcile "k": provider 503`)},
+					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(710), Ended: at(710), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w3 (reconcile)"},
+				}},
+			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 3}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"attempt 3 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated"},
+			notText: []string{"attempt 2", "Send succeeded"},
+			story: []string{"attempt 1 (fence 1) claimed", "attempt 1's lease ran out",
+				"attempt 2 (fence 2) claimed by w2 under at_least_once, correlation m1, taking over lapsed attempt 1",
+				"attempt 2 did not run: the Reconcile hook failed: provider 503; no effect came from it, and it left the key lapsed",
+				"taking over lapsed attempt 1 (attempt 2 after it did not run)",
+				"attempt 3 took over, its Reconcile hook found attempt 1's effect done, nothing was repeated"},
+		},
+		{
+			name: "a failed Reconcile hook under at_most_once leaves the key indeterminate about the attempt before it",
+			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
+				LeaseUntil: at(450), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_most_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: idem.OutcomeAbandoned, Takeover: true,
+						Reason: idem.NotRunReason("the Reconcile hook panicked: nil map")},
+				}},
+			now: at(1000), code: CodeIndeterminate, cause: CauseNoIdemDup, attempts: []int{1}, state: StateIndeterminate,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"attempt 1 lapsed", "waiting for `idem resolve k"},
+			story: []string{"attempt 1 (fence 1) claimed", "attempt 1's lease ran out", "taking over lapsed attempt 1",
+				"attempt 2 did not run: the Reconcile hook panicked: nil map; no effect came from it, and it left the key lapsed"},
+		},
+		{
+			name: "a claim after expiry that did not run, then a run",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(90_000_520), ExpiresAt: at(1e9),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m2", Started: at(90_000_000), LeaseUntil: at(90_000_005), Ended: at(90_000_005), Outcome: idem.OutcomeReleased, AfterExpiry: true,
+						Reason: idem.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w2", Correlation: "m3", Started: at(90_000_500), LeaseUntil: at(90_000_520), Ended: at(90_000_520), Outcome: idem.OutcomeCompleted},
+				}},
+			now: at(90_000_600), code: CodeExpiredRerun, cause: CauseLifetime, attempts: []int{1, 3}, state: StateCompleted,
+			answers: []string{"yes"},
+			text:    []string{"the completed record expired (retention) before the redelivery", "attempt 3 ran again"},
+		},
+		{
 			name: "empty journal",
 			rec:  idem.Record{Key: "k", Status: idem.StatusReleased, Fence: 1, Attempt: 1, ExpiresAt: at(1e6)},
 			now:  at(1000), code: CodeNoJournal, cause: CauseNoIdemDup, state: StateReleased,
@@ -560,6 +667,143 @@ func TestJournalsFromLedger(t *testing.T) {
 		!strings.Contains(last, "by consumer-2 (reconcile)") {
 		t.Errorf("story: %q", last)
 	}
+}
+
+// leavingStore answers a claim after the caller's context has ended (the
+// caller left while its claim was on its way), while leave is set.
+type leavingStore struct {
+	idem.Store
+	mu    sync.Mutex
+	leave context.CancelFunc
+}
+
+func (s *leavingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	res, err := s.Store.Claim(context.WithoutCancel(ctx), req)
+	s.mu.Lock()
+	if s.leave != nil {
+		s.leave()
+		s.leave = nil
+	}
+	s.mu.Unlock()
+	return res, err
+}
+
+// TestJournalsFromLedgerNotRun reads journals a Ledger writes on memstore
+// for attempts that ended without running fn: they did no effect, and the
+// explanation pairs each attempt with the one before it that ran.
+func TestJournalsFromLedgerNotRun(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*leavingStore, *idem.Ledger, func() time.Time, func(time.Duration)) {
+		var mu sync.Mutex
+		now := t0
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+		ms := memstore.New(memstore.WithClock(clock))
+		t.Cleanup(func() { ms.Close() })
+		s := &leavingStore{Store: ms}
+		l := idem.New(s, idem.WithOwner("w2"), idem.WithLease(time.Second), idem.WithLogger(slog.New(slog.DiscardHandler)))
+		return s, l, clock, advance
+	}
+	// crash: attempt 1 claims the key and dies.
+	crash := func(t *testing.T, s idem.Store, p idem.Policy) {
+		if res, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "w1", Correlation: "m-1", Policy: p, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+			t.Fatalf("claim: %v %+v", err, res)
+		}
+	}
+	// orphan: a Do whose caller leaves while its claim is on its way.
+	orphan := func(t *testing.T, s *leavingStore, l *idem.Ledger) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s.mu.Lock()
+		s.leave = cancel
+		s.mu.Unlock()
+		_, err := l.Do(cctx, idem.RawKey("k"), func(context.Context) ([]byte, error) {
+			t.Error("fn ran for a caller that left")
+			return nil, nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("orphaned Do: %v, want context.Canceled", err)
+		}
+	}
+	explain := func(t *testing.T, s idem.Store, clock func() time.Time) Explanation {
+		rec, err := s.Get(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Explain(rec, clock())
+	}
+	storyHas := func(t *testing.T, x Explanation, want ...string) {
+		t.Helper()
+		var all []string
+		for _, e := range x.Story {
+			all = append(all, e.Text)
+		}
+		story := strings.Join(all, "\n")
+		for _, w := range want {
+			if !strings.Contains(story, w) {
+				t.Errorf("story lacks %q:\n%s", w, story)
+			}
+		}
+	}
+	send := func(context.Context) ([]byte, error) { return []byte("sent"), nil }
+
+	t.Run("failed hook, then a reconcile", func(t *testing.T) {
+		s, l, clock, advance := setup(t)
+		crash(t, s, idem.AtLeastOnce)
+		advance(2 * time.Second)
+		_, err := l.Do(ctx, idem.RawKey("k"), func(context.Context) ([]byte, error) {
+			t.Error("fn ran after its hook failed")
+			return nil, nil
+		}, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+			return nil, false, errors.New("provider 503")
+		}))
+		if err == nil {
+			t.Fatal("Do with a failing hook succeeded")
+		}
+		var asked int
+		res, err := l.Do(ctx, idem.RawKey("k"), send, idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+			asked = lp.Attempt
+			return []byte("found"), true, nil
+		}))
+		if err != nil || !res.Reconciled || asked != 1 {
+			t.Fatalf("Do: %v %+v, hook asked about attempt %d", err, res, asked)
+		}
+		x := explain(t, s, clock)
+		if x.Verdict.Code != CodeReconciled || !slices.Equal(x.Verdict.Attempts, []int{1, 3}) {
+			t.Errorf("verdict %s %v: %s", x.Verdict.Code, x.Verdict.Attempts, x.Verdict.Text)
+		}
+		storyHas(t, x, "attempt 2 did not run: the Reconcile hook failed: provider 503",
+			"attempt 3 took over, its Reconcile hook found attempt 1's effect done")
+	})
+	t.Run("orphaned takeover, then a takeover", func(t *testing.T) {
+		s, l, clock, advance := setup(t)
+		crash(t, s, idem.AtLeastOnce)
+		advance(2 * time.Second)
+		orphan(t, s, l)
+		res, err := l.Do(ctx, idem.RawKey("k"), send)
+		if err != nil || !res.Takeover || res.Attempt != 3 {
+			t.Fatalf("Do: %v %+v", err, res)
+		}
+		x := explain(t, s, clock)
+		if x.Verdict.Code != CodeTakeover || !slices.Equal(x.Verdict.Attempts, []int{1, 3}) {
+			t.Errorf("verdict %s %v: %s", x.Verdict.Code, x.Verdict.Attempts, x.Verdict.Text)
+		}
+		storyHas(t, x, "attempt 2 did not run: the caller left before its claim was answered",
+			"taking over lapsed attempt 1 (attempt 2 after it did not run)")
+	})
+	t.Run("orphaned claim of a fresh key, then a run", func(t *testing.T) {
+		s, l, clock, _ := setup(t)
+		orphan(t, s, l)
+		res, err := l.Do(ctx, idem.RawKey("k"), send)
+		if err != nil || res.Takeover || res.Attempt != 2 {
+			t.Fatalf("Do: %v %+v", err, res)
+		}
+		x := explain(t, s, clock)
+		if x.Verdict.Code != CodeNoDuplicate || !slices.Equal(x.Verdict.Attempts, []int{2}) {
+			t.Errorf("verdict %s %v: %s", x.Verdict.Code, x.Verdict.Attempts, x.Verdict.Text)
+		}
+		storyHas(t, x, "attempt 1 did not run: the caller left before its claim was answered; no effect came from it, and it released the key")
+	})
 }
 
 func TestDur(t *testing.T) {
