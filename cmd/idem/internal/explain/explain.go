@@ -27,8 +27,9 @@ const (
 	// CodeRetriedAfterError: an attempt returned an error, the key was
 	// released and a later attempt ran again (same tree leaf).
 	CodeRetriedAfterError = "retried-after-error"
-	// CodeReconciled: an attempt took over a lapsed one and its Reconcile
-	// hook found the lapsed attempt's effect done, so nothing was repeated.
+	// CodeReconciled: an attempt took over a lapsed one (or ran after one
+	// that returned an error under at_least_once) and its Reconcile hook
+	// found that attempt's effect done, so nothing was repeated.
 	CodeReconciled = "reconciled"
 	// CodeIndeterminate: an AtMostOnce attempt lapsed; nothing runs the key
 	// again until it is resolved.
@@ -112,9 +113,9 @@ type attempt struct {
 func isDecision(e idem.JournalEntry) bool { return e.Decision }
 
 // isReconciled reports whether e is an attempt that took over a lapsed one
-// and whose Reconcile hook found the lapsed attempt's effect done: the
-// Ledger records that as a resolution by "<owner> (reconcile)" instead of
-// running fn.
+// (or ran after one that returned an error under at_least_once) and whose
+// Reconcile hook found that attempt's effect done: the Ledger records that
+// as a resolution by "<owner> (reconcile)" instead of running fn.
 func isReconciled(e idem.JournalEntry) bool {
 	return e.Outcome == idem.OutcomeResolvedDone &&
 		(strings.HasSuffix(e.ResolvedBy, "(reconcile)") || strings.HasPrefix(e.Reason, "reconciled"))
@@ -132,6 +133,16 @@ func notRunDetail(e idem.JournalEntry) string {
 		}
 	}
 	return d
+}
+
+// reconciledText says what e, an attempt whose Reconcile hook found prev's
+// effect done, did: it took prev over (prev lapsed), or it ran after
+// prev's error under at_least_once (the Ledger asks the hook then too).
+func reconciledText(e idem.JournalEntry, prev string) string {
+	if e.Takeover {
+		return fmt.Sprintf("attempt %d took over, its Reconcile hook found %s's effect done, nothing was repeated", e.Attempt, prev)
+	}
+	return fmt.Sprintf("attempt %d ran after %s's error, its Reconcile hook found %s's effect done, nothing was repeated", e.Attempt, prev, prev)
 }
 
 // policyOf returns the policy e was claimed under: its own, else (journals
@@ -219,6 +230,9 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		// it that may have done the effect (the journal may no longer hold
 		// it). The attempts after that one that did not run are passed over.
 		prev, over := "the lapsed attempt", "a lapsed attempt"
+		if !e.Takeover {
+			prev = "the attempt before it"
+		}
 		from := -1
 		if p := previousRun(atts, i); p != nil {
 			prev = fmt.Sprintf("attempt %d", p.Attempt)
@@ -271,7 +285,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 			}
 			switch {
 			case isReconciled(e):
-				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d took over, its Reconcile hook found %s's effect done, nothing was repeated: completed with the hook's result (recorded%s)", e.Attempt, prev, resolvedBy(e))
+				add(e.Ended, e.Attempt, e.Fence, "resolve", "%s: completed with the hook's result (recorded%s)", reconciledText(e, prev), resolvedBy(e))
 			case e.Outcome == idem.OutcomeResolvedNotDone:
 				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s%s: released, the next delivery runs it", e.Attempt, resolvedBy(e), because(e.Reason))
 			default:
@@ -472,8 +486,8 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 			notes = append(notes, fmt.Sprintf("attempt %d's effect was declared not done%s%s", a.Attempt, resolvedBy(*op), because(op.Reason)))
 			continue
 		}
-		if b.Takeover && isReconciled(b.JournalEntry) {
-			notes = append(notes, fmt.Sprintf("attempt %d took over, its Reconcile hook found attempt %d's effect done, nothing was repeated", b.Attempt, a.Attempt))
+		if isReconciled(b.JournalEntry) {
+			notes = append(notes, reconciledText(b.JournalEntry, fmt.Sprintf("attempt %d", a.Attempt)))
 			if reconciled == nil {
 				reconciled = &atts[jx]
 			}
@@ -530,8 +544,8 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 	if reconciled != nil {
 		p := previousRun(atts, reconciled.idx)
 		return steps, Verdict{Code: CodeReconciled, Cause: CauseNoIdemDup, Attempts: []int{p.Attempt, reconciled.Attempt},
-			Text: fmt.Sprintf("No second effect from idem's side: attempt %d took over, its Reconcile hook found attempt %d's effect done, nothing was repeated (the hook's result was recorded instead of running again). If two effects were seen anyway, check what the hook looks up.",
-				reconciled.Attempt, p.Attempt)}
+			Text: fmt.Sprintf("No second effect from idem's side: %s (the hook's result was recorded instead of running again). If two effects were seen anyway, check what the hook looks up.",
+				reconciledText(reconciled.JournalEntry, fmt.Sprintf("attempt %d", p.Attempt)))}
 	}
 	text := fmt.Sprintf("%d attempts, but no second effect could come from idem's side: each earlier attempt ended saying its effect had not happened.", len(atts))
 	switch {

@@ -414,6 +414,23 @@ func TestExplainVerdicts(t *testing.T) {
 			text:    []string{"the completed record expired (retention) before the redelivery", "attempt 3 ran again"},
 		},
 		{
+			name: "an error under at_least_once, then a Reconcile hook that found the effect done",
+			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
+				LeaseUntil: at(210), ExpiresAt: at(1e6),
+				Journal: []idem.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "writing the audit row: timeout"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(210), Ended: at(210), Outcome: idem.OutcomeResolvedDone,
+						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w1 (reconcile)"},
+				}},
+			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
+			answers: []string{"no", "no", "no"},
+			text:    []string{"attempt 2 ran after attempt 1's error, its Reconcile hook found attempt 1's effect done, nothing was repeated"},
+			notText: []string{"took over", "twice"},
+			story: []string{"attempt 1 (fence 1) claimed", "attempt 1 returned an error after 30ms and released the key for a retry (writing the audit row: timeout)",
+				"attempt 2 (fence 2) claimed",
+				"attempt 2 ran after attempt 1's error, its Reconcile hook found attempt 1's effect done, nothing was repeated: completed with the hook's result (recorded by w1 (reconcile))"},
+		},
+		{
 			name: "empty journal",
 			rec:  idem.Record{Key: "k", Status: idem.StatusReleased, Fence: 1, Attempt: 1, ExpiresAt: at(1e6)},
 			now:  at(1000), code: CodeNoJournal, cause: CauseNoIdemDup, state: StateReleased,
@@ -790,6 +807,48 @@ func TestJournalsFromLedgerNotRun(t *testing.T) {
 		}
 		storyHas(t, x, "attempt 2 did not run: the caller left before its claim was answered",
 			"taking over lapsed attempt 1 (attempt 2 after it did not run)")
+	})
+	t.Run("failed hook after an error, then a reconcile", func(t *testing.T) {
+		s, l, clock, _ := setup(t)
+		if _, err := l.Do(ctx, idem.RawKey("k"), func(context.Context) ([]byte, error) {
+			return nil, errors.New("writing the audit row: timeout")
+		}); err == nil {
+			t.Fatal("Do with a failing fn succeeded")
+		}
+		hook := func(err error) idem.CallOption {
+			return idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) { return []byte("found"), err == nil, err })
+		}
+		if _, err := l.Do(ctx, idem.RawKey("k"), send, hook(errors.New("provider 503"))); err == nil {
+			t.Fatal("Do with a failing hook succeeded")
+		}
+		res, err := l.Do(ctx, idem.RawKey("k"), send, hook(nil))
+		if err != nil || !res.Reconciled || res.Attempt != 3 {
+			t.Fatalf("Do: %v %+v", err, res)
+		}
+		x := explain(t, s, clock)
+		if x.Verdict.Code != CodeReconciled || !slices.Equal(x.Verdict.Attempts, []int{1, 3}) {
+			t.Errorf("verdict %s %v: %s", x.Verdict.Code, x.Verdict.Attempts, x.Verdict.Text)
+		}
+		storyHas(t, x, "attempt 2 did not run: the Reconcile hook failed: provider 503; no effect came from it, and it left the key lapsed",
+			"attempt 3 took over, its Reconcile hook found attempt 1's effect done")
+	})
+	t.Run("an error, then a reconcile", func(t *testing.T) {
+		s, l, clock, _ := setup(t)
+		if _, err := l.Do(ctx, idem.RawKey("k"), func(context.Context) ([]byte, error) {
+			return nil, errors.New("writing the audit row: timeout")
+		}); err == nil {
+			t.Fatal("Do with a failing fn succeeded")
+		}
+		res, err := l.Do(ctx, idem.RawKey("k"), send, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+			return []byte("found"), true, nil
+		}))
+		if err != nil || !res.Reconciled || res.Attempt != 2 {
+			t.Fatalf("Do: %v %+v", err, res)
+		}
+		x := explain(t, s, clock)
+		if x.Verdict.Code != CodeReconciled || !slices.Equal(x.Verdict.Attempts, []int{1, 2}) {
+			t.Errorf("verdict %s %v: %s", x.Verdict.Code, x.Verdict.Attempts, x.Verdict.Text)
+		}
 	})
 	t.Run("orphaned claim of a fresh key, then a run", func(t *testing.T) {
 		s, l, clock, _ := setup(t)
