@@ -38,24 +38,34 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 	return res, nil
 }
 
-// undo releases a claim that WAIT could not confirm, so that the key is
-// not left to lapse (and, under AtMostOnce, to become indeterminate) for an
-// attempt that never ran. Best effort: its errors are dropped.
-//
-// Only a claim of a free key is undone. A takeover stays in progress and
-// lapses again, as after a crash (Ledger.releaseOrphan does the same):
-// releasing it would forget the lapsed attempt, which may have done the
-// effect, and the next claim would be a fresh one, not a takeover, so an
-// AtMostOnce key would run again instead of being indeterminate.
+// undo ends an attempt whose claim WAIT could not confirm: it never ran.
+// A claim of a free key is released, so that the key is not left to lapse
+// (and, under AtMostOnce, to become indeterminate) for that attempt. A
+// takeover is abandoned instead (left lapsed at once, as after a crash):
+// releasing it would forget the lapsed attempt it took over, which may
+// have done the effect, and the next claim would be a fresh one, not a
+// takeover, so an AtMostOnce key would run again instead of being
+// indeterminate. Either way the reason marks the attempt as not run
+// (idem.NotRunReason), so a later Reconcile hook is asked about the
+// attempt before it, as after Ledger.releaseOrphan, which does the same.
+// Best effort: its errors are dropped, and the undo may itself not reach
+// the replicas.
 func (s *Store) undo(res idem.ClaimResult) {
-	if !res.Acquired || res.Takeover {
+	if !res.Acquired {
 		return
+	}
+	st := idem.StatusReleased
+	if res.Takeover {
+		st = idem.StatusInProgress // abandoned: lapsed at once
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(res.Record.Key)},
-		s.args(res.Record.Fence, string(idem.StatusReleased), "idem: the claim was not acknowledged by enough replicas", int64(0))...).Result()
+		s.args(res.Record.Fence, string(st), undoReason, int64(0))...).Result()
 }
+
+// undoReason is the reason undo records.
+var undoReason = idem.NotRunReason("the claim was not acknowledged by enough replicas")
 
 func checkPolicy(p idem.Policy) error {
 	if p != idem.AtLeastOnce && p != idem.AtMostOnce {

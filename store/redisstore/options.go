@@ -59,14 +59,16 @@ func WithKeepExpired(d time.Duration) Option {
 // acknowledged it (Redis WAIT, sent after the script on the same
 // connection, in the same round trip), or until timeout. A write that
 // too few replicas acknowledged returns an error wrapping a
-// [*NotReplicatedError]: a store error, never an outcome. A claim of a
-// free key that was acquired but not acknowledged is released again (best
-// effort) before the error is returned, so that no attempt is left holding
-// a key that nobody runs. A takeover of a lapsed attempt is not released:
-// it stays in progress and lapses again, as if its caller had crashed, so
+// [*NotReplicatedError]: a store error, never an outcome. A claim that
+// was acquired but not acknowledged is undone (best effort) before the
+// error is returned, so that no attempt is left holding a key that nobody
+// runs: a claim of a free key is released; a takeover of a lapsed attempt
+// is abandoned (left lapsed at once, as if its caller had crashed), so
 // that the next claim is again a takeover (and, under AtMostOnce without
 // TakeLapsed, finds the key indeterminate): the lapsed attempt may have
-// done the effect.
+// done the effect. Either way the undone attempt's reason is made by
+// [idem.NotRunReason], so a Reconcile hook is asked about the attempt
+// before it.
 //
 // WAIT makes a write survive the failover of the primary to an
 // acknowledging replica; it does not make it durable on disk (see the

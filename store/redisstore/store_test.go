@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -282,14 +283,15 @@ func TestWait(t *testing.T) {
 	}
 }
 
-// TestWaitKeepsTakeover: a takeover that WAIT could not confirm is not
-// released (TestWait's undo is for claims of free keys only): the lapsed
-// attempt it took over may have done the effect, so the key stays in
-// progress under the takeover's fence and lapses again. Released, it would
-// be claimed afresh: an AtMostOnce key would run a second time instead of
-// being found indeterminate, and an AtLeastOnce key's next claim would not
-// be a takeover (no Reconcile hook asked).
-func TestWaitKeepsTakeover(t *testing.T) {
+// TestWaitAbandonsTakeover: a takeover that WAIT could not confirm is not
+// released (TestWait's release is for claims of free keys only): the
+// lapsed attempt it took over may have done the effect. Released, the key
+// would be claimed afresh: an AtMostOnce key would run a second time
+// instead of being found indeterminate, and an AtLeastOnce key's next
+// claim would not be a takeover. It is abandoned instead, lapsed at once
+// (not busy for a lease), with a reason that marks it as not run, so that
+// the next caller's Reconcile hook is asked about the attempt before it.
+func TestWaitAbandonsTakeover(t *testing.T) {
 	ctx := context.Background()
 	clocks := new(testClocks)
 	s := newTestStore(t, clocks)
@@ -302,28 +304,28 @@ func TestWaitKeepsTakeover(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	most := idem.ClaimRequest{Key: "most", Owner: "first", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}
-	least := idem.ClaimRequest{Key: "least", Owner: "first", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
+	most := idem.ClaimRequest{Key: "most", Owner: "first", Correlation: "c1", Policy: idem.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	least := idem.ClaimRequest{Key: "least", Owner: "first", Correlation: "c1", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 	for _, r := range []idem.ClaimRequest{most, least} {
 		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 			t.Fatalf("first claim of %s: %+v, %v", r.Key, cr, err)
 		}
 	}
-	clocks.advance(t, 2*time.Second) // the first attempts crashed: their leases lapse
+	clocks.advance(t, 2*time.Minute) // the first attempts crashed: their leases lapse
 
 	// A reconciling caller takes the AtMostOnce key over (Claim), and a
 	// plain claim takes the AtLeastOnce one over (ClaimBatch, with a free
-	// key beside it, which is released as before); WAIT confirms neither.
+	// key beside it, which is released); WAIT confirms neither.
 	take := most
-	take.Owner, take.TakeLapsed = "reconciler", true
+	take.Owner, take.Correlation, take.TakeLapsed = "reconciler", "c2", true
 	_, err = sw.Claim(ctx, take)
 	var nr *NotReplicatedError
 	if !errors.As(err, &nr) {
 		t.Fatalf("takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	again := least
-	again.Owner = "second"
-	free := idem.ClaimRequest{Key: "free", Owner: "second", Lease: time.Second, Retention: time.Hour}
+	again.Owner, again.Correlation = "second", "c2"
+	free := idem.ClaimRequest{Key: "free", Owner: "second", Lease: time.Minute, Retention: time.Hour}
 	if _, err := sw.ClaimBatch(ctx, []idem.ClaimRequest{again, free}); !errors.As(err, &nr) {
 		t.Fatalf("batch takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
@@ -332,20 +334,82 @@ func TestWaitKeepsTakeover(t *testing.T) {
 		if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
 			t.Fatalf("%s after an unconfirmed takeover: %+v, %v; want in_progress at fence 2", k, brief(rec), err)
 		}
+		last := rec.Journal[len(rec.Journal)-1]
+		if last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
+			t.Fatalf("%s's unconfirmed takeover: journal entry %+v; want abandoned, not run", k, last)
+		}
 	}
-	if rec, err := s.Get(ctx, "free"); err != nil || rec.Status != idem.StatusReleased {
-		t.Fatalf("free key after an unconfirmed batch claim: %+v, %v; want it released", brief(rec), err)
+	if rec, err := s.Get(ctx, "free"); err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
+		t.Fatalf("free key after an unconfirmed batch claim: %+v, %v; want it released, not run", brief(rec), err)
 	}
 
-	// Once the takeovers lapse in turn, the keys are as the crashes left them.
-	clocks.advance(t, 2*time.Second)
+	// At once, without the clock moving, the keys are as the crashes left
+	// them: the AtMostOnce one indeterminate, the AtLeastOnce one taken
+	// over, and a Reconcile hook is asked about the first attempt, the one
+	// that may have run.
 	cr, err := s.Claim(ctx, most)
-	if err != nil || cr.Acquired {
-		t.Fatalf("plain AtMostOnce claim after the unconfirmed takeover: %+v, %v; want not acquired (indeterminate)", cr, err)
+	if err != nil || cr.Acquired || !cr.Record.Lapsed(cr.Now) {
+		t.Fatalf("plain AtMostOnce claim after the unconfirmed takeover: %+v, %v; want not acquired, lapsed (indeterminate)", brief(cr.Record), err)
 	}
-	cr, err = s.Claim(ctx, least)
-	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 3 {
-		t.Fatalf("AtLeastOnce claim after the unconfirmed takeover: %+v, %v; want a takeover at fence 3", cr, err)
+	l := idem.New(s, idem.WithOwner("third"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	for _, k := range []string{"most", "least"} {
+		var asked []idem.Lapsed
+		res, err := l.Do(ctx, idem.RawKey(k), func(context.Context) ([]byte, error) { return []byte("ran"), nil },
+			idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+				asked = append(asked, lp)
+				return nil, false, nil
+			}))
+		if err != nil || !res.Takeover || res.Fence != 3 {
+			t.Fatalf("%s: the next call after the unconfirmed takeover: %+v, %v; want a takeover at fence 3", k, res, err)
+		}
+		if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "first" || asked[0].Correlation != "c1" {
+			t.Fatalf("%s: the Reconcile hook was asked about %+v; want once, about attempt 1 (first, c1)", k, asked)
+		}
+	}
+}
+
+// TestWaitReleaseNotRun: a claim of a free key that WAIT could not confirm
+// is released with a reason that marks it as not run: the next call's
+// Reconcile hook is not asked about it (a release with an error would ask
+// it).
+func TestWaitReleaseNotRun(t *testing.T) {
+	ctx := context.Background()
+	s := newTestStore(t, nil)
+	sw := New(s.client, WithPrefix(s.Prefix()), WithWait(1, 20*time.Millisecond))
+	d, err := s.Durability(ctx)
+	if err != nil {
+		t.Skipf("CONFIG is not available: %v", err)
+	}
+	if d.Replicas > 0 {
+		t.Skipf("the test server has %d replicas", d.Replicas)
+	}
+	req := idem.ClaimRequest{Key: "one", Owner: "first", Lease: time.Minute, Retention: time.Hour}
+	var nr *NotReplicatedError
+	if _, err := sw.Claim(ctx, req); !errors.As(err, &nr) {
+		t.Fatalf("Claim with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
+	}
+	req.Key = "batch"
+	if _, err := sw.ClaimBatch(ctx, []idem.ClaimRequest{req}); !errors.As(err, &nr) {
+		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
+	}
+	l := idem.New(s, idem.WithOwner("second"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	for _, k := range []string{"one", "batch"} {
+		rec, err := s.Get(ctx, k)
+		if err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
+			t.Fatalf("%s after an unconfirmed claim: %+v, %v; want released, not run", k, brief(rec), err)
+		}
+		var asked []idem.Lapsed
+		res, err := l.Do(ctx, idem.RawKey(k), func(context.Context) ([]byte, error) { return []byte("ran"), nil },
+			idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+				asked = append(asked, lp)
+				return nil, false, nil
+			}))
+		if err != nil || string(res.Value) != "ran" || res.Fence != 2 {
+			t.Fatalf("%s: the next call: %+v, %v; want fn run at fence 2", k, res, err)
+		}
+		if len(asked) != 0 {
+			t.Fatalf("%s: the Reconcile hook was asked about %+v, an attempt that never ran", k, asked)
+		}
 	}
 }
 
