@@ -31,9 +31,10 @@ var _ idem.BatchClaimer = (*Store)(nil)
 // after the client's retries (ProvisionedThroughputExceededException,
 // ThrottlingException, RequestLimitExceeded). Any other error (the
 // endpoint, the network, the context) fails the batch: ClaimBatch starts
-// no more claims, waits for those in flight, releases the keys they
-// acquired (best effort; takeovers excepted, which stay in progress and
-// lapse again, as after a crash), and returns the error.
+// no more claims, waits for those in flight, undoes the claims they
+// acquired (best effort: a claim of a free key is released, a takeover
+// abandoned, left lapsed at once as after a crash; both as not run, see
+// [idem.NotRunReason]), and returns the error.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -118,27 +119,37 @@ func throttled(err error) bool {
 	return false
 }
 
-// releaseBatch releases the claims of a failed batch that were acquired:
-// their callers get the batch's error and never run them, and left to
-// lapse an AtMostOnce key would become indeterminate though nothing ran.
-// A takeover is left in progress to lapse again, as after a crash:
-// releasing it would forget the lapsed attempt, which may have done the
-// effect (Ledger.releaseOrphan does the same). Best effort: errors are
-// dropped, the key then lapses.
+// releaseBatch undoes the claims of a failed batch that were acquired:
+// their callers get the batch's error and never run them. A claim of a
+// free key is released: left to lapse, an AtMostOnce key would become
+// indeterminate though nothing ran. A takeover is abandoned instead (left
+// lapsed at once, as after a crash): releasing it would forget the lapsed
+// attempt it took over, which may have done the effect, and the next
+// claim would be a fresh one, not a takeover. Either way the reason marks
+// the attempt as not run (idem.NotRunReason), so a later Reconcile hook is
+// asked about the attempt before it (Ledger.releaseOrphan does the same).
+// Best effort: errors are dropped, the key then lapses.
 func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, batchWorkers)
 	for _, r := range out {
-		if !r.Acquired || r.Takeover {
+		if !r.Acquired {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_ = s.Release(ctx, r.Record.Key, r.Record.Fence, "idem: the claim batch failed before its results reached the caller")
+			if r.Takeover {
+				_ = s.Abandon(ctx, r.Record.Key, r.Record.Fence, batchUndoReason)
+				return
+			}
+			_ = s.Release(ctx, r.Record.Key, r.Record.Fence, batchUndoReason)
 		})
 	}
 	wg.Wait()
 }
+
+// batchUndoReason is the reason releaseBatch records.
+var batchUndoReason = idem.NotRunReason("the claim batch failed before its results reached the caller")

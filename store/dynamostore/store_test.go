@@ -469,10 +469,13 @@ func TestBatchKeyFailures(t *testing.T) {
 
 // TestBatchStoreError: when a claim of ClaimBatch fails for the store
 // (here the endpoint hangs up on one key's write), the batch waits for the
-// claims in flight, releases those it made, and returns the error. A key
-// it acquired is not left held by nobody (it used to be: once the lease
-// passed, an AtMostOnce key was indeterminate though nothing ran); a
-// takeover it made stays in progress, to lapse again.
+// claims in flight, undoes those it made, and returns the error. A key
+// it acquired is released, not left held by nobody (it used to be: once
+// the lease passed, an AtMostOnce key was indeterminate though nothing
+// ran); a takeover it made is abandoned, lapsed at once (not busy for a
+// lease). Both are recorded as not run: the next call's Reconcile hook is
+// not asked about a released key, and is asked about the attempt before
+// the takeover.
 func TestBatchStoreError(t *testing.T) {
 	p := newProxy(t)
 	clock := idemtest.NewClock(idemtest.ClockStart)
@@ -507,24 +510,43 @@ func TestBatchStoreError(t *testing.T) {
 	}
 	p.SetIntercept(nil)
 	for _, r := range reqs[1 : len(reqs)-1] {
-		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 {
-			t.Errorf("%s after the failed batch: %s at fence %d, %v; want released at fence 1", r.Key, rec.Status, rec.Fence, err)
+		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 || !rec.Journal[len(rec.Journal)-1].NotRun() {
+			t.Errorf("%s after the failed batch: %s at fence %d, %v; want released at fence 1, not run", r.Key, rec.Status, rec.Fence, err)
 		}
 	}
-	if rec, err := s.Get(ctx, "t"); err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
-		t.Errorf("t after the failed batch took it over: %s at fence %d, %v; want in_progress at fence 2", rec.Status, rec.Fence, err)
+	rec, err := s.Get(ctx, "t")
+	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 || !rec.Lapsed(clock.Now()) {
+		t.Fatalf("t after the failed batch took it over: %s at fence %d, lease until %v, %v; want in_progress at fence 2, lapsed", rec.Status, rec.Fence, rec.LeaseUntil, err)
+	}
+	if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
+		t.Errorf("t's takeover in the failed batch: journal entry %+v; want abandoned, not run", last)
 	}
 	if _, err := s.Get(ctx, "down"); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("Get(down) = %v, want ErrNotFound", err)
 	}
-	clock.Advance(2 * time.Minute)
-	cr, err := s.Claim(ctx, most("g0"))
-	if err != nil || !cr.Acquired || cr.Takeover {
-		t.Fatalf("AtMostOnce claim of a key the failed batch made: acquired %v, takeover %v, found %s, %v; want acquired afresh", cr.Acquired, cr.Takeover, cr.Record.Status, err)
+	// At once, without the clock moving: the key the batch took over is
+	// taken over again, and the hook asked about its first attempt; a key
+	// the batch made is claimed afresh, with no hook asked.
+	l := idem.New(s, idem.WithOwner("w2"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	do := func(key string, opts ...idem.CallOption) (idem.Result, []idem.Lapsed, error) {
+		var asked []idem.Lapsed
+		opts = append(opts, idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+			asked = append(asked, lp)
+			return nil, false, nil
+		}))
+		res, err := l.Do(ctx, idem.RawKey(key), func(context.Context) ([]byte, error) { return []byte("ran"), nil }, opts...)
+		return res, asked, err
 	}
-	cr, err = s.Claim(ctx, claimReq("t"))
-	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 3 {
-		t.Fatalf("claim of the key the failed batch took over: acquired %v, takeover %v, fence %d, %v; want a takeover at fence 3", cr.Acquired, cr.Takeover, cr.Record.Fence, err)
+	r0, asked, err := do("g0", idem.WithPolicy(idem.AtMostOnce))
+	if err != nil || r0.Takeover || r0.Fence != 2 || len(asked) != 0 {
+		t.Fatalf("AtMostOnce call for a key the failed batch made: %+v, %v, hook asked about %+v; want fn run afresh at fence 2, no hook", r0, err, asked)
+	}
+	r1, asked, err := do("t")
+	if err != nil || !r1.Takeover || r1.Fence != 3 {
+		t.Fatalf("call for the key the failed batch took over: %+v, %v; want a takeover at fence 3", r1, err)
+	}
+	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "w1" {
+		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (w1)", asked)
 	}
 }
 
