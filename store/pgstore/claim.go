@@ -118,9 +118,10 @@ func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err e
 // repetition, so that every request sees the record as the earlier ones
 // left it. The claims of one statement commit together; if a later
 // statement fails (or ctx ends between statements), ClaimBatch returns
-// the error and releases the keys it had acquired before it; a key it
-// cannot release (the database gone) stays claimed until its lease
-// passes.
+// the error and undoes the claims it had acquired before it (a claim of
+// a free key is released, a takeover abandoned, left lapsed at once; both
+// as not run, see [idem.NotRunReason]); a key it cannot undo (the
+// database gone) stays claimed until its lease passes.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -162,22 +163,32 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 	return out, nil
 }
 
-// releaseAcquired releases, as far as it can, the keys that a batch
+// releaseAcquired undoes, as far as it can, the claims that a batch
 // claim acquired before one of its statements failed: the caller gets
-// only the error, so no fn will run under those claims, and a key left
-// claimed would answer "busy" to every retry until its lease passed (and,
-// under AtMostOnce, then be lapsed). It runs even when ctx is done (the
-// most common failure), bounded by releaseTimeout. A key it cannot
-// release stays claimed until its lease passes.
+// only the error, so no fn will run under those claims. A claim of a free
+// key is released: left claimed, it would answer "busy" to every retry
+// until its lease passed (and, under AtMostOnce, then be lapsed). A
+// takeover is abandoned instead (left lapsed at once, as after a crash):
+// releasing it would forget the lapsed attempt it took over, which may
+// have done the effect, and the next claim would be a fresh one, not a
+// takeover. Either way the reason marks the attempt as not run
+// (idem.NotRunReason), so a later Reconcile hook is asked about the
+// attempt before it (Ledger.releaseOrphan does the same). It runs even
+// when ctx is done (the most common failure), bounded by releaseTimeout.
+// A key it cannot undo stays claimed until its lease passes.
 func (s *Store) releaseAcquired(ctx context.Context, out []idem.ClaimResult, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	reason := pgtext.Storable("the batch claim failed before it returned: " + cause.Error())
+	reason := pgtext.Storable(idem.NotRunReason("the batch claim failed before it returned: " + cause.Error()))
 	for _, r := range out {
 		if !r.Acquired {
 			continue
 		}
-		if err := s.finish(ctx, s.pool, s.q.release, r.Record.Key, r.Record.Fence, reason); err != nil && ctx.Err() != nil {
+		sql := s.q.release
+		if r.Takeover {
+			sql = s.q.abandon
+		}
+		if err := s.finish(ctx, s.pool, sql, r.Record.Key, r.Record.Fence, reason); err != nil && ctx.Err() != nil {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"testing"
 	"time"
@@ -176,7 +177,8 @@ func TestClaimBatchStartFollowsBatches(t *testing.T) {
 // TestClaimBatchFailsBetweenStatements: when the full claim fails after
 // the insert of the new keys committed, the batch returns the error and
 // the new keys it had claimed are released: a retry acquires them at
-// once, instead of finding them busy for a lease.
+// once, instead of finding them busy for a lease. Their reason marks them
+// as not run (see TestClaimBatchFailsUndoesAsNotRun).
 func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -216,5 +218,69 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 			t.Fatalf("a retry of %q: acquired %v, %v; want acquired", k, cr.Acquired, err)
 		}
+	}
+}
+
+// TestClaimBatchFailsUndoesAsNotRun: when a later round of a batch fails,
+// a fresh claim the batch made is released and a takeover it made is
+// abandoned (lapsed at once, not busy for a lease), both as not run: the
+// next call's Reconcile hook is not asked about the fresh key, and is asked
+// about the attempt the takeover took over, not about the takeover.
+func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clocks := new(testClocks)
+	s := newTestStore(t, clocks)
+	first := req("t")
+	first.Owner, first.Correlation = "first", "c1"
+	if cr, err := s.Claim(ctx, first); err != nil || !cr.Acquired {
+		t.Fatalf("Claim: %v, %v", cr.Acquired, err)
+	}
+	clocks.advance(t, 2*time.Minute) // the first attempt crashed: its lease lapses
+	if s.dupes.Often() {
+		t.Fatal("a new store starts batches with the full claim")
+	}
+	// Round one: the new key's insert, then the full claim (the takeover);
+	// round two (t again) fails.
+	reqs := []idem.ClaimRequest{req("t"), req("fresh"), req("t")}
+	q := &countQueries{querier: s.pool, failAfter: 2}
+	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
+		t.Fatalf("claimBatch = %v, want the third statement's error", err)
+	}
+	if q.n != 3 {
+		t.Fatalf("the batch ran %d statements, want 3", q.n)
+	}
+	rec, err := s.Get(ctx, "fresh")
+	if err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
+		t.Fatalf("fresh after the failed batch: %s, %v, journal %+v; want released, not run", rec.Status, err, rec.Journal)
+	}
+	rec, err = s.Get(ctx, "t")
+	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+		t.Fatalf("t after the failed batch took it over: %s at fence %d, %v; want in_progress at fence 2", rec.Status, rec.Fence, err)
+	}
+	if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
+		t.Fatalf("t's takeover in the failed batch: journal entry %+v; want abandoned, not run", last)
+	}
+	// At once, without the clock moving.
+	l := idem.New(s, idem.WithOwner("second"), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	do := func(key string) (idem.Result, []idem.Lapsed, error) {
+		var asked []idem.Lapsed
+		res, err := l.Do(ctx, idem.RawKey(key), func(context.Context) ([]byte, error) { return []byte("ran"), nil },
+			idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
+				asked = append(asked, lp)
+				return nil, false, nil
+			}))
+		return res, asked, err
+	}
+	res, asked, err := do("fresh")
+	if err != nil || res.Takeover || res.Fence != 2 || len(asked) != 0 {
+		t.Fatalf("call for the key the failed batch made: %+v, %v, hook asked about %+v; want fn run afresh at fence 2, no hook", res, err, asked)
+	}
+	res, asked, err = do("t")
+	if err != nil || !res.Takeover || res.Fence != 3 {
+		t.Fatalf("call for the key the failed batch took over: %+v, %v; want a takeover at fence 3", res, err)
+	}
+	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "first" || asked[0].Correlation != "c1" {
+		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (first, c1)", asked)
 	}
 }
