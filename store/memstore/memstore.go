@@ -98,17 +98,43 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.Clai
 	return res, err
 }
 
-// ClaimBatch implements idem.BatchClaimer.
+// ClaimBatch implements idem.BatchClaimer: the claims are made in order,
+// each as [Store.Claim] makes it. If one fails (ctx ended, or the store
+// was closed, during the batch), ClaimBatch undoes the claims it had made
+// and returns the error: a claim of a free key is released, a takeover is
+// abandoned (left lapsed at once, as after a crash, so that the attempt it
+// took over is met again), both with a reason made by [idem.NotRunReason],
+// as the Ledger does for a claim whose caller left.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
 	out := make([]idem.ClaimResult, len(reqs))
 	for i, r := range reqs {
 		res, err := s.Claim(ctx, r)
 		if err != nil {
+			s.undo(out[:i])
 			return nil, err
 		}
 		out[i] = res
 	}
 	return out, nil
+}
+
+// undoReason is the reason undo records.
+var undoReason = idem.NotRunReason("the claim batch failed before its results reached the caller")
+
+// undo ends the attempts of the claims of a failed batch: their callers
+// never run them. Errors are dropped (a closed store keeps nothing).
+func (s *Store) undo(out []idem.ClaimResult) {
+	ctx := context.Background()
+	for _, r := range out {
+		if !r.Acquired {
+			continue
+		}
+		if r.Takeover {
+			_ = s.Abandon(ctx, r.Record.Key, r.Record.Fence, undoReason)
+			continue
+		}
+		_ = s.Release(ctx, r.Record.Key, r.Record.Fence, undoReason)
+	}
 }
 
 func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
