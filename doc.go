@@ -41,8 +41,9 @@
 // Fences grow while the key's record lives: a record deleted (`idem
 // delete`) or swept and then claimed anew starts again at fence 1.
 // When heartbeats cannot reach the store until the lease runs out, fn's
-// context is cancelled as well, but what fn returns is still recorded under
-// its fence: the store takes it unless another attempt took the key.
+// context is cancelled as well; what fn returns is still recorded under its
+// fence if the store, read again, still shows this attempt holding the key
+// (and the store takes it unless another attempt took the key meanwhile).
 // The fence is also a good idempotency key to pass downstream
 // (key + ":" + fence) to providers that deduplicate.
 //

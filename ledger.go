@@ -539,13 +539,14 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 }
 
 // stillHeld reports whether the store still shows rec's attempt holding
-// its key: the same record (not one created anew after a delete or a
-// sweep, whose fences start again at 1), at the same fence, in progress,
-// under the same owner. A store error counts as no.
+// its key: the same record (created at the same time, not anew after a
+// delete or a sweep, whose fences start again at 1), at the same fence,
+// in progress. The owner is not compared: a store may store it changed
+// (DynamoDB replaces bytes that are not UTF-8). A store error counts as
+// no.
 func (l *Ledger) stillHeld(ctx context.Context, rec Record) bool {
 	cur, err := l.store.Get(ctx, rec.Key)
-	return err == nil && cur.Status == StatusInProgress && cur.Fence == rec.Fence &&
-		cur.Owner == rec.Owner && cur.CreatedAt.Equal(rec.CreatedAt)
+	return err == nil && cur.Status == StatusInProgress && cur.Fence == rec.Fence && cur.CreatedAt.Equal(rec.CreatedAt)
 }
 
 // storeOp names the Store call that records an outcome, as StoreError.Op

@@ -186,7 +186,7 @@ func TestLeaseRunOutHereThenDeletedAndClaimedAgain(t *testing.T) {
 	s := memstore.New()
 	quiet := idem.WithLogger(slog.New(slog.DiscardHandler))
 	l := idem.New(unreachableExtends{s}, idem.WithLease(lease), quiet)
-	other := idem.New(s, idem.WithLease(time.Minute), idem.WithOwner("other"), quiet)
+	other := idem.New(s, idem.WithLease(time.Minute), quiet) // the same owner: another goroutine of the process
 	bStarted, aReturned := make(chan struct{}), make(chan struct{})
 	bDone := make(chan error, 1)
 	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {

@@ -24,9 +24,9 @@ again, prefer 'idem resolve' or 'idem release': they keep its journal.
 It refuses, unless --force:
   - a key whose lease is live: an attempt may still be running its effect,
     and the next delivery runs it again. Fences start again at 1 on the
-    new record, so once a new attempt holds the key, a late write of the
-    deleted attempt (same fence) is no longer refused: stop its worker
-    first;
+    new record, so once a new attempt holds the key at the deleted
+    attempt's fence, a late write of the deleted attempt is no longer
+    refused: stop its worker first;
   - a completed key: its duplicates would run the effect again;
   - a corrupt record: its lease cannot be read, so an attempt may hold it.
 
@@ -89,7 +89,7 @@ func runDelete(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(a.stdout, "deleted %s (was %s: attempt %d, owner %s, fence %d)\nthe next delivery runs it as a new operation\n",
 		key, st, rec.Attempt, orDash(rec.Owner), rec.Fence)
 	if st == explain.StateInProgress {
-		fmt.Fprintf(a.stdout, "attempt %d may still be running: its effect may still happen, and once a new attempt claims the key (fence 1 again) its late writes are not refused; stop its worker\n", rec.Attempt)
+		fmt.Fprintf(a.stdout, "attempt %d may still be running: its effect may still happen, and fences start again at 1, so once a new attempt holds the key at fence %d its late writes are not refused; stop its worker\n", rec.Attempt, rec.Fence)
 	}
 	return nil
 }

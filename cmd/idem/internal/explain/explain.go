@@ -3,6 +3,7 @@ package explain
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,13 +125,11 @@ func isReconciled(e idem.JournalEntry) bool {
 // notRunDetail returns why e, an attempt that ended without running its
 // operation (e.NotRun()), did not run: its reason after the prefix
 // idem.NotRunReason puts before it, with a failed Reconcile hook's error
-// ("idem: reconcile KEY: ERR") worded as such.
-func notRunDetail(e idem.JournalEntry) string {
+// (`idem: reconcile "KEY": ERR`, key quoted) worded as such.
+func notRunDetail(key string, e idem.JournalEntry) string {
 	d := strings.TrimPrefix(e.Reason, idem.NotRunReason(""))
-	if rest, ok := strings.CutPrefix(d, "idem: reconcile "); ok {
-		if _, err, ok := strings.Cut(rest, ": "); ok {
-			return "the Reconcile hook failed: " + err
-		}
+	if err, ok := strings.CutPrefix(d, "idem: reconcile "+strconv.Quote(key)+": "); ok {
+		return "the Reconcile hook failed: " + err
 	}
 	return d
 }
@@ -259,7 +258,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 			if e.Outcome == idem.OutcomeAbandoned {
 				what = "it left the key lapsed"
 			}
-			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d did not run: %s; no effect came from it, and %s", e.Attempt, notRunDetail(e), what)
+			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d did not run: %s; no effect came from it, and %s", e.Attempt, notRunDetail(rec.Key, e), what)
 		case "", idem.OutcomeLapsed:
 			if e.Outcome == idem.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
@@ -469,7 +468,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 		b := atts[jx]
 		if b.NotRun() {
 			notRun = append(notRun, b.Attempt)
-			notes = append(notes, fmt.Sprintf("attempt %d did not run (%s)", b.Attempt, notRunDetail(b.JournalEntry)))
+			notes = append(notes, fmt.Sprintf("attempt %d did not run (%s)", b.Attempt, notRunDetail(rec.Key, b.JournalEntry)))
 			continue
 		}
 		ap := lastRun

@@ -885,3 +885,12 @@ func TestDur(t *testing.T) {
 		}
 	}
 }
+
+// A failed Reconcile hook's error is quoted whole, also for a key that
+// holds ": " (the ledger quotes the key in the reason).
+func TestNotRunDetailKeyWithColon(t *testing.T) {
+	e := idem.JournalEntry{Reason: idem.NotRunReason(`idem: reconcile "order: 5": provider down`)}
+	if got, want := notRunDetail("order: 5", e), "the Reconcile hook failed: provider down"; got != want {
+		t.Fatalf("notRunDetail = %q, want %q", got, want)
+	}
+}
