@@ -359,7 +359,10 @@ func (s *Source) delivery(m njs.Msg, asked time.Time) *Delivery {
 	if h := m.Headers(); len(h) > 0 {
 		msg.Attributes = make(map[string]string, len(h))
 		for k, v := range h {
-			if len(v) > 0 {
+			// Nats-* headers are the server's instructions (Nats-Msg-Id
+			// is DedupID), not attributes: Publish refuses them, so a
+			// message received and published again must not carry them.
+			if len(v) > 0 && !serverHeader(k) {
 				msg.Attributes[k] = v[0]
 			}
 		}
@@ -674,7 +677,7 @@ func checkAttribute(k, v string) error {
 	if k == "" {
 		return fmt.Errorf("%w: empty name", ErrBadAttribute)
 	}
-	if len(k) >= len("Nats-") && strings.EqualFold(k[:len("Nats-")], "Nats-") {
+	if serverHeader(k) {
 		return fmt.Errorf("%w: name %q: headers beginning Nats- steer the server (use DedupID for Nats-Msg-Id)", ErrBadAttribute, k)
 	}
 	for i := 0; i < len(k); i++ {
@@ -692,3 +695,9 @@ func checkAttribute(k, v string) error {
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
+
+// serverHeader reports whether a header named k is one the server reads
+// as an instruction: its name begins with Nats-, in any case.
+func serverHeader(k string) bool {
+	return len(k) >= len("Nats-") && strings.EqualFold(k[:len("Nats-")], "Nats-")
+}

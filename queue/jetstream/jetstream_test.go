@@ -617,3 +617,24 @@ func TestDeadLetterDropsPublishExpectations(t *testing.T) {
 		t.Fatalf("stream still holds %d messages", n)
 	}
 }
+
+// A received message can be published again as it came: the server's
+// Nats-* headers (Nats-Msg-Id is DedupID) are not among its attributes,
+// which Publish would refuse.
+func TestReceivedMessagePublishesAgain(t *testing.T) {
+	_, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p, src := f.publisher(t, js), f.source(t, js)
+	publish(t, p, queue.Outgoing{Body: []byte("x"), DedupID: "order-1", Attributes: map[string]string{"Tenant": "7"}})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	m := d.Message()
+	if len(m.Attributes) != 1 || m.Attributes["Tenant"] != "7" || m.DedupID != "order-1" {
+		t.Fatalf("received attributes %q, dedup id %q; want only Tenant=7, dedup id order-1", m.Attributes, m.DedupID)
+	}
+	if _, err := p.Publish(context.Background(), queue.Outgoing{Body: m.Body, Attributes: m.Attributes}); err != nil {
+		t.Fatalf("publishing the received message again: %v", err)
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
