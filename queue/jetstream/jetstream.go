@@ -9,7 +9,13 @@
 //     publish the stream drops as a duplicate inside its Duplicates window
 //     (server default 2 minutes) returns Published.Duplicate true and the
 //     sequence of the message already held. This is a cheap first line; the
-//     consumer's ledger is the mechanism.
+//     consumer's ledger is the mechanism. Attributes become headers; a name
+//     beginning Nats- (any case) is refused, as the server reads those as
+//     instructions.
+//   - Message.Attributes are the message's headers less those beginning
+//     Nats- (any case): Nats-Msg-Id is Message.DedupID, and the server's
+//     other headers (Nats-Stream-Source, ...) are read through
+//     [Delivery.Raw]. So a received message publishes again as it came.
 //   - Message.ID is the stream sequence (decimal), stable across
 //     redeliveries. ReceiveCount is the delivery's NumDelivered, raised to
 //     one more than the count this Source last handed out for the same
@@ -359,9 +365,10 @@ func (s *Source) delivery(m njs.Msg, asked time.Time) *Delivery {
 	if h := m.Headers(); len(h) > 0 {
 		msg.Attributes = make(map[string]string, len(h))
 		for k, v := range h {
-			// Nats-* headers are the server's instructions (Nats-Msg-Id
-			// is DedupID), not attributes: Publish refuses them, so a
-			// message received and published again must not carry them.
+			// Nats-* headers are the server's (instructions, or what it
+			// adds, such as Nats-Stream-Source; Nats-Msg-Id is DedupID),
+			// not the application's attributes: Publish refuses them, so
+			// a message received and published again must not carry them.
 			if len(v) > 0 && !serverHeader(k) {
 				msg.Attributes[k] = v[0]
 			}
@@ -419,7 +426,9 @@ type Delivery struct {
 
 var _ queue.Delivery = (*Delivery)(nil)
 
-// Message returns the delivered message.
+// Message returns the delivered message. Its Attributes leave out the
+// headers beginning Nats- (see the package documentation); [Delivery.Raw]
+// has them all.
 func (d *Delivery) Message() queue.Message { return d.m }
 
 // Raw returns the underlying JetStream message.
