@@ -224,9 +224,11 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 // re-panics. If the store refuses a heartbeat (another attempt took the
 // key), fn's context is cancelled and Do returns [ErrLeaseLost] without
 // recording anything. If the lease runs out because the store could not be
-// reached in time, fn's context is cancelled too, but what fn then returns
-// is recorded as usual under its fence: the store refuses it, and Do
-// returns ErrLeaseLost, only if another attempt took the key meanwhile.
+// reached in time, fn's context is cancelled too; what fn then returns is
+// recorded as usual under its fence if the store, read again, still shows
+// this attempt holding the key (the store still refuses the write if
+// another attempt took the key meanwhile). Otherwise nothing is recorded
+// and Do returns ErrLeaseLost.
 //
 // A store error is wrapped in a [*StoreError] and returned: never read as an
 // outcome. The key is then left to its lease and policy. If ctx ends before
