@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,6 +149,32 @@ func TestLeaseRunOutHereStillRecords(t *testing.T) {
 	second, err := l.Do(context.Background(), idem.Key("email"), send)
 	if err != nil || !second.Replayed || sends != 1 {
 		t.Fatalf("second Do: %+v, %v; sent %d times; want a replay, one send", second, err, sends)
+	}
+}
+
+// ownerChangedOnRead is a store whose Extend cannot reach the backend and
+// whose Get returns the owner changed, as DynamoDB returns one that is not
+// UTF-8: the attempt is still the one the store shows.
+type ownerChangedOnRead struct{ unreachableExtends }
+
+func (s ownerChangedOnRead) Get(ctx context.Context, key string) (idem.Record, error) {
+	rec, err := s.Store.Get(ctx, key)
+	rec.Owner = strings.ToValidUTF8(rec.Owner, "\uFFFD")
+	return rec, err
+}
+
+// The late record after a lease that ran out here does not depend on the
+// owner reading back unchanged.
+func TestLeaseRunOutHereOwnerReadBackChanged(t *testing.T) {
+	lease := 60 * time.Millisecond
+	l := idem.New(ownerChangedOnRead{unreachableExtends{memstore.New()}}, idem.WithLease(lease), idem.WithOwner("worker-\xff"),
+		idem.WithLogger(slog.New(slog.DiscardHandler)))
+	res, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		return []byte("250 OK"), nil
+	})
+	if err != nil || string(res.Value) != "250 OK" {
+		t.Fatalf("Do = %+v, %v; want fn's result recorded", res, err)
 	}
 }
 
