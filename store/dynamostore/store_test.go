@@ -509,45 +509,14 @@ func TestBatchStoreError(t *testing.T) {
 		t.Fatalf("ClaimBatch whose endpoint hung up on one key = %d results, %v; want an error", len(res), err)
 	}
 	p.SetIntercept(nil)
-	for _, r := range reqs[1 : len(reqs)-1] {
-		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 || !rec.Journal[len(rec.Journal)-1].NotRun() {
-			t.Errorf("%s after the failed batch: %s at fence %d, %v; want released at fence 1, not run", r.Key, rec.Status, rec.Fence, err)
-		}
-	}
-	rec, err := s.Get(ctx, "t")
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 || !rec.Lapsed(clock.Now()) {
-		t.Fatalf("t after the failed batch took it over: %s at fence %d, lease until %v, %v; want in_progress at fence 2, lapsed", rec.Status, rec.Fence, rec.LeaseUntil, err)
-	}
-	if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
-		t.Errorf("t's takeover in the failed batch: journal entry %+v; want abandoned, not run", last)
-	}
 	if _, err := s.Get(ctx, "down"); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("Get(down) = %v, want ErrNotFound", err)
 	}
-	// At once, without the clock moving: the key the batch took over is
-	// taken over again, and the hook asked about its first attempt; a key
-	// the batch made is claimed afresh, with no hook asked.
-	l := idem.New(s, idem.WithOwner("w2"), idem.WithLogger(slog.New(slog.DiscardHandler)))
-	do := func(key string, opts ...idem.CallOption) (idem.Result, []idem.Lapsed, error) {
-		var asked []idem.Lapsed
-		opts = append(opts, idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
-			asked = append(asked, lp)
-			return nil, false, nil
-		}))
-		res, err := l.Do(ctx, idem.RawKey(key), func(context.Context) ([]byte, error) { return []byte("ran"), nil }, opts...)
-		return res, asked, err
+	var fresh []string
+	for _, r := range reqs[1 : len(reqs)-1] {
+		fresh = append(fresh, r.Key)
 	}
-	r0, asked, err := do("g0", idem.WithPolicy(idem.AtMostOnce))
-	if err != nil || r0.Takeover || r0.Fence != 2 || len(asked) != 0 {
-		t.Fatalf("AtMostOnce call for a key the failed batch made: %+v, %v, hook asked about %+v; want fn run afresh at fence 2, no hook", r0, err, asked)
-	}
-	r1, asked, err := do("t")
-	if err != nil || !r1.Takeover || r1.Fence != 3 {
-		t.Fatalf("call for the key the failed batch took over: %+v, %v; want a takeover at fence 3", r1, err)
-	}
-	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "w1" {
-		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (w1)", asked)
-	}
+	idemtest.CheckUndone(t, s, fresh, "t", claimReq("t"))
 }
 
 // TestReadFirst: with WithReadFirst a claim reads first: a duplicate or a

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -250,37 +250,5 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 	if q.n != 3 {
 		t.Fatalf("the batch ran %d statements, want 3", q.n)
 	}
-	rec, err := s.Get(ctx, "fresh")
-	if err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
-		t.Fatalf("fresh after the failed batch: %s, %v, journal %+v; want released, not run", rec.Status, err, rec.Journal)
-	}
-	rec, err = s.Get(ctx, "t")
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
-		t.Fatalf("t after the failed batch took it over: %s at fence %d, %v; want in_progress at fence 2", rec.Status, rec.Fence, err)
-	}
-	if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
-		t.Fatalf("t's takeover in the failed batch: journal entry %+v; want abandoned, not run", last)
-	}
-	// At once, without the clock moving.
-	l := idem.New(s, idem.WithOwner("second"), idem.WithLogger(slog.New(slog.DiscardHandler)))
-	do := func(key string) (idem.Result, []idem.Lapsed, error) {
-		var asked []idem.Lapsed
-		res, err := l.Do(ctx, idem.RawKey(key), func(context.Context) ([]byte, error) { return []byte("ran"), nil },
-			idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
-				asked = append(asked, lp)
-				return nil, false, nil
-			}))
-		return res, asked, err
-	}
-	res, asked, err := do("fresh")
-	if err != nil || res.Takeover || res.Fence != 2 || len(asked) != 0 {
-		t.Fatalf("call for the key the failed batch made: %+v, %v, hook asked about %+v; want fn run afresh at fence 2, no hook", res, err, asked)
-	}
-	res, asked, err = do("t")
-	if err != nil || !res.Takeover || res.Fence != 3 {
-		t.Fatalf("call for the key the failed batch took over: %+v, %v; want a takeover at fence 3", res, err)
-	}
-	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "first" || asked[0].Correlation != "c1" {
-		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (first, c1)", asked)
-	}
+	idemtest.CheckUndone(t, s, []string{"fresh"}, "t", first)
 }
