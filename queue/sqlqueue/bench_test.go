@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // countingSource counts the acks of its deliveries and closes done at the
@@ -175,15 +176,19 @@ func BenchmarkReceiveBehindBlockedGroups(b *testing.B) {
 			pool := pgPool(b)
 			schema := pgSchema(b, pool)
 			q := pgQueue(b, openPostgres(b, pool, schema), "blocked", sqlqueue.WithVisibility(time.Hour))
-			// Plans follow the table's statistics: take them now rather
-			// than whenever autovacuum gets to the new table.
-			analyze := func() {
-				if _, err := pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchReceiveBehindBlocked(b, q, backlog, analyze)
+			benchReceiveBehindBlocked(b, q, backlog, pgAnalyze(b, pool, schema))
 		})
+	}
+}
+
+// pgAnalyze returns a func that takes the statistics of schema's messages
+// table: plans follow them, so a benchmark takes them once its table is
+// loaded rather than whenever autovacuum gets to the new table.
+func pgAnalyze(b *testing.B, pool *pgxpool.Pool, schema string) func() {
+	return func() {
+		if _, err := pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -252,11 +257,7 @@ func BenchmarkReceiveBesideDelayed(b *testing.B) {
 			pool := pgPool(b)
 			schema := pgSchema(b, pool)
 			q := pgQueue(b, openPostgres(b, pool, schema), "delayed", sqlqueue.WithVisibility(time.Hour))
-			benchReceiveBesideDelayed(b, q, delayed, func() {
-				if _, err := pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{schema, "idem_queue_messages"}.Sanitize()); err != nil {
-					b.Fatal(err)
-				}
-			})
+			benchReceiveBesideDelayed(b, q, delayed, pgAnalyze(b, pool, schema))
 		})
 	}
 }
