@@ -170,7 +170,6 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
 	defer cancel()
-	reason := NotRunReason("the caller left before its claim was answered")
 	// Orphans are released on the flight's goroutine, where a panic in the
 	// store would reach no caller and end the process: it is this release's
 	// failure.
@@ -180,14 +179,29 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 				err = fmt.Errorf("the store panicked: %v", p)
 			}
 		}()
-		if cr.Takeover {
-			return l.store.Abandon(ctx, cr.Record.Key, cr.Record.Fence, reason)
-		}
-		return l.store.Release(ctx, cr.Record.Key, cr.Record.Fence, reason)
+		return UndoClaim(ctx, l.store, cr, "the caller left before its claim was answered")
 	}
 	if err := release(); err != nil {
 		l.log.LogAttrs(ctx, slog.LevelWarn, "idem: releasing an orphaned claim failed; the key waits for its lease",
 			l.LogKey(req.Key), slog.Int64("fence", cr.Record.Fence), slog.String("correlation_id", req.Correlation), slog.Any("error", err))
+	}
+}
+
+// UndoClaim ends the attempt of an acquired claim whose operation will
+// never run (its caller left, a batch it was part of failed): a claim of a
+// free key is released, so the key is free at once whatever the policy; a
+// takeover is abandoned (left lapsed at once, as after a crash), so the
+// attempt it took over, which may have done the effect, is met again. The
+// reason is [NotRunReason](detail): a later Reconcile hook is asked about
+// the attempt before it. A claim not acquired is left as it is.
+func UndoClaim(ctx context.Context, s Store, cr ClaimResult, detail string) error {
+	switch {
+	case !cr.Acquired:
+		return nil
+	case cr.Takeover:
+		return s.Abandon(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
+	default:
+		return s.Release(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
 	}
 }
 

@@ -119,16 +119,10 @@ func throttled(err error) bool {
 	return false
 }
 
-// releaseBatch undoes the claims of a failed batch that were acquired:
-// their callers get the batch's error and never run them. A claim of a
-// free key is released: left to lapse, an AtMostOnce key would become
-// indeterminate though nothing ran. A takeover is abandoned instead (left
-// lapsed at once, as after a crash): releasing it would forget the lapsed
-// attempt it took over, which may have done the effect, and the next
-// claim would be a fresh one, not a takeover. Either way the reason marks
-// the attempt as not run (idem.NotRunReason), so a later Reconcile hook is
-// asked about the attempt before it (Ledger.releaseOrphan does the same).
-// Best effort: errors are dropped, the key then lapses.
+// releaseBatch undoes the claims of a failed batch that were acquired
+// ([idem.UndoClaim]): their callers get the batch's error and never run
+// them. Left to lapse, an AtMostOnce key would become indeterminate though
+// nothing ran. Best effort: errors are dropped, the key then lapses.
 func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -141,15 +135,8 @@ func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if r.Takeover {
-				_ = s.Abandon(ctx, r.Record.Key, r.Record.Fence, batchUndoReason)
-				return
-			}
-			_ = s.Release(ctx, r.Record.Key, r.Record.Fence, batchUndoReason)
+			_ = idem.UndoClaim(ctx, s, r, "the claim batch failed before its results reached the caller")
 		})
 	}
 	wg.Wait()
 }
-
-// batchUndoReason is the reason releaseBatch records.
-var batchUndoReason = idem.NotRunReason("the claim batch failed before its results reached the caller")

@@ -118,22 +118,12 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	return out, nil
 }
 
-// undoReason is the reason undo records.
-var undoReason = idem.NotRunReason("the claim batch failed before its results reached the caller")
-
 // undo ends the attempts of the claims of a failed batch: their callers
-// never run them. Errors are dropped (a closed store keeps nothing).
+// never run them ([idem.UndoClaim]). Errors are dropped (a closed store
+// keeps nothing).
 func (s *Store) undo(out []idem.ClaimResult) {
-	ctx := context.Background()
 	for _, r := range out {
-		if !r.Acquired {
-			continue
-		}
-		if r.Takeover {
-			_ = s.Abandon(ctx, r.Record.Key, r.Record.Fence, undoReason)
-			continue
-		}
-		_ = s.Release(ctx, r.Record.Key, r.Record.Fence, undoReason)
+		_ = idem.UndoClaim(context.Background(), s, r, "the claim batch failed before its results reached the caller")
 	}
 }
 

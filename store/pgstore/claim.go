@@ -173,7 +173,8 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 // have done the effect, and the next claim would be a fresh one, not a
 // takeover. Either way the reason marks the attempt as not run
 // (idem.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it (Ledger.releaseOrphan does the same). It runs even
+// attempt before it (the rule of idem.UndoClaim, here on the
+// batch's own connection pool with a storable reason). It runs even
 // when ctx is done (the most common failure), bounded by releaseTimeout.
 // A key it cannot undo stays claimed until its lease passes.
 func (s *Store) releaseAcquired(ctx context.Context, out []idem.ClaimResult, cause error) {

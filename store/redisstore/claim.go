@@ -47,7 +47,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // takeover, so an AtMostOnce key would run again instead of being
 // indeterminate. Either way the reason marks the attempt as not run
 // (idem.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it, as after Ledger.releaseOrphan, which does the same.
+// attempt before it: the rule of idem.UndoClaim, here by the finishing
+// script directly, with no WAIT of its own.
 // Best effort: its errors are dropped, and the undo may itself not reach
 // the replicas.
 func (s *Store) undo(res idem.ClaimResult) {
