@@ -113,7 +113,12 @@ const (
 	// are read once and each candidate is tested against them. They are
 	// read on their partial index, named: SQLite has no statistics here
 	// and took the range on (queue, visible_at) instead, which passes
-	// every delayed or retried message of the queue as well.
+	// every delayed or retried message of the queue as well. The limit is
+	// an expression (?4 + 0), not a bare parameter: SQLite plans with the
+	// value bound to a bare LIMIT parameter and prepares the statement
+	// again whenever that value changes, and the Consumer asks for as many
+	// messages as it has free handlers, a different number nearly every
+	// time (see TestSQLiteLimitsAreNotBoundValues).
 	sqliteReceive = `UPDATE idem_queue_messages
 SET visible_at = ?1, receive_count = receive_count + 1, receipt = random(), first_received = COALESCE(first_received, ?2)
 WHERE id IN (
@@ -125,7 +130,7 @@ WHERE id IN (
 	  AND NOT EXISTS (
 		SELECT 1 FROM idem_queue_messages e WHERE e.queue = m.queue AND e.group_id = m.group_id AND e.id < m.id)))
 	ORDER BY m.visible_at, m.id
-	LIMIT ?4)
+	LIMIT ?4 + 0)
 RETURNING id, body, attributes, group_id, dedup_id, receive_count, receipt, first_received, published`
 	sqliteAck      = `DELETE FROM idem_queue_messages WHERE id = ? AND receipt = ?`
 	sqliteRetry    = `UPDATE idem_queue_messages SET visible_at = ?, receipt = NULL WHERE id = ? AND receipt = ?`
@@ -146,7 +151,7 @@ SET visible_at = ?, receipt = NULL, receive_count = receive_count - 1,
 WHERE id = ? AND receipt = ?`
 	sqliteDedupPut = `INSERT OR REPLACE INTO idem_queue_dedup (queue, dedup_id, message_id, expires_at) VALUES (?, ?, ?, ?)`
 	sqliteSweep    = `DELETE FROM idem_queue_dedup WHERE (queue, dedup_id) IN (
-	SELECT queue, dedup_id FROM idem_queue_dedup WHERE expires_at <= ? LIMIT ?)`
+	SELECT queue, dedup_id FROM idem_queue_dedup WHERE expires_at <= ? LIMIT ? + 0)`
 )
 
 func newSQLiteWriter(ctx context.Context, s *SQLite) (*sqliteWriter, error) {
