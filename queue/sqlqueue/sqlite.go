@@ -37,6 +37,7 @@ type SQLite struct {
 	wakers    wakers
 	closed    atomic.Bool
 	lastSweep atomic.Int64
+	acks      sqliteAcks
 
 	// txStmts are PublishTx's statements, prepared on db once it
 	// succeeds (a failure, such as tables not made yet, is tried again
@@ -702,12 +703,6 @@ func (q *SQLiteQueue) settle(ctx context.Context, d *delivery, what string, wake
 		q.wake.wake()
 	}
 	return nil
-}
-
-func (q *SQLiteQueue) ack(ctx context.Context, d *delivery) error {
-	return q.settle(ctx, d, "ack", d.msg.GroupID != "", func(st *sqliteStmts, _ int64) (sql.Result, error) {
-		return st.ack.Exec(d.id, d.receipt)
-	})
 }
 
 func (q *SQLiteQueue) retry(ctx context.Context, d *delivery, delay time.Duration) error {
