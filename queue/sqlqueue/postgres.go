@@ -151,13 +151,14 @@ SELECT ins.id FROM ins WHERE $7::text IS NOT NULL`
 ins AS (` + insert + `)`
 	n.publish = n.render(publish + notify)
 	n.publishQuiet = n.render(publish + quiet)
-	// A run of messages without dedup ids in one statement: $1 the
-	// queue, then arrays of bodies, attributes (or NULL), group ids (or
-	// NULL) and delays (µs). nextval, volatile, runs after the ORDER BY,
-	// so the ids follow the messages' order.
-	n.publishMany = n.render(`INSERT INTO {{messages}} (id, queue, body, attributes, group_id, visible_at, published)
-SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, statement_timestamp() + u.delay * interval '1 microsecond', statement_timestamp()
-FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS u(body, attributes, group_id, delay, n)
+	// A run of messages that take no part in dedup, in one statement: $1
+	// the queue, then arrays of bodies, attributes (or NULL), group ids
+	// (or NULL), delays (µs) and dedup ids (or NULL: with the dedup window
+	// off a dedup id is only carried to the receiver). nextval, volatile,
+	// runs after the ORDER BY, so the ids follow the messages' order.
+	n.publishMany = n.render(`INSERT INTO {{messages}} (id, queue, body, attributes, group_id, dedup_id, visible_at, published)
+SELECT nextval({{seq}}), $1, u.body, u.attributes::jsonb, u.group_id, u.dedup_id, statement_timestamp() + u.delay * interval '1 microsecond', statement_timestamp()
+FROM unnest($2::bytea[], $3::text[], $4::text[], $5::bigint[], $6::text[]) WITH ORDINALITY AS u(body, attributes, group_id, delay, dedup_id, n)
 ORDER BY u.n
 RETURNING id`)
 	// A dedup id claims the message id first: the upsert takes the id
@@ -651,11 +652,11 @@ const publishManyRows = 1000
 // publishRun inserts the messages of args (publishArgs, none with a dedup
 // id) in tx with one statement and sets their ids in out.
 func (q *PostgresQueue) publishRun(ctx context.Context, tx pgx.Tx, args [][]any, out []queue.Published) error {
-	bodies, attrs, groups, delays := make([][]byte, len(args)), make([]any, len(args)), make([]any, len(args)), make([]int64, len(args))
-	for i, a := range args { // publishArgs' $2 body, $3 attributes, $4 group id, $6 delay
-		bodies[i], attrs[i], groups[i], delays[i] = a[1].([]byte), a[2], a[3], a[5].(int64)
+	bodies, attrs, groups, delays, dedups := make([][]byte, len(args)), make([]any, len(args)), make([]any, len(args)), make([]int64, len(args)), make([]any, len(args))
+	for i, a := range args { // publishArgs' $2 body, $3 attributes, $4 group id, $5 dedup id, $6 delay
+		bodies[i], attrs[i], groups[i], dedups[i], delays[i] = a[1].([]byte), a[2], a[3], a[4], a[5].(int64)
 	}
-	rows, err := tx.Query(ctx, q.p.n.publishMany, q.name, bodies, attrs, groups, delays)
+	rows, err := tx.Query(ctx, q.p.n.publishMany, q.name, bodies, attrs, groups, delays, dedups)
 	if err != nil {
 		return err
 	}

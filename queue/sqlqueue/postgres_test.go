@@ -619,6 +619,13 @@ func TestPostgresPublishBatch(t *testing.T) {
 	}
 }
 
+// See TestSQLitePublishBatchKeepsDedupIDs.
+func TestPostgresPublishBatchKeepsDedupIDs(t *testing.T) {
+	pool := pgPool(t)
+	p := openPostgres(t, pool, pgSchema(t, pool))
+	publishBatchKeepsDedupIDs(t, pgQueue(t, p, "q", sqlqueue.WithDedupWindow(0)))
+}
+
 // See publishBatchRuns; then a batch of more rows than one statement
 // takes keeps its order too.
 func TestPostgresPublishBatchRuns(t *testing.T) {

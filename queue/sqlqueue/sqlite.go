@@ -493,13 +493,13 @@ func (q *SQLiteQueue) insertRows(st *sqliteStmts, ms []queue.Outgoing, attrs [][
 		return err
 	}
 	stmt := st.insertRows(len(ms))
-	args := make([]any, 0, 6*len(ms))
+	args := make([]any, 0, 7*len(ms))
 	for i, m := range ms {
 		body := m.Body
 		if body == nil {
 			body = []byte{}
 		}
-		args = append(args, q.name, body, nullBytes(attrs[i]), nullString(m.GroupID), now+m.Delay.Microseconds(), now)
+		args = append(args, q.name, body, nullBytes(attrs[i]), nullString(m.GroupID), nullString(m.DedupID), now+m.Delay.Microseconds(), now)
 	}
 	ids, err := scanIDs(stmt.QueryContext(bg, args...))
 	if err != nil {

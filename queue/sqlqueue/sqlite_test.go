@@ -424,6 +424,53 @@ func TestSQLitePublishBatch(t *testing.T) {
 	}
 }
 
+// With the dedup window off, a DedupID "is only carried to the
+// receiver" (WithDedupWindow): a batch of such messages, inserted many
+// rows to a statement, must carry them too. The batch was cut into runs
+// whose sizes are powers of two, and only a run of one kept its ids.
+func TestSQLitePublishBatchKeepsDedupIDs(t *testing.T) {
+	for _, gc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("groupcommit=%v", gc), func(t *testing.T) {
+			e := openSQLiteMode(t, "", nil, gc)
+			publishBatchKeepsDedupIDs(t, e.queue(t, "q", sqlqueue.WithDedupWindow(0)))
+		})
+	}
+}
+
+// publishBatchKeepsDedupIDs publishes, to q without a dedup window, a
+// message and a batch of three with dedup ids (one repeated), and checks
+// that each arrives with its own.
+func publishBatchKeepsDedupIDs(t *testing.T, q interface {
+	batchPublisher
+	queue.Publisher
+}) {
+	publish(t, q, queue.Outgoing{Body: []byte("single"), DedupID: "d-single"})
+	res, err := q.PublishBatch(context.Background(), []queue.Outgoing{
+		{Body: []byte("b1"), DedupID: "d-b1"},
+		{Body: []byte("b2"), DedupID: "d-b2"},
+		{Body: []byte("b3"), DedupID: "d-b1"}, // no window: a new message
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Duplicate {
+			t.Fatalf("message %d reported a duplicate with the dedup window off", i)
+		}
+	}
+	got := map[string]string{}
+	for len(got) < 4 {
+		for _, d := range receive(t, q, 10) {
+			got[string(d.Message().Body)] = d.Message().DedupID
+		}
+	}
+	for body, want := range map[string]string{"single": "d-single", "b1": "d-b1", "b2": "d-b2", "b3": "d-b1"} {
+		if got[body] != want {
+			t.Errorf("message %s arrived with DedupID %q, want %q", body, got[body], want)
+		}
+	}
+}
+
 // publishBatchRuns publishes a batch of 301 messages to the empty queue q
 // (runs without dedup ids, with a duplicate and a fresh dedup id among
 // them, attributes, a FIFO group, a delay) and checks that each message

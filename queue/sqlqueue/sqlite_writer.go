@@ -240,9 +240,10 @@ func (r *rowStmts) close() {
 	}
 }
 
-// insertRowsSQL inserts n messages (without dedup ids) and returns their
-// ids: 6 parameters a row (queue, body, attributes, group, visible at,
-// published).
+// insertRowsSQL inserts n messages that take no part in dedup and returns
+// their ids: 7 parameters a row (queue, body, attributes, group, dedup id,
+// visible at, published). A dedup id is only carried to the receiver here
+// (the queue's dedup window is off).
 func insertRowsSQL(n int) string {
 	var b strings.Builder
 	b.WriteString(sqliteInsertHead)
@@ -250,7 +251,7 @@ func insertRowsSQL(n int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, NULL, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 	}
 	b.WriteString(" RETURNING id")
 	return b.String()
