@@ -366,25 +366,25 @@ func groupUnits(ds []Delivery) [][]Delivery {
 // that waits often would reach the maximum receives and be dead-lettered
 // without ever failing.
 func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []Delivery) {
-	waiting := make([]func(), len(unit)) // stops the extension of unit[i] (i > 0)
+	waiting := make([]*keeping, len(unit)) // keeps unit[i] (i > 0) invisible
 	for i := 1; i < len(unit); i++ {
-		waiting[i] = c.keepVisible(hctx, unit[i], idem.OperationKey{})
+		waiting[i] = c.keepVisible(hctx, unit[i])
 	}
 	defer func() {
 		// Also when a handler ends its goroutine (runtime.Goexit): the
 		// messages left are then as after a crash.
-		for _, stop := range waiting {
-			stopKeeping(stop)
+		for _, k := range waiting {
+			k.stop()
 		}
 	}()
 	held := ""
 	for i, d := range unit {
 		switch {
 		case held != "":
-			stopKeeping(waiting[i])
+			waiting[i].stop()
 			c.settle(hctx, d, d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: held}, idem.Result{})
 		case runCtx.Err() != nil || hctx.Err() != nil:
-			stopKeeping(waiting[i])
+			waiting[i].stop()
 			c.settle(hctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
 			held = "the consumer is stopping"
 		default:
@@ -392,13 +392,6 @@ func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []Delivery) {
 				held = "an earlier message of its group is not done"
 			}
 		}
-	}
-}
-
-// stopKeeping stops an extension keepVisible started, if any.
-func stopKeeping(stop func()) {
-	if stop != nil {
-		stop()
 	}
 }
 
@@ -419,15 +412,15 @@ type verdict struct {
 }
 
 // process handles one delivery and reports whether it is settled as done or
-// dead-lettered (so its FIFO group may go on). kept, when not nil, stops the
+// dead-lettered (so its FIFO group may go on). kept, when not nil, is the
 // extension that kept d invisible while it waited its turn (see runUnit);
 // it goes on while d is handled, in place of one of its own, and stops
 // before d is settled.
-func (c *Consumer) process(ctx context.Context, d Delivery, kept func()) bool {
+func (c *Consumer) process(ctx context.Context, d Delivery, kept *keeping) bool {
 	m := d.Message()
 	key, opts, err := c.prepare(m)
 	if err != nil {
-		stopKeeping(kept)
+		kept.stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
@@ -436,7 +429,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery, kept func()) bool {
 		// up on the message, ask the ledger whether its key is done or
 		// still running.
 		v, res := c.overMax(ctx, key, m, opts)
-		stopKeeping(kept)
+		kept.stop()
 		return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
 	}
 
@@ -449,16 +442,17 @@ func (c *Consumer) process(ctx context.Context, d Delivery, kept func()) bool {
 	}
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.
-	stop := kept
-	if stop == nil {
-		stop = c.keepVisible(ctx, d, key)
+	k := kept
+	if k == nil {
+		k = c.keepVisible(ctx, d)
 	}
+	k.named(key)
 	// Also when the handler ends its goroutine (runtime.Goexit): the
 	// message is then left as after a crash, to come back when its
 	// visibility lapses.
-	defer stop()
+	defer k.stop()
 	res, err := c.do(hctx, key, m, opts)
-	stop()
+	k.stop()
 	v := c.judge(ctx, m, res, err)
 	return c.settle(ctx, d, m, v, withAttempt(res, err), c.ledger.LogKey(key.String()))
 }
@@ -677,56 +671,82 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 	return err == nil && v.action != actionRetry
 }
 
-// keepVisible extends d every extendEvery until the returned func is
-// called; key is for the log (the zero key when it is not computed yet).
-// It is a timer, not a goroutine: most handlers end before the first
-// extension is due. An extension may take up to extendEvery (the
-// next one is due then); stop cancels one under way, so that a broker
-// call that hangs does not hold up the message's settlement.
-func (c *Consumer) keepVisible(ctx context.Context, d Delivery, key idem.OperationKey) (stop func()) {
+// keeping keeps one delivery invisible: it extends it every extendEvery
+// until stopped. See [Consumer.keepVisible].
+type keeping struct {
+	c       *Consumer
+	d       Delivery
+	ctx     context.Context    // ends the extensions (the consumer's handler context)
+	cancel  context.CancelFunc // cancels ctx: an extension under way gives up
+	key     atomic.Pointer[idem.OperationKey]
+	run     sync.Mutex // held by an extension; stop waits for it
+	stopped atomic.Bool
+	t       *time.Timer
+}
+
+// keepVisible extends d every extendEvery, by extendBy, until the returned
+// keeping is stopped or ctx is done. It returns nil (whose methods do
+// nothing) when the consumer does not extend. It is a timer, not a
+// goroutine: most handlers end before the first extension is due. An
+// extension may take up to extendEvery (the next one is due then); stop
+// cancels one under way, so that a broker call that hangs does not hold up
+// the message's settlement.
+func (c *Consumer) keepVisible(ctx context.Context, d Delivery) *keeping {
 	if c.cfg.extendEvery <= 0 {
-		return func() {}
+		return nil
 	}
-	var (
-		run     sync.Mutex // held by an extension; stop waits for it
-		stopped atomic.Bool
-		t       *time.Timer
-	)
-	xctx, cancel := context.WithCancel(ctx)
-	extend := func() {
-		run.Lock()
-		defer run.Unlock()
-		if stopped.Load() || xctx.Err() != nil {
-			return
-		}
-		asked := time.Now()
-		ectx, ecancel := context.WithTimeout(xctx, c.cfg.extendEvery)
-		err := d.Extend(ectx, c.extendBy)
-		ecancel()
-		if err != nil && xctx.Err() == nil {
-			// The ledger still guards the effect: another worker that
-			// gets the message finds the key busy.
-			var attrs []slog.Attr
-			if key.Err() == nil { // not computed yet for a message waiting its turn
-				attrs = append(attrs, c.ledger.LogKey(key.String()))
-			}
-			attrs = append(attrs, slog.String("message_id", d.Message().ID), slog.Any("error", err))
-			c.log.LogAttrs(ctx, slog.LevelWarn, "queue: extending the delivery failed", attrs...)
-		}
-		if !stopped.Load() {
-			t.Reset(max(c.cfg.extendEvery-time.Since(asked), 0))
-		}
+	k := &keeping{c: c, d: d}
+	k.ctx, k.cancel = context.WithCancel(ctx)
+	k.run.Lock() // a first extension waits for t
+	k.t = time.AfterFunc(c.cfg.extendEvery, k.extend)
+	k.run.Unlock()
+	return k
+}
+
+// named gives the extension's log lines the message's key, once computed.
+func (k *keeping) named(key idem.OperationKey) {
+	if k != nil {
+		k.key.Store(&key)
 	}
-	run.Lock() // a first extension waits for t
-	t = time.AfterFunc(c.cfg.extendEvery, extend)
-	run.Unlock()
-	return func() {
-		stopped.Store(true)
-		t.Stop()
-		cancel()   // an extension under way gives up
-		run.Lock() // and finishes first
-		run.Unlock()
+}
+
+func (k *keeping) extend() {
+	k.run.Lock()
+	defer k.run.Unlock()
+	if k.stopped.Load() || k.ctx.Err() != nil {
+		return
 	}
+	c := k.c
+	asked := time.Now()
+	ectx, ecancel := context.WithTimeout(k.ctx, c.cfg.extendEvery)
+	err := k.d.Extend(ectx, c.extendBy)
+	ecancel()
+	if err != nil && k.ctx.Err() == nil {
+		// The ledger still guards the effect: another worker that gets
+		// the message finds the key busy.
+		var attrs []slog.Attr
+		if key := k.key.Load(); key != nil { // not computed yet for a message waiting its turn
+			attrs = append(attrs, c.ledger.LogKey(key.String()))
+		}
+		attrs = append(attrs, slog.String("message_id", k.d.Message().ID), slog.Any("error", err))
+		c.log.LogAttrs(k.ctx, slog.LevelWarn, "queue: extending the delivery failed", attrs...)
+	}
+	if !k.stopped.Load() {
+		k.t.Reset(max(c.cfg.extendEvery-time.Since(asked), 0))
+	}
+}
+
+// stop ends the extensions, and waits for one under way (cancelled) to
+// return: none follows. It may be called more than once.
+func (k *keeping) stop() {
+	if k == nil {
+		return
+	}
+	k.stopped.Store(true)
+	k.t.Stop()
+	k.cancel()   // an extension under way gives up
+	k.run.Lock() // and finishes first
+	k.run.Unlock()
 }
 
 // backoff is the retry delay after the n-th failure: base·2^(n-1), capped,
