@@ -74,11 +74,22 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // A message of a FIFO group runs only after the earlier messages of its
 // group in the same batch are acked or dead-lettered; once one is retried,
 // the rest of its group in the batch are handed back (Retry(0)) in order,
-// and other groups go on. While a handler runs, the delivery is extended
-// every third of the source's visibility, and the ledger extends its lease.
-// The later messages of its group in the batch, waiting their turn, are
-// extended too: none lapses to be handed to another worker, which would
-// count a receive against it and could run it before the earlier ones end.
+// and other groups go on.
+//
+// Every delivery the consumer holds is extended, every third of the
+// source's visibility ([WithExtendEvery]), from the moment it gets it until
+// it is settled: while its handler runs, and while it waits for a free
+// handler slot (a batch larger than [WithConcurrency], a source that
+// returned more than asked) or behind the earlier messages of its group.
+// None lapses to be handed to another worker, which would count a receive
+// against it (enough of them dead-letter a message that never ran) and
+// could run a message of a group before the earlier ones end. While a
+// handler runs, the ledger also extends its key's lease. No extension is
+// made after the handlers' context ends: the deadline of
+// [Consumer.HandleBatch]'s context, [Consumer.Run]'s shutdown timeout. An
+// extension that fails is logged and the next one made on time; if the
+// message is handed to another worker meanwhile, the ledger still runs its
+// effect once: whichever copy comes second finds the key busy or done.
 //
 // A panic in the handler is recovered, logged with its stack, and treated as
 // a retryable error (the ledger has already released or abandoned the key
@@ -148,10 +159,11 @@ func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Optio
 const settleTimeout = 30 * time.Second
 
 // Run receives and handles messages until ctx is done. Then it stops
-// receiving, lets in-flight handlers finish for the shutdown timeout,
-// cancels those still running, hands back every message not done
-// (Retry(0)), and returns nil. Nothing is acked that was not done. A receive
-// error is logged and retried with backoff.
+// receiving, hands back the messages waiting for a free handler slot, lets
+// in-flight handlers finish for the shutdown timeout, cancels those still
+// running, hands back every message not done (Retry(0)), and returns nil.
+// Nothing is acked that was not done. A receive error is logged and retried
+// with backoff.
 func (c *Consumer) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
@@ -200,7 +212,7 @@ receive:
 			continue
 		}
 		failures, empties = 0, 0
-		units := groupUnits(ds)
+		units := c.hold(hctx, ds)
 		for ; n > len(units); n-- {
 			<-slots
 		}
@@ -266,9 +278,10 @@ const maxEmptyPause = 250 * time.Millisecond
 const shutdownGrace = 5 * time.Second
 
 // handBack returns a unit's messages to the broker untouched, in order.
-func (c *Consumer) handBack(ctx context.Context, unit []Delivery, why string) {
-	for _, d := range unit {
-		c.settle(ctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: why}, idem.Result{})
+func (c *Consumer) handBack(ctx context.Context, unit []held, why string) {
+	for _, h := range unit {
+		h.keep.stop()
+		c.settle(ctx, h.d, h.d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: why}, idem.Result{})
 	}
 }
 
@@ -312,13 +325,15 @@ func (c *Consumer) fillSlots(ctx context.Context, slots chan struct{}) int {
 
 // HandleBatch handles deliveries already received (FIFO groups in order,
 // at most the configured concurrency at once) and returns when every one is
-// settled. Handlers run under ctx: when it has a deadline (an AWS Lambda
-// invocation), the handler timeout and the ledger lease end no later than
-// it, and messages not started by then are handed back.
+// settled. Every delivery is extended from the call until it is settled,
+// also while it waits for a handler slot. Handlers run under ctx: when it
+// has a deadline (an AWS Lambda invocation), the handler timeout and the
+// ledger lease end no later than it, no delivery is extended after it, and
+// messages not started by then are handed back.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) {
 	slots := make(chan struct{}, c.cfg.concurrency)
 	var wg sync.WaitGroup
-	for _, u := range groupUnits(ds) {
+	for _, u := range c.hold(ctx, ds) {
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -330,66 +345,72 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) {
 	wg.Wait()
 }
 
-// groupUnits splits a batch into units of work: each message without a
-// group alone, and each FIFO group's messages together, in batch order.
-func groupUnits(ds []Delivery) [][]Delivery {
-	units := make([][]Delivery, 0, len(ds))
+// held is a delivery the consumer holds, and the extension that keeps it
+// invisible until it is settled.
+type held struct {
+	d    Delivery
+	keep *keeping // nil when the consumer does not extend
+}
+
+// hold starts keeping every one of ds invisible, under ctx, and splits
+// them into units of work: each message without a group alone, and each
+// FIFO group's messages together, in batch order.
+//
+// A delivery is extended from the moment the consumer holds it until it is
+// settled, whether it runs, waits for a free handler slot (a batch larger
+// than the concurrency, a source that returned more than asked) or waits
+// behind its group: unextended, a waiting message would lapse before its
+// turn, and the broker would hand it to another worker, counting a receive
+// against it (enough of them dead-letter a message that never ran) and,
+// for a group, letting it run before the earlier ones finish. Handing the
+// waiting messages back instead would count a receive each time too.
+func (c *Consumer) hold(ctx context.Context, ds []Delivery) [][]held {
+	units := make([][]held, 0, len(ds))
 	var group map[string]int
 	for _, d := range ds {
+		h := held{d: d, keep: c.keepVisible(ctx, d)}
 		g := d.Message().GroupID
 		if g == "" {
-			units = append(units, []Delivery{d})
+			units = append(units, []held{h})
 			continue
 		}
 		if group == nil {
 			group = make(map[string]int)
 		}
 		if i, ok := group[g]; ok {
-			units[i] = append(units[i], d)
+			units[i] = append(units[i], h)
 			continue
 		}
 		group[g] = len(units)
-		units = append(units, []Delivery{d})
+		units = append(units, []held{h})
 	}
 	return units
 }
 
 // runUnit handles a unit's messages in order. Once one is not done (or the
-// consumer is stopping), the rest are handed back untouched.
-//
-// The messages after the first are kept invisible from the start, as the
-// running one is, until each is settled: unextended, a message waiting
-// behind slower ones would lapse before its turn, and the broker would hand
-// it (and the rest of its group) to another worker, which could run it
-// before the earlier ones finish. Handing the waiting messages back instead
-// would keep the order, but every hand-back counts a receive, and a group
-// that waits often would reach the maximum receives and be dead-lettered
-// without ever failing.
-func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []Delivery) {
-	waiting := make([]*keeping, len(unit)) // keeps unit[i] (i > 0) invisible
-	for i := 1; i < len(unit); i++ {
-		waiting[i] = c.keepVisible(hctx, unit[i])
-	}
+// consumer is stopping), the rest are handed back untouched. Each message's
+// extension (see hold) stops before it is settled.
+func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []held) {
 	defer func() {
 		// Also when a handler ends its goroutine (runtime.Goexit): the
 		// messages left are then as after a crash.
-		for _, k := range waiting {
-			k.stop()
+		for _, h := range unit {
+			h.keep.stop()
 		}
 	}()
-	held := ""
-	for i, d := range unit {
+	holdBack := ""
+	for _, h := range unit {
 		switch {
-		case held != "":
-			waiting[i].stop()
-			c.settle(hctx, d, d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: held}, idem.Result{})
+		case holdBack != "":
+			h.keep.stop()
+			c.settle(hctx, h.d, h.d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: holdBack}, idem.Result{})
 		case runCtx.Err() != nil || hctx.Err() != nil:
-			waiting[i].stop()
-			c.settle(hctx, d, d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
-			held = "the consumer is stopping"
+			h.keep.stop()
+			c.settle(hctx, h.d, h.d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
+			holdBack = "the consumer is stopping"
 		default:
-			if !c.process(hctx, d, waiting[i]) {
-				held = "an earlier message of its group is not done"
+			if !c.process(hctx, h) {
+				holdBack = "an earlier message of its group is not done"
 			}
 		}
 	}
@@ -412,24 +433,25 @@ type verdict struct {
 }
 
 // process handles one delivery and reports whether it is settled as done or
-// dead-lettered (so its FIFO group may go on). kept, when not nil, is the
-// extension that kept d invisible while it waited its turn (see runUnit);
-// it goes on while d is handled, in place of one of its own, and stops
-// before d is settled.
-func (c *Consumer) process(ctx context.Context, d Delivery, kept *keeping) bool {
+// dead-lettered (so its FIFO group may go on). The extension that has kept
+// it invisible since the consumer got it (see hold) goes on while it is
+// handled and stops before it is settled.
+func (c *Consumer) process(ctx context.Context, h held) bool {
+	d, keep := h.d, h.keep
 	m := d.Message()
 	key, opts, err := c.prepare(m)
 	if err != nil {
-		kept.stop()
+		keep.stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
+	keep.named(key)
 	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
 		// Busy retries and hand-backs count as receives too: before giving
 		// up on the message, ask the ledger whether its key is done or
 		// still running.
 		v, res := c.overMax(ctx, key, m, opts)
-		kept.stop()
+		keep.stop()
 		return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
 	}
 
@@ -442,17 +464,12 @@ func (c *Consumer) process(ctx context.Context, d Delivery, kept *keeping) bool 
 	}
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.
-	k := kept
-	if k == nil {
-		k = c.keepVisible(ctx, d)
-	}
-	k.named(key)
-	// Also when the handler ends its goroutine (runtime.Goexit): the
-	// message is then left as after a crash, to come back when its
+	// Also stopped when the handler ends its goroutine (runtime.Goexit):
+	// the message is then left as after a crash, to come back when its
 	// visibility lapses.
-	defer k.stop()
+	defer keep.stop()
 	res, err := c.do(hctx, key, m, opts)
-	k.stop()
+	keep.stop()
 	v := c.judge(ctx, m, res, err)
 	return c.settle(ctx, d, m, v, withAttempt(res, err), c.ledger.LogKey(key.String()))
 }
@@ -687,10 +704,12 @@ type keeping struct {
 // keepVisible extends d every extendEvery, by extendBy, until the returned
 // keeping is stopped or ctx is done. It returns nil (whose methods do
 // nothing) when the consumer does not extend. It is a timer, not a
-// goroutine: most handlers end before the first extension is due. An
-// extension may take up to extendEvery (the next one is due then); stop
-// cancels one under way, so that a broker call that hangs does not hold up
-// the message's settlement.
+// goroutine: a message waiting its turn costs no goroutine, most handlers
+// end before the first extension is due, and each extension runs on its
+// own, so that one the broker answers slowly does not delay the others of
+// the batch. An extension may take up to extendEvery (the next one is due
+// then); stop cancels one under way, so that a broker call that hangs does
+// not hold up the message's settlement.
 func (c *Consumer) keepVisible(ctx context.Context, d Delivery) *keeping {
 	if c.cfg.extendEvery <= 0 {
 		return nil
