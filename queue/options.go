@@ -51,7 +51,8 @@ func defaultConfig() config {
 
 // WithConcurrency sets how many handlers run at once (default
 // [DefaultConcurrency]). A FIFO group's messages take one slot between them:
-// they run one after another. Values below 1 are ignored.
+// they run one after another. Messages beyond it wait for a free slot, kept
+// invisible meanwhile (see [WithExtendEvery]). Values below 1 are ignored.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -134,9 +135,13 @@ func WithShutdownTimeout(d time.Duration) Option {
 	}
 }
 
-// WithExtendEvery sets how often a running handler's delivery is extended
+// WithExtendEvery sets how often a delivery the consumer holds is extended
 // (default: a third of the source's visibility; never, when the source's
-// visibility is 0). Non-positive values are ignored.
+// visibility is 0), by the source's visibility (three times the interval
+// when it is 0). A delivery is extended from the moment the consumer gets
+// it until it is settled: while its handler runs, and while it waits for a
+// free handler slot or behind the earlier messages of its FIFO group.
+// Non-positive values are ignored.
 func WithExtendEvery(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
