@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
@@ -90,13 +91,17 @@ func main() {
 		os.Exit(1)
 	}
 	store := dynamostore.New(dynamodb.NewFromConfig(cfg), os.Getenv("IDEM_TABLE"))
-	h, err := Handler(store, sesMailer{}, slog.New(slog.NewJSONHandler(os.Stdout, nil)))
+	h, err := Handler(store, sesMailer{}, newJSONLogger(os.Stdout))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "booking:", err)
 		os.Exit(1)
 	}
 	lambda.Start(h)
 }
+
+// newJSONLogger is the Lambda's log: JSON lines (CloudWatch Logs Insights
+// searches them by key and by correlation_id).
+func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
 
 // sesMailer stands for the SES client of the seed; wire yours here.
 type sesMailer struct{}

@@ -73,7 +73,9 @@ func (a *App) open(ctx context.Context, secret string, log *slog.Logger) error {
 	if a.Queues, err = sqlqueue.NewSQLite(ctx, a.Store.DB(), sqlqueue.WithGroupCommit(a.Store)); err != nil {
 		return err
 	}
-	if a.Events, err = a.Queues.Queue("payment-events", sqlqueue.WithVisibility(time.Minute)); err != nil {
+	// The visibility is 6× the worker's handler timeout (the default 30 s),
+	// as the Consumer asks.
+	if a.Events, err = a.Queues.Queue("payment-events", sqlqueue.WithVisibility(3*time.Minute)); err != nil {
 		return err
 	}
 	scheme, err := webhook.NewStandard(secret)

@@ -145,3 +145,32 @@ func TestFulfilmentFailureIsRetried(t *testing.T) {
 		t.Fatalf("order o-3 after two failures: %d cents in %d payments (%v), want 700 in 1", cents, n, err)
 	}
 }
+
+// The app's own settings raise no warning: the queue's visibility is at
+// least 6× the worker's handler timeout, as the Consumer asks.
+func TestOpensWithoutWarnings(t *testing.T) {
+	var warned []string
+	log := slog.New(recordHandler{min: slog.LevelWarn, got: &warned})
+	a, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), secret, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if len(warned) > 0 {
+		t.Fatalf("opening the app logged warnings: %q", warned)
+	}
+}
+
+// recordHandler keeps the messages of records at min or above.
+type recordHandler struct {
+	min slog.Level
+	got *[]string
+}
+
+func (h recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.min }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	*h.got = append(*h.got, r.Message)
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Seed 002: "Logs distinguish 'email sent' from 'skipped, already done'",
+// searched by the job's key and by a correlation id. The booking is
+// published twice (messages m1 and m2) and delivered one after the other:
+// the JSON log (what the Lambda writes) has one "executed" line for m1 and
+// one "replayed ... skipped, already done" line for m2, both with the
+// booking's key, so a search for the key shows the one send and the
+// skipped duplicate, and each line's correlation id names its message.
+func TestSeed002Logs(t *testing.T) {
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var buf syncBuffer
+	mail := &provider{}
+	h, err := Handler(s, mail, newJSONLogger(&buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed := invoke(t, h, record("m1", "b-7", 1)); len(failed) != 0 {
+		t.Fatalf("m1 failed: %v", failed)
+	}
+	if failed := invoke(t, h, record("m2", "b-7", 1)); len(failed) != 0 {
+		t.Fatalf("m2 failed: %v", failed)
+	}
+	if n := mail.emails("b-7"); n != 1 {
+		t.Fatalf("%d emails, want 1", n)
+	}
+	const key = "booking-confirmed:b-7"
+	var executed, replayed, ledgerReplayed []map[string]any
+	for _, l := range buf.lines(t) {
+		if l["key"] != key {
+			continue
+		}
+		switch l["msg"] {
+		case "queue message executed":
+			executed = append(executed, l)
+		case "queue message replayed":
+			replayed = append(replayed, l)
+		case "idem replayed":
+			ledgerReplayed = append(ledgerReplayed, l)
+		}
+	}
+	if len(executed) != 1 || executed[0]["correlation_id"] != "m1" || executed[0]["fence"] != float64(1) || executed[0]["attempt"] != float64(1) {
+		t.Fatalf("executed lines for %s: %v; want one, for m1, fence 1, attempt 1", key, executed)
+	}
+	if len(replayed) != 1 || replayed[0]["correlation_id"] != "m2" || replayed[0]["reason"] != "skipped, already done" {
+		t.Fatalf("replayed lines for %s: %v; want one, for m2, reason \"skipped, already done\"", key, replayed)
+	}
+	if len(ledgerReplayed) != 1 || ledgerReplayed[0]["msg_detail"] != "skipped, already done" || ledgerReplayed[0]["outcome"] != "replayed" {
+		t.Fatalf("the ledger's replayed lines for %s: %v; want one saying \"skipped, already done\"", key, ledgerReplayed)
+	}
+}
