@@ -101,13 +101,18 @@ func main() {
 // retries), runs two consumers until the queue is empty, and prints what
 // the provider sent.
 func run(ctx context.Context, w io.Writer, db string, orders int) error {
-	if db == "" {
+	temp := db == ""
+	if temp {
 		dir, err := os.MkdirTemp("", "receipts")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
 		db = filepath.Join(dir, "idem.db")
+	}
+	where := db
+	if temp {
+		where = "the temporary database (removed: run with -db to keep it)"
 	}
 	store, err := sqlitestore.Open(ctx, db)
 	if err != nil {
@@ -127,6 +132,10 @@ func run(ctx context.Context, w io.Writer, db string, orders int) error {
 		body, _ := json.Marshal(Job{OrderID: 1000 + i, UserID: 7, To: "user7@example.com"})
 		for range 1 + i%3 { // the producer retried some jobs
 			if _, err := receipts.Publish(ctx, queue.Outgoing{Body: body}); err != nil {
+				if ctx.Err() != nil {
+					fmt.Fprintf(w, "stopped while publishing; what was published stays queued in %s\n", where)
+					return nil
+				}
 				return err
 			}
 		}
@@ -144,25 +153,29 @@ func run(ctx context.Context, w io.Writer, db string, orders int) error {
 		}
 		wg.Go(func() { _ = c.Run(runCtx) })
 	}
+	stopped := false // by SIGTERM or Ctrl-C: the workers hand back what they hold
+wait:
 	for {
 		st, err := receipts.Stats(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			return err
 		}
-		if st.Ready+st.InFlight+st.Delayed == 0 {
+		if err == nil && st.Ready+st.InFlight+st.Delayed == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			cancel()
-			wg.Wait()
-			return ctx.Err()
+			stopped = true
+			break wait
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	cancel()
 	wg.Wait()
 	sent := mail.Sent()
+	if stopped {
+		fmt.Fprintf(w, "stopped before the queue was empty; the rest stays queued in %s\n", where)
+	}
 	fmt.Fprintf(w, "%d orders, %d emails sent (one per order):\n", orders, len(sent))
 	for _, m := range sent {
 		fmt.Fprintf(w, "  %s  %s\n", m.Key, m.ID)

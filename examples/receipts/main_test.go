@@ -202,3 +202,18 @@ func (l *lines) all() []string {
 	defer l.mu.Unlock()
 	return append([]string(nil), l.msg...)
 }
+
+// A worker stopped by SIGTERM (its context cancelled) stops cleanly: run
+// returns nil, says it stopped, and what it had not sent stays queued.
+func TestStoppedCleanly(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "idem.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out strings.Builder
+	if err := run(ctx, &out, db, 5000); err != nil {
+		t.Fatalf("run stopped by its context: %v, want nil (exit 0)", err)
+	}
+	if !strings.Contains(out.String(), "stopped") {
+		t.Fatalf("output %q does not say the worker stopped", out.String())
+	}
+}
