@@ -274,22 +274,25 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
-// TestCorruptRecord: a stored result the middleware cannot decode is 500
+// TestCorruptRecord: a stored result in the middleware's format (it begins
+// with the format's version byte) that cannot be decoded is 500
 // record-unreadable, never a reason to run the handler again.
 func TestCorruptRecord(t *testing.T) {
 	s := newMem()
 	l := ledger(s)
 	var h counter
 	srv := serve(t, l, &h)
-	key := newKey()
-	if _, err := l.Do(context.Background(), idem.Key(httpidem.DefaultNamespace, key), func(context.Context) ([]byte, error) {
-		return []byte("not a response"), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	r := post(t, srv.URL, key, "x")
-	if r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemRecordUnreadable || h.n.Load() != 0 {
-		t.Fatalf("corrupt record: %d %q, runs %d", r.status, r.body, h.n.Load())
+	for _, corrupt := range []string{"\x01", "\x01\x00", "\x01\x00\xc9\x01\x7f"} {
+		key := newKey()
+		if _, err := l.Do(context.Background(), idem.Key(httpidem.DefaultNamespace, key), func(context.Context) ([]byte, error) {
+			return []byte(corrupt), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := post(t, srv.URL, key, "x")
+		if r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemRecordUnreadable || h.n.Load() != 0 {
+			t.Fatalf("corrupt record %q: %d %q, runs %d", corrupt, r.status, r.body, h.n.Load())
+		}
 	}
 }
 

@@ -97,8 +97,18 @@
 // under an [idem.AtMostOnce] ledger the key becomes indeterminate instead
 // and retries get 500 "outcome-unknown" until an operator resolves it.
 //
+// Resolving such a key: `idem resolve KEY --not-done` releases it, and the
+// next retry runs the handler. `idem resolve KEY --done` says the effect
+// happened; the middleware has no response to replay for it (whatever
+// --result holds is the operator's note, not a response), so retries get
+// 422 "response-not-kept", as after a hijack, and the handler does not run
+// again. The key to resolve is the operation key below (see `idem ls
+// --stuck`).
+//
 // The stored result is compact binary (a version byte, flags, status,
-// header lines and body); the key is idem.Key("http", scope, key), or
+// header lines and body); a result without the version byte is an
+// operator's (see above), and one with it that does not decode gets 500
+// "record-unreadable". The key is idem.Key("http", scope, key), or
 // idem.Key("http", key) without a scope function ([WithNamespace] changes
 // "http").
 package httpidem

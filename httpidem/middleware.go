@@ -323,17 +323,29 @@ func (m *Middleware) afterHandler(w http.ResponseWriter, r *http.Request, c *cap
 // replay answers with a stored response.
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, res idem.Result) {
 	resp, err := decodeResponse(res.Value)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotRecorded):
+		// Resolved as done by an operator (idem resolve --done): done, and
+		// no response kept, as after a hijack.
+		m.notKept(w)
+		return
+	case err != nil:
 		m.cfg.log.ErrorContext(r.Context(), "httpidem: stored response cannot be decoded; handler not run", slog.Any("error", err), slog.Int64("fence", res.Fence))
 		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordUnreadable, "", 0)
 		return
-	}
-	if resp.flags&flagHijacked != 0 {
-		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemResponseNotKept,
-			"The first request with this Idempotency-Key took over the connection; its response cannot be replayed.", 0)
+	case resp.flags&flagHijacked != 0:
+		m.notKept(w)
 		return
 	}
 	resp.replay(w)
+}
+
+// notKept answers a retry of a key that is done but whose response cannot
+// be replayed: its handler hijacked the connection, or an operator resolved
+// the key as done.
+func (m *Middleware) notKept(w http.ResponseWriter) {
+	m.writeProblem(w, http.StatusUnprocessableEntity, ProblemResponseNotKept,
+		"The first request with this Idempotency-Key was done, but its response was not kept and cannot be replayed.", 0)
 }
 
 // refuse answers a request whose handler did not run.

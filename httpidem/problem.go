@@ -40,11 +40,12 @@ const (
 	// handler was interrupted before it answered. The handler is not run
 	// again until an operator resolves the key (`idem resolve`).
 	ProblemOutcomeUnknown = "outcome-unknown"
-	// 422: the key was used by a request whose response cannot be replayed
-	// (the handler hijacked the connection). Use a new key to do it again.
+	// 422: the key is done but has no response to replay: the handler
+	// hijacked the connection, or an operator resolved the key as done
+	// (`idem resolve KEY --done`). Use a new key to do it again.
 	ProblemResponseNotKept = "response-not-kept"
-	// 500: the stored response cannot be decoded; the handler is not run
-	// again.
+	// 500: the stored response is in the middleware's format but cannot be
+	// decoded; the handler is not run again.
 	ProblemRecordUnreadable = "record-unreadable"
 )
 

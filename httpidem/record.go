@@ -10,6 +10,11 @@ import (
 // replayed header lines and the body, all length-prefixed with uvarints:
 //
 //	1 | flags | status | n | (len name, name, len value, value)*n | body...
+//
+// The version byte is the format's marker: a result that does not begin with
+// it was not written by the middleware. That is a result an operator gave
+// when resolving the key as done (idem resolve KEY --done [--result S]):
+// empty or plain text, which never begins with byte 1.
 const recordVersion = 1
 
 const (
@@ -25,7 +30,15 @@ type response struct {
 	body    []byte
 }
 
-var errBadRecord = errors.New("httpidem: stored response cannot be decoded")
+var (
+	// errBadRecord: the result carries the middleware's marker but cannot
+	// be decoded.
+	errBadRecord = errors.New("httpidem: stored response cannot be decoded")
+	// errNotRecorded: the result is not one the middleware wrote (no
+	// marker): the key was resolved as done by hand, and no response was
+	// kept.
+	errNotRecorded = errors.New("httpidem: the key was completed without a recorded response")
+)
 
 func (r *response) encode() []byte {
 	n := 2 + binary.MaxVarintLen64*(2+len(r.headers)) + len(r.body)
@@ -45,7 +58,10 @@ func (r *response) encode() []byte {
 
 func decodeResponse(b []byte) (response, error) {
 	var r response
-	if len(b) < 2 || b[0] != recordVersion {
+	if len(b) == 0 || b[0] != recordVersion {
+		return r, errNotRecorded
+	}
+	if len(b) < 2 {
 		return r, errBadRecord
 	}
 	r.flags = b[1]
