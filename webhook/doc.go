@@ -20,6 +20,13 @@
 // is released (or, when the store itself failed, left to its lease) so the
 // sender's retry captures the event.
 //
+// Under an [idem.AtMostOnce] ledger a publish that failed (the broker may
+// have taken the message) leaves the key indeterminate: retries get 503
+// until an operator decides. `idem resolve accept:<source>:<event id>
+// --done` says the event is in the queue: retries get 200 and the accepted
+// body (without message_id; a --result is kept as the operator's note, not
+// replayed). `--not-done` releases the key: the next retry captures it.
+//
 // # Capture modes
 //
 // [PublishTx] captures in the ledger store's own transaction (sqlitestore

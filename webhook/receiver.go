@@ -67,7 +67,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     small JSON body)
 //     is stored as the key's result;
 //   - a duplicate of a captured event: the first answer again, status and
-//     body, with Idempotent-Replayed: true;
+//     body, with Idempotent-Replayed: true (for a key an operator resolved
+//     as done, 200 and the accepted body without its message_id);
 //   - a duplicate while the first delivery is being captured: 409 with
 //     Retry-After (seconds left on the first one's lease);
 //   - the queue or the store failing: 503 with Retry-After, never 2xx. The
@@ -147,7 +148,13 @@ func WithLogger(l *slog.Logger) Option {
 // publish then releases the key for the sender's retry. Under
 // [idem.AtMostOnce] a failed publish (whose message may or may not have
 // been accepted) leaves the key indeterminate, and every retry is answered
-// 503 until an operator resolves it (idem resolve). It fails when an argument is missing or when capture cannot work
+// 503 until an operator resolves it: `idem resolve KEY --not-done` (the
+// message is not in the queue) releases the key and the next retry captures
+// the event; `idem resolve KEY --done` (it is) makes retries get 200 with
+// the accepted body and no message_id (any --result is the operator's note,
+// not an answer). KEY is [Key](source, event id).
+//
+// NewReceiver fails when an argument is missing or when capture cannot work
 // with l's store (a [PublishTx] of a transaction type the store does not
 // run).
 func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, opts ...Option) (*Receiver, error) {
@@ -193,20 +200,31 @@ func Key(source, id string) idem.OperationKey {
 	return k
 }
 
-// answer is the stored result: a 3-digit status followed by the body.
+// The stored result of a capture, the answer: a 3-digit status followed by
+// the body, a JSON object. That start (three digits, then '{') is the
+// format's marker: a result without it was not written by a Receiver. It is
+// an operator's, who resolved the key as done (idem resolve KEY --done
+// [--result S]): empty or plain text, or a JSON note.
 func encodeAnswer(status int, body []byte) []byte {
 	return append([]byte(strconv.Itoa(status)), body...)
 }
 
-func decodeAnswer(b []byte) (int, []byte, bool) {
-	if len(b) < 3 {
-		return 0, nil, false
+// decodeAnswer reads a stored answer. ours is false for a result without
+// the format's marker; ok is false for one with it that cannot be read.
+func decodeAnswer(b []byte) (status int, body []byte, ours, ok bool) {
+	if len(b) < 4 || b[3] != '{' {
+		return 0, nil, false, false
 	}
-	st, err := strconv.Atoi(string(b[:3]))
-	if err != nil || st < 200 || st > 599 {
-		return 0, nil, false
+	for _, c := range b[:3] {
+		if c < '0' || c > '9' {
+			return 0, nil, false, false
+		}
 	}
-	return st, b[3:], true
+	st, _ := strconv.Atoi(string(b[:3]))
+	if st < 200 || st > 599 {
+		return 0, nil, true, false
+	}
+	return st, b[3:], true, true
 }
 
 type acceptedBody struct {
@@ -278,16 +296,24 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The dedup id names the operation, never the delivery.
 	m := queue.Outgoing{Body: body, Attributes: attrs, DedupID: key.String()}
+	accepted := func(messageID string) []byte {
+		b, _ := json.Marshal(acceptedBody{Status: "accepted", Source: rc.source, EventID: ev.ID, MessageID: messageID})
+		return b
+	}
 	res, err := rc.capture.capture(r.Context(), rc.ledger, key, m, func(p queue.Published) []byte {
-		b, _ := json.Marshal(acceptedBody{Status: "accepted", Source: rc.source, EventID: ev.ID, MessageID: p.ID})
-		return encodeAnswer(http.StatusOK, b)
+		return encodeAnswer(http.StatusOK, accepted(p.ID))
 	})
 	if err != nil {
 		rc.captureFailed(w, r, ev.ID, err)
 		return
 	}
-	status, answer, ok := decodeAnswer(res.Value)
-	if !ok {
+	status, answer, ours, ok := decodeAnswer(res.Value)
+	switch {
+	case !ours:
+		// Resolved as done by an operator (idem resolve --done): the event
+		// is captured, and no message id was recorded.
+		status, answer = http.StatusOK, accepted("")
+	case !ok:
 		rc.log.ErrorContext(r.Context(), "webhook: the stored answer cannot be read", "source", rc.source, "event_id", ev.ID)
 		rc.problem(w, r, http.StatusInternalServerError, "answer-unreadable", "Stored answer unreadable",
 			"the event was captured but its stored answer cannot be read")
