@@ -51,6 +51,13 @@ effect up first (the mail provider's log, the payment), then:
               default), kept for --retention.
   --not-done  it did not: the key is released and the next delivery runs it.
 
+Keys of the HTTP middleware (httpidem, http:...) and of webhook receivers
+(accept:SOURCE:EVENT) replay only answers they recorded themselves, and an
+operator's --result is not one. After --done, an HTTP key's retries get 422
+response-not-kept (done; no response to replay) and the handler does not
+run again; a webhook key's retries get 200 with the usual accepted body
+(no message id), and the event is not queued again.
+
 The fence grows, so the attempt that held the key is refused if it ever
 finishes. Resolve refuses a key whose lease is live (an attempt may still be
 running) unless --force, and a key that is not in progress (completed,
