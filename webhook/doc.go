@@ -49,6 +49,11 @@
 // signed timestamp (Standard, Stripe, Slack, HMAC with TimestampHeader) within [DefaultTolerance] (5 minutes either way) unless
 // its Tolerance field says otherwise.
 //
+// A scheme may also be a [Handshaker], for providers that check an endpoint
+// with a signed handshake before sending events: the Slack scheme answers
+// url_verification with its challenge, and the Receiver neither claims nor
+// queues it.
+//
 // Where the event id comes from:
 //
 //	scheme            event id                         signed?

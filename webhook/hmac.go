@@ -110,10 +110,11 @@ type HMAC struct {
 	Tolerance time.Duration
 	ID        IDFunc
 
-	name    string
-	cfg     HMACConfig
-	secrets [][]byte
-	forbid  string // bytes an IDHeader value must not contain
+	name      string
+	cfg       HMACConfig
+	secrets   [][]byte
+	forbid    string                                   // bytes an IDHeader value must not contain
+	handshake func(body []byte) ([]byte, string, bool) // the provider's handshake (Slack's); nil: none
 }
 
 // NewHMAC returns a generic HMAC scheme. It fails with [ErrNoSecret] without
@@ -310,6 +311,15 @@ func (s *HMAC) Verify(h http.Header, body []byte, now time.Time) (Event, error) 
 		return Event{}, err
 	}
 	return Event{ID: id, Timestamp: ts}, nil
+}
+
+// Handshake implements [Handshaker]. Only the Slack scheme ([NewSlack]) has
+// a handshake, its url_verification; for other HMAC schemes ok is false.
+func (s *HMAC) Handshake(body []byte) (answer []byte, contentType string, ok bool) {
+	if s.handshake == nil {
+		return nil, "", false
+	}
+	return s.handshake(body)
 }
 
 // Sign returns the signature header's value for h and body under every

@@ -58,6 +58,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 //   - a signature that does not verify, a stale or future timestamp: 401,
 //     with an application/problem+json reason (never a secret);
 //     authentic but without a usable event id: 400;
+//   - an authentic handshake (the scheme is a [Handshaker]: Slack's
+//     url_verification): 200 with the scheme's answer, nothing claimed or
+//     captured;
 //   - the operation key accept:<source>:<event id> ([Key]) is claimed in
 //     the ledger and the event is captured (see [Publish] and [PublishTx]).
 //     The message carries the raw body and the attributes AttrSource,
@@ -280,6 +283,17 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rc.problem(w, r, http.StatusBadRequest, "event-id-invalid", "Event id missing or invalid", err.Error())
 		}
 		return
+	}
+	if hs, ok := rc.scheme.(Handshaker); ok {
+		if answer, ct, ok := hs.Handshake(body); ok {
+			// Authentic, and not an event: answered, never claimed or
+			// captured.
+			rc.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook: handshake answered", slog.String("source", rc.source))
+			w.Header().Set("Content-Type", ct)
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(answer)
+			return
+		}
 	}
 
 	key := Key(rc.source, ev.ID)

@@ -32,6 +32,21 @@ type Scheme interface {
 	Verify(h http.Header, body []byte, now time.Time) (Event, error)
 }
 
+// Handshaker is implemented by a [Scheme] whose provider sends, besides
+// events, a signed handshake that must be answered with data from its body:
+// Slack's url_verification, sent when an Events API Request URL is set,
+// which Slack accepts only if the answer echoes its challenge.
+//
+// A [Receiver] calls Handshake with the raw body of every request whose
+// signature verified, before it claims any key. When ok, the request is a
+// handshake: it is answered 200 with answer as the body, of contentType, and
+// is neither claimed nor captured. Verify must accept a handshake like an
+// event (with an id, such as the body's hash), so that a handshake whose
+// signature does not verify is refused with 401 like any forgery.
+type Handshaker interface {
+	Handshake(body []byte) (answer []byte, contentType string, ok bool)
+}
+
 // Event is what a [Scheme] verified.
 type Event struct {
 	// ID identifies the event (the operation), the same on every retry:

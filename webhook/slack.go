@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -17,6 +18,12 @@ import (
 // is the body's "event_id" (signed); for bodies without one (slash commands,
 // interactivity payloads) it is [BodyHash] of the body, so a retry, which
 // carries the same body under a new timestamp, is recognised.
+//
+// The scheme is a [Handshaker]: a signed url_verification request (Slack
+// sends one when the Events API Request URL is set, and accepts the URL
+// only if the answer echoes the challenge) is answered 200 with
+// {"challenge": "..."} as application/json, and is not captured as an
+// event.
 func NewSlack(secrets ...string) (*HMAC, error) {
 	s, err := newHMAC("Slack", HMACConfig{
 		Header:          "X-Slack-Signature",
@@ -30,7 +37,26 @@ func NewSlack(secrets ...string) (*HMAC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: Slack: %w", err)
 	}
+	s.handshake = slackHandshake
 	return s, nil
+}
+
+// slackHandshake answers Slack's url_verification with its challenge.
+func slackHandshake(body []byte) ([]byte, string, bool) {
+	if !bytes.Contains(body, []byte("url_verification")) {
+		return nil, "", false // an event: not parsed twice
+	}
+	var v struct {
+		Type      string  `json:"type"`
+		Challenge *string `json:"challenge"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Type != "url_verification" || v.Challenge == nil {
+		return nil, "", false
+	}
+	b, _ := json.Marshal(struct {
+		Challenge string `json:"challenge"`
+	}{*v.Challenge})
+	return b, "application/json", true
 }
 
 // slackID is the Events API's event_id, else the body's hash.
