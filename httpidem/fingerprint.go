@@ -83,9 +83,10 @@ func canonicalContentType(ct string) (string, bool) {
 // insignificant whitespace; numbers are kept as written. A body whose
 // strings hold bytes that are not UTF-8, or lone surrogate escapes, is not
 // canonicalised: encoding/json decodes those to U+FFFD, so different bodies
-// would hash alike.
+// would hash alike. Nor is a body with an object whose member names repeat:
+// encoding/json keeps the last, so {"a":1,"a":2} would hash as {"a":2}.
 func canonicalJSON(b []byte) ([]byte, bool) {
-	if !utf8.Valid(b) {
+	if !utf8.Valid(b) || duplicateNames(b) {
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -129,4 +130,51 @@ func hasReplacement(v any) bool {
 		}
 	}
 	return false
+}
+
+// duplicateNames reports whether an object in the JSON value b has two
+// members of the same name (after unescaping). It reads tokens only; a body
+// that is not valid JSON reports false (the decoder refuses it after).
+func duplicateNames(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	// One frame per open object or array; names is nil for an array. key:
+	// the object's next token is a member name (or its end).
+	type frame struct {
+		names map[string]bool
+		key   bool
+	}
+	var open []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n := len(open); n > 0 && open[n-1].key {
+			if name, ok := tok.(string); ok {
+				if open[n-1].names[name] {
+					return true
+				}
+				open[n-1].names[name], open[n-1].key = true, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			open = append(open, frame{names: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			open = append(open, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			open = open[:len(open)-1]
+		}
+		// A value ended: the enclosing object's next token is a name.
+		if len(open) == 0 {
+			return false
+		}
+		if open[len(open)-1].names != nil {
+			open[len(open)-1].key = true
+		}
+	}
 }

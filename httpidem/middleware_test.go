@@ -189,6 +189,34 @@ func TestCanonicalJSONInvalidStrings(t *testing.T) {
 	}
 }
 
+// TestCanonicalJSONDuplicateNames: a body with duplicate member names is
+// not the same request as the body with only the last of them, though
+// encoding/json keeps only the last: under one key, the second gets 422,
+// not the first one's replay.
+func TestCanonicalJSONDuplicateNames(t *testing.T) {
+	var h counter
+	srv := serve(t, ledger(newMem()), &h, httpidem.WithCanonicalJSON(true))
+	for _, pair := range [][2]string{
+		{`{"amount":100,"amount":5}`, `{"amount":5}`},
+		{`{"a":{"x":1,"x":2}}`, `{"a":{"x":2}}`},
+		{`[{"n":1},{"n":1,"\u006e":2}]`, `[{"n":1},{"n":2}]`},
+	} {
+		key := newKey()
+		if r := post(t, srv.URL, key, pair[0], "Content-Type", "application/json"); r.status != http.StatusCreated {
+			t.Fatalf("%s: %d %q", pair[0], r.status, r.body)
+		}
+		if r := post(t, srv.URL, key, pair[1], "Content-Type", "application/json"); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("%s after %s under one key: %d (replayed=%v), want 422", pair[1], pair[0], r.status, r.replayed())
+		}
+	}
+	// The same name in different objects is no duplicate: still canonical.
+	key := newKey()
+	post(t, srv.URL, key, `{"a":{"n":1},"b":{"n":1},"n":[{"n":1}]}`, "Content-Type", "application/json")
+	if r := post(t, srv.URL, key, `{"n":[{"n":1}],"b":{"n":1},"a":{"n":1}}`, "Content-Type", "application/json"); r.status != http.StatusCreated || !r.replayed() {
+		t.Errorf("reordered body with repeated names in different objects: %d replayed=%v, want the replay", r.status, r.replayed())
+	}
+}
+
 // TestInProgress: while the first request runs, a retry gets 409
 // request-in-progress with Retry-After: 1; after it finishes, the replay.
 // With WithBusyWait the retry waits and gets the replay instead.

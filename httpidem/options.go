@@ -257,8 +257,10 @@ func WithFingerprintHeaders(names ...string) Option {
 // insignificant whitespace removed, numbers kept as written (default false:
 // the raw bytes). With it, a client that re-serialises the same object with
 // its keys in another order is not refused with 422. A body that is not
-// valid JSON, or whose strings are not valid Unicode (bytes that are not
-// UTF-8, lone surrogate escapes), is fingerprinted raw.
+// valid JSON, whose strings are not valid Unicode (bytes that are not
+// UTF-8, lone surrogate escapes), or with an object whose member names
+// repeat ({"amount":100,"amount":5}, which decoders read differently), is
+// fingerprinted raw.
 func WithCanonicalJSON(canonical bool) Option {
 	return func(c *config) { c.canonicalJSON = canonical }
 }
