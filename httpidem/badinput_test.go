@@ -351,6 +351,37 @@ func TestHeartbeatFails(t *testing.T) {
 	}
 }
 
+// TestHeartbeatFailsProblemDropsHandlerHeaders: a handler that set
+// Content-Encoding: gzip and a Location, then gave up without writing when
+// its lease was lost, did not answer: the 500 outcome-unknown the client
+// gets carries none of its headers, so it can be read (a problem sent as
+// "gzip" cannot), and points nowhere.
+func TestHeartbeatFailsProblemDropsHandlerHeaders(t *testing.T) {
+	fs := idemtest.NewFaultStore(memstore.New())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Location", "/charges/1")
+		w.Header().Set("Content-Length", "123")
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the handler's context was not cancelled when its lease ran out")
+		}
+	})
+	srv := serve(t, ledger(fs), h, httpidem.WithLease(300*time.Millisecond))
+	fs.Inject(idemtest.OpExtend, idemtest.Fault{Err: errors.New("connection refused")})
+	r := post(t, srv.URL, newKey(), "x") // fails the test if the answer cannot be read
+	if r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemOutcomeUnknown {
+		t.Fatalf("lease lost: %d %q, want 500 outcome-unknown", r.status, r.body)
+	}
+	if r.header.Get("Location") != "" || r.header.Get("Content-Encoding") != "" {
+		t.Fatalf("the problem carries the handler's headers: %v", r.header)
+	}
+	if r.header.Get(httpidem.HeaderRetention) == "" {
+		t.Fatalf("the problem lost the middleware's own %s", httpidem.HeaderRetention)
+	}
+}
+
 // TestHeartbeatFailsAfterEarlyHints: a 1xx is not the answer. A handler that
 // sent 103 Early Hints and then gave up when its lease was lost did nothing,
 // so the client gets 500 outcome-unknown, not net/http's implicit 200.

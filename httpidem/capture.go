@@ -19,7 +19,8 @@ import (
 type capture struct {
 	rw        http.ResponseWriter
 	m         *Middleware
-	status    int // final status; 0 until written
+	before    http.Header // the header map as it was before the handler ran
+	status    int         // final status; 0 until written
 	headers   []string
 	body      []byte
 	max       int
@@ -116,4 +117,16 @@ func (c *capture) result() response {
 		r.flags |= flagHijacked
 	}
 	return r
+}
+
+// restoreHeaders puts the header map back as it was before the handler ran,
+// for an answer of the middleware's own after a handler that wrote nothing:
+// what the handler set (Content-Encoding, Location) belongs to the answer it
+// did not give.
+func (c *capture) restoreHeaders() {
+	h := c.rw.Header()
+	clear(h)
+	for k, v := range c.before {
+		h[k] = v
+	}
 }

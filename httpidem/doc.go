@@ -84,7 +84,9 @@
 // The handler's context is the request's, cancelled when the client goes
 // away or when the ledger's heartbeat finds the lease lost. If the handler
 // then returns without writing anything, nothing is recorded and the key
-// is released: a retry runs the handler again. If it wrote a response
+// is released: a retry runs the handler again. The client gets 500
+// "outcome-unknown", without the headers the handler set for the answer it
+// did not give (a Content-Encoding would make the problem unreadable). If it wrote a response
 // anyway (the work was done), that response is recorded as usual, so a
 // retry gets it. A handler whose work must finish whatever the client does
 // should run it under [context.WithoutCancel].

@@ -122,7 +122,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	var c *capture
 	fn := func(ctx context.Context) ([]byte, error) {
-		c = &capture{rw: w, m: m, max: m.cfg.maxResponse}
+		c = &capture{rw: w, m: m, max: m.cfg.maxResponse, before: w.Header().Clone()}
 		r2 := r.WithContext(ctx)
 		r2.Body = io.NopCloser(bytes.NewReader(body)) // fresh for each run (a busy wait may run it)
 		next.ServeHTTP(c, r2)
@@ -310,6 +310,7 @@ func (m *Middleware) afterHandler(w http.ResponseWriter, r *http.Request, c *cap
 		}
 	case errors.Is(err, errNoAnswer):
 		if !c.committed {
+			c.restoreHeaders()
 			m.writeProblem(w, http.StatusInternalServerError, ProblemOutcomeUnknown, "The request was interrupted; retry it with the same Idempotency-Key.", 0)
 		}
 	default:
