@@ -98,7 +98,8 @@ func (e *FailedError) Error() string {
 func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 
 // MismatchError is returned (wrapping [ErrMismatch]) when a key is reused
-// with a different fingerprint.
+// with a different fingerprint, while its record is completed, failed or in
+// progress (Status says which).
 type MismatchError struct {
 	Key    string
 	Status Status // the stored record's status

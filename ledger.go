@@ -229,7 +229,10 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 //     takes over and runs fn (Takeover=true); under AtMostOnce it returns
 //     [ErrIndeterminate]. A Reconcile hook decides instead, under either.
 //   - the key failed permanently: a [*FailedError] with the stored reason.
-//   - the key was used with a different [Fingerprint]: [ErrMismatch].
+//   - the key was used with a different [Fingerprint]: [ErrMismatch], in
+//     any state it is found in (completed, failed, in progress, or lapsed
+//     under AtMostOnce), before any other answer. A lapsed key that this
+//     call takes over (AtLeastOnce) is run under the new fingerprint.
 //
 // When fn returns an error, Do returns it unchanged after recording what it
 // means: a [Permanent] error fails the key; under AtLeastOnce any other error
@@ -361,13 +364,19 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 // found turns a claim that was not acquired into the caller's answer.
 func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimResult) (Result, error) {
 	rec := cr.Record
-	mismatch := c.fingerprint != "" && rec.Fingerprint != "" && c.fingerprint != rec.Fingerprint
 	switch rec.Status {
-	case StatusCompleted:
-		if mismatch {
+	case StatusCompleted, StatusFailed, StatusInProgress:
+		// A key reused for a different request is refused in any state: an
+		// in-progress one too, live or lapsed, since waiting for it (busy)
+		// or resolving it (indeterminate) could never make this request's
+		// answer anything but a mismatch.
+		if c.fingerprint != "" && rec.Fingerprint != "" && c.fingerprint != rec.Fingerprint {
 			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
 			return Result{}, &MismatchError{Key: key, Status: rec.Status}
 		}
+	}
+	switch rec.Status {
+	case StatusCompleted:
 		if l.cache != nil {
 			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
 				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
@@ -375,10 +384,6 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
 		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
 	case StatusFailed:
-		if mismatch {
-			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
-			return Result{}, &MismatchError{Key: key, Status: rec.Status}
-		}
 		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
 		return Result{}, &FailedError{Key: key, Reason: rec.Reason, Attempt: rec.Attempt, Fence: rec.Fence}
 	case StatusInProgress:

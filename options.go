@@ -203,8 +203,12 @@ func WithHashedKeysInLogs() Option {
 
 // Fingerprint names the bytes that are "the request" (a payload, a body):
 // their sha256 is stored with the claim, and a later call with the same key
-// but a different fingerprint gets [ErrMismatch] instead of another's result.
-// Calls without a fingerprint are never a mismatch.
+// but a different fingerprint gets [ErrMismatch] instead of another's result,
+// whatever the key's state: completed, failed, or still in progress (live,
+// or lapsed under AtMostOnce; not [ErrInProgress] nor [ErrIndeterminate]).
+// A released key, and a lapsed one taken over under AtLeastOnce, take the
+// new call's fingerprint. Calls without a fingerprint are never a
+// mismatch.
 func Fingerprint(request []byte) CallOption {
 	sum := sha256.Sum256(request)
 	fp := hex.EncodeToString(sum[:])

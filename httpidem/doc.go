@@ -41,7 +41,8 @@
 //   - A finished key, same request: the recorded status, headers and body,
 //     byte for byte, with Idempotent-Replayed: true. The handler does not
 //     run.
-//   - A key used with a different request: 422 "key-reused". "The same
+//   - A key used with a different request: 422 "key-reused", also while
+//     the first request is still running. "The same
 //     request" means the same method, route pattern (when a ServeMux routed
 //     the request before the middleware), escaped path, query (keys
 //     sorted), media type and parameters of Content-Type, headers named by

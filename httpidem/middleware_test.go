@@ -272,6 +272,42 @@ func TestInProgress(t *testing.T) {
 	})
 }
 
+// TestMismatchWhileInProgress: a key reused with a different body while
+// the first request runs gets 422 key-reused, as after it finished, not 409
+// (which tells the client to retry the same request, only to be refused
+// later); the same request still gets 409.
+func TestMismatchWhileInProgress(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s idem.Store) {
+		started, release := make(chan struct{}), make(chan struct{})
+		var runs atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			close(started)
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		})
+		srv := serve(t, ledger(s), h)
+		key := newKey()
+		firstDone := make(chan reply, 1)
+		go func() { firstDone <- do(t, http.MethodPost, srv.URL, []string{quoted(key)}, "A") }()
+		<-started
+		r := post(t, srv.URL, key, "B")
+		if r.status != http.StatusUnprocessableEntity || r.problemType(t) != httpidem.ProblemKeyReused {
+			t.Errorf("other body while the first runs: %d %q, want 422 key-reused", r.status, r.body)
+		}
+		if r := post(t, srv.URL, key, "A"); r.status != http.StatusConflict {
+			t.Errorf("same body while the first runs: %d %q, want 409", r.status, r.body)
+		}
+		close(release)
+		if r := <-firstDone; r.err != nil || r.status != http.StatusCreated {
+			t.Fatalf("first: %v %d", r.err, r.status)
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("handler ran %d times, want 1", runs.Load())
+		}
+	})
+}
+
 // TestConcurrent: 50 identical requests at once run the handler once; every
 // other one gets 409 or the replay.
 func TestConcurrent(t *testing.T) {

@@ -60,7 +60,8 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 //     DeadLetter at once.
 //   - [idem.Permanent] from the handler, a replayed permanent failure
 //     ([idem.ErrFailed]), or a key reused with a different payload
-//     ([idem.ErrMismatch]): DeadLetter with the reason.
+//     ([idem.ErrMismatch], also while another worker holds the key):
+//     DeadLetter with the reason.
 //   - any other error, including [idem.ErrIndeterminate] (an [idem.AtMostOnce]
 //     attempt lapsed: retried until someone resolves the key), a store error
 //     and [idem.ErrLeaseLost]: Retry with exponential backoff and jitter, or
