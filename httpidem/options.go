@@ -37,10 +37,15 @@ const (
 // DefaultReplayHeaders are the response headers kept and replayed when
 // [WithReplayHeaders] is not given. Content-Encoding is among them because
 // the body is replayed byte for byte: without it, a compressed body cannot
-// be read.
+// be read. So are the headers a replayed status needs to mean what it
+// meant: Allow (405), WWW-Authenticate (401), Retry-After (a 503 kept
+// with [WithStoreServerErrors], a 3xx), Content-Range (206, 416), and
+// Content-Disposition (a download). None is a credential or a framing
+// header.
 var DefaultReplayHeaders = []string{
-	"Cache-Control", "Content-Encoding", "Content-Language", "Content-Location", "Content-Type",
-	"ETag", "Expires", "Last-Modified", "Link", "Location", "Vary",
+	"Allow", "Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Location", "Content-Range", "Content-Type", "ETag", "Expires", "Last-Modified",
+	"Link", "Location", "Retry-After", "Vary", "WWW-Authenticate",
 }
 
 // neverReplayed are headers that are never kept, even when listed in

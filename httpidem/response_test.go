@@ -307,3 +307,39 @@ func TestReplayHeaderSpelling(t *testing.T) {
 		t.Fatalf("replay's headers %v; want ETag \"v1\"", again.Header())
 	}
 }
+
+// TestReplayKeepsHeadersTheStatusNeeds: a replayed status keeps the headers
+// that give it its meaning: Allow on a 405, WWW-Authenticate on a 401,
+// Retry-After on a kept 503, Content-Disposition and Content-Range where
+// the handler sent them.
+func TestReplayKeepsHeadersTheStatusNeeds(t *testing.T) {
+	for _, c := range []struct {
+		status       int
+		header, val  string
+		storeServers bool
+	}{
+		{http.StatusMethodNotAllowed, "Allow", "GET, HEAD", false},
+		{http.StatusUnauthorized, "WWW-Authenticate", `Bearer realm="api", error="invalid_token"`, false},
+		{http.StatusServiceUnavailable, "Retry-After", "120", true},
+		{http.StatusOK, "Content-Disposition", `attachment; filename="invoice.pdf"`, false},
+		{http.StatusPartialContent, "Content-Range", "bytes 0-3/10", false},
+	} {
+		var runs atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set(c.header, c.val)
+			w.WriteHeader(c.status)
+			_, _ = io.WriteString(w, "body")
+		})
+		srv := serve(t, ledger(newMem()), h, httpidem.WithStoreServerErrors(c.storeServers))
+		key := newKey()
+		post(t, srv.URL, key, "x")
+		r := post(t, srv.URL, key, "x")
+		if r.status != c.status || !r.replayed() || runs.Load() != 1 {
+			t.Fatalf("%d: replay %d replayed=%v runs=%d", c.status, r.status, r.replayed(), runs.Load())
+		}
+		if got := r.header.Get(c.header); got != c.val {
+			t.Errorf("replayed %d: %s %q, want %q", c.status, c.header, got, c.val)
+		}
+	}
+}
