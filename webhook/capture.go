@@ -25,7 +25,7 @@ type Capture interface {
 // Publish captures events with p, under [idem.Ledger.Do]: claim the key,
 // publish the message (its DedupID is the operation key), complete the key
 // with the answer. When Publish fails the ledger releases the key (under the
-// default [idem.AtLeastOnce] policy) and the receiver answers 503, so the
+// default [idem.AtLeastOnce] policy) and the receiver answers 500, so the
 // sender retries and the retry publishes.
 //
 // The window that remains: if the process dies (or the store fails) after
@@ -77,7 +77,7 @@ func (c publishCapture) capture(ctx context.Context, l *idem.Ledger, key idem.Op
 // A duplicate of an event already captured is answered from the claim in
 // its transaction (the ledger's cache, [idem.WithCache], answers repeats
 // without one). When PublishTx fails the transaction rolls back (the key is
-// as before) and the receiver answers 503. Concurrent deliveries of one
+// as before) and the receiver answers 500. Concurrent deliveries of one
 // event are serialized by the database: the first commits, the others
 // replay its answer.
 //
@@ -116,7 +116,7 @@ func (c txCapture[Tx]) capture(ctx context.Context, l *idem.Ledger, key idem.Ope
 
 // PublishError wraps an error from the queue. The event was not captured
 // (or, for a plain [Publish], may have been: the broker's answer was lost);
-// the receiver answered 503 and the sender will retry.
+// the receiver answered 500 and the sender will retry.
 type PublishError struct{ Err error }
 
 func (e *PublishError) Error() string { return "webhook: publish: " + e.Err.Error() }

@@ -16,12 +16,12 @@
 // 2xx means "taken responsibility": the event is in the queue. A duplicate
 // delivery gets the first answer again with Idempotent-Replayed: true; a
 // duplicate that arrives while the first is being captured gets 409 and
-// Retry-After; a queue or store that fails gets 503, never 2xx, and the key
+// Retry-After; a queue or store that fails gets 500, never 2xx, and the key
 // is released (or, when the store itself failed, left to its lease) so the
 // sender's retry captures the event.
 //
 // Under an [idem.AtMostOnce] ledger a publish that failed (the broker may
-// have taken the message) leaves the key indeterminate: retries get 503
+// have taken the message) leaves the key indeterminate: retries get 500
 // until an operator decides. `idem resolve accept:<source>:<event id>
 // --done` says the event is in the queue: retries get 200 and the accepted
 // body (without message_id; a --result is kept as the operator's note, not

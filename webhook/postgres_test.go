@@ -82,7 +82,7 @@ func TestReceiverPostgresTx(t *testing.T) {
 	}
 
 	pub.fail = true
-	if a := serve(rc, swRequest(t, s, "msg_pg", `{"pg":1}`, time.Now())); a.status != http.StatusServiceUnavailable {
+	if a := serve(rc, swRequest(t, s, "msg_pg", `{"pg":1}`, time.Now())); a.status != http.StatusInternalServerError {
 		t.Fatalf("failed publish: %d %s", a.status, a.body)
 	}
 	if n := pub.count(t); n != 0 {

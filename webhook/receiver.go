@@ -27,7 +27,7 @@ const (
 	// DefaultBodyTimeout is how long a Receiver waits for the whole body
 	// (10 s); a slower one (a slow-loris sender) is answered 408.
 	DefaultBodyTimeout = 10 * time.Second
-	// DefaultRetryAfter is the Retry-After, in seconds, of a 503.
+	// DefaultRetryAfter is the Retry-After, in seconds, of a 500.
 	DefaultRetryAfter = 5
 )
 
@@ -74,7 +74,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 //     as done, 200 and the accepted body without its message_id);
 //   - a duplicate while the first delivery is being captured: 409 with
 //     Retry-After (seconds left on the first one's lease);
-//   - the queue or the store failing: 503 with Retry-After, never 2xx. The
+//   - the queue or the store failing: 500 with Retry-After, never 2xx. The
 //     key is released (or left to its lease), so the sender's retry
 //     captures the event.
 //
@@ -151,7 +151,7 @@ func WithLogger(l *slog.Logger) Option {
 // publish then releases the key for the sender's retry. Under
 // [idem.AtMostOnce] a failed publish (whose message may or may not have
 // been accepted) leaves the key indeterminate, and every retry is answered
-// 503 until an operator resolves it: `idem resolve KEY --not-done` (the
+// 500 until an operator resolves it: `idem resolve KEY --not-done` (the
 // message is not in the queue) releases the key and the next retry captures
 // the event; `idem resolve KEY --done` (it is) makes retries get 200 with
 // the accepted body and no message_id (any --result is the operator's note,
@@ -173,7 +173,7 @@ func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, 
 	}
 	// The longest key a Receiver builds is the hashed one, for an id too
 	// long to be spelled out: the source must leave room for it, or every
-	// such event would be refused (503) forever.
+	// such event would be refused (500) forever.
 	if err := Key(source, strings.Repeat("x", idem.MaxKeyLen+1)).Err(); err != nil {
 		return nil, fmt.Errorf("webhook: NewReceiver: source: %w", err)
 	}
@@ -359,16 +359,16 @@ func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id str
 		rc.problem(w, r, http.StatusInternalServerError, "misconfigured", "Receiver misconfigured", "the event was not captured")
 		return
 	case errors.As(err, &pub):
-		rc.log.ErrorContext(r.Context(), "webhook: publish failed; answered 503 so the sender retries",
+		rc.log.ErrorContext(r.Context(), "webhook: publish failed; answered 500 so the sender retries",
 			"source", rc.source, "event_id", id, "error", err)
 	default:
 		// Store errors, lease lost, indeterminate (AtMostOnce), failed keys,
 		// a request cancelled mid-capture: nothing here is "captured".
-		rc.log.ErrorContext(r.Context(), "webhook: capture failed; answered 503 so the sender retries",
+		rc.log.ErrorContext(r.Context(), "webhook: capture failed; answered 500 so the sender retries",
 			"source", rc.source, "event_id", id, "error", err)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(DefaultRetryAfter))
-	rc.problem(w, r, http.StatusServiceUnavailable, "capture-failed", "Event not captured",
+	rc.problem(w, r, http.StatusInternalServerError, "capture-failed", "Event not captured",
 		"the event could not be captured durably; retry later")
 }
 

@@ -168,7 +168,7 @@ func TestReceiverInProgressConflict(t *testing.T) {
 	}
 }
 
-// A publish that fails answers 503 with Retry-After, never 200; the key is
+// A publish that fails answers 500 with Retry-After, never 200; the key is
 // released, so the sender's retry captures the event (once).
 func TestReceiverPublishFails(t *testing.T) {
 	for _, mode := range []string{"plain", "tx"} {
@@ -177,8 +177,8 @@ func TestReceiverPublishFails(t *testing.T) {
 			rc, s := newReceiver(t, e, captures(e)[mode])
 			e.pub.setHook(func(context.Context) error { return errInjected })
 			a := serve(rc, swRequest(t, s, "msg_f", `{"x":1}`, time.Now()))
-			if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
-				t.Fatalf("publish failed: %d (Retry-After %q) %s, want 503 with Retry-After", a.status, a.header.Get("Retry-After"), a.body)
+			if a.status != http.StatusInternalServerError || a.header.Get("Retry-After") == "" {
+				t.Fatalf("publish failed: %d (Retry-After %q) %s, want 500 with Retry-After", a.status, a.header.Get("Retry-After"), a.body)
 			}
 			if p := problemOf(t, a); p.Type != ProblemTypePrefix+"capture-failed" || strings.Contains(string(a.body), "broker unreachable") {
 				t.Fatalf("problem %s (must not leak internals)", a.body)
@@ -205,8 +205,8 @@ func TestReceiverTxRollsBackPartialPublish(t *testing.T) {
 	fail := &failAfterWrite{sqlitePub: e.pub}
 	rc, s := newReceiver(t, e, PublishTx[*sql.Tx](fail))
 	a := serve(rc, swRequest(t, s, "msg_tx", `{}`, time.Now()))
-	if a.status != 503 {
-		t.Fatalf("%d %s, want 503", a.status, a.body)
+	if a.status != 500 {
+		t.Fatalf("%d %s, want 500", a.status, a.body)
 	}
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d rows survived the rolled-back transaction", n)
@@ -226,8 +226,8 @@ func (f *failAfterWrite) PublishTx(ctx context.Context, tx *sql.Tx, m queueOutgo
 }
 
 // A store that fails mid-request never yields 200: a failed claim answers
-// 503 and publishes nothing; a completion that fails after the publish
-// answers 503 too (the sender retries). The retry waits for the lease (409),
+// 500 and publishes nothing; a completion that fails after the publish
+// answers 500 too (the sender retries). The retry waits for the lease (409),
 // then takes the key over and publishes again under the same DedupID, which
 // a broker with dedup drops; that is the window Publish documents and
 // PublishTx closes.
@@ -241,8 +241,8 @@ func TestReceiverStoreFailsMidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.Inject(idemtest.OpClaim, idemtest.Fault{Err: errInjected})
-	if a := serve(rc, swRequest(t, s, "msg_s", `{}`, time.Now())); a.status != 503 {
-		t.Fatalf("claim failed: %d %s, want 503", a.status, a.body)
+	if a := serve(rc, swRequest(t, s, "msg_s", `{}`, time.Now())); a.status != 500 {
+		t.Fatalf("claim failed: %d %s, want 500", a.status, a.body)
 	}
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d messages after a failed claim", n)
@@ -250,8 +250,8 @@ func TestReceiverStoreFailsMidRequest(t *testing.T) {
 	fs.Heal(idemtest.OpClaim)
 
 	fs.Inject(idemtest.OpComplete, idemtest.Fault{Err: errInjected})
-	if a := serve(rc, swRequest(t, s, "msg_s", `{}`, time.Now())); a.status != 503 {
-		t.Fatalf("complete failed: %d %s, want 503", a.status, a.body)
+	if a := serve(rc, swRequest(t, s, "msg_s", `{}`, time.Now())); a.status != 500 {
+		t.Fatalf("complete failed: %d %s, want 500", a.status, a.body)
 	}
 	fs.Heal(idemtest.OpComplete)
 	if a := serve(rc, swRequest(t, s, "msg_s", `{}`, time.Now())); a.status != 409 {
@@ -417,7 +417,7 @@ func TestNewReceiverChecks(t *testing.T) {
 
 // A source NewReceiver accepts must leave room for the longest key it
 // builds (accept:<source>:sha256:<hex>, for a long id): otherwise every
-// event with a long id would be answered 503 forever.
+// event with a long id would be answered 500 forever.
 func TestNewReceiverSourceLength(t *testing.T) {
 	s := mustStandard(t, testSecret)
 	l := idem.New(memstore.New(), idem.WithLogger(quiet))
@@ -432,19 +432,19 @@ func TestNewReceiverSourceLength(t *testing.T) {
 }
 
 // Under AtMostOnce a failed publish leaves the key indeterminate: the retry
-// is refused with 503 (never 200, never a second publish) until an operator
+// is refused with 500 (never 200, never a second publish) until an operator
 // resolves it.
 func TestReceiverAtMostOncePublishFails(t *testing.T) {
 	e := newEnv(t, idem.WithPolicy(idem.AtMostOnce), idem.WithLease(time.Second))
 	rc, s := newReceiver(t, e, Publish(e.pub))
 	e.pub.setHook(func(context.Context) error { return errInjected })
-	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 503 {
-		t.Fatalf("%d %s, want 503", a.status, a.body)
+	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 500 {
+		t.Fatalf("%d %s, want 500", a.status, a.body)
 	}
 	e.pub.setHook(nil)
 	e.clock.Add(2 * time.Second)
-	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 503 {
-		t.Fatalf("retry of an indeterminate key: %d %s, want 503", a.status, a.body)
+	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 500 {
+		t.Fatalf("retry of an indeterminate key: %d %s, want 500", a.status, a.body)
 	}
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d messages", n)

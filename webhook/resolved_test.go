@@ -22,8 +22,8 @@ func TestReceiverAnswersAKeyResolvedDoneAsCaptured(t *testing.T) {
 			e := newEnv(t, idem.WithPolicy(idem.AtMostOnce), idem.WithLease(time.Second))
 			rc, s := newReceiver(t, e, Publish(e.pub))
 			e.pub.setHook(func(context.Context) error { return context.DeadlineExceeded })
-			if a := serve(rc, swRequest(t, s, "msg_1", `{}`, time.Now())); a.status != http.StatusServiceUnavailable {
-				t.Fatalf("publish timed out: %d %s, want 503", a.status, a.body)
+			if a := serve(rc, swRequest(t, s, "msg_1", `{}`, time.Now())); a.status != http.StatusInternalServerError {
+				t.Fatalf("publish timed out: %d %s, want 500", a.status, a.body)
 			}
 			e.pub.setHook(nil)
 			if _, err := e.store.Resolve(context.Background(), Key("acme", "msg_1").String(), 0,

@@ -102,7 +102,7 @@ func TestReceiverSQLQueue(t *testing.T) {
 	}
 }
 
-// A queue that fails for real (its handle closed) gets 503 and nothing is
+// A queue that fails for real (its handle closed) gets 500 and nothing is
 // recorded as done: once the queue is back, the sender's retry captures
 // the event.
 func TestReceiverSQLQueueClosed(t *testing.T) {
@@ -118,8 +118,8 @@ func TestReceiverSQLQueueClosed(t *testing.T) {
 				c = PublishTx[*sql.Tx](q)
 			}
 			rc, s := newReceiver(t, e, c)
-			if a := serve(rc, swRequest(t, s, "msg_c", `{}`, time.Now())); a.status != http.StatusServiceUnavailable {
-				t.Fatalf("closed queue: %d %s, want 503", a.status, a.body)
+			if a := serve(rc, swRequest(t, s, "msg_c", `{}`, time.Now())); a.status != http.StatusInternalServerError {
+				t.Fatalf("closed queue: %d %s, want 500", a.status, a.body)
 			}
 			_, q2 := openSQLQueue(t, e)
 			c2 := Publish(q2)

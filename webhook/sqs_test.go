@@ -67,9 +67,9 @@ func receiveSQS(t *testing.T, q *sqsqueue.Queue) []queue.Message {
 // Seed 004's receiver forwards each inbound event onto an SQS FIFO queue
 // with MessageGroupId and MessageDeduplicationId both naming the event, the
 // operation, never a timestamp or a random value. On the real queue
-// (local-aws-sqs): the event is captured (200, not the 503 of a FIFO publish
+// (local-aws-sqs): the event is captured (200, not the 500 of a FIFO publish
 // without a group), its retry is replayed without a second send, and when
-// the ledger's completion fails after the publish (503, the sender retries,
+// the ledger's completion fails after the publish (500, the sender retries,
 // the retry takes the lapsed key over and publishes again) the queue drops
 // the second copy on its DedupID: the queue holds one message.
 func TestReceiverSQSFIFO(t *testing.T) {
@@ -91,8 +91,8 @@ func TestReceiverSQSFIFO(t *testing.T) {
 	}
 
 	fs.Inject(idemtest.OpComplete, idemtest.Fault{Err: errInjected})
-	if a := serve(rc, swRequest(t, s, "evt_2", `{"order":"o-2"}`, time.Now())); a.status != 503 {
-		t.Fatalf("completion failed after the publish: %d %s, want 503", a.status, a.body)
+	if a := serve(rc, swRequest(t, s, "evt_2", `{"order":"o-2"}`, time.Now())); a.status != 500 {
+		t.Fatalf("completion failed after the publish: %d %s, want 500", a.status, a.body)
 	}
 	fs.Heal(idemtest.OpComplete)
 	e.clock.Add(11 * time.Second) // the lease lapses; the sender retries

@@ -90,7 +90,7 @@ func TestArrivesTwicePaidOnce(t *testing.T) {
 }
 
 // "What do we return when we fail?" Not a success: a bad signature is 401
-// and nothing is captured; a queue that is down is 503, so the sender
+// and nothing is captured; a queue that is down is 500, so the sender
 // retries later instead of believing the event was taken.
 func TestFailuresAreNotSuccess(t *testing.T) {
 	a := open(t)
@@ -112,8 +112,8 @@ func TestFailuresAreNotSuccess(t *testing.T) {
 		t.Fatalf("a forged delivery was captured: %+v", st)
 	}
 	a.Queues.Close() // the queue goes away
-	if code, body, _ := deliver(t, srv.URL, "evt_2", `{"type":"payment.succeeded","order_id":"o-2","amount":1}`); code != http.StatusServiceUnavailable {
-		t.Fatalf("delivery while the queue is down: %d %s, want 503", code, body)
+	if code, body, _ := deliver(t, srv.URL, "evt_2", `{"type":"payment.succeeded","order_id":"o-2","amount":1}`); code != http.StatusInternalServerError {
+		t.Fatalf("delivery while the queue is down: %d %s, want 500", code, body)
 	}
 }
 
