@@ -48,3 +48,29 @@ func TestReceiverRetryDaysLater(t *testing.T) {
 		})
 	}
 }
+
+// Seed 004: senders vary a payload between retries (a new timestamp in
+// the body, re-serialized JSON). The event id the sender signed is the
+// key, not the body: a retry with another validly signed body is the same
+// event, answered with the first answer, and nothing more is queued.
+func TestReceiverRetryWithAnotherBody(t *testing.T) {
+	for _, mode := range []string{"plain", "tx"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			rc, s := newReceiver(t, e, captures(e)[mode])
+			now := time.Now()
+			first := serve(rc, swRequest(t, s, "msg_v", `{"type":"invoice.paid","sent_at":"10:00:00"}`, now))
+			if first.status != http.StatusOK {
+				t.Fatalf("first delivery: %d %s", first.status, first.body)
+			}
+			again := serve(rc, swRequest(t, s, "msg_v", `{"sent_at":"10:05:00", "type":"invoice.paid"}`, now.Add(5*time.Minute)))
+			if again.status != http.StatusOK || again.header.Get(ReplayedHeader) != "true" || string(again.body) != string(first.body) {
+				t.Fatalf("retry with another body: %d %s (replayed %q), want the first answer replayed", again.status, again.body, again.header.Get(ReplayedHeader))
+			}
+			msgs := e.pub.messages(t)
+			if len(msgs) != 1 || string(msgs[0].Body) != `{"type":"invoice.paid","sent_at":"10:00:00"}` {
+				t.Fatalf("queued %+v, want the first body once", msgs)
+			}
+		})
+	}
+}
