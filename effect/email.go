@@ -1,0 +1,255 @@
+package effect
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	"net/mail"
+	"net/textproto"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Email is one message to send with [SMTP.Send].
+//
+// Addresses are RFC 5322 addresses, with or without a display name
+// ("Ana <ana@example.com>" or "ana@example.com"); a display name may be
+// non-ASCII (it is encoded). Bcc recipients get the message but appear in
+// no header.
+type Email struct {
+	From    string   // required: the author, and the envelope sender (MAIL FROM)
+	To      []string // at least one of To, Cc and Bcc is required
+	Cc      []string
+	Bcc     []string
+	Subject string // may be non-ASCII (encoded as RFC 2047 Q-encoded words)
+	Text    string // the plain-text body
+	// HTML is an optional HTML body. With both Text and HTML the message is
+	// multipart/alternative; with HTML alone it is text/html.
+	HTML string
+	// Headers are extra header fields (Reply-To, List-Unsubscribe,
+	// X-SES-CONFIGURATION-SET...), written in the order of their names.
+	// Values may be non-ASCII (encoded like Subject). They may not replace
+	// the fields Send writes itself: From, To, Cc, Bcc, Subject, Date,
+	// Message-ID, MIME-Version, Content-Type, Content-Transfer-Encoding.
+	Headers map[string]string
+}
+
+// KeyToken returns the operation key's token: the first 32 hex digits of
+// the SHA-256 of key. It is what [MessageID] puts before the "@", and it
+// suits places that take only letters and digits (an SES message tag, a
+// provider's idempotency key of limited length).
+func KeyToken(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16])
+}
+
+// MessageID returns the Message-ID that [SMTP.Send] writes for the
+// operation key: "<" + KeyToken(key) + "@" + domain + ">". It is the same
+// on every attempt, so a Reconcile hook can ask the mailbox or the provider
+// whether a message with it went out. The domain is used as given; it
+// should be one the sender controls.
+func MessageID(key, domain string) string {
+	return "<" + KeyToken(key) + "@" + domain + ">"
+}
+
+// reserved are the header fields Send writes itself.
+var reserved = map[string]bool{
+	"From": true, "To": true, "Cc": true, "Bcc": true, "Subject": true, "Date": true,
+	"Message-Id": true, "Mime-Version": true, "Content-Type": true, "Content-Transfer-Encoding": true,
+}
+
+// envelope is an Email made ready to send: its envelope and its bytes.
+type envelope struct {
+	from      string   // MAIL FROM
+	rcpt      []string // RCPT TO, in order, without duplicates
+	messageID string
+	data      []byte // the message, CRLF line endings, not dot-stuffed
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w email: "+format, append([]any{ErrInvalid}, a...)...)
+}
+
+// build checks m and writes it as an RFC 5322 message with the key's
+// Message-ID. domain overrides the Message-ID's domain (default: From's).
+func build(key string, m Email, domain string, now time.Time) (*envelope, error) {
+	if key == "" {
+		return nil, invalid("empty operation key")
+	}
+	from, err := mail.ParseAddress(m.From)
+	if err != nil {
+		return nil, invalid("From %q: %v", m.From, err)
+	}
+	if domain == "" {
+		domain = from.Address[strings.LastIndexByte(from.Address, '@')+1:]
+	}
+	if !asciiDomain(domain) {
+		return nil, invalid("Message-ID domain %q is not an ASCII domain name (set WithMessageIDDomain)", domain)
+	}
+	env := &envelope{from: from.Address, messageID: MessageID(key, domain)}
+	seen := map[string]bool{}
+	lists := make(map[string][]*mail.Address, 3)
+	for _, f := range []struct {
+		name string
+		in   []string
+	}{{"To", m.To}, {"Cc", m.Cc}, {"Bcc", m.Bcc}} {
+		for _, s := range f.in {
+			a, err := mail.ParseAddress(s)
+			if err != nil {
+				return nil, invalid("%s %q: %v", f.name, s, err)
+			}
+			lists[f.name] = append(lists[f.name], a)
+			if !seen[a.Address] {
+				seen[a.Address] = true
+				env.rcpt = append(env.rcpt, a.Address)
+			}
+		}
+	}
+	if len(env.rcpt) == 0 {
+		return nil, invalid("no recipient (To, Cc and Bcc are empty)")
+	}
+	if hasBreak(m.Subject) {
+		return nil, invalid("line break in Subject")
+	}
+	if !utf8.ValidString(m.Subject) || !utf8.ValidString(m.Text) || !utf8.ValidString(m.HTML) {
+		return nil, invalid("Subject or body is not valid UTF-8")
+	}
+	names := make([]string, 0, len(m.Headers))
+	for k, v := range m.Headers {
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		if k == "" || !validFieldName(k) {
+			return nil, invalid("header name %q", k)
+		}
+		if reserved[ck] {
+			return nil, invalid("header %s is written by Send; set it through Email's fields", ck)
+		}
+		if hasBreak(v) || !utf8.ValidString(v) {
+			return nil, invalid("header %s: a line break or invalid UTF-8 in its value", ck)
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+
+	var b bytes.Buffer
+	field := func(name, value string) { b.WriteString(name + ": " + value + "\r\n") }
+	field("Date", now.Format(time.RFC1123Z))
+	field("Message-ID", env.messageID)
+	field("From", from.String())
+	if l := lists["To"]; len(l) > 0 {
+		field("To", addressList(l))
+	}
+	if l := lists["Cc"]; len(l) > 0 {
+		field("Cc", addressList(l))
+	}
+	if m.Subject != "" {
+		field("Subject", encodeText(m.Subject))
+	}
+	for _, k := range names {
+		field(k, encodeText(m.Headers[k]))
+	}
+	field("MIME-Version", "1.0")
+	switch {
+	case m.HTML != "" && m.Text != "":
+		mw := multipart.NewWriter(&b)
+		field("Content-Type", mime.FormatMediaType("multipart/alternative", map[string]string{"boundary": mw.Boundary()}))
+		b.WriteString("\r\n")
+		for _, p := range []struct{ ct, body string }{{"text/plain", m.Text}, {"text/html", m.HTML}} {
+			w, err := mw.CreatePart(textproto.MIMEHeader{
+				"Content-Type":              {p.ct + "; charset=utf-8"},
+				"Content-Transfer-Encoding": {"quoted-printable"},
+			})
+			if err != nil {
+				return nil, err
+			}
+			if err := writeQP(w, p.body); err != nil {
+				return nil, err
+			}
+		}
+		if err := mw.Close(); err != nil {
+			return nil, err
+		}
+	default:
+		ct, body := "text/plain", m.Text
+		if m.HTML != "" {
+			ct, body = "text/html", m.HTML
+		}
+		field("Content-Type", ct+"; charset=utf-8")
+		field("Content-Transfer-Encoding", "quoted-printable")
+		b.WriteString("\r\n")
+		if err := writeQP(&b, body); err != nil {
+			return nil, err
+		}
+	}
+	env.data = b.Bytes()
+	return env, nil
+}
+
+// writeQP writes body quoted-printable with CRLF line endings, ending in a
+// line break.
+func writeQP(w io.Writer, body string) error {
+	body = strings.ReplaceAll(body, "\r\n", "\n")
+	if body != "" && !strings.HasSuffix(body, "\n") {
+		body += "\n"
+	}
+	qp := quotedprintable.NewWriter(w)
+	if _, err := io.WriteString(qp, body); err != nil {
+		return err
+	}
+	return qp.Close()
+}
+
+// encodeText returns s as it is if it is printable ASCII, or else as
+// RFC 2047 Q-encoded words, folded onto continuation lines.
+func encodeText(s string) string {
+	e := mime.QEncoding.Encode("utf-8", s)
+	if e == s {
+		return s
+	}
+	return strings.ReplaceAll(e, " =?utf-8?q?", "\r\n =?utf-8?q?")
+}
+
+// addressList writes addresses separated by commas, one per line after the
+// first when they do not fit on one.
+func addressList(l []*mail.Address) string {
+	parts := make([]string, len(l))
+	n := 0
+	for i, a := range l {
+		parts[i] = a.String()
+		n += len(parts[i]) + 2
+	}
+	if n <= 70 {
+		return strings.Join(parts, ", ")
+	}
+	return strings.Join(parts, ",\r\n ")
+}
+
+func hasBreak(s string) bool { return strings.ContainsAny(s, "\r\n") }
+
+func validFieldName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c > '~' || c == ':' {
+			return false
+		}
+	}
+	return true
+}
+
+func asciiDomain(d string) bool {
+	if d == "" || len(d) > 253 {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		c := d[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,267 @@
+package effect_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
+)
+
+func receipt() effect.Email {
+	return effect.Email{
+		From:    "Shop <receipts@shop.example>",
+		To:      []string{"user7@example.com"},
+		Subject: "Your receipt for order 8891",
+		Text:    "Thanks for your order.",
+	}
+}
+
+// class is what an error from Send tells an idem.Ledger.
+type class struct{ notDone, permanent, unknown bool }
+
+func classify(err error) class {
+	var nd *idem.NotDoneError
+	var pe *idem.PermanentError
+	return class{errors.As(err, &nd), errors.As(err, &pe), errors.Is(err, effect.ErrOutcomeUnknown)}
+}
+
+func wantClass(t *testing.T, err error, want class) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Send succeeded; want an error of class %+v", want)
+	}
+	if got := classify(err); got != want {
+		t.Fatalf("error %q is %+v, want %+v", err, got, want)
+	}
+}
+
+func wantSMTPError(t *testing.T, err error, code int, stage string) {
+	t.Helper()
+	var se *effect.SMTPError
+	if !errors.As(err, &se) || se.Code != code || se.Stage != stage {
+		t.Fatalf("error %q: want an *SMTPError %d at %q, got %+v", err, code, stage, se)
+	}
+}
+
+var (
+	notDone   = class{notDone: true}
+	rejected  = class{notDone: true, permanent: true}
+	ambiguous = class{unknown: true}
+)
+
+func TestSMTPSendAccepted(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	id, err := effect.NewSMTP(f.Addr).Send(context.Background(), "receipt:8891:7", receipt())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := effect.MessageID("receipt:8891:7", "shop.example"); id != want {
+		t.Fatalf("message id %q, want %q", id, want)
+	}
+	msgs := f.Messages()
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "Message-ID: "+id+"\r\n") {
+		t.Fatalf("server got %q, want one message with Message-ID %s", msgs, id)
+	}
+	if cmds := f.Commands(); cmds[len(cmds)-1] != "QUIT" {
+		t.Fatalf("the session ended with %q, want QUIT", cmds[len(cmds)-1])
+	}
+}
+
+// Nothing listens: nothing can have been sent, so the key may be retried.
+func TestSMTPConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = effect.NewSMTP(addr).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+}
+
+// A recipient refused with 550: nothing is sent, and trying again cannot
+// help, so the error is both NotDone and Permanent.
+func TestSMTPRcpt550(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	f.Rcpt = "550 5.1.1 no such user"
+	_, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", receipt())
+	wantClass(t, err, rejected)
+	wantSMTPError(t, err, 550, effect.StageRcpt)
+	if len(f.Messages()) != 0 {
+		t.Fatal("a message reached the server after RCPT was refused")
+	}
+	for _, c := range f.Commands() {
+		if c == "DATA" {
+			t.Fatal("DATA was sent after RCPT was refused")
+		}
+	}
+}
+
+// A 4xx before the message: NotDone, not Permanent.
+func TestSMTPMail451(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	f.Mail = "451 4.3.0 try again later"
+	_, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	wantSMTPError(t, err, 451, effect.StageMail)
+	var se *effect.SMTPError
+	if errors.As(err, &se); !se.Temporary() {
+		t.Fatal("a 451 is not Temporary")
+	}
+}
+
+// The server read the whole message and refused it: a 4xx means it kept
+// nothing (NotDone), a 5xx also that it never will (Permanent).
+func TestSMTPEndOfDataRefused(t *testing.T) {
+	for _, tc := range []struct {
+		reply string
+		code  int
+		want  class
+	}{
+		{"451 4.7.1 greylisted", 451, notDone},
+		{"554 5.7.1 rejected as spam", 554, rejected},
+	} {
+		t.Run(tc.reply[:3], func(t *testing.T) {
+			f := newFakeSMTP(t, "")
+			f.EndOfData = tc.reply
+			_, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", receipt())
+			wantClass(t, err, tc.want)
+			wantSMTPError(t, err, tc.code, effect.StageEndOfData)
+		})
+	}
+}
+
+// The server read the whole message and dropped the connection before
+// answering: it may have kept the message. The error is neither NotDone
+// nor Permanent; the Ledger's policy decides.
+func TestSMTPReplyLostAfterData(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	f.DropAfterData = true
+	_, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", receipt())
+	wantClass(t, err, ambiguous)
+	if len(f.Messages()) != 1 {
+		t.Fatalf("the server got %d messages, want 1", len(f.Messages()))
+	}
+}
+
+// A context cancelled mid-conversation ends Send promptly. Before the
+// message's end nothing was sent (NotDone); after it, the outcome is
+// unknown. Either way the error matches context.Canceled.
+func TestSMTPContextCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		hangAt string
+		want   class
+	}{
+		{"RCPT", notDone},
+		{".", ambiguous},
+	} {
+		t.Run("hang at "+tc.hangAt, func(t *testing.T) {
+			f := newFakeSMTP(t, "")
+			f.HangAt = tc.hangAt
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			start := time.Now()
+			_, err := effect.NewSMTP(f.Addr).Send(ctx, "k", receipt())
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("Send returned %v after the cancel", d)
+			}
+			wantClass(t, err, tc.want)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("error %q does not match context.Canceled", err)
+			}
+		})
+	}
+}
+
+// WithTimeout bounds a server that never answers the message's end.
+func TestSMTPTimeoutAfterData(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	f.HangAt = "."
+	start := time.Now()
+	_, err := effect.NewSMTP(f.Addr, effect.WithTimeout(200*time.Millisecond)).Send(context.Background(), "k", receipt())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Send returned after %v", d)
+	}
+	wantClass(t, err, ambiguous)
+}
+
+// STARTTLSRequired against a server without STARTTLS: nothing is sent.
+func TestSMTPStartTLSRequired(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	_, err := effect.NewSMTP(f.Addr, effect.WithSTARTTLS(effect.STARTTLSRequired)).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	for _, c := range f.Commands() {
+		if strings.HasPrefix(c, "MAIL") {
+			t.Fatal("MAIL was sent without the required TLS")
+		}
+	}
+}
+
+// Credentials go in plain text only to a loopback host (as net/smtp);
+// a wrong password is NotDone, not Permanent: it is not about the message.
+func TestSMTPAuth(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	f.Ext = []string{"AUTH PLAIN"}
+	if _, err := effect.NewSMTP(f.Addr, effect.WithPlainAuth("u", "p")).Send(context.Background(), "k", receipt()); err != nil {
+		t.Fatalf("AUTH PLAIN to 127.0.0.1: %v", err)
+	}
+	f.Auth = "535 5.7.8 bad credentials"
+	_, err := effect.NewSMTP(f.Addr, effect.WithPlainAuth("u", "bad")).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	wantSMTPError(t, err, 535, effect.StageAuth)
+
+	// Without AUTH on offer, a sender with credentials sends nothing.
+	g := newFakeSMTP(t, "")
+	_, err = effect.NewSMTP(g.Addr, effect.WithPlainAuth("u", "p")).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+
+	// 127.0.0.2 is loopback on Linux, but not a name net/smtp trusts
+	// without TLS: the credentials are not sent.
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Logf("no 127.0.0.2 here (%v); the plain-text refusal is not checked", err)
+		return
+	}
+	ln.Close()
+	h := newFakeSMTP(t, "127.0.0.2:0")
+	h.Ext = []string{"AUTH PLAIN"}
+	_, err = effect.NewSMTP(h.Addr, effect.WithPlainAuth("u", "p")).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	for _, c := range h.Commands() {
+		if strings.HasPrefix(c, "AUTH") {
+			t.Fatal("credentials were sent over plain text to a non-loopback name")
+		}
+	}
+}
+
+// An invalid email is refused before any connection: NotDone and Permanent.
+func TestSMTPInvalidEmail(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	s := effect.NewSMTP(f.Addr)
+	for name, m := range map[string]effect.Email{
+		"no recipient":       {From: "a@example.com"},
+		"bad From":           {From: "not an address", To: []string{"b@example.com"}},
+		"Subject injection":  {From: "a@example.com", To: []string{"b@example.com"}, Subject: "hi\r\nBcc: x@example.com"},
+		"header injection":   {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"X-A": "1\nBcc: x@example.com"}},
+		"reserved header":    {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"message-id": "<x@y>"}},
+		"non-ASCII domain":   {From: "a@exämple.com", To: []string{"b@example.com"}},
+		"bad recipient list": {From: "a@example.com", To: []string{"b@example.com", "nope"}},
+	} {
+		_, err := s.Send(context.Background(), "k", m)
+		if !errors.Is(err, effect.ErrInvalid) {
+			t.Errorf("%s: error %v, want ErrInvalid", name, err)
+			continue
+		}
+		if got := classify(err); got != rejected {
+			t.Errorf("%s: class %+v, want %+v", name, got, rejected)
+		}
+	}
+	if len(f.Commands()) != 0 {
+		t.Fatalf("invalid emails reached the server: %q", f.Commands())
+	}
+}
