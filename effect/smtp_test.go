@@ -56,7 +56,9 @@ var (
 
 func TestSMTPSendAccepted(t *testing.T) {
 	f := newFakeSMTP(t, "")
-	id, err := effect.NewSMTP(f.Addr).Send(context.Background(), "receipt:8891:7", receipt())
+	m := receipt()
+	m.Text = "Thanks.\n.a line that starts with a dot\n"
+	id, err := effect.NewSMTP(f.Addr).Send(context.Background(), "receipt:8891:7", m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +68,11 @@ func TestSMTPSendAccepted(t *testing.T) {
 	msgs := f.Messages()
 	if len(msgs) != 1 || !strings.Contains(msgs[0], "Message-ID: "+id+"\r\n") {
 		t.Fatalf("server got %q, want one message with Message-ID %s", msgs, id)
+	}
+	// The fake strips one leading dot from each line: the line arrives
+	// whole only if the client doubled it.
+	if !strings.Contains(msgs[0], "\r\n.a line that starts with a dot\r\n") {
+		t.Fatalf("the dotted line was not dot-stuffed:\n%s", msgs[0])
 	}
 	if cmds := f.Commands(); cmds[len(cmds)-1] != "QUIT" {
 		t.Fatalf("the session ended with %q, want QUIT", cmds[len(cmds)-1])
