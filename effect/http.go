@@ -1,0 +1,165 @@
+package effect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// DefaultKeyHeader is the header [HTTP] sends the operation key in, as the
+// IETF draft (draft-ietf-httpapi-idempotency-key-header) and Stripe name it.
+const DefaultKeyHeader = "Idempotency-Key"
+
+// maxErrorBody is how much of a refused response's body a StatusError keeps.
+const maxErrorBody = 64 << 10
+
+// HTTP makes a call to a provider that deduplicates by an idempotency key
+// (Stripe, Adyen, any API that follows the IETF draft), passing the
+// operation key as that key, so that a call repeated by a retry or a
+// takeover is done once by the provider. Its zero value is ready to use.
+//
+// HTTP does not retry: it makes one call and says what its failure means
+// (see [HTTP.Do]); the caller (a queue consumer, an [idem.Ledger] under
+// [idem.AtLeastOnce]) retries with the same key. net/http itself may send
+// a request again, once, on a kept-alive connection that the server closed
+// before reading it (it does so for requests with an Idempotency-Key); the
+// provider deduplicates that too.
+type HTTP struct {
+	// Client makes the call (default http.DefaultClient). Its Timeout, if
+	// set, bounds the call as ctx does.
+	Client *http.Client
+	// Header is the header's name (default [DefaultKeyHeader]).
+	Header string
+	// BareKey sends the key as it is (Idempotency-Key: receipt:8891:7), as
+	// Stripe's examples do. By default the key is sent as an RFC 8941
+	// sf-string, in quotes (Idempotency-Key: "receipt:8891:7"), as the IETF
+	// draft requires. Either way the key must be printable ASCII (no space
+	// when bare); [KeyToken] makes such a key of any other.
+	BareKey bool
+}
+
+// Do sends req with the operation key in the idempotency header and
+// classifies the outcome for an [idem.Ledger]:
+//
+//   - a 2xx response: returned with a nil error; the caller closes its body.
+//   - an error before the request was written in full (DNS, a refused or
+//     failed connection, TLS, ctx ended first): wrapped in [idem.NotDone].
+//     The provider cannot have acted on a request it did not receive.
+//   - an error after the request was written (the connection dropped,
+//     ctx ended or a timeout passed while waiting for the answer): matches
+//     [ErrOutcomeUnknown], neither NotDone nor Permanent. Retry with the
+//     same key: the provider either did it and replays its answer, or does
+//     it now.
+//   - 408, 409 (the draft's "a request with this key is outstanding"), 425,
+//     429 and 5xx: a [*StatusError] as it is (retry later, after its
+//     RetryAfter), since the provider may have started the work.
+//   - any other status (400, 422 "key reused with another request", other
+//     4xx, a 3xx the Client did not follow): a [*StatusError] wrapped in
+//     [idem.Permanent]. Sending the same request again cannot succeed.
+//
+// For a status error the response's body is read (its start kept in the
+// StatusError) and closed, and Do returns a nil response.
+//
+// req is not consumed: Do sends a clone with ctx, with a body from
+// req.GetBody, so the caller can pass the same req to Do again. A req with
+// a body must therefore have GetBody (http.NewRequest sets it for a
+// *bytes.Buffer, *bytes.Reader or *strings.Reader); without it, or with a
+// key the header cannot carry, Do sends nothing and returns an error
+// matching [ErrInvalid], wrapped in [idem.Permanent] and [idem.NotDone].
+func (h *HTTP) Do(ctx context.Context, key string, req *http.Request) (*http.Response, error) {
+	value, err := h.keyValue(key)
+	if err != nil {
+		return nil, idem.Permanent(idem.NotDone(err))
+	}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if hasBody && req.GetBody == nil {
+		return nil, idem.Permanent(idem.NotDone(fmt.Errorf("%w request: its body cannot be sent again (no GetBody); make it from a bytes.Reader, bytes.Buffer or strings.Reader, or set GetBody", ErrInvalid)))
+	}
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}}
+	r := req.Clone(httptrace.WithClientTrace(ctx, trace))
+	if hasBody {
+		if r.Body, err = req.GetBody(); err != nil {
+			return nil, idem.NotDone(fmt.Errorf("effect: http %s %s: GetBody: %w", req.Method, req.URL.Redacted(), err))
+		}
+	}
+	name := h.Header
+	if name == "" {
+		name = DefaultKeyHeader
+	}
+	r.Header.Set(name, value)
+	client := h.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(r)
+	if err != nil {
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
+		if !wrote.Load() {
+			return nil, idem.NotDone(fmt.Errorf("effect: http %s: not sent: %w", req.Method, err))
+		}
+		return nil, &unknownError{op: "http " + req.Method, err: fmt.Errorf("the request was sent and its answer was lost: %w", err)}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	se := &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, Body: body,
+		RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	if retryableStatus(resp.StatusCode) {
+		return nil, se
+	}
+	return nil, idem.Permanent(se)
+}
+
+// keyValue is the header's value for key.
+func (h *HTTP) keyValue(key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%w request: empty idempotency key", ErrInvalid)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c < 0x20 || c > 0x7e || (h.BareKey && c == ' ') {
+			return "", fmt.Errorf("%w request: the idempotency key %q is not printable ASCII; send effect.KeyToken(key) instead", ErrInvalid, key)
+		}
+	}
+	if h.BareKey {
+		return key, nil
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`, nil
+}
+
+// retryAfter reads a Retry-After value: delay-seconds or an HTTP-date.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 || n > 1<<31 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

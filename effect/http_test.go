@@ -1,0 +1,233 @@
+package effect_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/effect"
+)
+
+// provider is an httptest server that records each request's key header
+// and body, and answers with status (and Retry-After, if set).
+type provider struct {
+	*httptest.Server
+	mu     sync.Mutex
+	keys   []string
+	bodies []string
+}
+
+func newProvider(t *testing.T, status int, retryAfter string) *provider {
+	p := &provider{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p.mu.Lock()
+		p.keys = append(p.keys, r.Header.Get("Idempotency-Key"))
+		p.bodies = append(p.bodies, string(b))
+		p.mu.Unlock()
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, `{"id":"ch_1"}`)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// seen returns the keys and bodies the provider got.
+func (p *provider) seen() ([]string, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.keys...), append([]string(nil), p.bodies...)
+}
+
+func post(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(`{"amount":1250}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+var plain = class{}
+
+// A 2xx is success; the key goes as an sf-string by default, bare with
+// BareKey; the same req can be sent again, body and all.
+func TestHTTPSuccessAndKeyHeader(t *testing.T) {
+	p := newProvider(t, http.StatusOK, "")
+	req := post(t, p.URL)
+	for _, h := range []*effect.HTTP{{}, {BareKey: true}} {
+		resp, err := h.Do(context.Background(), "receipt:8891:7", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != `{"id":"ch_1"}` {
+			t.Fatalf("body %q", b)
+		}
+	}
+	keys, bodies := p.seen()
+	if strings.Join(keys, " ") != `"receipt:8891:7" receipt:8891:7` {
+		t.Fatalf("keys sent %q", keys)
+	}
+	if bodies[0] != `{"amount":1250}` || bodies[1] != bodies[0] {
+		t.Fatalf("bodies %q: the second send lost the body", bodies)
+	}
+	if req.Header.Get("Idempotency-Key") != "" {
+		t.Fatal("Do changed the caller's request")
+	}
+	// Another header name, and a key with a quote and a backslash.
+	got := make(chan string, 1)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get("X-Request-Id") }))
+	defer s.Close()
+	resp, err := (&effect.HTTP{Header: "X-Request-Id"}).Do(context.Background(), `a"b\c`, post(t, s.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := <-got; v != `"a\"b\\c"` {
+		t.Fatalf("X-Request-Id %q", v)
+	}
+}
+
+// 408, 409, 425, 429 and 5xx: retry later (a plain error, with the
+// server's Retry-After); other 4xx: permanent.
+func TestHTTPStatusClasses(t *testing.T) {
+	date := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		want       class
+		wait       time.Duration // 0: none; -1: about 90 s
+	}{
+		{408, "", plain, 0},
+		{409, "1", plain, time.Second},
+		{425, "", plain, 0},
+		{429, "7", plain, 7 * time.Second},
+		{500, "", plain, 0},
+		{503, date, plain, -1},
+		{400, "", class{permanent: true}, 0},
+		{422, "", class{permanent: true}, 0},
+		{404, "", class{permanent: true}, 0},
+	} {
+		p := newProvider(t, tc.status, tc.retryAfter)
+		resp, err := (&effect.HTTP{}).Do(context.Background(), "k", post(t, p.URL))
+		if resp != nil {
+			t.Fatalf("%d: a response with the error", tc.status)
+		}
+		if err == nil || classify(err) != tc.want {
+			t.Fatalf("%d: error %v is %+v, want %+v", tc.status, err, classify(err), tc.want)
+		}
+		var se *effect.StatusError
+		if !errors.As(err, &se) || se.StatusCode != tc.status || string(se.Body) != `{"id":"ch_1"}` {
+			t.Fatalf("%d: %v is not a StatusError with the body", tc.status, err)
+		}
+		if se.Temporary() != (tc.want == plain) {
+			t.Fatalf("%d: Temporary() = %v", tc.status, se.Temporary())
+		}
+		switch {
+		case tc.wait > 0 && se.RetryAfter != tc.wait:
+			t.Fatalf("%d: RetryAfter %v, want %v", tc.status, se.RetryAfter, tc.wait)
+		case tc.wait < 0 && (se.RetryAfter < 80*time.Second || se.RetryAfter > 91*time.Second):
+			t.Fatalf("%d: RetryAfter %v from an HTTP-date 90 s ahead", tc.status, se.RetryAfter)
+		}
+	}
+}
+
+// Nothing listens: the request was never written, so nothing happened.
+func TestHTTPRefusedIsNotDone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/charges"
+	ln.Close()
+	_, err = (&effect.HTTP{}).Do(context.Background(), "k", post(t, url))
+	wantClass(t, err, notDone)
+}
+
+// The server reads the whole request and closes the connection without
+// answering: it may have acted, so the outcome is unknown (not NotDone).
+func TestHTTPAnswerLostIsUnknown(t *testing.T) {
+	var mu sync.Mutex
+	got := 0
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		mu.Lock()
+		got++
+		mu.Unlock()
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	defer s.Close()
+	_, err := (&effect.HTTP{}).Do(context.Background(), "k", post(t, s.URL))
+	wantClass(t, err, ambiguous)
+	mu.Lock()
+	defer mu.Unlock()
+	if got == 0 {
+		t.Fatal("the server never got the request")
+	}
+}
+
+// ctx ends while the server holds the answer back: unknown, promptly, and
+// matching context.Canceled. A ctx that ended before the call: NotDone.
+func TestHTTPContextCancelled(t *testing.T) {
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer s.Close()
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := (&effect.HTTP{}).Do(ctx, "k", post(t, s.URL))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Do returned %v after the cancel", d)
+	}
+	wantClass(t, err, ambiguous)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %q does not match context.Canceled", err)
+	}
+	_, err = (&effect.HTTP{}).Do(ctx, "k", post(t, s.URL))
+	wantClass(t, err, notDone)
+}
+
+// A body that cannot be sent again, or a key the header cannot carry:
+// nothing is sent; NotDone and Permanent.
+func TestHTTPInvalid(t *testing.T) {
+	p := newProvider(t, http.StatusOK, "")
+	req, _ := http.NewRequest("POST", p.URL, io.NopCloser(strings.NewReader("x")))
+	_, err := (&effect.HTTP{}).Do(context.Background(), "k", req)
+	if !errors.Is(err, effect.ErrInvalid) || classify(err) != rejected {
+		t.Fatalf("a body without GetBody: %v", err)
+	}
+	for _, tc := range []struct {
+		h   *effect.HTTP
+		key string
+	}{{&effect.HTTP{}, "clé"}, {&effect.HTTP{}, ""}, {&effect.HTTP{}, "a\nb"}, {&effect.HTTP{BareKey: true}, "a b"}} {
+		_, err := tc.h.Do(context.Background(), tc.key, post(t, p.URL))
+		if !errors.Is(err, effect.ErrInvalid) || classify(err) != rejected {
+			t.Fatalf("key %q: %v", tc.key, err)
+		}
+	}
+	if keys, _ := p.seen(); len(keys) != 0 {
+		t.Fatalf("invalid calls reached the server: %q", keys)
+	}
+}
