@@ -5,7 +5,10 @@
 // broker's message id. Duplicates (a producer's retry, a redelivery) are
 // acked without a second email; a handler that fails after the send is not
 // repeated, because the mail provider is asked first (a Reconcile hook
-// looking the send up by its idempotency key).
+// looking the send up by its idempotency key). The program's provider is
+// in memory (Outbox); SMTPMailer is the same Mailer over real SMTP
+// (effect.SMTP), finding sends by Message-ID in Mailpit, and the seed's
+// checks run with it too when IDEM_TEST_SMTP and IDEM_TEST_MAILPIT_API are set.
 //
 //	go run ./examples/receipts             # a temporary database
 //	go run ./examples/receipts -db idem.db # then: go run ./cmd/idem --store sqlite:idem.db ls
