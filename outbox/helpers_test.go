@@ -107,10 +107,13 @@ func (a *app) orders(t testing.TB) int {
 	return n
 }
 
-// stats returns the outbox's counts.
-func stats(t testing.TB, q interface {
+// statser is a sqlqueue queue on either database.
+type statser interface {
 	Stats(context.Context) (sqlqueue.Stats, error)
-}) sqlqueue.Stats {
+}
+
+// stats returns a queue's counts.
+func stats(t testing.TB, q statser) sqlqueue.Stats {
 	t.Helper()
 	st, err := q.Stats(context.Background())
 	if err != nil {
@@ -209,7 +212,7 @@ func received(t testing.TB, q queue.Source) []queue.Message {
 
 // drainUntilEmpty runs relay's Drain until the outbox holds nothing
 // (retried messages included), and returns how many it relayed.
-func drainUntilEmpty(t testing.TB, r *outbox.Relay, ob *sqlqueue.SQLiteQueue) int {
+func drainUntilEmpty(t testing.TB, r *outbox.Relay, ob statser) int {
 	t.Helper()
 	n := 0
 	waitFor(t, 30*time.Second, "the outbox to empty", func() bool {
