@@ -34,6 +34,10 @@ var ErrNoKey = errors.New("outbox: the message carries no operation key")
 //     the target keys its ledger by it ([MessageKey]) on every broker, also
 //     those that do not report the dedup id to receivers.
 //
+// The key travels to the target as it is: an SQS FIFO target takes dedup
+// ids of at most 128 printable ASCII characters, so keep the keys of
+// messages bound for SQS within that.
+//
 // It returns an error wrapping [idem.ErrInvalidKey] for an invalid key, and
 // an error for an m whose DedupID or KeyAttribute is already set to
 // something else; nothing is written then.
