@@ -21,7 +21,7 @@
 // (SQLite or PostgreSQL). Write to it with the queue's PublishTx, inside
 // the application's transaction: *sql.Tx on SQLite, pgx.Tx on PostgreSQL.
 //
-//	queues, err := sqlqueue.NewSQLite(ctx, db)            // db: the application's database
+//	queues, err := sqlqueue.NewSQLite(ctx, db)            // db: the application's database (SQLite in WAL mode)
 //	ob, err := queues.Queue("outbox", sqlqueue.WithVisibility(time.Minute))
 //
 //	tx, err := db.BeginTx(ctx, nil)
