@@ -139,7 +139,25 @@ var (
 	// ErrUndecodable marks a message the consumer cannot make sense of; it
 	// is dead-lettered at once. A KeyFunc or Handler returns it wrapped.
 	ErrUndecodable = errors.New("queue: message cannot be decoded")
+	// ErrRefused is matched (errors.Is) by every error with which a
+	// Publisher refuses a message as it is, before sending anything: an
+	// attribute or body the broker cannot carry unchanged, a missing group
+	// or dedup id a FIFO queue needs, a delay it cannot hold. Publishing
+	// the same message again cannot succeed, so a relay (outbox.Relay)
+	// dead-letters it instead of retrying. Each adapter's own sentinel
+	// errors (sqsqueue.ErrBadBody, jetstream.ErrBadAttribute, ...) still
+	// match themselves too.
+	ErrRefused = errors.New("queue: the message is refused as it is")
 )
+
+// Refusal returns a sentinel error with text msg that matches both itself
+// and [ErrRefused]; adapters declare their refusals with it.
+func Refusal(msg string) error { return &refusal{msg} }
+
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == ErrRefused }
 
 // Undecodable wraps err so that the consumer dead-letters the message at
 // once instead of retrying it. errors.Is(Undecodable(err), ErrUndecodable)

@@ -141,7 +141,7 @@ var ErrUnroutable = errors.New("amqpqueue: message unroutable")
 var ErrNacked = errors.New("amqpqueue: publish not confirmed by the broker")
 
 // ErrDelayTooLong is returned for a delay over [MaxDelay].
-var ErrDelayTooLong = errors.New("amqpqueue: delay too long for a RabbitMQ message TTL")
+var ErrDelayTooLong = queue.Refusal("amqpqueue: delay too long for a RabbitMQ message TTL")
 
 const defaultTimeout = 10 * time.Second
 

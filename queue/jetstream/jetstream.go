@@ -134,7 +134,7 @@ var (
 	// as an instruction (Nats-Msg-Id, Nats-Expected-*, Nats-Rollup,
 	// Nats-TTL: an attribute must not set the dedup id or fail the
 	// publish). Nothing is sent.
-	ErrBadAttribute = errors.New("jetstream: attribute cannot be carried in a NATS header")
+	ErrBadAttribute = queue.Refusal("jetstream: attribute cannot be carried in a NATS header")
 )
 
 // defaultTimeout bounds a settle or publish whose context has no deadline.
@@ -674,6 +674,10 @@ func (p *Publisher) Publish(ctx context.Context, m queue.Outgoing) (queue.Publis
 		opts = append(opts, njs.WithMsgID(m.DedupID))
 	}
 	ack, err := p.js.PublishMsg(ctx, out, opts...)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Checked by the client before sending: never, as it is.
+		return queue.Published{}, fmt.Errorf("jetstream: publish to %s: %w (%w)", p.subject, err, queue.ErrRefused)
+	}
 	if err != nil {
 		return queue.Published{}, fmt.Errorf("jetstream: publish to %s: %w", p.subject, err)
 	}

@@ -638,3 +638,19 @@ func TestReceivedMessagePublishesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A body over the server's max_payload is refused before anything is sent,
+// with an error matching queue.ErrRefused: publishing it again cannot
+// succeed, so a relay dead-letters it rather than retrying it forever.
+func TestPublishOverMaxPayloadRefused(t *testing.T) {
+	nc, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{})
+	p := f.publisher(t, js)
+	_, err := p.Publish(context.Background(), queue.Outgoing{Body: make([]byte, nc.MaxPayload()+1)})
+	if !errors.Is(err, queue.ErrRefused) || !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("Publish of %d bytes over max_payload %d: %v, want an error matching queue.ErrRefused and nats.ErrMaxPayload", nc.MaxPayload()+1, nc.MaxPayload(), err)
+	}
+	if n := f.streamMsgs(t); n != 0 {
+		t.Fatalf("stream holds %d messages after a refused publish, want 0", n)
+	}
+}

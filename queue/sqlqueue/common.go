@@ -50,7 +50,7 @@ var (
 	// cannot store and JSON would change; a nil transaction for
 	// PublishTx); nothing is published. A nil or empty body is fine, and a
 	// body may hold any bytes.
-	ErrBadMessage = errors.New("sqlqueue: bad message")
+	ErrBadMessage = queue.Refusal("sqlqueue: bad message")
 	// ErrClosed is returned by calls on a closed [SQLite] or [Postgres],
 	// and on a [SQLite] whose [WithGroupCommit] store is closed (it wraps
 	// [idem.ErrClosed]).

@@ -112,7 +112,7 @@ var (
 	ErrStaleReceipt = errors.New("sqsqueue: receipt handle is stale (visibility timeout lapsed)")
 	// ErrDelayTooLong is returned (wrapped) by Publish for an
 	// Outgoing.Delay above [MaxDelay]; nothing is sent.
-	ErrDelayTooLong = errors.New("sqsqueue: delay exceeds SQS's 15 minute maximum")
+	ErrDelayTooLong = queue.Refusal("sqsqueue: delay exceeds SQS's 15 minute maximum")
 	// ErrNoDeadLetterQueue is returned by DeadLetter when the Queue has no
 	// dead-letter queue (no Options.DeadLetterURL and no RedrivePolicy).
 	// The message is left in flight and comes back after its visibility
@@ -120,23 +120,23 @@ var (
 	ErrNoDeadLetterQueue = errors.New("sqsqueue: no dead-letter queue configured")
 	// ErrNoGroupID is returned by Publish on a FIFO queue for an Outgoing
 	// without a GroupID (SQS requires one); nothing is sent.
-	ErrNoGroupID = errors.New("sqsqueue: FIFO queue needs a GroupID")
+	ErrNoGroupID = queue.Refusal("sqsqueue: FIFO queue needs a GroupID")
 	// ErrNoDedupID is returned by Publish on a FIFO queue without
 	// ContentBasedDeduplication for an Outgoing without a DedupID (SQS
 	// requires one); nothing is sent.
-	ErrNoDedupID = errors.New("sqsqueue: FIFO queue without content-based deduplication needs a DedupID")
+	ErrNoDedupID = queue.Refusal("sqsqueue: FIFO queue without content-based deduplication needs a DedupID")
 	// ErrBadAttribute is returned by Publish for more than 10 attributes, an
 	// empty attribute name or value (SQS refuses both), or a name or value
 	// that is not UTF-8 of the characters SQS accepts (see [ErrBadBody]);
 	// nothing is sent.
-	ErrBadAttribute = errors.New("sqsqueue: invalid message attribute")
+	ErrBadAttribute = queue.Refusal("sqsqueue: invalid message attribute")
 	// ErrBadBody is returned by Publish for a body that is not UTF-8 made
 	// of the characters SQS accepts: #x9, #xA, #xD, #x20 to #xD7FF, #xE000
 	// to #xFFFD and #x10000 to #x10FFFF. Nothing is sent. (The SDK would
 	// replace each invalid byte with U+FFFD on the way, and SQS store the
 	// changed message.) Binary payloads must be encoded by the caller, for
 	// example with base64.
-	ErrBadBody = errors.New("sqsqueue: message body is not UTF-8 of the characters SQS accepts")
+	ErrBadBody = queue.Refusal("sqsqueue: message body is not UTF-8 of the characters SQS accepts")
 )
 
 // Client is the part of *sqs.Client a Queue uses. *sqs.Client satisfies it;
