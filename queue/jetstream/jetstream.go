@@ -496,8 +496,10 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 // to the dead-letter subject, waits for its PubAck, and then terminates the
 // original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
 // a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
-// stream with a Duplicates window. If the publish fails the original is left
-// as it was and an error is returned.
+// stream with a Duplicates window. When the copy does not fit the server's
+// max_payload (the original nearly fills it), the reason is cut to fit and
+// marked so. If the publish fails the original is left as it was and an
+// error is returned.
 func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	if d.settled.Load() {
 		return queue.ErrSettled
@@ -512,7 +514,13 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 		}
 	}
 	d.src.deadLetterHeaders(out.Header, d.seq, d.numDelivered, reason)
-	if _, err := d.src.js.PublishMsg(ctx, out); err != nil {
+	_, err := d.src.js.PublishMsg(ctx, out)
+	if errors.Is(err, nats.ErrMaxPayload) && cutReason(out, d.src.js.Conn().MaxPayload()) {
+		// The original nearly fills max_payload: the copy goes with
+		// the reason cut to fit (the consumer's log line has it whole).
+		_, err = d.src.js.PublishMsg(ctx, out)
+	}
+	if err != nil {
 		return fmt.Errorf("jetstream: dead-letter publish to %s: %w", d.src.cfg.DeadLetterSubject, err)
 	}
 	if err := d.settle(ctx, "term", []byte("+TERM")); err != nil {
@@ -520,6 +528,29 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	}
 	d.src.forget(d.seq)
 	return nil
+}
+
+// reasonCutMark ends a dead-letter reason cut to fit max_payload.
+const reasonCutMark = " ... (cut to fit the server's max_payload)"
+
+// cutReason shortens the reason header of the dead-letter copy m so that
+// m fits max bytes of payload (body and headers, as the client counts
+// them), keeping the reason's start and marking the cut. It reports false
+// when even an empty reason would not fit.
+func cutReason(m *nats.Msg, max int64) bool {
+	size := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(": ") + len(v) + len("\r\n"))
+		}
+	}
+	r := m.Header.Get(HeaderDeadLetterReason)
+	keep := int64(len(r)) - (size - max) - int64(len(reasonCutMark))
+	if size <= max || keep < 0 {
+		return false
+	}
+	m.Header.Set(HeaderDeadLetterReason, strings.ToValidUTF8(r[:keep], "")+reasonCutMark)
+	return true
 }
 
 // publishControl reports whether a stored header of the original is one

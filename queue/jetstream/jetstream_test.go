@@ -654,3 +654,29 @@ func TestPublishOverMaxPayloadRefused(t *testing.T) {
 		t.Fatalf("stream holds %d messages after a refused publish, want 0", n)
 	}
 }
+
+// A message that nearly fills the server's max_payload still dead-letters:
+// its copy with a long reason does not fit, so the reason is cut to what
+// fits (the consumer's log keeps it whole) rather than leaving the message
+// to be redelivered for ever.
+func TestDeadLetterNearMaxPayload(t *testing.T) {
+	nc, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	body := make([]byte, nc.MaxPayload()-1024)
+	publish(t, p, queue.Outgoing{Body: body, Attributes: map[string]string{"Tenant": "7"}})
+	d := receive(t, src, 1, 5*time.Second)[0]
+	why := "cannot parse order: " + strings.Repeat("x", 4000)
+	if err := d.DeadLetter(context.Background(), why); err != nil {
+		t.Fatalf("dead letter of a message near max_payload: %v", err)
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 1 || len(dl[0].Data) != len(body) || dl[0].Header.Get("Tenant") != "7" {
+		t.Fatalf("dead letters: %d", len(dl))
+	}
+	got := dl[0].Header.Get(HeaderDeadLetterReason)
+	if !strings.HasPrefix(got, "cannot parse order: xxx") || len(got) >= len(why) || !strings.Contains(got, "cut") {
+		t.Fatalf("reason on the dead letter (%d bytes) = %.80q..., want the reason's start, marked as cut", len(got), got)
+	}
+	receiveNone(t, src, 2500*time.Millisecond)
+}
