@@ -103,7 +103,14 @@ func main() {
 // run publishes the orders' jobs, each once or more (a producer that
 // retries), runs two consumers until the queue is empty, and prints what
 // the provider sent.
-func run(ctx context.Context, w io.Writer, db string, orders int) error {
+func run(ctx context.Context, w io.Writer, db string, orders int) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			// SIGTERM or Ctrl-C while opening or publishing: a clean stop.
+			fmt.Fprintf(w, "stopped: %v\n", err)
+			err = nil
+		}
+	}()
 	temp := db == ""
 	if temp {
 		dir, err := os.MkdirTemp("", "receipts")
