@@ -1,0 +1,97 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Keep keeps one delivery invisible to other receivers: it extends it
+// every [Settings.ExtendEvery], by [Loop.ExtendBy], from the moment the
+// loop holds it until Stop. A nil *Keep (the loop does not extend) is
+// ready to use: its methods do nothing.
+//
+// It is a timer, not a goroutine: a delivery waiting its turn costs no
+// goroutine, most units end before the first extension is due, and each
+// extension runs on its own, so that one the broker answers slowly does
+// not delay the others of the batch. An extension may take up to
+// ExtendEvery (the next one is due then); Stop cancels one under way, so
+// that a broker call that hangs does not hold up the delivery's
+// settlement. No extension is made once the context it was started under
+// (the loop's work context) is done. An extension that fails is logged
+// ([Lines.ExtendFailed]) and the next one made on time.
+type Keep[D any] struct {
+	l       *Loop[D]
+	d       D
+	ctx     context.Context    // ends the extensions (the loop's work context)
+	cancel  context.CancelFunc // cancels ctx: an extension under way gives up
+	name    atomic.Pointer[slog.Attr]
+	run     sync.Mutex // held by an extension; Stop waits for it
+	stopped atomic.Bool
+	t       *time.Timer
+}
+
+// keep starts keeping d invisible under ctx. It returns nil when the loop
+// does not extend (ExtendEvery 0 or less).
+func (l *Loop[D]) keep(ctx context.Context, d D) *Keep[D] {
+	if l.ExtendEvery <= 0 {
+		return nil
+	}
+	k := &Keep[D]{l: l, d: d}
+	k.ctx, k.cancel = context.WithCancel(ctx)
+	k.run.Lock() // a first extension waits for t
+	k.t = time.AfterFunc(l.ExtendEvery, k.extend)
+	k.run.Unlock()
+	return k
+}
+
+// Name adds a to the log lines of the delivery's failed extensions, before
+// [Loop.Attrs]: the operation key, say, once the processing has computed
+// it (a delivery waiting its turn has none yet).
+func (k *Keep[D]) Name(a slog.Attr) {
+	if k != nil {
+		k.name.Store(&a)
+	}
+}
+
+func (k *Keep[D]) extend() {
+	k.run.Lock()
+	defer k.run.Unlock()
+	if k.stopped.Load() || k.ctx.Err() != nil {
+		return
+	}
+	l := k.l
+	asked := time.Now()
+	ectx, cancel := context.WithTimeout(k.ctx, l.ExtendEvery)
+	err := l.Extend(ectx, k.d, l.ExtendBy)
+	cancel()
+	if err != nil && k.ctx.Err() == nil {
+		var attrs []slog.Attr
+		if a := k.name.Load(); a != nil {
+			attrs = append(attrs, *a)
+		}
+		if l.Attrs != nil {
+			attrs = append(attrs, l.Attrs(k.d)...)
+		}
+		attrs = append(attrs, slog.Any("error", err))
+		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
+	}
+	if !k.stopped.Load() {
+		k.t.Reset(max(l.ExtendEvery-time.Since(asked), 0))
+	}
+}
+
+// Stop ends the extensions, and waits for one under way (cancelled) to
+// return: none follows. It may be called more than once.
+func (k *Keep[D]) Stop() {
+	if k == nil {
+		return
+	}
+	k.stopped.Store(true)
+	k.t.Stop()
+	k.cancel()   // an extension under way gives up
+	k.run.Lock() // and finishes first
+	k.run.Unlock()
+}
