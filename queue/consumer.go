@@ -1,17 +1,16 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dispatch"
 )
 
 // Handler does a message's effect. Its result is recorded by the ledger and
@@ -107,14 +106,13 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // the broker refused the settlement. The ledger's own line for the same
 // call carries the same correlation id.
 type Consumer struct {
-	src        Source
-	ledger     *idem.Ledger
-	key        KeyFunc
-	handler    Handler
-	cfg        config
-	log        *slog.Logger
-	visibility time.Duration
-	extendBy   time.Duration
+	src     Source
+	ledger  *idem.Ledger
+	key     KeyFunc
+	handler Handler
+	cfg     config
+	log     *slog.Logger
+	loop    *dispatch.Loop[Delivery]
 }
 
 // NewConsumer returns a Consumer of src that runs h under l for the key k
@@ -129,12 +127,10 @@ func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Optio
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := cfg.logger
-	if log == nil {
-		log = slog.Default()
-	}
-	c := &Consumer{src: src, ledger: l, key: k, handler: h, cfg: cfg, log: log, visibility: src.Visibility()}
-	if v := c.visibility; v > 0 {
+	log := cmp.Or(cfg.logger, slog.Default())
+	c := &Consumer{src: src, ledger: l, key: k, handler: h, cfg: cfg, log: log}
+	v := src.Visibility()
+	if v > 0 {
 		if v < cfg.handlerTimeout {
 			return nil, fmt.Errorf("%w: visibility %v, handler timeout %v: raise the queue's visibility timeout (or ack wait) or lower WithHandlerTimeout",
 				ErrVisibilityTooShort, v, cfg.handlerTimeout)
@@ -143,13 +139,28 @@ func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Optio
 			log.Warn("queue: visibility is shorter than six times the handler timeout; a redelivery may race a slow handler if an extension fails",
 				slog.Duration("visibility", v), slog.Duration("handler_timeout", cfg.handlerTimeout))
 		}
-		if c.cfg.extendEvery == 0 {
-			c.cfg.extendEvery = v / 3
-		}
 	}
-	c.extendBy = c.visibility
-	if c.extendBy == 0 {
-		c.extendBy = 3 * c.cfg.extendEvery
+	var extendBy time.Duration
+	c.cfg.ExtendEvery, extendBy = dispatch.Extension(v, c.cfg.ExtendEvery)
+	c.loop = &dispatch.Loop[Delivery]{
+		Settings: c.cfg.Settings,
+		ExtendBy: extendBy,
+		FillWait: fillWait,
+		Log:      log,
+		Lines: dispatch.Lines{
+			ReceiveFailed:        "queue: receive failed",
+			ReceiveFailedLevel:   slog.LevelError,
+			ReceivedDespiteError: "queue: receive failed after handing out messages; handling them",
+			ShutdownTimeout:      "queue: shutdown timeout passed; cancelling the handlers still running and handing their messages back",
+			Abandoned:            "queue: handlers still running after their contexts were cancelled; returning without them",
+			ExtendFailed:         "queue: extending the delivery failed",
+		},
+		Receive:  src.Receive,
+		Group:    func(d Delivery) string { return d.Message().GroupID },
+		Extend:   func(ctx context.Context, d Delivery, by time.Duration) error { return d.Extend(ctx, by) },
+		Process:  c.process,
+		HandBack: c.handBack,
+		Attrs:    func(d Delivery) []slog.Attr { return []slog.Attr{slog.String("message_id", d.Message().ID)} },
 	}
 	return c, nil
 }
@@ -164,164 +175,32 @@ const settleTimeout = 30 * time.Second
 // in-flight handlers finish for the shutdown timeout, cancels those still
 // running, hands back every message not done (Retry(0)), and returns nil.
 // Nothing is acked that was not done. A receive error is logged and retried
-// with backoff.
+// with backoff. A handler that ignores its cancelled context does not keep
+// Run from returning (it waits 5 s more for it): its key stays guarded by
+// the ledger's lease and its message comes back when its visibility lapses.
 func (c *Consumer) Run(ctx context.Context) error {
-	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-	slots := make(chan struct{}, c.cfg.concurrency)
-	var wg sync.WaitGroup
-	failures, empties := 0, 0
-receive:
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break receive
-		}
-		n := c.fillSlots(ctx, slots)
-		ds, err := c.src.Receive(ctx, n)
-		if err != nil && len(ds) > 0 {
-			// The source handed these out: left unsettled, they would
-			// wait for their visibility to lapse (forever where there is
-			// none). They are handled, or handed back when stopping.
-			c.log.LogAttrs(ctx, slog.LevelError, "queue: receive failed after handing out messages; handling them",
-				slog.Any("error", err), slog.Int("messages", len(ds)))
-			err = nil
-		}
-		if err != nil || len(ds) == 0 {
-			for range n {
-				<-slots
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			if err != nil {
-				failures++
-				d := c.backoff(failures)
-				c.log.LogAttrs(ctx, slog.LevelError, "queue: receive failed", slog.Any("error", err), slog.Duration("retry_in", d))
-				if !sleep(ctx, d) {
-					break
-				}
-				continue
-			}
-			// A source that returns nothing without waiting (a short
-			// poll) is paced, so the loop does not spin.
-			empties++
-			if !sleep(ctx, emptyPause(empties)) {
-				break
-			}
-			continue
-		}
-		failures, empties = 0, 0
-		units := c.hold(hctx, ds)
-		for ; n > len(units); n-- {
-			<-slots
-		}
-		for i, u := range units {
-			if i >= n { // a source that returned more than asked: wait for a slot
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					for _, u := range units[i:] {
-						c.handBack(hctx, u, "the consumer is stopping")
-					}
-					break receive
-				}
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				c.runUnit(ctx, hctx, u)
-			}()
-		}
-	}
-
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	timer := time.NewTimer(c.cfg.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		c.log.Warn("queue: shutdown timeout passed; cancelling the handlers still running and handing their messages back",
-			slog.Duration("shutdown_timeout", c.cfg.shutdownTimeout))
-		cancelHandlers()
-		// A handler that ignores its cancelled context must not keep Run
-		// from returning: its key stays guarded by the ledger's lease and
-		// its message comes back when its visibility lapses.
-		grace := time.NewTimer(shutdownGrace)
-		defer grace.Stop()
-		select {
-		case <-done:
-		case <-grace.C:
-			c.log.Error("queue: handlers still running after their contexts were cancelled; returning without them",
-				slog.Duration("grace", shutdownGrace))
-		}
-	}
+	c.loop.Run(ctx)
 	return nil
 }
 
-// emptyPause is the wait after the n-th receive in a row that returned
-// nothing: fillWait doubled per receive, up to maxEmptyPause.
-func emptyPause(n int) time.Duration {
-	if n > 10 {
-		return maxEmptyPause
-	}
-	return min(fillWait<<n, maxEmptyPause)
-}
-
-// maxEmptyPause bounds the wait between receives that return nothing.
-const maxEmptyPause = 250 * time.Millisecond
-
-// shutdownGrace is how long Run waits, after cancelling the handlers still
-// running at the shutdown timeout, for them to return.
-const shutdownGrace = 5 * time.Second
-
-// handBack returns a unit's messages to the broker untouched, in order.
-func (c *Consumer) handBack(ctx context.Context, unit []held, why string) {
-	for _, h := range unit {
-		h.keep.stop()
-		c.settle(ctx, h.d, h.d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: why}, idem.Result{})
-	}
-}
-
-// fillWait is how long the receive loop, holding one free handler slot,
-// waits for more to free up before it receives: under load a receive of
-// one message per freed slot would cost a broker round trip per message.
+// fillWait is how long the receive loop, holding fewer free handler slots
+// than half a batch, waits for more to free up before it receives: under
+// load a receive of one message per freed slot would cost a broker round
+// trip per message.
 const fillWait = 5 * time.Millisecond
 
-// fillSlots takes more free slots after the first, up to the batch size:
-// those free now, then, while fewer than half a batch are held, those that
-// free up within fillWait. It returns how many slots it holds.
-func (c *Consumer) fillSlots(ctx context.Context, slots chan struct{}) int {
-	n := 1
-	want := min(c.cfg.batchSize, c.cfg.concurrency)
-	for n < want {
-		select {
-		case slots <- struct{}{}:
-			n++
-			continue
-		default:
-		}
-		break
+// handBack returns a message to the broker untouched (Retry(0)): the
+// consumer is stopping (handed-back), or an earlier message of its group
+// was not done or handed back (held-back).
+func (c *Consumer) handBack(ctx context.Context, d Delivery, why dispatch.HandBackReason) {
+	v := verdict{outcome: "held-back", action: actionRetry, reason: "the consumer is stopping"}
+	switch why {
+	case dispatch.Stopping:
+		v.outcome = "handed-back"
+	case dispatch.BehindNotDone:
+		v.reason = "an earlier message of its group is not done"
 	}
-	if n >= (want+1)/2 {
-		return n
-	}
-	t := time.NewTimer(fillWait)
-	defer t.Stop()
-	for n < (want+1)/2 {
-		select {
-		case slots <- struct{}{}:
-			n++
-		case <-t.C:
-			return n
-		case <-ctx.Done():
-			return n
-		}
-	}
-	return n
+	c.settle(ctx, d, d.Message(), v, idem.Result{})
 }
 
 // HandleBatch handles deliveries already received (FIFO groups in order,
@@ -332,89 +211,7 @@ func (c *Consumer) fillSlots(ctx context.Context, slots chan struct{}) int {
 // ledger lease end no later than it, no delivery is extended after it, and
 // messages not started by then are handed back.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) {
-	slots := make(chan struct{}, c.cfg.concurrency)
-	var wg sync.WaitGroup
-	for _, u := range c.hold(ctx, ds) {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			c.runUnit(ctx, ctx, u)
-		}()
-	}
-	wg.Wait()
-}
-
-// held is a delivery the consumer holds, and the extension that keeps it
-// invisible until it is settled.
-type held struct {
-	d    Delivery
-	keep *keeping // nil when the consumer does not extend
-}
-
-// hold starts keeping every one of ds invisible, under ctx, and splits
-// them into units of work: each message without a group alone, and each
-// FIFO group's messages together, in batch order.
-//
-// A delivery is extended from the moment the consumer holds it until it is
-// settled, whether it runs, waits for a free handler slot (a batch larger
-// than the concurrency, a source that returned more than asked) or waits
-// behind its group: unextended, a waiting message would lapse before its
-// turn, and the broker would hand it to another worker, counting a receive
-// against it (enough of them dead-letter a message that never ran) and,
-// for a group, letting it run before the earlier ones finish. Handing the
-// waiting messages back instead would count a receive each time too.
-func (c *Consumer) hold(ctx context.Context, ds []Delivery) [][]held {
-	units := make([][]held, 0, len(ds))
-	var group map[string]int
-	for _, d := range ds {
-		h := held{d: d, keep: c.keepVisible(ctx, d)}
-		g := d.Message().GroupID
-		if g == "" {
-			units = append(units, []held{h})
-			continue
-		}
-		if group == nil {
-			group = make(map[string]int)
-		}
-		if i, ok := group[g]; ok {
-			units[i] = append(units[i], h)
-			continue
-		}
-		group[g] = len(units)
-		units = append(units, []held{h})
-	}
-	return units
-}
-
-// runUnit handles a unit's messages in order. Once one is not done (or the
-// consumer is stopping), the rest are handed back untouched. Each message's
-// extension (see hold) stops before it is settled.
-func (c *Consumer) runUnit(runCtx, hctx context.Context, unit []held) {
-	defer func() {
-		// Also when a handler ends its goroutine (runtime.Goexit): the
-		// messages left are then as after a crash.
-		for _, h := range unit {
-			h.keep.stop()
-		}
-	}()
-	holdBack := ""
-	for _, h := range unit {
-		switch {
-		case holdBack != "":
-			h.keep.stop()
-			c.settle(hctx, h.d, h.d.Message(), verdict{outcome: "held-back", action: actionRetry, reason: holdBack}, idem.Result{})
-		case runCtx.Err() != nil || hctx.Err() != nil:
-			h.keep.stop()
-			c.settle(hctx, h.d, h.d.Message(), verdict{outcome: "handed-back", action: actionRetry, reason: "the consumer is stopping"}, idem.Result{})
-			holdBack = "the consumer is stopping"
-		default:
-			if !c.process(hctx, h) {
-				holdBack = "an earlier message of its group is not done"
-			}
-		}
-	}
+	c.loop.HandleBatch(ctx, ds)
 }
 
 type action string
@@ -435,25 +232,25 @@ type verdict struct {
 
 // process handles one delivery and reports whether it is settled as done or
 // dead-lettered (so its FIFO group may go on). The extension that has kept
-// it invisible since the consumer got it (see hold) goes on while it is
-// handled and stops before it is settled.
-func (c *Consumer) process(ctx context.Context, h held) bool {
-	d, keep := h.d, h.keep
+// it invisible since the consumer got it (see [Consumer]) goes on while it
+// is handled and stops before it is settled.
+func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[Delivery]) bool {
 	m := d.Message()
 	key, opts, err := c.prepare(m)
 	if err != nil {
-		keep.stop()
+		keep.Stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
 			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
 	}
-	keep.named(key)
+	logKey := c.ledger.LogKey(key.String())
+	keep.Name(logKey) // for the lines of its failed extensions
 	if c.cfg.maxReceives > 0 && m.ReceiveCount > c.cfg.maxReceives {
 		// Busy retries and hand-backs count as receives too: before giving
 		// up on the message, ask the ledger whether its key is done or
 		// still running.
 		v, res := c.overMax(ctx, key, m, opts)
-		keep.stop()
-		return c.settle(ctx, d, m, v, res, c.ledger.LogKey(key.String()))
+		keep.Stop()
+		return c.settle(ctx, d, m, v, res, logKey)
 	}
 
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.handlerTimeout)
@@ -468,11 +265,11 @@ func (c *Consumer) process(ctx context.Context, h held) bool {
 	// Also stopped when the handler ends its goroutine (runtime.Goexit):
 	// the message is then left as after a crash, to come back when its
 	// visibility lapses.
-	defer keep.stop()
+	defer keep.Stop()
 	res, err := c.do(hctx, key, m, opts)
-	keep.stop()
+	keep.Stop()
 	v := c.judge(ctx, m, res, err)
-	return c.settle(ctx, d, m, v, withAttempt(res, err), c.ledger.LogKey(key.String()))
+	return c.settle(ctx, d, m, v, withAttempt(res, err), logKey)
 }
 
 // withAttempt fills in the fence and attempt of an outcome that came as an
@@ -689,110 +486,8 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 	return err == nil && v.action != actionRetry
 }
 
-// keeping keeps one delivery invisible: it extends it every extendEvery
-// until stopped. See [Consumer.keepVisible].
-type keeping struct {
-	c       *Consumer
-	d       Delivery
-	ctx     context.Context    // ends the extensions (the consumer's handler context)
-	cancel  context.CancelFunc // cancels ctx: an extension under way gives up
-	key     atomic.Pointer[idem.OperationKey]
-	run     sync.Mutex // held by an extension; stop waits for it
-	stopped atomic.Bool
-	t       *time.Timer
-}
-
-// keepVisible extends d every extendEvery, by extendBy, until the returned
-// keeping is stopped or ctx is done. It returns nil (whose methods do
-// nothing) when the consumer does not extend. It is a timer, not a
-// goroutine: a message waiting its turn costs no goroutine, most handlers
-// end before the first extension is due, and each extension runs on its
-// own, so that one the broker answers slowly does not delay the others of
-// the batch. An extension may take up to extendEvery (the next one is due
-// then); stop cancels one under way, so that a broker call that hangs does
-// not hold up the message's settlement.
-func (c *Consumer) keepVisible(ctx context.Context, d Delivery) *keeping {
-	if c.cfg.extendEvery <= 0 {
-		return nil
-	}
-	k := &keeping{c: c, d: d}
-	k.ctx, k.cancel = context.WithCancel(ctx)
-	k.run.Lock() // a first extension waits for t
-	k.t = time.AfterFunc(c.cfg.extendEvery, k.extend)
-	k.run.Unlock()
-	return k
-}
-
-// named gives the extension's log lines the message's key, once computed.
-func (k *keeping) named(key idem.OperationKey) {
-	if k != nil {
-		k.key.Store(&key)
-	}
-}
-
-func (k *keeping) extend() {
-	k.run.Lock()
-	defer k.run.Unlock()
-	if k.stopped.Load() || k.ctx.Err() != nil {
-		return
-	}
-	c := k.c
-	asked := time.Now()
-	ectx, ecancel := context.WithTimeout(k.ctx, c.cfg.extendEvery)
-	err := k.d.Extend(ectx, c.extendBy)
-	ecancel()
-	if err != nil && k.ctx.Err() == nil {
-		// The ledger still guards the effect: another worker that gets
-		// the message finds the key busy.
-		var attrs []slog.Attr
-		if key := k.key.Load(); key != nil { // not computed yet for a message waiting its turn
-			attrs = append(attrs, c.ledger.LogKey(key.String()))
-		}
-		attrs = append(attrs, slog.String("message_id", k.d.Message().ID), slog.Any("error", err))
-		c.log.LogAttrs(k.ctx, slog.LevelWarn, "queue: extending the delivery failed", attrs...)
-	}
-	if !k.stopped.Load() {
-		k.t.Reset(max(c.cfg.extendEvery-time.Since(asked), 0))
-	}
-}
-
-// stop ends the extensions, and waits for one under way (cancelled) to
-// return: none follows. It may be called more than once.
-func (k *keeping) stop() {
-	if k == nil {
-		return
-	}
-	k.stopped.Store(true)
-	k.t.Stop()
-	k.cancel()   // an extension under way gives up
-	k.run.Lock() // and finishes first
-	k.run.Unlock()
-}
-
 // backoff is the retry delay after the n-th failure: base·2^(n-1), capped,
 // then jittered to between half and all of it.
 func (c *Consumer) backoff(n int) time.Duration {
-	d := c.cfg.backoffBase
-	for i := 1; i < n && d < c.cfg.backoffMax; i++ {
-		if d > c.cfg.backoffMax/2 {
-			d = c.cfg.backoffMax // doubling would pass the cap, or overflow
-			break
-		}
-		d *= 2
-	}
-	d = min(d, c.cfg.backoffMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return c.cfg.Backoff.Delay(n)
 }

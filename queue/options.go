@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dispatch"
 )
 
 // Defaults of a [Consumer].
@@ -23,29 +24,25 @@ const (
 type Option func(*config)
 
 type config struct {
-	concurrency     int
-	batchSize       int
-	handlerTimeout  time.Duration
-	maxReceives     int
-	backoffBase     time.Duration
-	backoffMax      time.Duration
-	busyDelay       time.Duration
-	shutdownTimeout time.Duration
-	extendEvery     time.Duration
-	logger          *slog.Logger
-	callOptions     func(Message) []idem.CallOption
+	dispatch.Settings // concurrency, batch size, backoff, shutdown timeout, extension interval
+	handlerTimeout    time.Duration
+	maxReceives       int
+	busyDelay         time.Duration
+	logger            *slog.Logger
+	callOptions       func(Message) []idem.CallOption
 }
 
 func defaultConfig() config {
 	return config{
-		concurrency:     DefaultConcurrency,
-		batchSize:       DefaultBatchSize,
-		handlerTimeout:  DefaultHandlerTimeout,
-		maxReceives:     DefaultMaxReceives,
-		backoffBase:     DefaultBackoffBase,
-		backoffMax:      DefaultBackoffMax,
-		busyDelay:       DefaultBusyDelay,
-		shutdownTimeout: DefaultShutdownTimeout,
+		Settings: dispatch.Settings{
+			Concurrency:     DefaultConcurrency,
+			BatchSize:       DefaultBatchSize,
+			Backoff:         dispatch.Backoff{Base: DefaultBackoffBase, Max: DefaultBackoffMax},
+			ShutdownTimeout: DefaultShutdownTimeout,
+		},
+		handlerTimeout: DefaultHandlerTimeout,
+		maxReceives:    DefaultMaxReceives,
+		busyDelay:      DefaultBusyDelay,
 	}
 }
 
@@ -54,22 +51,14 @@ func defaultConfig() config {
 // they run one after another. Messages beyond it wait for a free slot, kept
 // invisible meanwhile (see [WithExtendEvery]). Values below 1 are ignored.
 func WithConcurrency(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.concurrency = n
-		}
-	}
+	return func(c *config) { c.SetConcurrency(n) }
 }
 
 // WithBatchSize sets the most messages asked of the source at once (default
 // [DefaultBatchSize]; SQS allows at most 10). The consumer never asks for
 // more than it has free handler slots. Values below 1 are ignored.
 func WithBatchSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.batchSize = n
-		}
-	}
+	return func(c *config) { c.SetBatchSize(n) }
 }
 
 // WithHandlerTimeout bounds one handler call (default
@@ -102,14 +91,7 @@ func WithMaxReceives(n int) Option {
 // it). Defaults [DefaultBackoffBase] and [DefaultBackoffMax]. Non-positive
 // values are ignored.
 func WithBackoff(base, max time.Duration) Option {
-	return func(c *config) {
-		if base > 0 {
-			c.backoffBase = base
-		}
-		if max > 0 {
-			c.backoffMax = max
-		}
-	}
+	return func(c *config) { c.SetBackoff(base, max) }
 }
 
 // WithBusyDelay sets the retry delay for a message whose key another attempt
@@ -128,11 +110,7 @@ func WithBusyDelay(d time.Duration) Option {
 // it, their contexts are cancelled and their messages handed back.
 // Non-positive values are ignored.
 func WithShutdownTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.shutdownTimeout = d
-		}
-	}
+	return func(c *config) { c.SetShutdownTimeout(d) }
 }
 
 // WithExtendEvery sets how often a delivery the consumer holds is extended
@@ -143,11 +121,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 // free handler slot or behind the earlier messages of its FIFO group.
 // Non-positive values are ignored.
 func WithExtendEvery(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.extendEvery = d
-		}
-	}
+	return func(c *config) { c.SetExtendEvery(d) }
 }
 
 // WithLogger sets the logger for per-message lines (default [slog.Default]).
