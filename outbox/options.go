@@ -3,6 +3,8 @@ package outbox
 import (
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/internal/dispatch"
 )
 
 // Defaults of a [Relay].
@@ -22,28 +24,24 @@ const (
 type Option func(*config)
 
 type config struct {
-	concurrency     int
-	batchSize       int
-	publishTimeout  time.Duration
-	maxReceives     int
-	backoffBase     time.Duration
-	backoffMax      time.Duration
-	shutdownTimeout time.Duration
-	extendEvery     time.Duration
-	dedupPrefix     string
-	permanent       []error
-	logger          *slog.Logger
+	dispatch.Settings // concurrency, batch size, backoff, shutdown timeout, extension interval
+	publishTimeout    time.Duration
+	maxReceives       int
+	dedupPrefix       string
+	permanent         []error
+	logger            *slog.Logger
 }
 
 func defaultConfig() config {
 	return config{
-		concurrency:     DefaultConcurrency,
-		batchSize:       DefaultBatchSize,
-		publishTimeout:  DefaultPublishTimeout,
-		backoffBase:     DefaultBackoffBase,
-		backoffMax:      DefaultBackoffMax,
-		shutdownTimeout: DefaultShutdownTimeout,
-		dedupPrefix:     DefaultDedupPrefix,
+		Settings: dispatch.Settings{
+			Concurrency:     DefaultConcurrency,
+			BatchSize:       DefaultBatchSize,
+			Backoff:         dispatch.Backoff{Base: DefaultBackoffBase, Max: DefaultBackoffMax},
+			ShutdownTimeout: DefaultShutdownTimeout,
+		},
+		publishTimeout: DefaultPublishTimeout,
+		dedupPrefix:    DefaultDedupPrefix,
 	}
 }
 
@@ -52,22 +50,14 @@ func defaultConfig() config {
 // between them: they are published one after another, in order. Values
 // below 1 are ignored.
 func WithConcurrency(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.concurrency = n
-		}
-	}
+	return func(c *config) { c.SetConcurrency(n) }
 }
 
 // WithBatchSize sets the most messages asked of the outbox at once
 // (default [DefaultBatchSize]). The relay never asks for more than it has
 // free publish slots. Values below 1 are ignored.
 func WithBatchSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.batchSize = n
-		}
-	}
+	return func(c *config) { c.SetBatchSize(n) }
 }
 
 // WithPublishTimeout bounds one publish to the target (default
@@ -103,14 +93,7 @@ func WithMaxReceives(n int) Option {
 // delay between half and all of it). Defaults [DefaultBackoffBase] and
 // [DefaultBackoffMax]. Non-positive values are ignored.
 func WithBackoff(base, max time.Duration) Option {
-	return func(c *config) {
-		if base > 0 {
-			c.backoffBase = base
-		}
-		if max > 0 {
-			c.backoffMax = max
-		}
-	}
+	return func(c *config) { c.SetBackoff(base, max) }
 }
 
 // WithShutdownTimeout sets how long [Relay.Run] lets publishes under way
@@ -119,11 +102,7 @@ func WithBackoff(base, max time.Duration) Option {
 // the outbox, to be published again (with the same dedup id) by the next
 // relay. Non-positive values are ignored.
 func WithShutdownTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.shutdownTimeout = d
-		}
-	}
+	return func(c *config) { c.SetShutdownTimeout(d) }
 }
 
 // WithExtendEvery sets how often a delivery the relay holds is extended
@@ -133,11 +112,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 // published, and while it waits for a free slot or behind the earlier
 // messages of its group. Non-positive values are ignored.
 func WithExtendEvery(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.extendEvery = d
-		}
-	}
+	return func(c *config) { c.SetExtendEvery(d) }
 }
 
 // WithDedupPrefix sets the prefix of the dedup id the relay derives for a

@@ -1,18 +1,18 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dispatch"
 	"github.com/idemkit/idem/queue"
 )
 
@@ -72,12 +72,11 @@ import (
 // error and what was done (action retry, with its delay, or dead-letter,
 // with the reason).
 type Relay struct {
-	from       queue.Source
-	to         queue.Publisher
-	cfg        config
-	log        *slog.Logger
-	visibility time.Duration
-	extendBy   time.Duration
+	from queue.Source
+	to   queue.Publisher
+	cfg  config
+	log  *slog.Logger
+	loop *dispatch.Loop[queue.Delivery]
 }
 
 // NewRelay returns a relay from the outbox from to the target to. It
@@ -91,23 +90,37 @@ func NewRelay(from queue.Source, to queue.Publisher, opts ...Option) (*Relay, er
 	for _, o := range opts {
 		o(&cfg)
 	}
-	log := cfg.logger
-	if log == nil {
-		log = slog.Default()
+	log := cmp.Or(cfg.logger, slog.Default())
+	r := &Relay{from: from, to: to, cfg: cfg, log: log}
+	v := from.Visibility()
+	if v > 0 && v < cfg.publishTimeout {
+		return nil, fmt.Errorf("%w: the outbox's visibility %v is shorter than the publish timeout %v: raise the outbox's visibility or lower WithPublishTimeout",
+			queue.ErrVisibilityTooShort, v, cfg.publishTimeout)
 	}
-	r := &Relay{from: from, to: to, cfg: cfg, log: log, visibility: from.Visibility()}
-	if v := r.visibility; v > 0 {
-		if v < cfg.publishTimeout {
-			return nil, fmt.Errorf("%w: the outbox's visibility %v is shorter than the publish timeout %v: raise the outbox's visibility or lower WithPublishTimeout",
-				queue.ErrVisibilityTooShort, v, cfg.publishTimeout)
-		}
-		if r.cfg.extendEvery == 0 {
-			r.cfg.extendEvery = v / 3
-		}
-	}
-	r.extendBy = r.visibility
-	if r.extendBy == 0 {
-		r.extendBy = 3 * r.cfg.extendEvery
+	var extendBy time.Duration
+	r.cfg.ExtendEvery, extendBy = dispatch.Extension(v, r.cfg.ExtendEvery)
+	r.loop = &dispatch.Loop[queue.Delivery]{
+		Settings: r.cfg.Settings,
+		ExtendBy: extendBy,
+		Log:      log,
+		Lines: dispatch.Lines{
+			ReceiveFailed:      "outbox: receiving from the outbox failed",
+			ReceiveFailedLevel: slog.LevelWarn,
+			ShutdownTimeout:    "outbox: shutdown timeout passed; cancelling the publishes still under way and handing their messages back",
+			Abandoned:          "outbox: publishes still under way after their contexts were cancelled; returning without them",
+			// Another relay that gets the message publishes it with the
+			// same dedup id: the target drops the second copy.
+			ExtendFailed: "outbox: extending the delivery failed",
+		},
+		Receive: from.Receive,
+		Group:   func(d queue.Delivery) string { return d.Message().GroupID },
+		Extend:  func(ctx context.Context, d queue.Delivery, by time.Duration) error { return d.Extend(ctx, by) },
+		Process: func(ctx context.Context, d queue.Delivery, keep *dispatch.Keep[queue.Delivery]) bool {
+			_, done := r.relay(ctx, d, keep)
+			return done
+		},
+		HandBack: r.handBack,
+		Attrs:    func(d queue.Delivery) []slog.Attr { return []slog.Attr{slog.String("outbox_id", d.Message().ID)} },
 	}
 	return r, nil
 }
@@ -137,106 +150,14 @@ const settleTimeout = 30 * time.Second
 // back the messages not yet started, lets the publishes under way finish
 // for the shutdown timeout ([WithShutdownTimeout]), cancels those still
 // running, hands back every message not relayed (Retry(0)), and returns
-// nil. A receive error is logged and retried with backoff.
+// nil. A receive error is logged and retried with backoff. A publisher
+// that ignores its cancelled context does not keep Run from returning (it
+// waits 5 s more for it): its message comes back to the outbox when its
+// visibility lapses.
 func (r *Relay) Run(ctx context.Context) error {
-	pctx, cancelPublishes := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelPublishes()
-	slots := make(chan struct{}, r.cfg.concurrency)
-	var wg sync.WaitGroup
-	failures, empties := 0, 0
-receive:
-	for ctx.Err() == nil {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break receive
-		}
-		n := 1
-		for n < min(r.cfg.batchSize, r.cfg.concurrency) {
-			select {
-			case slots <- struct{}{}:
-				n++
-				continue
-			default:
-			}
-			break
-		}
-		ds, err := r.from.Receive(ctx, n)
-		if len(ds) == 0 {
-			for range n {
-				<-slots
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			if err != nil {
-				failures++
-				d := r.backoff(failures)
-				r.log.LogAttrs(ctx, slog.LevelWarn, "outbox: receiving from the outbox failed", slog.Any("error", err), slog.Duration("retry_in", d))
-				if !sleep(ctx, d) {
-					break
-				}
-				continue
-			}
-			empties++ // a source that returns nothing without waiting
-			if !sleep(ctx, emptyPause(empties)) {
-				break
-			}
-			continue
-		}
-		failures, empties = 0, 0
-		units := r.hold(pctx, ds)
-		for ; n > len(units); n-- {
-			<-slots
-		}
-		for i, u := range units {
-			if i >= n { // more units than slots held: wait for one
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					for _, u := range units[i:] {
-						r.handBack(u, "the relay is stopping")
-					}
-					break receive
-				}
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				r.runUnit(ctx, pctx, u, nil)
-			}()
-		}
-	}
-
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	timer := time.NewTimer(r.cfg.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		r.log.Warn("outbox: shutdown timeout passed; cancelling the publishes still under way and handing their messages back",
-			slog.Duration("shutdown_timeout", r.cfg.shutdownTimeout))
-		cancelPublishes()
-		grace := time.NewTimer(shutdownGrace)
-		defer grace.Stop()
-		select {
-		case <-done:
-		case <-grace.C:
-			// A publisher that ignores its cancelled context must not
-			// keep Run from returning: its message comes back to the
-			// outbox when its visibility lapses.
-			r.log.Error("outbox: publishes still under way after their contexts were cancelled; returning without them",
-				slog.Duration("grace", shutdownGrace))
-		}
-	}
+	r.loop.Run(ctx)
 	return nil
 }
-
-// shutdownGrace is how long Run waits, after cancelling the publishes
-// still under way at the shutdown timeout, for them to return.
-const shutdownGrace = 5 * time.Second
 
 // drainIdle is how long a receive of [Relay.Drain] waits for a message
 // before Drain decides the outbox holds no more that are due.
@@ -255,7 +176,7 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 	var relayed atomic.Int64
 	for {
 		rctx, cancel := context.WithTimeout(ctx, drainIdle)
-		ds, err := r.from.Receive(rctx, r.cfg.batchSize)
+		ds, err := r.from.Receive(rctx, r.cfg.BatchSize)
 		idle := rctx.Err() != nil
 		cancel()
 		if len(ds) == 0 {
@@ -267,93 +188,37 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 			}
 			return int(relayed.Load()), nil
 		}
-		slots := make(chan struct{}, r.cfg.concurrency)
-		var wg sync.WaitGroup
-		for _, u := range r.hold(ctx, ds) {
-			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				r.runUnit(ctx, ctx, u, &relayed)
-			}()
+		loop := *r.loop // this batch's relayed messages are counted
+		loop.Process = func(ctx context.Context, d queue.Delivery, keep *dispatch.Keep[queue.Delivery]) bool {
+			ok, done := r.relay(ctx, d, keep)
+			if ok {
+				relayed.Add(1)
+			}
+			return done
 		}
-		wg.Wait()
+		loop.HandleBatch(ctx, ds)
 	}
 }
 
-// held is a delivery the relay holds, and the extension that keeps it
-// invisible until it is settled.
-type held struct {
-	d    queue.Delivery
-	keep *keeping // nil when the relay does not extend
-}
-
-// hold starts keeping every one of ds invisible under ctx, and splits them
-// into units of work: each message without a group alone, and each FIFO
-// group's messages together, in batch order.
-func (r *Relay) hold(ctx context.Context, ds []queue.Delivery) [][]held {
-	units := make([][]held, 0, len(ds))
-	group := map[string]int{}
-	for _, d := range ds {
-		h := held{d: d, keep: r.keepVisible(ctx, d)}
-		g := d.Message().GroupID
-		if g == "" {
-			units = append(units, []held{h})
-			continue
-		}
-		if i, ok := group[g]; ok {
-			units[i] = append(units[i], h)
-			continue
-		}
-		group[g] = len(units)
-		units = append(units, []held{h})
+// handBack returns a message to the outbox untouched (Retry(0)): the relay
+// is stopping, or an earlier message of its group is not relayed.
+func (r *Relay) handBack(ctx context.Context, d queue.Delivery, why dispatch.HandBackReason) {
+	reason := "the relay is stopping"
+	if why == dispatch.BehindNotDone {
+		reason = "an earlier message of its group is not relayed"
 	}
-	return units
-}
-
-// runUnit relays a unit's messages in order. Once one is not done (or the
-// relay is stopping), the rest are handed back untouched. relayed, when
-// not nil, counts the messages relayed.
-func (r *Relay) runUnit(runCtx, pctx context.Context, unit []held, relayed *atomic.Int64) {
-	defer func() {
-		for _, h := range unit {
-			h.keep.stop()
-		}
-	}()
-	for i, h := range unit {
-		if runCtx.Err() != nil || pctx.Err() != nil {
-			r.handBack(unit[i:], "the relay is stopping")
-			return
-		}
-		ok, done := r.relay(pctx, h)
-		if ok && relayed != nil {
-			relayed.Add(1)
-		}
-		if !done {
-			r.handBack(unit[i+1:], "an earlier message of its group is not relayed")
-			return
-		}
+	m := d.Message()
+	err := r.settle(d, actionRetry, 0, "")
+	level := slog.LevelDebug
+	attrs := []slog.Attr{slog.String("outbox_id", m.ID), slog.String("reason", reason)}
+	if m.GroupID != "" {
+		attrs = append(attrs, slog.String("group_id", m.GroupID))
 	}
-}
-
-// handBack returns messages to the outbox untouched (Retry(0)), in order.
-func (r *Relay) handBack(unit []held, why string) {
-	for _, h := range unit {
-		h.keep.stop()
-		m := h.d.Message()
-		err := r.settle(h.d, actionRetry, 0, "")
-		level := slog.LevelDebug
-		attrs := []slog.Attr{slog.String("outbox_id", m.ID), slog.String("reason", why)}
-		if m.GroupID != "" {
-			attrs = append(attrs, slog.String("group_id", m.GroupID))
-		}
-		if err != nil {
-			level = slog.LevelWarn
-			attrs = append(attrs, slog.String("settle_error", err.Error()))
-		}
-		r.log.LogAttrs(context.Background(), level, "outbox message handed back", attrs...)
+	if err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("settle_error", err.Error()))
 	}
+	r.log.LogAttrs(context.Background(), level, "outbox message handed back", attrs...)
 }
 
 type action string
@@ -367,8 +232,8 @@ const (
 // relay publishes one outbox message and settles it. ok reports that it
 // was relayed (published, or found a duplicate, and acked); done that it
 // left the outbox (relayed or dead-lettered), so that its group may go on.
-func (r *Relay) relay(ctx context.Context, h held) (ok, done bool) {
-	m := h.d.Message()
+func (r *Relay) relay(ctx context.Context, d queue.Delivery, keep *dispatch.Keep[queue.Delivery]) (ok, done bool) {
+	m := d.Message()
 	out := queue.Outgoing{
 		Body:       m.Body,
 		Attributes: maps.Clone(m.Attributes),
@@ -378,7 +243,7 @@ func (r *Relay) relay(ctx context.Context, h held) (ok, done bool) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
 	p, err := r.publish(pctx, out)
 	cancel()
-	h.keep.stop()
+	keep.Stop()
 
 	attrs := []slog.Attr{
 		slog.String("outbox_id", m.ID),
@@ -390,7 +255,7 @@ func (r *Relay) relay(ctx context.Context, h held) (ok, done bool) {
 	}
 	if err == nil {
 		attrs = append(attrs, slog.String("target_id", p.ID), slog.Bool("duplicate", p.Duplicate))
-		if serr := r.settle(h.d, actionAck, 0, ""); serr != nil {
+		if serr := r.settle(d, actionAck, 0, ""); serr != nil {
 			r.log.LogAttrs(ctx, slog.LevelWarn, "outbox message relayed, but its ack failed: it will be published again with the same dedup id",
 				append(attrs, slog.String("settle_error", serr.Error()))...)
 			return false, false
@@ -425,7 +290,7 @@ func (r *Relay) relay(ctx context.Context, h held) (ok, done bool) {
 	} else {
 		attrs = append(attrs, slog.String("reason", reason))
 	}
-	serr := r.settle(h.d, act, delay, reason)
+	serr := r.settle(d, act, delay, reason)
 	if serr != nil {
 		attrs = append(attrs, slog.String("settle_error", serr.Error()))
 	}
@@ -474,98 +339,5 @@ func (r *Relay) settle(d queue.Delivery, act action, delay time.Duration, reason
 // backoff is the retry delay after the n-th failure: base·2^(n-1), capped,
 // then jittered to between half and all of it.
 func (r *Relay) backoff(n int) time.Duration {
-	d := r.cfg.backoffBase
-	for i := 1; i < n && d < r.cfg.backoffMax; i++ {
-		if d > r.cfg.backoffMax/2 {
-			d = r.cfg.backoffMax
-			break
-		}
-		d *= 2
-	}
-	d = min(d, r.cfg.backoffMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-// emptyPause is the wait after the n-th receive in a row that returned
-// nothing without waiting: 5 ms doubled per receive, up to 250 ms.
-func emptyPause(n int) time.Duration {
-	if n > 10 {
-		return 250 * time.Millisecond
-	}
-	return min((5*time.Millisecond)<<n, 250*time.Millisecond)
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// keeping keeps one delivery invisible: it extends it every extendEvery
-// until stopped. It is a timer, not a goroutine.
-type keeping struct {
-	r       *Relay
-	d       queue.Delivery
-	ctx     context.Context
-	cancel  context.CancelFunc
-	run     sync.Mutex // held by an extension; stop waits for it
-	stopped atomic.Bool
-	t       *time.Timer
-}
-
-// keepVisible extends d every extendEvery, by extendBy, until the returned
-// keeping is stopped or ctx is done. It returns nil (whose methods do
-// nothing) when the relay does not extend.
-func (r *Relay) keepVisible(ctx context.Context, d queue.Delivery) *keeping {
-	if r.cfg.extendEvery <= 0 {
-		return nil
-	}
-	k := &keeping{r: r, d: d}
-	k.ctx, k.cancel = context.WithCancel(ctx)
-	k.run.Lock() // a first extension waits for t
-	k.t = time.AfterFunc(r.cfg.extendEvery, k.extend)
-	k.run.Unlock()
-	return k
-}
-
-func (k *keeping) extend() {
-	k.run.Lock()
-	defer k.run.Unlock()
-	if k.stopped.Load() || k.ctx.Err() != nil {
-		return
-	}
-	r := k.r
-	asked := time.Now()
-	ectx, cancel := context.WithTimeout(k.ctx, r.cfg.extendEvery)
-	err := k.d.Extend(ectx, r.extendBy)
-	cancel()
-	if err != nil && k.ctx.Err() == nil {
-		// Another relay that gets the message publishes it with the same
-		// dedup id: the target drops the second copy.
-		r.log.LogAttrs(k.ctx, slog.LevelWarn, "outbox: extending the delivery failed",
-			slog.String("outbox_id", k.d.Message().ID), slog.Any("error", err))
-	}
-	if !k.stopped.Load() {
-		k.t.Reset(max(r.cfg.extendEvery-time.Since(asked), 0))
-	}
-}
-
-// stop ends the extensions and waits for one under way (cancelled) to
-// return. It may be called more than once.
-func (k *keeping) stop() {
-	if k == nil {
-		return
-	}
-	k.stopped.Store(true)
-	k.t.Stop()
-	k.cancel()
-	k.run.Lock()
-	k.run.Unlock()
+	return r.cfg.Backoff.Delay(n)
 }
