@@ -43,8 +43,7 @@
 //
 // # Relaying
 //
-//	relay, err := outbox.NewRelay(ob, target,            // target: an SQS, JetStream, RabbitMQ or sqlqueue publisher
-//	    outbox.WithPermanentErrors(sqsqueue.ErrBadBody, sqsqueue.ErrBadAttribute))
+//	relay, err := outbox.NewRelay(ob, target) // target: an SQS, JetStream, RabbitMQ or sqlqueue publisher
 //	go relay.Run(ctx)
 //
 // [Relay.Run] relays until its context ends; [Relay.Drain] relays what is

@@ -16,7 +16,8 @@ import (
 var errTooBig = errors.New("test: message too large for the target")
 
 // TestPermanentRefusalDeadLetters: a publish the target refuses for good,
-// with an error given to WithPermanentErrors or wrapped by idem.Permanent,
+// with an error given to WithPermanentErrors, wrapped by idem.Permanent or
+// matching queue.ErrRefused (an adapter's refusal, here sqlqueue's),
 // dead-letters the outbox message at once with the reason; the other
 // messages are relayed.
 func TestPermanentRefusalDeadLetters(t *testing.T) {
@@ -24,6 +25,7 @@ func TestPermanentRefusalDeadLetters(t *testing.T) {
 	tg := openTarget(t, "")
 	a.placeOrder(t, "big", true)
 	a.placeOrder(t, "marked", true)
+	a.placeOrder(t, "refused", true)
 	a.placeOrder(t, "fine", true)
 	rec := &recorder{to: tg.q, fail: func(m queue.Outgoing, _ int) error {
 		switch string(m.Body) {
@@ -31,6 +33,8 @@ func TestPermanentRefusalDeadLetters(t *testing.T) {
 			return fmt.Errorf("target: %w", errTooBig)
 		case "order placed marked":
 			return idem.Permanent(errors.New("target: bad attribute"))
+		case "order placed refused":
+			return fmt.Errorf("target: %w: a group id that is not UTF-8", sqlqueue.ErrBadMessage)
 		}
 		return nil
 	}}
@@ -42,8 +46,8 @@ func TestPermanentRefusalDeadLetters(t *testing.T) {
 	if n, err := r.Drain(t.Context()); err != nil || n != 1 {
 		t.Fatalf("Drain = %d, %v; want 1, nil", n, err)
 	}
-	if st := stats(t, a.outbox); st != (sqlqueue.Stats{Queue: "outbox", DeadLettered: 2}) {
-		t.Fatalf("outbox: %+v, want 2 dead letters and nothing else", st)
+	if st := stats(t, a.outbox); st != (sqlqueue.Stats{Queue: "outbox", DeadLettered: 3}) {
+		t.Fatalf("outbox: %+v, want 3 dead letters and nothing else", st)
 	}
 	dls, err := a.outbox.DeadLetters(t.Context(), 0)
 	if err != nil {
@@ -54,8 +58,8 @@ func TestPermanentRefusalDeadLetters(t *testing.T) {
 			t.Fatalf("dead letter %q: reason %q after %d receives, want a refusal after 1", dl.Message.Body, dl.Reason, dl.Message.ReceiveCount)
 		}
 	}
-	if got := strings.Count(log.String(), "level=WARN msg=\"outbox message dead-lettered: the target refused it\""); got != 2 {
-		t.Fatalf("%d dead letters logged at warn, want 2:\n%s", got, log.String())
+	if got := strings.Count(log.String(), "level=WARN msg=\"outbox message dead-lettered: the target refused it\""); got != 3 {
+		t.Fatalf("%d dead letters logged at warn, want 3:\n%s", got, log.String())
 	}
 	if st := stats(t, tg.q); st.Ready != 1 {
 		t.Fatalf("target: %+v, want the one fine message", st)

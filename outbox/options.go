@@ -126,12 +126,13 @@ func WithDedupPrefix(p string) Option {
 
 // WithPermanentErrors adds errors that mark a publish refused for good: a
 // publish error for which errors.Is(err, target) holds for one of them
-// dead-letters the message at once instead of retrying it. Errors wrapping
-// [idem.PermanentError] ([idem.Permanent]), [queue.ErrUnsupported] and
-// [queue.ErrUndecodable] are permanent without it. Pass the refusals of
-// your target's adapter, for instance sqlqueue.ErrBadMessage,
-// jetstream.ErrBadAttribute, sqsqueue.ErrBadBody and
-// sqsqueue.ErrBadAttribute.
+// dead-letters the message at once instead of retrying it. Errors matching
+// [queue.ErrRefused] (every adapter's refusal of a message as it is:
+// sqlqueue.ErrBadMessage, jetstream.ErrBadAttribute, sqsqueue.ErrBadBody,
+// ...), wrapping [idem.PermanentError] ([idem.Permanent]),
+// [queue.ErrUnsupported] or [queue.ErrUndecodable] are permanent without
+// it; add the errors of a Publisher of your own, or errors your broker
+// returns that you know will not change on a retry.
 func WithPermanentErrors(targets ...error) Option {
 	return func(c *config) {
 		for _, t := range targets {

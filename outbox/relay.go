@@ -42,7 +42,8 @@ import (
 // A publish the target accepts, or reports as a duplicate of one it holds
 // ([queue.Published].Duplicate: an earlier publish of the same message
 // whose ack was lost), is acked. A publish the target refuses for good (an
-// error wrapping [idem.PermanentError], [queue.ErrUnsupported],
+// error matching [queue.ErrRefused], as every adapter's refusals of a
+// message do, or wrapping [idem.PermanentError], [queue.ErrUnsupported],
 // [queue.ErrUndecodable], or one given to [WithPermanentErrors]) is
 // dead-lettered in the outbox at once with the reason. Any other error
 // (the broker down, a timeout, a publish whose outcome is unknown) retries
@@ -312,7 +313,7 @@ func (r *Relay) publish(ctx context.Context, m queue.Outgoing) (p queue.Publishe
 // good (see [Relay]).
 func (r *Relay) permanent(err error) bool {
 	var perm *idem.PermanentError
-	if errors.As(err, &perm) || errors.Is(err, queue.ErrUnsupported) || errors.Is(err, queue.ErrUndecodable) {
+	if errors.As(err, &perm) || errors.Is(err, queue.ErrRefused) || errors.Is(err, queue.ErrUnsupported) || errors.Is(err, queue.ErrUndecodable) {
 		return true
 	}
 	for _, t := range r.cfg.permanent {
