@@ -42,7 +42,10 @@
 //	error after it was written               ErrOutcomeUnknown
 //	2xx                                      success
 //	408, 409, 425, 429, 5xx                  a *StatusError (retry later; RetryAfter)
-//	other status                             Permanent (a *StatusError)
+//	other status, a 3xx not followed         Permanent (a *StatusError)
+//
+// A redirect is followed only if it keeps the method and the body: the
+// GET net/http would make of a redirected POST says nothing of the POST.
 //
 // Neither retries: the caller (a queue consumer, the Ledger's next call)
 // does, with the same key.

@@ -2,6 +2,7 @@ package effect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,6 +66,16 @@ type HTTP struct {
 //     4xx, a 3xx the Client did not follow): a [*StatusError] wrapped in
 //     [idem.Permanent]. Sending the same request again cannot succeed.
 //
+// Do follows a redirect only if it keeps the method and the body (307,
+// 308, or a 301, 302 or 303 to a GET or HEAD without a body), and only as
+// the Client's CheckRedirect allows (net/http's default policy if nil). A
+// 301, 302 or 303 to any other request, which net/http would follow as a
+// GET without the body, comes back as its *StatusError: the answer to that
+// GET would say nothing of the request made. A redirect the
+// CheckRedirect refuses with an error is that *StatusError too, joined
+// with the error. After a followed redirect, only the last hop counts for
+// NotDone: the earlier ones answered with a redirect and did nothing.
+//
 // For a status error the response's body is read (its start kept in the
 // StatusError) and closed, and Do returns a nil response.
 //
@@ -83,6 +94,9 @@ func (h *HTTP) Do(ctx context.Context, key string, req *http.Request) (*http.Res
 	if hasBody && req.GetBody == nil {
 		return nil, idem.Permanent(idem.NotDone(fmt.Errorf("%w request: its body cannot be sent again (no GetBody); make it from a bytes.Reader, bytes.Buffer or strings.Reader, or set GetBody", ErrInvalid)))
 	}
+	// wrote says whether the current hop's request may have reached the
+	// server. A followed redirect starts a new hop: the previous one was
+	// answered with a 3xx, so it did nothing.
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
@@ -100,14 +114,34 @@ func (h *HTTP) Do(ctx context.Context, key string, req *http.Request) (*http.Res
 		name = DefaultKeyHeader
 	}
 	r.Header.Set(name, value)
-	client := h.Client
-	if client == nil {
-		client = http.DefaultClient
+	client := http.DefaultClient
+	if h.Client != nil {
+		client = h.Client
 	}
-	resp, err := client.Do(r)
+	c := *client
+	c.CheckRedirect = func(next *http.Request, via []*http.Request) error {
+		// net/http turns a request answered 301, 302 or 303 into a GET
+		// without a body: its answer says nothing of the request made.
+		if next.Method != via[0].Method || hasBody && (next.Body == nil || next.Body == http.NoBody) {
+			return http.ErrUseLastResponse
+		}
+		var err error
+		if client.CheckRedirect != nil {
+			err = client.CheckRedirect(next, via)
+		} else if len(via) >= 10 { // net/http's default policy
+			err = errors.New("stopped after 10 redirects")
+		}
+		if err == nil {
+			wrote.Store(false)
+		}
+		return err
+	}
+	resp, err := c.Do(r)
 	if err != nil {
-		if resp != nil && resp.Body != nil {
-			resp.Body.Close()
+		if resp != nil {
+			// The Client's CheckRedirect refused to follow resp, a 3xx
+			// (net/http has closed its body): the answer is that status.
+			return nil, idem.Permanent(errors.Join(statusError(resp, nil), err))
 		}
 		if !wrote.Load() {
 			return nil, idem.NotDone(fmt.Errorf("effect: http %s: not sent: %w", req.Method, err))
@@ -119,12 +153,16 @@ func (h *HTTP) Do(ctx context.Context, key string, req *http.Request) (*http.Res
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
-	se := &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, Body: body,
-		RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	se := statusError(resp, body)
 	if retryableStatus(resp.StatusCode) {
 		return nil, se
 	}
 	return nil, idem.Permanent(se)
+}
+
+func statusError(resp *http.Response, body []byte) *StatusError {
+	return &StatusError{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, Body: body,
+		RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }
 
 // keyValue is the header's value for key.

@@ -231,3 +231,96 @@ func TestHTTPInvalid(t *testing.T) {
 		t.Fatalf("invalid calls reached the server: %q", keys)
 	}
 }
+
+// A 301, 302 or 303 to a POST would be followed as a GET without the body
+// (net/http does so), and the GET's 2xx taken for the POST's: the redirect
+// is not followed and comes back as a Permanent *StatusError; the POST
+// never reached its new location, nor did a GET.
+func TestHTTPRedirectChangingMethodIsNotFollowed(t *testing.T) {
+	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther} {
+		var mu sync.Mutex
+		var moved []string
+		mux := http.NewServeMux()
+		mux.HandleFunc("/v1/charges", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/v2/charges", code)
+		})
+		mux.HandleFunc("/v2/charges", func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			moved = append(moved, r.Method)
+			mu.Unlock()
+			io.WriteString(w, `{"data":[]}`) // a list endpoint answers a GET
+		})
+		s := httptest.NewServer(mux)
+		resp, err := (&effect.HTTP{}).Do(context.Background(), "charge:1", post(t, s.URL+"/v1/charges"))
+		s.Close()
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if err == nil || classify(err) != (class{permanent: true}) {
+			t.Fatalf("%d: error %v is %+v, want Permanent", code, err, classify(err))
+		}
+		var se *effect.StatusError
+		if !errors.As(err, &se) || se.StatusCode != code {
+			t.Fatalf("%d: %v is not a StatusError %d", code, err, code)
+		}
+		if len(moved) != 0 {
+			t.Fatalf("%d: the redirect was followed with %q", code, moved)
+		}
+	}
+}
+
+// 307 and 308 keep the method and the body: followed as the Client's
+// CheckRedirect (net/http's default when nil) allows; a caller's policy
+// is still asked.
+func TestHTTPRedirectKeepingMethodIsFollowed(t *testing.T) {
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		p := newProvider(t, http.StatusOK, "")
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, p.URL+"/v2/charges", code)
+		}))
+		resp, err := (&effect.HTTP{}).Do(context.Background(), "charge:1", post(t, s.URL))
+		if err != nil {
+			t.Fatalf("%d: %v", code, err)
+		}
+		resp.Body.Close()
+		keys, bodies := p.seen()
+		if len(keys) != 1 || keys[0] != `"charge:1"` || bodies[0] != `{"amount":1250}` {
+			t.Fatalf("%d: the new location got keys %q, bodies %q", code, keys, bodies)
+		}
+
+		asked := 0
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { asked++; return http.ErrUseLastResponse }}
+		_, err = (&effect.HTTP{Client: client}).Do(context.Background(), "charge:1", post(t, s.URL))
+		var se *effect.StatusError
+		if asked != 1 || !errors.As(err, &se) || se.StatusCode != code || classify(err) != (class{permanent: true}) {
+			t.Fatalf("%d: the caller's policy, asked %d times, refused: %v (%+v)", code, asked, err, classify(err))
+		}
+		// A policy that refuses with an error: the 3xx was the answer.
+		stop := errors.New("no redirects")
+		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return stop }}
+		_, err = (&effect.HTTP{Client: client}).Do(context.Background(), "charge:1", post(t, s.URL))
+		if !errors.As(err, &se) || se.StatusCode != code || !errors.Is(err, stop) || classify(err) != (class{permanent: true}) {
+			t.Fatalf("%d: the caller's policy failed the redirect: %v (%+v)", code, err, classify(err))
+		}
+		s.Close()
+	}
+}
+
+// A 307 answered by the first hop, then a new location that refuses the
+// connection: the first hop did nothing (it answered with a redirect),
+// the second got nothing, so the call is NotDone.
+func TestHTTPRedirectToUnreachableIsNotDone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String() + "/v2/charges"
+	ln.Close()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		http.Redirect(w, r, gone, http.StatusTemporaryRedirect)
+	}))
+	defer s.Close()
+	_, err = (&effect.HTTP{}).Do(context.Background(), "charge:1", post(t, s.URL))
+	wantClass(t, err, notDone)
+}
