@@ -38,8 +38,11 @@
 // [HTTP.Do] passes the operation key as the provider's idempotency key
 // (Idempotency-Key), so a repeated call is done once by the provider:
 //
-//	error before the request was written     NotDone
-//	error after it was written               ErrOutcomeUnknown
+//	error before any of the request was      NotDone
+//	written (DNS, connect, TLS, ctx ended
+//	before the headers)
+//	error once its headers were written      ErrOutcomeUnknown
+//	(while the body streams, or after)
 //	2xx                                      success
 //	408, 409, 425, 429, 5xx                  a *StatusError (retry later; RetryAfter)
 //	other status, a 3xx not followed         Permanent (a *StatusError)

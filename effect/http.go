@@ -51,14 +51,18 @@ type HTTP struct {
 // classifies the outcome for an [idem.Ledger]:
 //
 //   - a 2xx response: returned with a nil error; the caller closes its body.
-//   - an error before the request was written in full (DNS, a refused or
-//     failed connection, TLS, ctx ended first): wrapped in [idem.NotDone].
-//     The provider cannot have acted on a request it did not receive.
-//   - an error after the request was written (the connection dropped,
-//     ctx ended or a timeout passed while waiting for the answer): matches
-//     [ErrOutcomeUnknown], neither NotDone nor Permanent. Retry with the
-//     same key: the provider either did it and replays its answer, or does
-//     it now.
+//   - an error before any of the request was written (DNS, a refused or
+//     failed connection, TLS, ctx ended before the headers were written):
+//     wrapped in [idem.NotDone]. The provider cannot have acted on a
+//     request it did not receive.
+//   - an error once the request's headers were written (the connection
+//     dropped or ctx ended while the body was written or the answer
+//     awaited, a timeout passed): matches [ErrOutcomeUnknown], neither
+//     NotDone nor Permanent. A server has the request with its headers and
+//     may act before it reads the body. Retry with the same key: the
+//     provider either did it and replays its answer, or does it now. When
+//     net/http sends the request again on a new connection (see [HTTP]),
+//     a failure of that attempt is unknown too: the first may have arrived.
 //   - 408, 409 (the draft's "a request with this key is outstanding"), 425,
 //     429 and 5xx: a [*StatusError] as it is (retry later, after its
 //     RetryAfter), since the provider may have started the work.
@@ -79,6 +83,11 @@ type HTTP struct {
 // For a status error the response's body is read (its start kept in the
 // StatusError) and closed, and Do returns a nil response.
 //
+// Do learns what was written from the request's [httptrace.ClientTrace]
+// (WroteHeaders): the Client's Transport must report it, as net/http's
+// does (HTTP/1 and HTTP/2) and any RoundTripper that hands the request on
+// to it. A Transport that does not would make every failure NotDone.
+//
 // req is not consumed: Do sends a clone with ctx, with a body from
 // req.GetBody, so the caller can pass the same req to Do again. A req with
 // a body must therefore have GetBody (http.NewRequest sets it for a
@@ -95,14 +104,13 @@ func (h *HTTP) Do(ctx context.Context, key string, req *http.Request) (*http.Res
 		return nil, idem.Permanent(idem.NotDone(fmt.Errorf("%w request: its body cannot be sent again (no GetBody); make it from a bytes.Reader, bytes.Buffer or strings.Reader, or set GetBody", ErrInvalid)))
 	}
 	// wrote says whether the current hop's request may have reached the
-	// server. A followed redirect starts a new hop: the previous one was
-	// answered with a 3xx, so it did nothing.
+	// server: its headers were written (a server can act on them before
+	// it reads the body, or without reading it). It stays set when
+	// net/http sends the request again on a new connection. A followed
+	// redirect starts a new hop: the previous one was answered with a 3xx,
+	// so it did nothing.
 	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			wrote.Store(true)
-		}
-	}}
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
 	r := req.Clone(httptrace.WithClientTrace(ctx, trace))
 	if hasBody {
 		if r.Body, err = req.GetBody(); err != nil {

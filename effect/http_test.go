@@ -1,6 +1,8 @@
 package effect_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -323,4 +325,118 @@ func TestHTTPRedirectToUnreachableIsNotDone(t *testing.T) {
 	defer s.Close()
 	_, err = (&effect.HTTP{}).Do(context.Background(), "charge:1", post(t, s.URL))
 	wantClass(t, err, notDone)
+}
+
+// bigPost is a POST whose body takes a while to write: more than the
+// socket buffers hold, so a server that does not read it stalls it.
+func bigPost(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, bytes.NewReader(bytes.Repeat([]byte("x"), 8<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// A server has the request once it has its headers, and may act on them
+// (the amount is in the URL) before it reads the body. It reads the
+// headers, acts, and resets the connection while the body is still
+// being written: the outcome is unknown, not NotDone.
+func TestHTTPActedOnHeadersIsUnknown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acted := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(c)) // the headers only
+		if err == nil {
+			acted <- req.URL.RawQuery
+		}
+		c.(*net.TCPConn).SetLinger(0) // the provider crashes: RST, no answer
+		c.Close()
+	}()
+	_, err = (&effect.HTTP{}).Do(context.Background(), "charge:3", bigPost(t, "http://"+ln.Addr().String()+"/v1/charges?amount=1250"))
+	select {
+	case <-acted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server never had the request's headers")
+	}
+	wantClass(t, err, ambiguous)
+}
+
+// The server acts on the headers and holds the body back; ctx's deadline
+// passes while the body is being written: unknown, not NotDone.
+func TestHTTPDeadlineWhileBodyStreamsIsUnknown(t *testing.T) {
+	acted := make(chan struct{}, 1)
+	release := make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		acted <- struct{}{} // an upload endpoint that creates the object first
+		<-release
+	}))
+	defer s.Close()
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := (&effect.HTTP{}).Do(ctx, "upload:1", bigPost(t, s.URL+"/v1/files"))
+	select {
+	case <-acted:
+	default:
+		t.Fatal("the server never had the request")
+	}
+	wantClass(t, err, ambiguous)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %q does not match context.DeadlineExceeded", err)
+	}
+}
+
+// net/http sends a request again on a new connection when the kept-alive
+// one it used turns out closed (it does for a request with an
+// Idempotency-Key). Here the server read the whole request on the old
+// connection before closing it, and the new connection is refused: the
+// server may have acted, so the outcome is unknown, not NotDone.
+func TestHTTPResentOnNewConnectionIsUnknown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	read := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for i := 0; i < 2; i++ {
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if i == 0 {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+			}
+		}
+		ln.Close() // the new connection is refused
+		close(read)
+	}()
+	h := &effect.HTTP{Client: &http.Client{Transport: &http.Transport{}}}
+	url := "http://" + ln.Addr().String() + "/v1/charges"
+	resp, err := h.Do(context.Background(), "charge:4", post(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_, err = h.Do(context.Background(), "charge:5", post(t, url))
+	<-read
+	t.Logf("%v", err)
+	wantClass(t, err, ambiguous)
 }
