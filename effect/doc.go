@@ -23,6 +23,7 @@
 // its answer was lost:
 //
 //	refused connection, TLS or AUTH failure        NotDone
+//	auth over plain text to a host not loopback    NotDone (nothing sent)
 //	4xx to MAIL, RCPT, DATA or the message's end    NotDone (an *SMTPError)
 //	5xx to MAIL, RCPT, DATA or the message's end    NotDone + Permanent (an *SMTPError)
 //	ctx ended before the message's end was written  NotDone

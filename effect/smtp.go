@@ -19,13 +19,16 @@ type STARTTLS int
 const (
 	// STARTTLSOpportunistic (the default) uses STARTTLS when the server
 	// offers it and goes on in plain text when it does not. Credentials are
-	// still never sent in plain text (except to a loopback server): a
-	// server that offers no STARTTLS to an SMTP with auth fails the send.
+	// still never sent in plain text, whatever the mechanism, except to a
+	// loopback server (localhost, 127.0.0.1 or ::1): a server that offers
+	// no STARTTLS to an SMTP with auth fails the send, as [idem.NotDone],
+	// before AUTH.
 	STARTTLSOpportunistic STARTTLS = iota
 	// STARTTLSRequired fails the send (as [idem.NotDone]) when the server
 	// does not offer STARTTLS.
 	STARTTLSRequired
-	// STARTTLSOff never uses STARTTLS.
+	// STARTTLSOff never uses STARTTLS. With auth it works only with a
+	// loopback server: credentials are not sent in plain text elsewhere.
 	STARTTLSOff
 )
 
@@ -86,7 +89,9 @@ func WithPlainAuth(username, password string) SMTPOption {
 }
 
 // WithAuth authenticates with any net/smtp mechanism (CRAM-MD5, or one of
-// your own). It replaces [WithPlainAuth].
+// your own). It replaces [WithPlainAuth]. Whatever the mechanism, Send
+// starts it only over TLS or with a loopback server (localhost, 127.0.0.1
+// or ::1); otherwise the send fails as [idem.NotDone] before AUTH.
 func WithAuth(a smtp.Auth) SMTPOption {
 	return func(s *SMTP) { s.auth, s.user, s.pass = a, "", "" }
 }
@@ -266,6 +271,12 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 		return s.notDone(ctx, StageStartTLS, errors.New("the server does not offer STARTTLS, and WithSTARTTLS(STARTTLSRequired) is set"))
 	}
 	if s.auth != nil {
+		// net/smtp's PlainAuth checks this itself; another mechanism (AUTH
+		// LOGIN, the one most often added) may not.
+		if _, isTLS := c.TLSConnectionState(); !isTLS && !loopback(s.host) {
+			quit()
+			return s.notDone(ctx, StageAuth, fmt.Errorf("credentials are not sent in plain text to %s, a host that is not loopback, and the connection is not TLS (the server offers no STARTTLS, or STARTTLSOff is set)", s.host))
+		}
 		if ok, _ := c.Extension("AUTH"); !ok {
 			quit()
 			return s.notDone(ctx, StageAuth, errors.New("the server does not offer AUTH"))
@@ -323,4 +334,10 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 	}
 	quit()
 	return nil
+}
+
+// loopback reports whether host is one net/smtp's PlainAuth sends
+// credentials to without TLS.
+func loopback(host string) bool {
+	return host == "localhost" || host == "127.0.0.1" || host == "::1"
 }

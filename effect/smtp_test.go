@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/smtp"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,65 @@ func TestSMTPAuth(t *testing.T) {
 		if strings.HasPrefix(c, "AUTH") {
 			t.Fatal("credentials were sent over plain text to a non-loopback name")
 		}
+	}
+}
+
+// loginAuth is AUTH LOGIN, a mechanism net/smtp lacks, as WithAuth takes
+// one: unlike net/smtp's PlainAuth it has no plain-text check of its own.
+type loginAuth struct{ user, pass string }
+
+func (a loginAuth) Start(*smtp.ServerInfo) (string, []byte, error) { return "LOGIN", nil, nil }
+func (a loginAuth) Next(from []byte, more bool) ([]byte, error) {
+	if !more {
+		return nil, nil
+	}
+	if strings.HasPrefix(strings.ToLower(string(from)), "user") {
+		return []byte(a.user), nil
+	}
+	return []byte(a.pass), nil
+}
+
+// nonLoopbackIP returns an IPv4 address of this machine that is not
+// loopback, or skips the test.
+func nonLoopbackIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address here")
+	return ""
+}
+
+// Whatever the mechanism, credentials are not sent in plain text to a
+// server that is not loopback: without STARTTLS on offer (or with
+// STARTTLSOff) the send fails before AUTH, as NotDone. To a loopback
+// server they are.
+func TestSMTPAuthNeverInPlainText(t *testing.T) {
+	f := newFakeSMTP(t, nonLoopbackIP(t)+":0")
+	f.Ext = []string{"8BITMIME", "AUTH LOGIN"} // no STARTTLS
+	for _, mode := range []effect.STARTTLS{effect.STARTTLSOpportunistic, effect.STARTTLSOff} {
+		_, err := effect.NewSMTP(f.Addr, effect.WithAuth(loginAuth{"ana", "s3cret"}), effect.WithSTARTTLS(mode)).
+			Send(context.Background(), "k", receipt())
+		wantClass(t, err, notDone)
+		if !strings.Contains(err.Error(), "smtp auth") || !strings.Contains(err.Error(), "TLS") {
+			t.Fatalf("error %q does not say why", err)
+		}
+	}
+	for _, c := range f.Commands() {
+		if strings.HasPrefix(c, "AUTH") || strings.HasPrefix(c, "MAIL") {
+			t.Fatalf("%q sent over plain text to %s", c, f.Addr)
+		}
+	}
+	g := newFakeSMTP(t, "")
+	g.Ext = []string{"AUTH LOGIN"}
+	if _, err := effect.NewSMTP(g.Addr, effect.WithAuth(loginAuth{"ana", "s3cret"})).Send(context.Background(), "k", receipt()); err != nil {
+		t.Fatalf("AUTH LOGIN to 127.0.0.1: %v", err)
 	}
 }
 
