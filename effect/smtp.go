@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/smtp"
 	"net/textproto"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -286,29 +287,28 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 			return s.notDone(ctx, StageAuth, err)
 		}
 	}
-	if err := c.Mail(env.from); err != nil {
-		quit()
-		return s.notDone(ctx, StageMail, err)
+	// MAIL, RCPT, DATA and the message's end by hand: net/smtp's reader
+	// takes a bare reply code (RFC 5321 allows "250" with no text) for a
+	// broken reply, and at the message's end that is the difference
+	// between "sent" and "outcome unknown"; its Data writer does not tell
+	// a failed write of the message from a lost reply to its end.
+	params := ""
+	if ok, _ := c.Extension("8BITMIME"); ok {
+		params += " BODY=8BITMIME"
+	}
+	if ok, _ := c.Extension("SMTPUTF8"); ok {
+		params += " SMTPUTF8"
+	}
+	if err := s.expect(ctx, c.Text, StageMail, 2, quit, "MAIL FROM:<%s>%s", env.from, params); err != nil {
+		return err
 	}
 	for _, r := range env.rcpt {
-		if err := c.Rcpt(r); err != nil {
-			quit()
-			return s.notDone(ctx, StageRcpt, fmt.Errorf("%s: %w", r, err))
+		if err := s.expect(ctx, c.Text, StageRcpt, 2, quit, "RCPT TO:<%s>", r); err != nil {
+			return err
 		}
 	}
-	// DATA by hand: net/smtp's Data writer does not tell a failed write of
-	// the message from a lost reply to its end, and that is the difference
-	// between "not sent" and "outcome unknown".
-	id, err := c.Text.Cmd("DATA")
-	if err != nil {
-		return s.notDone(ctx, StageData, err)
-	}
-	c.Text.StartResponse(id)
-	_, _, err = c.Text.ReadResponse(354)
-	c.Text.EndResponse(id)
-	if err != nil {
-		quit()
-		return s.notDone(ctx, StageData, err)
+	if err := s.expect(ctx, c.Text, StageData, 3, quit, "DATA"); err != nil {
+		return err
 	}
 	w := c.Text.DotWriter()
 	if _, err := w.Write(env.data); err != nil {
@@ -319,21 +319,81 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 	if err := w.Close(); err != nil {
 		return s.notDone(ctx, StageData, err)
 	}
-	code, _, err := c.Text.ReadResponse(250)
+	code, msg, err := readReply(&c.Text.Reader)
+	switch {
+	case err == nil && code < 300:
+		quit()
+		return nil
+	case err == nil && code >= 400:
+		quit()
+		return s.notDone(ctx, StageEndOfData, &textproto.Error{Code: code, Msg: msg})
+	case err == nil:
+		err = fmt.Errorf("unexpected reply %d %s", code, msg)
+	}
+	if ctx.Err() != nil {
+		err = errors.Join(err, context.Cause(ctx))
+	}
+	return &unknownError{op: "smtp " + StageEndOfData + " (" + s.addr + ")",
+		err: fmt.Errorf("the message was written and its reply was lost: %w", err)}
+}
+
+// expect sends a command of the message's envelope and reads its reply,
+// which must be of the class want (2 for 2xx, 3 for 3xx). A 4xx or 5xx
+// is the server's refusal, and quit ends the session; anything else (an
+// I/O error, an unreadable or unexpected reply) is a failure of stage.
+// All are before the message's end, so NotDone.
+func (s *SMTP) expect(ctx context.Context, text *textproto.Conn, stage string, want int, quit func(), format string, args ...any) error {
+	line := fmt.Sprintf(format, args...)
+	if strings.ContainsAny(line, "\r\n") {
+		return s.notDone(ctx, stage, errors.New("a line break in the command"))
+	}
+	id, err := text.Cmd("%s", line)
 	if err != nil {
-		var tp *textproto.Error
-		if errors.As(err, &tp) && code >= 400 && code < 600 {
-			quit()
-			return s.notDone(ctx, StageEndOfData, err)
-		}
-		if ctx.Err() != nil {
-			err = errors.Join(err, context.Cause(ctx))
-		}
-		return &unknownError{op: "smtp " + StageEndOfData + " (" + s.addr + ")",
-			err: fmt.Errorf("the message was written and its reply was lost: %w", err)}
+		return s.notDone(ctx, stage, err)
+	}
+	text.StartResponse(id)
+	code, msg, err := readReply(&text.Reader)
+	text.EndResponse(id)
+	switch {
+	case err != nil:
+		return s.notDone(ctx, stage, err)
+	case code/100 == want:
+		return nil
+	case code >= 400:
+		quit()
+		return s.notDone(ctx, stage, &textproto.Error{Code: code, Msg: msg})
 	}
 	quit()
-	return nil
+	return s.notDone(ctx, stage, fmt.Errorf("unexpected reply %d %s", code, msg))
+}
+
+// readReply reads one SMTP reply (RFC 5321 4.2): lines "ddd-text" and a
+// last line "ddd text" or a bare "ddd", every line with the same code,
+// whose first digit is 2 to 5. It returns the code and the lines' texts
+// joined with "\n".
+func readReply(r *textproto.Reader) (code int, msg string, err error) {
+	var texts []string
+	for {
+		line, err := r.ReadLine()
+		if err != nil {
+			return 0, "", err
+		}
+		if len(line) < 3 || line[0] < '2' || line[0] > '5' || line[1] < '0' || line[1] > '9' || line[2] < '0' || line[2] > '9' ||
+			len(line) > 3 && line[3] != ' ' && line[3] != '-' {
+			return 0, "", textproto.ProtocolError("malformed reply: " + line)
+		}
+		c := int(line[0]-'0')*100 + int(line[1]-'0')*10 + int(line[2]-'0')
+		if code != 0 && c != code {
+			return 0, "", textproto.ProtocolError("reply codes differ in a multi-line reply: " + line)
+		}
+		code = c
+		if len(line) > 4 {
+			texts = append(texts, line[4:])
+		}
+		if len(line) == 3 || line[3] == ' ' {
+			return code, strings.Join(texts, "\n"), nil
+		}
+	}
 }
 
 // loopback reports whether host is one net/smtp's PlainAuth sends

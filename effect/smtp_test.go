@@ -144,6 +144,45 @@ func TestSMTPEndOfDataRefused(t *testing.T) {
 	}
 }
 
+// RFC 5321 4.2: the text after a reply code is optional, and a reply may
+// span lines. A bare "250" to the message's end accepts it, a bare 451
+// or 554 refuses it; so at MAIL and RCPT. A reply that is no reply
+// at all to the message's end leaves the outcome unknown.
+func TestSMTPBareAndMultilineReplies(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		mail, rcpt, final string
+		code              int
+		stage             string
+		want              class
+	}{
+		{name: "bare 250", final: "250"},
+		{name: "multi-line 250", final: "250-queued\r\n250-as\r\n250 1"},
+		{name: "bare 451", final: "451", code: 451, stage: effect.StageEndOfData, want: notDone},
+		{name: "bare 554", final: "554", code: 554, stage: effect.StageEndOfData, want: rejected},
+		{name: "multi-line 554", final: "554-5.7.1 rejected\r\n554 5.7.1 as spam", code: 554, stage: effect.StageEndOfData, want: rejected},
+		{name: "bare 451 to MAIL", mail: "451", code: 451, stage: effect.StageMail, want: notDone},
+		{name: "bare 550 to RCPT", rcpt: "550", code: 550, stage: effect.StageRcpt, want: rejected},
+		{name: "garbage to the end", final: "25", want: ambiguous},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeSMTP(t, "")
+			f.Mail, f.Rcpt, f.EndOfData = tc.mail, tc.rcpt, tc.final
+			_, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", receipt())
+			if tc.want == (class{}) {
+				if err != nil {
+					t.Fatalf("the server accepted the message; Send says %+v: %v", classify(err), err)
+				}
+				return
+			}
+			wantClass(t, err, tc.want)
+			if tc.code != 0 {
+				wantSMTPError(t, err, tc.code, tc.stage)
+			}
+		})
+	}
+}
+
 // The server read the whole message and dropped the connection before
 // answering: it may have kept the message. The error is neither NotDone
 // nor Permanent; the Ledger's policy decides.
