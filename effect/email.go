@@ -38,6 +38,13 @@ type Email struct {
 	// Values may be non-ASCII (encoded like Subject). They may not replace
 	// the fields Send writes itself: From, To, Cc, Bcc, Subject, Date,
 	// Message-ID, MIME-Version, Content-Type, Content-Transfer-Encoding.
+	//
+	// The value of an address field (Sender, Reply-To, Resent-From,
+	// Resent-Sender, Resent-To, Resent-Cc, Resent-Bcc, Mail-Followup-To,
+	// Mail-Reply-To, Disposition-Notification-To, Return-Receipt-To,
+	// Errors-To) must be a comma-separated list of addresses, as for To;
+	// they are written like To, a non-ASCII display name encoded and the
+	// address as it is. Any other value is taken as text.
 	Headers map[string]string
 }
 
@@ -63,6 +70,16 @@ func MessageID(key, domain string) string {
 var reserved = map[string]bool{
 	"From": true, "To": true, "Cc": true, "Bcc": true, "Subject": true, "Date": true,
 	"Message-Id": true, "Mime-Version": true, "Content-Type": true, "Content-Transfer-Encoding": true,
+}
+
+// addressFields are the extra header fields whose value is an address
+// list (RFC 5322 3.6.2, 3.6.6; RFC 8098; common usage), by canonical name.
+// In-Reply-To and References hold message ids, not addresses.
+var addressFields = map[string]bool{
+	"Sender": true, "Reply-To": true,
+	"Resent-From": true, "Resent-Sender": true, "Resent-To": true, "Resent-Cc": true, "Resent-Bcc": true,
+	"Mail-Followup-To": true, "Mail-Reply-To": true,
+	"Disposition-Notification-To": true, "Return-Receipt-To": true, "Errors-To": true,
 }
 
 // envelope is an Email made ready to send: its envelope and its bytes.
@@ -122,6 +139,7 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 		return nil, invalid("Subject or body is not valid UTF-8")
 	}
 	names := make([]string, 0, len(m.Headers))
+	extraLists := map[string][]*mail.Address{}
 	for k, v := range m.Headers {
 		ck := textproto.CanonicalMIMEHeaderKey(k)
 		if k == "" || !validFieldName(k) {
@@ -132,6 +150,13 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 		}
 		if hasBreak(v) || !utf8.ValidString(v) {
 			return nil, invalid("header %s: a line break or invalid UTF-8 in its value", ck)
+		}
+		if addressFields[ck] {
+			l, err := mail.ParseAddressList(v)
+			if err != nil {
+				return nil, invalid("header %s %q: not an address list: %v", ck, v, err)
+			}
+			extraLists[k] = l
 		}
 		names = append(names, k)
 	}
@@ -152,7 +177,11 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 		field("Subject", encodeText(m.Subject))
 	}
 	for _, k := range names {
-		field(k, encodeText(m.Headers[k]))
+		if l, ok := extraLists[k]; ok {
+			field(k, addressList(l))
+		} else {
+			field(k, encodeText(m.Headers[k]))
+		}
 	}
 	field("MIME-Version", "1.0")
 	switch {

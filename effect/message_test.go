@@ -1,6 +1,7 @@
 package effect
 
 import (
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -121,5 +122,33 @@ func TestMessageAlternative(t *testing.T) {
 	_, msg = parse(t, Email{From: "a@shop.example", To: []string{"b@example.com"}, HTML: "<p>only</p>"})
 	if ct := msg.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
 		t.Fatalf("HTML alone: Content-Type %q", ct)
+	}
+}
+
+// An extra header that holds addresses (Reply-To, Sender...) is written
+// as addresses, a non-ASCII display name encoded and the address left
+// as it is; a value that is not an address list is refused.
+func TestMessageAddressHeaders(t *testing.T) {
+	_, msg := parse(t, Email{From: "a@shop.example", To: []string{"b@example.com"},
+		Headers: map[string]string{
+			"Reply-To":    "José Pérez <jose@shop.example>, Ana <ana@shop.example>",
+			"sender":      "Boutique Élise <bot@shop.example>",
+			"In-Reply-To": "<x1@shop.example>",
+		}})
+	rt, err := msg.Header.AddressList("Reply-To")
+	if err != nil || len(rt) != 2 || rt[0].Address != "jose@shop.example" || rt[0].Name != "José Pérez" || rt[1].Name != "Ana" {
+		t.Fatalf("Reply-To %q: %v %v", msg.Header.Get("Reply-To"), rt, err)
+	}
+	if s, err := mail.ParseAddress(msg.Header.Get("Sender")); err != nil || s.Address != "bot@shop.example" || s.Name != "Boutique Élise" {
+		t.Fatalf("Sender %q: %v %v", msg.Header.Get("Sender"), s, err)
+	}
+	if v := msg.Header.Get("In-Reply-To"); v != "<x1@shop.example>" {
+		t.Fatalf("In-Reply-To %q", v)
+	}
+	for _, v := range []string{"not an address", "José <jose@shop.example", ""} {
+		_, err := build("k", Email{From: "a@shop.example", To: []string{"b@example.com"}, Headers: map[string]string{"Reply-To": v}}, "", when)
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Reply-To %q: error %v, want ErrInvalid", v, err)
+		}
 	}
 }
