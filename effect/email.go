@@ -22,7 +22,9 @@ import (
 // Addresses are RFC 5322 addresses, with or without a display name
 // ("Ana <ana@example.com>" or "ana@example.com"); a display name may be
 // non-ASCII (it is encoded). Bcc recipients get the message but appear in
-// no header.
+// no header. A quoted local part ("john doe"@example.com) is sent quoted
+// in the envelope too; an address with a control character (a tab, CR,
+// LF, NUL) is refused, as SMTP cannot carry it.
 type Email struct {
 	From    string   // required: the author, and the envelope sender (MAIL FROM)
 	To      []string // at least one of To, Cc and Bcc is required
@@ -84,8 +86,8 @@ var addressFields = map[string]bool{
 
 // envelope is an Email made ready to send: its envelope and its bytes.
 type envelope struct {
-	from      string   // MAIL FROM
-	rcpt      []string // RCPT TO, in order, without duplicates
+	from      string   // MAIL FROM, as smtpPath writes it
+	rcpt      []string // RCPT TO, as smtpPath writes them, in order, without duplicates
 	messageID string
 	data      []byte // the message, CRLF line endings, not dot-stuffed
 }
@@ -110,7 +112,11 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 	if !asciiDomain(domain) {
 		return nil, invalid("Message-ID domain %q is not an ASCII domain name (set WithMessageIDDomain)", domain)
 	}
-	env := &envelope{from: from.Address, messageID: MessageID(key, domain)}
+	path, err := smtpPath(from.Address)
+	if err != nil {
+		return nil, invalid("From %q: %v", m.From, err)
+	}
+	env := &envelope{from: path, messageID: MessageID(key, domain)}
 	seen := map[string]bool{}
 	lists := make(map[string][]*mail.Address, 3)
 	for _, f := range []struct {
@@ -122,10 +128,14 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 			if err != nil {
 				return nil, invalid("%s %q: %v", f.name, s, err)
 			}
+			path, err := smtpPath(a.Address)
+			if err != nil {
+				return nil, invalid("%s %q: %v", f.name, s, err)
+			}
 			lists[f.name] = append(lists[f.name], a)
-			if !seen[a.Address] {
-				seen[a.Address] = true
-				env.rcpt = append(env.rcpt, a.Address)
+			if !seen[path] {
+				seen[path] = true
+				env.rcpt = append(env.rcpt, path)
 			}
 		}
 	}
@@ -257,6 +267,47 @@ func addressList(l []*mail.Address) string {
 		return strings.Join(parts, ", ")
 	}
 	return strings.Join(parts, ",\r\n ")
+}
+
+// smtpPath returns addr, an address as net/mail gives it (its local part
+// unquoted), as MAIL FROM and RCPT TO take it (RFC 5321 4.1.2): the local
+// part as it is if it is a dot-string, else as a quoted string with "\"
+// and the quote escaped. A control character (CR, LF, NUL, tab...) cannot
+// be sent in either: such an address is an error.
+func smtpPath(addr string) (string, error) {
+	for i := 0; i < len(addr); i++ {
+		if c := addr[i]; c < ' ' || c == 0x7f {
+			return "", fmt.Errorf("a control character (%q) in the address", c)
+		}
+	}
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return "", fmt.Errorf("no @ in the address")
+	}
+	local, domain := addr[:at], addr[at+1:]
+	if strings.ContainsAny(domain, " <>\"\\") {
+		return "", fmt.Errorf("domain %q cannot be sent", domain)
+	}
+	if dotString(local) {
+		return addr, nil
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(local) + `"@` + domain, nil
+}
+
+// dotString reports whether s is an RFC 5321 Dot-string: atoms (atext,
+// or UTF-8 beyond ASCII as RFC 6531 allows) joined by single dots.
+func dotString(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 func hasBreak(s string) bool { return strings.ContainsAny(s, "\r\n") }

@@ -345,18 +345,51 @@ func TestSMTPAuthNeverInPlainText(t *testing.T) {
 	}
 }
 
+// A quoted local part keeps its quotes in MAIL FROM and RCPT TO (RFC 5321
+// Quoted-string), backslash and quote escaped: a ">" inside the quotes
+// ends no path and adds no parameter.
+func TestSMTPQuotedLocalPart(t *testing.T) {
+	f := newFakeSMTP(t, "")
+	m := receipt()
+	m.From = `Shop <"shop bot"@shop.example>`
+	m.To = []string{`"x> NOTIFY=NEVER"@example.com`}
+	m.Cc = []string{`"john doe"@example.com`, "john.doe@example.com"}
+	m.Bcc = []string{`"a\"b\\c"@example.com`, `"plain"@example.com`}
+	if _, err := effect.NewSMTP(f.Addr).Send(context.Background(), "k", m); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range f.Commands() {
+		if strings.HasPrefix(c, "MAIL") || strings.HasPrefix(c, "RCPT") {
+			got = append(got, c)
+		}
+	}
+	want := []string{
+		`MAIL FROM:<"shop bot"@shop.example> BODY=8BITMIME`,
+		`RCPT TO:<"x> NOTIFY=NEVER"@example.com>`,
+		`RCPT TO:<"john doe"@example.com>`,
+		`RCPT TO:<john.doe@example.com>`,
+		`RCPT TO:<"a\"b\\c"@example.com>`,
+		`RCPT TO:<plain@example.com>`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("envelope\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // An invalid email is refused before any connection: NotDone and Permanent.
 func TestSMTPInvalidEmail(t *testing.T) {
 	f := newFakeSMTP(t, "")
 	s := effect.NewSMTP(f.Addr)
 	for name, m := range map[string]effect.Email{
-		"no recipient":       {From: "a@example.com"},
-		"bad From":           {From: "not an address", To: []string{"b@example.com"}},
-		"Subject injection":  {From: "a@example.com", To: []string{"b@example.com"}, Subject: "hi\r\nBcc: x@example.com"},
-		"header injection":   {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"X-A": "1\nBcc: x@example.com"}},
-		"reserved header":    {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"message-id": "<x@y>"}},
-		"non-ASCII domain":   {From: "a@exämple.com", To: []string{"b@example.com"}},
-		"bad recipient list": {From: "a@example.com", To: []string{"b@example.com", "nope"}},
+		"no recipient":        {From: "a@example.com"},
+		"bad From":            {From: "not an address", To: []string{"b@example.com"}},
+		"Subject injection":   {From: "a@example.com", To: []string{"b@example.com"}, Subject: "hi\r\nBcc: x@example.com"},
+		"header injection":    {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"X-A": "1\nBcc: x@example.com"}},
+		"reserved header":     {From: "a@example.com", To: []string{"b@example.com"}, Headers: map[string]string{"message-id": "<x@y>"}},
+		"non-ASCII domain":    {From: "a@exämple.com", To: []string{"b@example.com"}},
+		"bad recipient list":  {From: "a@example.com", To: []string{"b@example.com", "nope"}},
+		"tab in a local part": {From: "a@example.com", To: []string{"\"b\tc\"@example.com"}},
 	} {
 		_, err := s.Send(context.Background(), "k", m)
 		if !errors.Is(err, effect.ErrInvalid) {
