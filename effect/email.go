@@ -26,11 +26,14 @@ import (
 // in the envelope too; an address with a control character (a tab, CR,
 // LF, NUL) is refused, as SMTP cannot carry it.
 type Email struct {
-	From    string   // required: the author, and the envelope sender (MAIL FROM)
-	To      []string // at least one of To, Cc and Bcc is required
-	Cc      []string
-	Bcc     []string
-	Subject string // may be non-ASCII (encoded as RFC 2047 Q-encoded words)
+	From string   // required: the author, and the envelope sender (MAIL FROM)
+	To   []string // at least one of To, Cc and Bcc is required
+	Cc   []string
+	Bcc  []string
+	// Subject may be non-ASCII (encoded as RFC 2047 Q-encoded words) and
+	// of any length: header fields are folded at spaces, and a subject
+	// with a word too long to fold is encoded too.
+	Subject string
 	Text    string // the plain-text body
 	// HTML is an optional HTML body. With both Text and HTML the message is
 	// multipart/alternative; with HTML alone it is text/html.
@@ -46,7 +49,10 @@ type Email struct {
 	// Mail-Reply-To, Disposition-Notification-To, Return-Receipt-To,
 	// Errors-To) must be a comma-separated list of addresses, as for To;
 	// they are written like To, a non-ASCII display name encoded and the
-	// address as it is. Any other value is taken as text.
+	// address as it is. Any other value is taken as text: folded at its
+	// spaces; if ASCII, never encoded, since it may be structured
+	// (List-Unsubscribe). A value with a word too long to fold into lines
+	// of 998 characters (RFC 5322's limit) is refused as [ErrInvalid].
 	Headers map[string]string
 }
 
@@ -173,25 +179,47 @@ func build(key string, m Email, domain string, now time.Time) (*envelope, error)
 	sort.Strings(names)
 
 	var b bytes.Buffer
-	field := func(name, value string) { b.WriteString(name + ": " + value + "\r\n") }
+	var ferr error // the first field that cannot be folded
+	write := func(name, value string, addr bool) {
+		f, err := fold(name, value, addr)
+		if err != nil && ferr == nil {
+			ferr = err
+		}
+		b.WriteString(f)
+	}
+	field := func(name, value string) { write(name, value, false) }
 	field("Date", now.Format(time.RFC1123Z))
 	field("Message-ID", env.messageID)
-	field("From", from.String())
+	write("From", from.String(), true)
 	if l := lists["To"]; len(l) > 0 {
-		field("To", addressList(l))
+		write("To", addressList(l), true)
 	}
 	if l := lists["Cc"]; len(l) > 0 {
-		field("Cc", addressList(l))
+		write("Cc", addressList(l), true)
 	}
 	if m.Subject != "" {
-		field("Subject", encodeText(m.Subject))
+		// Subject is text: printable ASCII that cannot be folded (a word
+		// of nearly 1,000 characters) is written as encoded words.
+		f, err := fold("Subject", encodeText("Subject", m.Subject), false)
+		if err != nil {
+			f, err = fold("Subject", encodeWords(m.Subject, len("Subject: ")), false)
+		}
+		if err != nil && ferr == nil {
+			ferr = err
+		}
+		b.WriteString(f)
 	}
 	for _, k := range names {
 		if l, ok := extraLists[k]; ok {
-			field(k, addressList(l))
+			write(k, addressList(l), true)
 		} else {
-			field(k, encodeText(m.Headers[k]))
+			// Not encoded when ASCII: it may be structured
+			// (List-Unsubscribe), and must be folded as it is.
+			write(k, encodeText(k, m.Headers[k]), false)
 		}
+	}
+	if ferr != nil {
+		return nil, invalid("%v", ferr)
 	}
 	field("MIME-Version", "1.0")
 	switch {
@@ -244,30 +272,108 @@ func writeQP(w io.Writer, body string) error {
 	return qp.Close()
 }
 
-// encodeText returns s as it is if it is printable ASCII, or else as
-// RFC 2047 Q-encoded words, folded onto continuation lines.
-func encodeText(s string) string {
-	e := mime.QEncoding.Encode("utf-8", s)
-	if e == s {
+// encodeText returns the value of the field name for the text s: s as
+// it is if it is printable ASCII, or else as RFC 2047 Q-encoded words.
+func encodeText(name, s string) string {
+	if mime.QEncoding.Encode("utf-8", s) == s {
 		return s
 	}
-	return strings.ReplaceAll(e, " =?utf-8?q?", "\r\n =?utf-8?q?")
+	return encodeWords(s, len(name)+2)
 }
 
-// addressList writes addresses separated by commas, one per line after the
-// first when they do not fit on one.
+// encodeWords returns s as RFC 2047 Q-encoded words, separated by spaces
+// (where fold may break the line), each holding whole characters: the
+// first fits a line of 76 characters after lead characters ("Subject: "),
+// the others one after a space, as RFC 2047 asks of lines with encoded
+// words. Unlike mime.QEncoding it encodes printable ASCII too, which makes
+// text without spaces foldable.
+func encodeWords(s string, lead int) string {
+	const prefix, suffix = "=?utf-8?q?", "?="
+	room := max(76-lead-len(prefix)-len(suffix), 12)
+	var words []string
+	var w, enc []byte
+	var rb [utf8.UTFMax]byte
+	for _, r := range s {
+		enc = enc[:0]
+		for _, c := range rb[:utf8.EncodeRune(rb[:], r)] {
+			switch {
+			case c == ' ':
+				enc = append(enc, '_')
+			case c > ' ' && c < 0x7f && c != '=' && c != '?' && c != '_':
+				enc = append(enc, c)
+			default:
+				enc = fmt.Appendf(enc, "=%02X", c)
+			}
+		}
+		if len(w)+len(enc) > room && len(w) > 0 {
+			words = append(words, prefix+string(w)+suffix)
+			w = w[:0]
+			room = 75 - len(prefix) - len(suffix)
+		}
+		w = append(w, enc...)
+	}
+	if len(w) > 0 || len(words) == 0 {
+		words = append(words, prefix+string(w)+suffix)
+	}
+	return strings.Join(words, " ")
+}
+
+// addressList writes addresses separated by commas, for fold to break.
 func addressList(l []*mail.Address) string {
 	parts := make([]string, len(l))
-	n := 0
 	for i, a := range l {
 		parts[i] = a.String()
-		n += len(parts[i]) + 2
 	}
-	if n <= 70 {
-		return strings.Join(parts, ", ")
-	}
-	return strings.Join(parts, ",\r\n ")
+	return strings.Join(parts, ", ")
 }
+
+// fold returns the header field "name: value" with its CRLF, folded
+// (RFC 5322 2.2.3) so that its lines are at most 78 characters where
+// possible. It breaks only at a single space between two other
+// characters, which unfolding (CRLF removed, or CRLF and blanks made one
+// space, as net/textproto does) gives back as it was; in an address field
+// (addr) not within an angle-addr. A line that cannot be made at most
+// 998 characters (RFC 5322's hard limit) is an error.
+func fold(name, value string, addr bool) (string, error) {
+	var segs []string
+	start, angle, quoted := 0, false, false
+	for i := 0; i < len(value); i++ {
+		switch c := value[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case addr && !quoted && c == '<':
+			angle = true
+		case addr && !quoted && c == '>':
+			angle = false
+		case c == ' ' && !angle && i > start && i+1 < len(value) && !isBlank(value[i-1]) && !isBlank(value[i+1]):
+			segs = append(segs, value[start:i])
+			start = i + 1
+		}
+	}
+	segs = append(segs, value[start:])
+	var b strings.Builder
+	b.WriteString(name + ":")
+	n := len(name) + 1
+	long := false
+	for i, s := range segs {
+		if i > 0 && n+1+len(s) > 78 {
+			b.WriteString("\r\n")
+			n = 0
+		}
+		b.WriteString(" " + s)
+		n += 1 + len(s)
+		long = long || n > 998
+	}
+	b.WriteString("\r\n")
+	if long {
+		return b.String(), fmt.Errorf("header %s: its value cannot be folded into lines of at most 998 characters (a word is too long)", name)
+	}
+	return b.String(), nil
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 // smtpPath returns addr, an address as net/mail gives it (its local part
 // unquoted), as MAIL FROM and RCPT TO take it (RFC 5321 4.1.2): the local

@@ -2,6 +2,7 @@ package effect
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -150,5 +151,61 @@ func TestMessageAddressHeaders(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) {
 			t.Fatalf("Reply-To %q: error %v, want ErrInvalid", v, err)
 		}
+	}
+}
+
+// RFC 5322 2.1.1: a line is at most 998 characters, and should be at
+// most 78. Long header fields are folded at spaces; long text with no
+// space becomes encoded words; every field reads back as it was written.
+func TestMessageLongHeaders(t *testing.T) {
+	subject := strings.TrimSpace(strings.Repeat("Order 8891 shipped ", 70))
+	name := strings.Repeat("Ñ", 150)
+	var replyTo []string
+	for i := 0; i < 40; i++ {
+		replyTo = append(replyTo, fmt.Sprintf("Équipe n°%d <team%d@shop.example>", i, i))
+	}
+	note := strings.TrimSpace(strings.Repeat("lorem ipsum ", 120))
+	env, msg := parse(t, Email{From: "a@shop.example", To: []string{name + " <user7@example.com>"},
+		Subject: subject, Text: "x",
+		Headers: map[string]string{"Reply-To": strings.Join(replyTo, ", "), "X-Note": note, "X-Mot": strings.Repeat("é", 600)}})
+	head, _, _ := strings.Cut(string(env.data), "\r\n\r\n")
+	for _, l := range strings.Split(head, "\r\n") {
+		// net/mail encodes a display name in words of up to 75
+		// characters, after the field's name.
+		if len(l) > 78 && !strings.HasPrefix(l, "To: =?") {
+			t.Fatalf("a header line of %d characters, which could be folded:\n%s", len(l), head)
+		}
+	}
+	h := msg.Header
+	dec := new(mime.WordDecoder)
+	if s, err := dec.DecodeHeader(h.Get("Subject")); err != nil || s != subject {
+		t.Fatalf("Subject %q (%v)", s, err)
+	}
+	if to, err := h.AddressList("To"); err != nil || len(to) != 1 || to[0].Address != "user7@example.com" || to[0].Name != name {
+		t.Fatalf("To %q: %v %v", h.Get("To"), to, err)
+	}
+	if rt, err := h.AddressList("Reply-To"); err != nil || len(rt) != 40 || rt[39].Name != "Équipe n°39" || rt[39].Address != "team39@shop.example" {
+		t.Fatalf("Reply-To %q: %v", h.Get("Reply-To"), err)
+	}
+	if h.Get("X-Note") != note {
+		t.Fatalf("X-Note %q", h.Get("X-Note"))
+	}
+	if s, err := dec.DecodeHeader(h.Get("X-Mot")); err != nil || s != strings.Repeat("é", 600) {
+		t.Fatalf("X-Mot %q (%v)", s, err)
+	}
+
+	// Text with no space to fold at: encoded words.
+	long := strings.Repeat("x", 1200)
+	_, msg = parse(t, Email{From: "a@shop.example", To: []string{"b@example.com"}, Subject: long})
+	if s, err := dec.DecodeHeader(msg.Header.Get("Subject")); err != nil || s != long {
+		t.Fatalf("Subject %q (%v)", s, err)
+	}
+
+	// A field that cannot be folded under 998 and must not be encoded:
+	// refused, rather than sent broken.
+	_, err := build("k", Email{From: "a@shop.example", To: []string{"b@example.com"},
+		Headers: map[string]string{"List-Unsubscribe": "<https://shop.example/u?t=" + strings.Repeat("a", 1100) + ">"}}, "", when)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a 1,100-character token: error %v, want ErrInvalid", err)
 	}
 }

@@ -390,6 +390,8 @@ func TestSMTPInvalidEmail(t *testing.T) {
 		"non-ASCII domain":    {From: "a@exämple.com", To: []string{"b@example.com"}},
 		"bad recipient list":  {From: "a@example.com", To: []string{"b@example.com", "nope"}},
 		"tab in a local part": {From: "a@example.com", To: []string{"\"b\tc\"@example.com"}},
+		"unfoldable header": {From: "a@example.com", To: []string{"b@example.com"},
+			Headers: map[string]string{"List-Unsubscribe": "<https://shop.example/u?t=" + strings.Repeat("a", 1100) + ">"}},
 	} {
 		_, err := s.Send(context.Background(), "k", m)
 		if !errors.Is(err, effect.ErrInvalid) {
