@@ -497,9 +497,11 @@ func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 // original (+TERM). The copy carries Nats-Msg-Id "idem-dl:<stream>:<seq>", so
 // a DeadLetter repeated after a failed +TERM is dropped by a dead-letter
 // stream with a Duplicates window. When the copy does not fit the server's
-// max_payload (the original nearly fills it), the reason is cut to fit and
-// marked so. If the publish fails the original is left as it was and an
-// error is returned.
+// max_payload (the original nearly fills it), it goes with what fits: the
+// reason cut (and marked so), then without the reason, the other
+// dead-letter headers, the original's headers and Nats-Msg-Id, in that
+// order and only as far as needed; the body always goes. If the publish
+// fails the original is left as it was and an error is returned.
 func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	if d.settled.Load() {
 		return queue.ErrSettled
@@ -515,9 +517,9 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	}
 	d.src.deadLetterHeaders(out.Header, d.seq, d.numDelivered, reason)
 	_, err := d.src.js.PublishMsg(ctx, out)
-	if errors.Is(err, nats.ErrMaxPayload) && cutReason(out, d.src.js.Conn().MaxPayload()) {
+	if errors.Is(err, nats.ErrMaxPayload) && fitDeadLetter(out, d.src.js.Conn().MaxPayload()) {
 		// The original nearly fills max_payload: the copy goes with
-		// the reason cut to fit (the consumer's log line has it whole).
+		// what fits (the consumer's log line has the reason whole).
 		_, err = d.src.js.PublishMsg(ctx, out)
 	}
 	if err != nil {
@@ -533,23 +535,56 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 // reasonCutMark ends a dead-letter reason cut to fit max_payload.
 const reasonCutMark = " ... (cut to fit the server's max_payload)"
 
-// cutReason shortens the reason header of the dead-letter copy m so that
-// m fits max bytes of payload (body and headers, as the client counts
-// them), keeping the reason's start and marking the cut. It reports false
-// when even an empty reason would not fit.
-func cutReason(m *nats.Msg, max int64) bool {
-	size := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += int64(len(k) + len(": ") + len(v) + len("\r\n"))
+// fitDeadLetter makes the dead-letter copy m fit max bytes of payload
+// (body and headers, as the client counts them), giving up, in this order
+// and only as far as needed: the reason's tail (the rest is kept, marked
+// as cut), the reason, the other dead-letter headers but Nats-Msg-Id, the
+// original's own headers, and Nats-Msg-Id. The body always goes: the
+// original, stored with it, fitted. It reports whether m changed.
+func fitDeadLetter(m *nats.Msg, max int64) bool {
+	size := func() int64 {
+		if len(m.Header) == 0 {
+			return int64(len(m.Data))
 		}
+		n := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += int64(len(k) + len(": ") + len(v) + len("\r\n"))
+			}
+		}
+		return n
 	}
-	r := m.Header.Get(HeaderDeadLetterReason)
-	keep := int64(len(r)) - (size - max) - int64(len(reasonCutMark))
-	if size <= max || keep < 0 {
+	over := size() - max
+	if over <= 0 {
 		return false
 	}
-	m.Header.Set(HeaderDeadLetterReason, strings.ToValidUTF8(r[:keep], "")+reasonCutMark)
+	r := m.Header.Get(HeaderDeadLetterReason)
+	if keep := int64(len(r)) - over - int64(len(reasonCutMark)); keep > 0 {
+		m.Header.Set(HeaderDeadLetterReason, strings.ToValidUTF8(r[:keep], "")+reasonCutMark)
+		return true
+	}
+	m.Header.Del(HeaderDeadLetterReason)
+	drops := [][]string{
+		{HeaderDeadLetterStream, HeaderDeadLetterSequence, HeaderDeadLetterDeliveries},
+		nil, // the original's headers: all but Nats-Msg-Id
+		{njs.MsgIDHeader},
+	}
+	for _, names := range drops {
+		if size() <= max {
+			break
+		}
+		if names == nil {
+			for k := range m.Header {
+				if k != njs.MsgIDHeader {
+					delete(m.Header, k)
+				}
+			}
+			continue
+		}
+		for _, k := range names {
+			m.Header.Del(k)
+		}
+	}
 	return true
 }
 

@@ -680,3 +680,26 @@ func TestDeadLetterNearMaxPayload(t *testing.T) {
 	}
 	receiveNone(t, src, 2500*time.Millisecond)
 }
+
+// A message within a few bytes of max_payload still dead-letters: the
+// copy's dead-letter headers cannot fit, so it goes with what fits, the
+// body always (the original, stored with it, fitted). Without it, the
+// message came back after every ack wait, failing to dead-letter for ever.
+func TestDeadLetterAtMaxPayload(t *testing.T) {
+	nc, js := connect(t, natsURL(t))
+	f := newFixture(t, js, fixtureOpts{ackWait: time.Second})
+	p, src := f.publisher(t, js), f.source(t, js)
+	for _, room := range []int64{64, 1} {
+		body := make([]byte, nc.MaxPayload()-room)
+		publish(t, p, queue.Outgoing{Body: body})
+		d := receive(t, src, 1, 5*time.Second)[0]
+		if err := d.DeadLetter(context.Background(), "undecodable"); err != nil {
+			t.Fatalf("dead letter of a message of %d bytes (max_payload %d): %v", len(body), nc.MaxPayload(), err)
+		}
+	}
+	dl := f.deadLetters(t)
+	if len(dl) != 2 || len(dl[0].Data) != int(nc.MaxPayload()-64) || len(dl[1].Data) != int(nc.MaxPayload()-1) {
+		t.Fatalf("dead letters: %d, want the two bodies whole", len(dl))
+	}
+	receiveNone(t, src, 2500*time.Millisecond)
+}
