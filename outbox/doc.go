@@ -34,7 +34,8 @@
 // DedupID to its operation key and carries the key in the attribute
 // [KeyAttribute], which the consumer at the target reads back with
 // [MessageKey]. Without an operation key, call the queue's PublishTx
-// directly; the relay then derives a dedup id from the outbox message.
+// directly; the relay then derives a dedup id from the outbox message and
+// publishes it as the key too.
 //
 // On SQLite, open the queues on the application's database; when it is
 // also the file of a store/sqlitestore ledger, pass

@@ -1,9 +1,11 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +122,33 @@ func TestMaxReceivesDeadLetters(t *testing.T) {
 	}
 	if len(dls) != 1 || !strings.Contains(dls[0].Reason, "publish failed on receive 2 of at most 2") {
 		t.Fatalf("dead letters %+v, want one out of receives", dls)
+	}
+}
+
+// TestDrainReturnsWhileTheTargetIsDown: Drain tries a message once and
+// returns once the target fails, however short the backoff: before, it
+// published the same message again each time its backoff ended (56 times
+// in 5 s) and returned only when its context did.
+func TestDrainReturnsWhileTheTargetIsDown(t *testing.T) {
+	a := openApp(t, "", 30*time.Second)
+	a.placeOrder(t, "o1", true)
+	a.placeOrder(t, "o2", true)
+	var calls atomic.Int64
+	down := &recorder{fail: func(queue.Outgoing, int) error {
+		calls.Add(1)
+		return errors.New("target: connection refused")
+	}}
+	r, err := outbox.NewRelay(a.outbox, down, outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond), outbox.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	n, err := r.Drain(ctx)
+	if err != nil || n != 0 {
+		t.Fatalf("Drain = %d, %v; want 0, nil while the target is down (%d publishes)", n, err, calls.Load())
+	}
+	if c := calls.Load(); c < 1 || c > 2 {
+		t.Fatalf("%d publishes in one Drain, want each message tried at most once", c)
 	}
 }

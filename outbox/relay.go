@@ -160,21 +160,32 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// publishTimeoutMargin is how long past its publish timeout a publish that
+// ignores its context keeps its message extended.
+const publishTimeoutMargin = time.Second
+
 // drainIdle is how long a receive of [Relay.Drain] waits for a message
 // before Drain decides the outbox holds no more that are due.
 const drainIdle = 250 * time.Millisecond
 
 // Drain relays the messages that are due in the outbox and returns when a
 // receive has found none for a short while (250 ms), or when ctx is done.
-// It returns how many messages it relayed (acked after a confirmed
-// publish, duplicates included). Messages it retried with a delay, or
-// that are delayed or held by another relay, stay for the next Drain. It
+// After a batch in which a publish failed (the target is failing), it
+// returns: the messages it retried wait out their backoff, and the rest
+// stay, for the next Drain; so Drain returns while the target is down. The
+// 250 ms also bound each receive: a receive slower than that (an
+// application transaction holding SQLite's write lock, a slow database)
+// ends Drain as if the outbox were empty, and the next Drain relays what
+// is due. It returns how many messages it relayed (acked after a
+// confirmed publish, duplicates included). Messages that are delayed or
+// held by another relay stay for the next Drain too. It
 // returns ctx's error when ctx ended it (the publishes under way then
 // stop, and their messages are handed back), and a receive error as it
 // is. Use it in tests and from cron-like jobs; use [Relay.Run] in a
 // long-lived process.
 func (r *Relay) Drain(ctx context.Context) (int, error) {
 	var relayed atomic.Int64
+	var failed atomic.Bool // a publish (or an ack) failed: the target is failing
 	for {
 		rctx, cancel := context.WithTimeout(ctx, drainIdle)
 		ds, err := r.from.Receive(rctx, r.cfg.BatchSize)
@@ -192,12 +203,20 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 		loop := *r.loop // this batch's relayed messages are counted
 		loop.Process = func(ctx context.Context, d queue.Delivery, keep *dispatch.Keep[queue.Delivery]) bool {
 			ok, done := r.relay(ctx, d, keep)
-			if ok {
+			switch {
+			case ok:
 				relayed.Add(1)
+			case !done:
+				failed.Store(true)
 			}
 			return done
 		}
 		loop.HandleBatch(ctx, ds)
+		if failed.Load() {
+			// The target is failing: the messages retried wait out their
+			// backoff, and the others are left, for the next Drain.
+			return int(relayed.Load()), nil
+		}
 	}
 }
 
@@ -241,9 +260,25 @@ func (r *Relay) relay(ctx context.Context, d queue.Delivery, keep *dispatch.Keep
 		DedupID:    r.DedupID(m),
 		GroupID:    m.GroupID,
 	}
+	if _, ok := out.Attributes[KeyAttribute]; !ok {
+		// A message written without an operation key carries its
+		// derived dedup id as its key, so that a consumer keyed by
+		// MessageKey (the only line on a target without dedup) tells
+		// the copies of one outbox message apart from others.
+		if out.Attributes == nil {
+			out.Attributes = map[string]string{}
+		}
+		out.Attributes[KeyAttribute] = out.DedupID
+	}
+	// A publisher that ignores its context must not hold the message for
+	// good: once the publish timeout (and a little more) has passed, the
+	// message is no longer extended, its visibility lapses, and another
+	// relay publishes it with the same dedup id.
+	stopKeeping := time.AfterFunc(r.cfg.publishTimeout+publishTimeoutMargin, keep.Stop)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
 	p, err := r.publish(pctx, out)
 	cancel()
+	stopKeeping.Stop()
 	keep.Stop()
 
 	attrs := []slog.Attr{

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -95,4 +96,45 @@ type publisherFunc func(ctx context.Context, m queue.Outgoing) (queue.Published,
 
 func (f publisherFunc) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
 	return f(ctx, m)
+}
+
+// TestHungPublishLetsTheMessageGo: a publisher that ignores its context
+// and never returns no longer holds its message for good. Once the
+// publish timeout (and a second more) has passed the message is no longer
+// extended, its visibility lapses, and a healthy relay publishes it.
+// Before, the hung relay extended it for as long as the publish hung.
+func TestHungPublishLetsTheMessageGo(t *testing.T) {
+	a := openApp(t, "", 600*time.Millisecond)
+	tg := openTarget(t, "")
+	a.placeOrder(t, "o1", true)
+	release := make(chan struct{})
+	defer close(release)
+	hung := publisherFunc(func(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+		<-release // ignores ctx
+		return queue.Published{}, errors.New("late")
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r1, err := outbox.NewRelay(a.outbox, hung, outbox.WithPublishTimeout(200*time.Millisecond), outbox.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r1.Run(ctx)
+	waitFor(t, 5*time.Second, "the hung relay to take the message", func() bool { return stats(t, a.outbox).InFlight == 1 })
+	r2, err := outbox.NewRelay(a.outbox, tg.q, outbox.WithPublishTimeout(200*time.Millisecond), outbox.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayed := 0
+	waitFor(t, 10*time.Second, "a healthy relay to publish the message", func() bool {
+		n, err := r2.Drain(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		relayed += n
+		return relayed == 1
+	})
+	if st := stats(t, tg.q); st.Ready != 1 {
+		t.Fatalf("target: %+v, want the message once", st)
+	}
 }

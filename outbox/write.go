@@ -34,9 +34,18 @@ var ErrNoKey = errors.New("outbox: the message carries no operation key")
 //     the target keys its ledger by it ([MessageKey]) on every broker, also
 //     those that do not report the dedup id to receivers.
 //
-// The key travels to the target as it is: an SQS FIFO target takes dedup
-// ids of at most 128 printable ASCII characters, so keep the keys of
-// messages bound for SQS within that.
+// The key travels to the target as it is, so it must be one the target
+// carries: an SQS FIFO target takes dedup ids of at most 128 printable
+// ASCII characters; a JetStream target refuses a header value with a
+// line break or a space or tab at either end (the relay then
+// dead-letters the message, as for any refusal: queue.ErrRefused). Keep
+// the keys of messages bound there within that.
+//
+// A key names one operation for every writer to a target: the relay
+// trusts a target that answers Duplicate (it already holds that dedup id)
+// and acks, so two services that both wrote idem.Key("order-placed", id)
+// for different effects to one target would lose one of them. Give each
+// its own key space (a service name in the key's first part).
 //
 // It returns an error wrapping [idem.ErrInvalidKey] for an invalid key, and
 // an error for an m whose DedupID or KeyAttribute is already set to
@@ -44,7 +53,8 @@ var ErrNoKey = errors.New("outbox: the message carries no operation key")
 //
 // Calling the outbox's PublishTx directly is just as good when the message
 // has no operation key of its own: the relay then derives a dedup id from
-// the outbox message (see [Relay]).
+// the outbox message (see [Relay]) and publishes it as the message's
+// [KeyAttribute] too, so that [MessageKey] keys its copies alike.
 func PublishTx[Tx any](ctx context.Context, outbox queue.TxPublisher[Tx], tx Tx, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
 	if err := key.Err(); err != nil {
 		return queue.Published{}, fmt.Errorf("outbox: %w", err)
@@ -66,7 +76,8 @@ func PublishTx[Tx any](ctx context.Context, outbox queue.TxPublisher[Tx], tx Tx,
 }
 
 // MessageKey is a [queue.KeyFunc] for the consumer at the target: the
-// operation key that [PublishTx] put in the message's [KeyAttribute]. A
+// operation key that [PublishTx] put in the message's [KeyAttribute] (or,
+// for a message written without one, the dedup id the relay derived). A
 // message without one gets an error wrapping [ErrNoKey] (the consumer
 // dead-letters it).
 func MessageKey(m queue.Message) (idem.OperationKey, error) {
