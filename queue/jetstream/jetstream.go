@@ -542,18 +542,9 @@ const reasonCutMark = " ... (cut to fit the server's max_payload)"
 // original's own headers, and Nats-Msg-Id. The body always goes: the
 // original, stored with it, fitted. It reports whether m changed.
 func fitDeadLetter(m *nats.Msg, max int64) bool {
-	size := func() int64 {
-		if len(m.Header) == 0 {
-			return int64(len(m.Data))
-		}
-		n := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
-		for k, vs := range m.Header {
-			for _, v := range vs {
-				n += int64(len(k) + len(": ") + len(v) + len("\r\n"))
-			}
-		}
-		return n
-	}
+	// The payload the client checks against max_payload: the encoded
+	// headers and the body, without the subject nats.Msg.Size counts.
+	size := func() int64 { return int64(m.Size() - len(m.Subject) - len(m.Reply)) }
 	over := size() - max
 	if over <= 0 {
 		return false
