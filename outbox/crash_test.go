@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue/sqlqueue"
 )
@@ -24,7 +25,7 @@ func TestCrashBetweenPublishAndAck(t *testing.T) {
 	a.placeOrder(t, "o2", true, withoutKey)
 
 	rec := &recorder{to: tg.q}
-	var firstLog lockedBuffer
+	var firstLog testlog.Buffer
 	doomed, err := outbox.NewRelay(crashingSource{a.outbox}, rec, outbox.WithPublishTimeout(vis/2), outbox.WithLogger(debugLog(&firstLog)))
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestCrashBetweenPublishAndAck(t *testing.T) {
 		t.Fatalf("target after the crash: %+v, want 2 ready", st)
 	}
 
-	var log lockedBuffer
+	var log testlog.Buffer
 	restarted, err := outbox.NewRelay(a.outbox, rec, outbox.WithPublishTimeout(vis/2), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)

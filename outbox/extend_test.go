@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 )
@@ -49,7 +50,7 @@ func TestExtendsWhileWaiting(t *testing.T) {
 		a.placeOrder(t, id, true)
 	}
 	rec := &recorder{to: slowPublisher{tg.q, 250 * time.Millisecond}}
-	var log lockedBuffer
+	var log testlog.Buffer
 	first, err := outbox.NewRelay(a.outbox, rec, outbox.WithConcurrency(1), outbox.WithBatchSize(4),
 		outbox.WithPublishTimeout(vis), outbox.WithLogger(debugLog(&log)))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -40,7 +41,7 @@ func TestPermanentRefusalDeadLetters(t *testing.T) {
 		}
 		return nil
 	}}
-	var log lockedBuffer
+	var log testlog.Buffer
 	r, err := outbox.NewRelay(a.outbox, rec, outbox.WithPermanentErrors(errTooBig), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func TestTransientErrorsRetried(t *testing.T) {
 		}
 		return nil
 	}}
-	var log lockedBuffer
+	var log testlog.Buffer
 	r, err := outbox.NewRelay(a.outbox, rec, outbox.WithBackoff(50*time.Millisecond, 100*time.Millisecond), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -292,25 +292,7 @@ func (r *recorder) published() []call {
 	return out
 }
 
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func debugLog(w *lockedBuffer) *slog.Logger {
+func debugLog(w *testlog.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

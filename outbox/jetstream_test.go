@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue/jetstream"
 	"github.com/nats-io/nats.go"
@@ -58,7 +59,7 @@ func TestJetStreamTarget(t *testing.T) {
 	if _, err := doomed.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var log lockedBuffer
+	var log testlog.Buffer
 	r, err := outbox.NewRelay(a.outbox, pub, outbox.WithPublishTimeout(vis/2), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -92,7 +93,7 @@ func TestPostgresOutbox(t *testing.T) {
 	if _, err := doomed.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var log lockedBuffer
+	var log testlog.Buffer
 	r, err := outbox.NewRelay(ob, tg.q, outbox.WithPublishTimeout(vis/2), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -79,7 +80,7 @@ func TestRelayKilled(t *testing.T) {
 		t.Fatalf("outbox after the kill: %+v, want messages left", st)
 	}
 
-	var log lockedBuffer
+	var log testlog.Buffer
 	r, err := outbox.NewRelay(a.outbox, tg.q, outbox.WithPublishTimeout(killVisibility/2), outbox.WithLogger(debugLog(&log)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,35 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"sync"
+	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
-// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// jsonLines parses the JSON log lines in buf.
+func jsonLines(t *testing.T, buf *testlog.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, l := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
-		if err := json.Unmarshal(l, &m); err != nil {
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
 		out = append(out, m)
@@ -50,7 +37,7 @@ func TestSeed002Logs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var buf syncBuffer
+	var buf testlog.Buffer
 	mail := &provider{}
 	h, err := Handler(s, mail, newJSONLogger(&buf))
 	if err != nil {
@@ -67,7 +54,7 @@ func TestSeed002Logs(t *testing.T) {
 	}
 	const key = "booking-confirmed:b-7"
 	var executed, replayed, ledgerReplayed []map[string]any
-	for _, l := range buf.lines(t) {
+	for _, l := range jsonLines(t, &buf) {
 		if l["key"] != key {
 			continue
 		}

@@ -9,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 )
@@ -92,7 +92,7 @@ func TestConsumerKilledMidHandler(t *testing.T) {
 			}
 
 			// The restarted worker.
-			var lg lockedBuffer
+			var lg testlog.Buffer
 			log := slog.New(slog.NewTextHandler(&lg, nil))
 			var opts []idem.CallOption
 			if tc.reconcile {
@@ -203,22 +203,4 @@ func countEffects(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return len(strings.Fields(string(b)))
-}
-
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
