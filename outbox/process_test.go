@@ -1,20 +1,18 @@
 package outbox_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/internal/testproc"
 	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -54,25 +52,8 @@ func TestRelayKilled(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRelayKilled$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envKillApp+"="+appPath, envKillTarget+"="+targetPath)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
-	var seen []string
-	for lines.Scan() && !strings.Contains(lines.Text(), "PUBLISHED, NOT ACKED") {
-		seen = append(seen, lines.Text())
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	seen := testproc.KillAtLine(ctx, t, "TestRelayKilled",
+		[]string{envKillApp + "=" + appPath, envKillTarget + "=" + targetPath}, "PUBLISHED, NOT ACKED")
 	if st := stats(t, tg.q); st.Ready < killAfter {
 		t.Fatalf("target after the kill: %+v, want at least %d; child said:\n%s", st, killAfter, strings.Join(seen, "\n"))
 	}

@@ -1,20 +1,18 @@
 package sqlqueue_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/internal/testproc"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 )
@@ -68,25 +66,8 @@ func TestConsumerKilledMidHandler(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConsumerKilledMidHandler$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envCrashDB+"="+path, envCrashEffects+"="+effects, envCrashPolicy+"="+tc.policy.String())
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = cmd.Stdout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			lines := bufio.NewScanner(out)
-			var seen []string
-			for lines.Scan() && !strings.Contains(lines.Text(), "EFFECT DONE") {
-				seen = append(seen, lines.Text())
-			}
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = cmd.Wait()
+			seen := testproc.KillAtLine(ctx, t, "TestConsumerKilledMidHandler",
+				[]string{envCrashDB + "=" + path, envCrashEffects + "=" + effects, envCrashPolicy + "=" + tc.policy.String()}, "EFFECT DONE")
 			if n := countEffects(t, effects); n != 1 {
 				t.Fatalf("after the child: %d effects, want 1; child said:\n%s", n, strings.Join(seen, "\n"))
 			}
