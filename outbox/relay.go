@@ -274,11 +274,10 @@ func (r *Relay) relay(ctx context.Context, d queue.Delivery, keep *dispatch.Keep
 	// good: once the publish timeout (and a little more) has passed, the
 	// message is no longer extended, its visibility lapses, and another
 	// relay publishes it with the same dedup id.
-	stopKeeping := time.AfterFunc(r.cfg.publishTimeout+publishTimeoutMargin, keep.Stop)
+	keep.StopAfter(r.cfg.publishTimeout + publishTimeoutMargin)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.publishTimeout)
 	p, err := r.publish(pctx, out)
 	cancel()
-	stopKeeping.Stop()
 	keep.Stop()
 
 	attrs := []slog.Attr{

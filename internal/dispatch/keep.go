@@ -30,6 +30,7 @@ type Keep[D any] struct {
 	name    atomic.Pointer[slog.Attr]
 	run     sync.Mutex // held by an extension; Stop waits for it
 	stopped atomic.Bool
+	until   atomic.Int64 // unix ns after which no extension is made (StopAfter); 0: none
 	t       *time.Timer
 }
 
@@ -56,11 +57,25 @@ func (k *Keep[D]) Name(a slog.Attr) {
 	}
 }
 
+// StopAfter bounds the extensions: none is made once d has passed, as if
+// Stop had been called then (without waiting for anything). For work that
+// may outlive its own timeout (a call that ignores its context): the
+// delivery's visibility then lapses and another receiver can take it,
+// rather than the delivery staying held for as long as the call hangs.
+func (k *Keep[D]) StopAfter(d time.Duration) {
+	if k != nil {
+		k.until.Store(time.Now().Add(d).UnixNano())
+	}
+}
+
 func (k *Keep[D]) extend() {
 	k.run.Lock()
 	defer k.run.Unlock()
 	if k.stopped.Load() || k.ctx.Err() != nil {
 		return
+	}
+	if u := k.until.Load(); u != 0 && time.Now().UnixNano() > u {
+		return // bounded by StopAfter: no more extensions
 	}
 	l := k.l
 	asked := time.Now()
