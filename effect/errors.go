@@ -48,6 +48,7 @@ type SMTPError struct {
 
 // The stages of an SMTP conversation, as [SMTPError.Stage] names them.
 const (
+	StageTLS       = "tls"         // the TLS handshake of an implicit-TLS connection (WithImplicitTLS)
 	StageGreeting  = "greeting"    // the server's first reply, after the connection opens
 	StageHello     = "hello"       // EHLO (or HELO)
 	StageStartTLS  = "starttls"    // STARTTLS and the TLS handshake

@@ -2,10 +2,18 @@ package effect_test
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeSMTP is a tiny SMTP server on 127.0.0.1 for the faults a real server
@@ -27,7 +35,10 @@ type fakeSMTP struct {
 	// server stops answering (and keeps the connection open).
 	HangAt string
 
+	tls *tls.Config // set by newFakeSMTPS: every connection is TLS from its first byte
+
 	mu       sync.Mutex
+	tlsConns int // connections whose TLS handshake succeeded
 	commands []string
 	messages []string
 	hung     chan struct{}
@@ -36,6 +47,43 @@ type fakeSMTP struct {
 
 func newFakeSMTP(t *testing.T, network string) *fakeSMTP {
 	t.Helper()
+	return startFakeSMTP(t, network, nil)
+}
+
+// newFakeSMTPS starts a fake that speaks implicit TLS (as on port 465)
+// with a new self-signed certificate for 127.0.0.1, and returns the pool
+// a client must trust to verify it.
+func newFakeSMTPS(t *testing.T) (*fakeSMTP, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "fake smtp"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	return startFakeSMTP(t, "", cfg), pool
+}
+
+func startFakeSMTP(t *testing.T, network string, tlsConfig *tls.Config) *fakeSMTP {
+	t.Helper()
 	if network == "" {
 		network = "127.0.0.1:0"
 	}
@@ -43,7 +91,7 @@ func newFakeSMTP(t *testing.T, network string) *fakeSMTP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeSMTP{ln: ln, Addr: ln.Addr().String(), hung: make(chan struct{})}
+	f := &fakeSMTP{ln: ln, Addr: ln.Addr().String(), tls: tlsConfig, hung: make(chan struct{})}
 	f.wg.Add(1)
 	go f.serve()
 	t.Cleanup(func() {
@@ -78,6 +126,16 @@ func orDefault(s, d string) string {
 }
 
 func (f *fakeSMTP) session(c net.Conn) {
+	if f.tls != nil {
+		tc := tls.Server(c, f.tls)
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		f.mu.Lock()
+		f.tlsConns++
+		f.mu.Unlock()
+		c = tc
+	}
 	r := bufio.NewReader(c)
 	say := func(s string) bool { _, err := c.Write([]byte(s + "\r\n")); return err == nil }
 	hang := func(cmd string) bool {
@@ -158,6 +216,12 @@ func (f *fakeSMTP) Messages() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.messages...)
+}
+
+func (f *fakeSMTP) TLSConns() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tlsConns
 }
 
 func (f *fakeSMTP) Commands() []string {

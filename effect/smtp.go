@@ -53,6 +53,9 @@ const (
 //		effect.WithPlainAuth(smtpUser, smtpPassword), // SES SMTP credentials, not an access key
 //		effect.WithSTARTTLS(effect.STARTTLSRequired))
 //
+// Port 465 of the same host takes implicit TLS instead, the default on
+// that port ([WithImplicitTLS]).
+//
 // SES replaces the Message-ID header with its own (SES's header-fields
 // documentation says so), and the id it assigns is known only from the
 // reply to the message's end, which is exactly what is lost when the
@@ -69,6 +72,7 @@ type SMTP struct {
 	auth        smtp.Auth
 	user, pass  string
 	starttls    STARTTLS
+	implicitTLS bool
 	tlsConfig   *tls.Config
 	helo        string
 	dialTimeout time.Duration
@@ -100,9 +104,19 @@ func WithAuth(a smtp.Auth) SMTPOption {
 // WithSTARTTLS sets when to use STARTTLS (default [STARTTLSOpportunistic]).
 func WithSTARTTLS(mode STARTTLS) SMTPOption { return func(s *SMTP) { s.starttls = mode } }
 
-// WithTLSConfig sets the TLS configuration for STARTTLS (default: the
-// system's roots, ServerName the address's host). A config without a
-// ServerName gets the host.
+// WithImplicitTLS sets whether the connection is TLS from its first byte
+// (implicit TLS, "SMTPS", RFC 8314), as submission servers expect on port
+// 465. The default is on when the address's port is 465 and off
+// otherwise: a plain-text client waits there for a greeting the server
+// never sends until its TLS handshake comes. With implicit TLS, STARTTLS
+// is not used ([WithSTARTTLS] is ignored) and credentials go over TLS to
+// any host. A failed handshake fails the send as [idem.NotDone], at
+// [StageTLS].
+func WithImplicitTLS(on bool) SMTPOption { return func(s *SMTP) { s.implicitTLS = on } }
+
+// WithTLSConfig sets the TLS configuration for STARTTLS and implicit TLS
+// (default: the system's roots, ServerName the address's host). A config
+// without a ServerName gets the host.
 func WithTLSConfig(cfg *tls.Config) SMTPOption { return func(s *SMTP) { s.tlsConfig = cfg } }
 
 // WithHelo sets the name sent with EHLO or HELO (default "localhost", as
@@ -137,13 +151,15 @@ func WithTimeout(d time.Duration) SMTPOption {
 func WithMessageIDDomain(domain string) SMTPOption { return func(s *SMTP) { s.domain = domain } }
 
 // NewSMTP returns a sender to the SMTP server at addr ("host:port"). The
-// defaults: STARTTLS when offered, no auth, EHLO localhost, 30 s to
-// connect, 5 minutes for a whole send, Message-IDs in From's domain.
+// defaults: implicit TLS on port 465, elsewhere STARTTLS when offered; no
+// auth, EHLO localhost, 30 s to connect, 5 minutes for a whole send,
+// Message-IDs in From's domain.
 func NewSMTP(addr string, opts ...SMTPOption) *SMTP {
 	s := &SMTP{addr: addr, helo: DefaultHelo, dialTimeout: DefaultDialTimeout, timeout: DefaultSMTPTimeout, now: time.Now}
 	s.host = addr
-	if h, _, err := net.SplitHostPort(addr); err == nil {
+	if h, port, err := net.SplitHostPort(addr); err == nil {
 		s.host = h
+		s.implicitTLS = port == "465"
 	}
 	for _, o := range opts {
 		o(s)
@@ -237,6 +253,13 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
+	if s.implicitTLS {
+		tc := tls.Client(conn, s.tlsConfigFor())
+		if err := tc.HandshakeContext(dctx); err != nil {
+			return s.notDone(ctx, StageTLS, err)
+		}
+		conn = tc // net/smtp sees a *tls.Conn: the session counts as TLS (AUTH PLAIN allowed)
+	}
 	c, err := smtp.NewClient(conn, s.host)
 	if err != nil {
 		return s.notDone(ctx, StageGreeting, err)
@@ -255,16 +278,9 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 	}
 	tlsOK, _ := c.Extension("STARTTLS")
 	switch {
-	case s.starttls == STARTTLSOff:
+	case s.implicitTLS, s.starttls == STARTTLSOff:
 	case tlsOK:
-		cfg := &tls.Config{ServerName: s.host}
-		if s.tlsConfig != nil {
-			cfg = s.tlsConfig.Clone()
-			if cfg.ServerName == "" {
-				cfg.ServerName = s.host
-			}
-		}
-		if err := c.StartTLS(cfg); err != nil {
+		if err := c.StartTLS(s.tlsConfigFor()); err != nil {
 			return s.notDone(ctx, StageStartTLS, err)
 		}
 	case s.starttls == STARTTLSRequired:
@@ -335,6 +351,20 @@ func (s *SMTP) send(ctx context.Context, env *envelope) error {
 	}
 	return &unknownError{op: "smtp " + StageEndOfData + " (" + s.addr + ")",
 		err: fmt.Errorf("the message was written and its reply was lost: %w", err)}
+}
+
+// tlsConfigFor returns the TLS configuration of a connection: the
+// WithTLSConfig one (a copy) or the default, with the host as ServerName
+// when it names none.
+func (s *SMTP) tlsConfigFor() *tls.Config {
+	if s.tlsConfig == nil {
+		return &tls.Config{ServerName: s.host}
+	}
+	cfg := s.tlsConfig.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName = s.host
+	}
+	return cfg
 }
 
 // expect sends a command of the message's envelope and reads its reply,

@@ -2,6 +2,7 @@ package effect_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/smtp"
@@ -247,6 +248,84 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 			t.Fatal("MAIL was sent without the required TLS")
 		}
 	}
+}
+
+// WithImplicitTLS: TLS from the first byte (port 465). The session is TLS
+// for net/smtp too, STARTTLS is not sent even when offered, and the
+// message goes through.
+func TestSMTPImplicitTLS(t *testing.T) {
+	f, pool := newFakeSMTPS(t)
+	f.Ext = []string{"8BITMIME", "STARTTLS", "AUTH PLAIN"}
+	s := effect.NewSMTP(f.Addr, effect.WithImplicitTLS(true), effect.WithTLSConfig(&tls.Config{RootCAs: pool}),
+		effect.WithPlainAuth("u", "p"), effect.WithSTARTTLS(effect.STARTTLSRequired))
+	if _, err := s.Send(context.Background(), "receipt:8891:7", receipt()); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.TLSConns(); n != 1 {
+		t.Errorf("%d TLS connections, want 1", n)
+	}
+	if len(f.Messages()) != 1 {
+		t.Errorf("%d messages, want 1", len(f.Messages()))
+	}
+	for _, c := range f.Commands() {
+		if strings.HasPrefix(c, "STARTTLS") {
+			t.Error("STARTTLS sent on an implicit-TLS connection")
+		}
+	}
+}
+
+// A certificate the client does not trust fails the send before anything
+// is said: NotDone, at StageTLS.
+func TestSMTPImplicitTLSUntrusted(t *testing.T) {
+	f, _ := newFakeSMTPS(t)
+	_, err := effect.NewSMTP(f.Addr, effect.WithImplicitTLS(true)).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	if !strings.Contains(err.Error(), "smtp "+effect.StageTLS) {
+		t.Errorf("error %q does not name the TLS stage", err)
+	}
+	if c := f.Commands(); len(c) != 0 {
+		t.Errorf("commands reached the server: %q", c)
+	}
+}
+
+// Without WithImplicitTLS, a server on a port other than 465 is spoken to
+// in plain text; a plain-text client to an implicit-TLS server fails
+// without a false success.
+func TestSMTPImplicitTLSDefaultOff(t *testing.T) {
+	f, _ := newFakeSMTPS(t)
+	_, err := effect.NewSMTP(f.Addr, effect.WithTimeout(300*time.Millisecond)).Send(context.Background(), "k", receipt())
+	wantClass(t, err, notDone)
+	if n := len(f.Messages()); n != 0 {
+		t.Errorf("%d messages, want none", n)
+	}
+}
+
+// Port 465 defaults to implicit TLS.
+func TestSMTPImplicitTLSOnPort465(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:465")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.1:465 (needs the privilege to bind a port below 1024): %v", err)
+	}
+	handshake := make(chan bool, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		// A TLS client speaks first (its ClientHello: a handshake record,
+		// byte 0x16); a plain-text one waits for the greeting.
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		b := make([]byte, 1)
+		_, err = c.Read(b)
+		handshake <- err == nil && b[0] == 0x16
+	}()
+	defer ln.Close()
+	_, err = effect.NewSMTP("127.0.0.1:465", effect.WithTimeout(3*time.Second)).Send(context.Background(), "k", receipt())
+	if !<-handshake {
+		t.Error("the client to port 465 did not start with a TLS handshake")
+	}
+	wantClass(t, err, notDone)
 }
 
 // Credentials go in plain text only to a loopback host (as net/smtp);
