@@ -218,6 +218,19 @@ func (l *Ledger) Lease() time.Duration { return l.defaults.lease }
 // [WithRetention].
 func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 
+// FinishTimeout returns how long [Ledger.Do], called with opts, may still
+// take once fn has returned, with a store that honours its context: a
+// heartbeat under way ends (its extension is bounded by a third of the
+// lease), then the writes that end the attempt (complete, release, fail or
+// abandon, after a read when the lease ran out here) share one timeout of
+// the call's lease, at least 5 s. Past it, Do has returned or its store
+// ignores its context. Packages that keep something alive for a call (a
+// queue delivery kept invisible) keep it this long past fn's end.
+func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
+	c := l.callConfig(opts)
+	return heartbeatInterval(c.lease) + finishTimeout(c.lease)
+}
+
 // Do runs fn once for key and records its result, so that every later call
 // for the key gets the same result without running fn:
 //
@@ -584,7 +597,13 @@ func storeOp(outcome string) string {
 	return outcome
 }
 
+// finishTimeout bounds the writes that end an attempt after fn returns
+// (see [Ledger.FinishTimeout]).
 func finishTimeout(lease time.Duration) time.Duration { return max(lease, 5*time.Second) }
+
+// heartbeatInterval is how often a lease is extended while fn runs, and the
+// bound of one extension.
+func heartbeatInterval(lease time.Duration) time.Duration { return max(lease/3, time.Millisecond) }
 
 // call runs fn, catching a panic so that the attempt can be recorded.
 func call(ctx context.Context, fn func(context.Context) ([]byte, error)) (val []byte, err error, panicked bool, pv any) {
@@ -627,7 +646,7 @@ type heartbeat struct {
 
 func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, claimed time.Time, cancel context.CancelCauseFunc) *heartbeat {
 	h := &heartbeat{l: l, ctx: context.WithoutCancel(ctx), c: c, rec: rec, cancel: cancel,
-		interval: max(c.lease/3, time.Millisecond), deadline: claimed.Add(c.lease)}
+		interval: heartbeatInterval(c.lease), deadline: claimed.Add(c.lease)}
 	h.run.Lock() // a first beat waits for h.timer
 	h.timer = time.AfterFunc(h.interval, h.beat)
 	h.run.Unlock()

@@ -430,3 +430,23 @@ func (c cancelAtAnswer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.
 	c.cancel()
 	return res, err
 }
+
+// FinishTimeout is a beat under way (a third of the call's lease) plus the
+// writes' timeout (the call's lease, at least 5 s), for the lease the call
+// gets: the ledger's, a WithLease of the call, capped by WithLeaseAtMost.
+func TestFinishTimeout(t *testing.T) {
+	l := idem.New(memstore.New(), idem.WithLease(30*time.Second))
+	for _, tc := range []struct {
+		opts []idem.CallOption
+		want time.Duration
+	}{
+		{nil, 10*time.Second + 30*time.Second},
+		{[]idem.CallOption{idem.WithLease(90 * time.Second)}, 30*time.Second + 90*time.Second},
+		{[]idem.CallOption{idem.WithLeaseAtMost(3 * time.Second)}, time.Second + 5*time.Second},
+		{[]idem.CallOption{idem.WithLease(60 * time.Millisecond)}, 20*time.Millisecond + 5*time.Second},
+	} {
+		if got := l.FinishTimeout(tc.opts...); got != tc.want {
+			t.Errorf("FinishTimeout(%d options) = %v, want %v", len(tc.opts), got, tc.want)
+		}
+	}
+}
