@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,6 +119,54 @@ func TestFailedExtensionLogLine(t *testing.T) {
 	want := []string{"key=receipt:42", "message_id=m1", "error=broker down"}
 	if rec.Message != "extending failed" || rec.Level != slog.LevelWarn || !slices.Equal(got, want) {
 		t.Fatalf("logged %v %q %v, want WARN %q %v", rec.Level, rec.Message, got, "extending failed", want)
+	}
+}
+
+// Past the bound StopAfter set, work that still runs is no longer
+// extended, and that is logged once, with the Keep's name, the delivery's
+// attributes and the bound.
+func TestStopAfterLogLine(t *testing.T) {
+	logs := &records{Handler: slog.DiscardHandler}
+	var extends atomic.Int32
+	l, _ := loop(func(_ context.Context, d *delivery, k *dispatch.Keep[*delivery]) bool {
+		defer k.Stop()
+		k.Name(slog.String("key", "receipt:42"))
+		k.StopAfter(20 * time.Millisecond)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, ok := logs.first(); ok {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // ten more extensions would be due
+		return true
+	})
+	l.ExtendEvery, l.ExtendBy = 2*time.Millisecond, time.Second
+	l.Log = slog.New(logs)
+	l.Lines.ExtendBounded = "no longer extending"
+	l.Extend = func(context.Context, *delivery, time.Duration) error { extends.Add(1); return nil }
+	l.Attrs = func(d *delivery) []slog.Attr { return []slog.Attr{slog.String("message_id", d.id)} }
+	l.HandleBatch(context.Background(), []*delivery{{"m1", ""}})
+
+	rec, ok := logs.first()
+	if !ok {
+		t.Fatal("no line for the bounded extensions")
+	}
+	var got []string
+	rec.Attrs(func(a slog.Attr) bool { got = append(got, a.String()); return true })
+	want := []string{"key=receipt:42", "message_id=m1", "bound=20ms"}
+	if rec.Message != "no longer extending" || rec.Level != slog.LevelWarn || !slices.Equal(got, want) {
+		t.Fatalf("logged %v %q %v, want WARN %q %v", rec.Level, rec.Message, got, "no longer extending", want)
+	}
+	logs.mu.Lock()
+	n := len(logs.recs)
+	logs.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d lines, want 1", n)
+	}
+	if n := extends.Load(); n > 15 {
+		t.Fatalf("%d extensions in 20ms at one per 2ms, then none", n)
 	}
 }
 

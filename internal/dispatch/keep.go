@@ -31,6 +31,7 @@ type Keep[D any] struct {
 	run     sync.Mutex // held by an extension; Stop waits for it
 	stopped atomic.Bool
 	until   atomic.Int64 // unix ns after which no extension is made (StopAfter); 0: none
+	bound   atomic.Int64 // the duration StopAfter was given, for the log line
 	t       *time.Timer
 }
 
@@ -62,8 +63,10 @@ func (k *Keep[D]) Name(a slog.Attr) {
 // may outlive its own timeout (a call that ignores its context): the
 // delivery's visibility then lapses and another receiver can take it,
 // rather than the delivery staying held for as long as the call hangs.
+// The first extension due past the bound logs [Lines.ExtendBounded].
 func (k *Keep[D]) StopAfter(d time.Duration) {
 	if k != nil {
+		k.bound.Store(int64(d))
 		k.until.Store(time.Now().Add(d).UnixNano())
 	}
 }
@@ -74,28 +77,41 @@ func (k *Keep[D]) extend() {
 	if k.stopped.Load() || k.ctx.Err() != nil {
 		return
 	}
-	if u := k.until.Load(); u != 0 && time.Now().UnixNano() > u {
-		return // bounded by StopAfter: no more extensions
-	}
 	l := k.l
+	if u := k.until.Load(); u != 0 && time.Now().UnixNano() > u {
+		// Bounded by StopAfter: no more extensions (the timer is not set
+		// again, so this is said once).
+		if l.Lines.ExtendBounded != "" {
+			attrs := k.attrs()
+			attrs = append(attrs, slog.Duration("bound", time.Duration(k.bound.Load())))
+			l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendBounded, attrs...)
+		}
+		return
+	}
 	asked := time.Now()
 	ectx, cancel := context.WithTimeout(k.ctx, l.ExtendEvery)
 	err := l.Extend(ectx, k.d, l.ExtendBy)
 	cancel()
 	if err != nil && k.ctx.Err() == nil {
-		var attrs []slog.Attr
-		if a := k.name.Load(); a != nil {
-			attrs = append(attrs, *a)
-		}
-		if l.Attrs != nil {
-			attrs = append(attrs, l.Attrs(k.d)...)
-		}
-		attrs = append(attrs, slog.Any("error", err))
+		attrs := append(k.attrs(), slog.Any("error", err))
 		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
 	}
 	if !k.stopped.Load() {
 		k.t.Reset(max(l.ExtendEvery-time.Since(asked), 0))
 	}
+}
+
+// attrs identifies the delivery in the Keep's log lines: its name, then
+// [Loop.Attrs].
+func (k *Keep[D]) attrs() []slog.Attr {
+	var attrs []slog.Attr
+	if a := k.name.Load(); a != nil {
+		attrs = append(attrs, *a)
+	}
+	if k.l.Attrs != nil {
+		attrs = append(attrs, k.l.Attrs(k.d)...)
+	}
+	return attrs
 }
 
 // Stop ends the extensions, and waits for one under way (cancelled) to

@@ -92,6 +92,11 @@ type Lines struct {
 	// ExtendFailed is logged at warn, with the Keep's name, Attrs and the
 	// error, when an extension fails.
 	ExtendFailed string
+	// ExtendBounded is logged at warn, with the Keep's name, Attrs and
+	// the bound, when an extension is due after the bound [Keep.StopAfter]
+	// set: the work still runs, and its delivery is no longer extended.
+	// Empty: not logged.
+	ExtendBounded string
 }
 
 // HandBackReason says why a delivery is handed back unprocessed.
