@@ -86,8 +86,23 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // could run a message of a group before the earlier ones end. While a
 // handler runs, the ledger also extends its key's lease. No extension is
 // made after the handlers' context ends: the deadline of
-// [Consumer.HandleBatch]'s context, [Consumer.Run]'s shutdown timeout. An
-// extension that fails is logged and the next one made on time; if the
+// [Consumer.HandleBatch]'s context, [Consumer.Run]'s shutdown timeout.
+//
+// Nor is a delivery extended once its handler has run for its timeout
+// plus a margin: a second, plus the time the ledger may take to record the
+// outcome after the handler returns ([idem.Ledger.FinishTimeout]: the
+// call's lease, at least 5 s, and a third of it). A handler that ignores
+// its cancelled context and outlives that loses its message's
+// invisibility (logged once, "queue: handler outlived its timeout"): the
+// message goes to another worker when its visibility lapses, rather than
+// staying held for as long as the handler hangs. Its effect still does not
+// run twice: the ledger extends the key's lease while the handler runs, so
+// the other worker finds the key busy and retries later. The handler's
+// slot stays taken until it returns. A handler that honours its context
+// keeps its message invisible until it is settled, however long the
+// ledger's closing writes take within their own timeout.
+//
+// An extension that fails is logged and the next one made on time; if the
 // message is handed to another worker meanwhile, the ledger still runs its
 // effect once: whichever copy comes second finds the key busy or done.
 //
@@ -154,6 +169,8 @@ func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Optio
 			ShutdownTimeout:      "queue: shutdown timeout passed; cancelling the handlers still running and handing their messages back",
 			Abandoned:            "queue: handlers still running after their contexts were cancelled; returning without them",
 			ExtendFailed:         "queue: extending the delivery failed",
+			ExtendBounded: "queue: handler outlived its timeout; no longer extending its message, which another worker gets once its visibility lapses " +
+				"(the ledger's lease keeps the key from running twice)",
 		},
 		Receive:  src.Receive,
 		Group:    func(d Delivery) string { return d.Message().GroupID },
@@ -262,6 +279,12 @@ func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[
 	}
 	// Extended until the outcome is recorded, not only while the handler
 	// may run: the ledger's closing writes come after the handler timeout.
+	// But not for good: a handler that ignores its cancelled context must
+	// not hold its message for as long as it hangs. Past the bound, the
+	// message's visibility lapses and another worker gets it, and finds
+	// the key busy (the ledger extends the lease while the handler runs).
+	// With a ctx deadline (Lambda), no extension is made past it anyway.
+	keep.StopAfter(c.cfg.handlerTimeout + c.overrunMargin(opts))
 	// Also stopped when the handler ends its goroutine (runtime.Goexit):
 	// the message is then left as after a crash, to come back when its
 	// visibility lapses.
@@ -270,6 +293,26 @@ func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[
 	keep.Stop()
 	v := c.judge(ctx, m, res, err)
 	return c.settle(ctx, d, m, v, withAttempt(res, err), logKey)
+}
+
+// handlerGrace is how long past its timeout a handler that honours its
+// context may take to return (to unwind, to log).
+const handlerGrace = time.Second
+
+// overrunMargin is how long past the handler timeout a delivery under
+// handling is still extended: the handler's grace to return once its
+// context is cancelled, then what the ledger may still do once it has
+// returned ([idem.Ledger.FinishTimeout]: a heartbeat under way, then the
+// writes that record the outcome, under the call's lease, at least 5 s).
+// The claim and a Reconcile hook run within the handler timeout. So a
+// handler that honours its context is not cut short, however slow the
+// store, unless the store outlasts the ledger's own timeout (the ledger
+// then gives up on the write, and the message is retried anyway).
+func (c *Consumer) overrunMargin(opts []idem.CallOption) time.Duration {
+	if c.cfg.overrunMargin > 0 {
+		return c.cfg.overrunMargin
+	}
+	return handlerGrace + c.ledger.FinishTimeout(opts...)
 }
 
 // withAttempt fills in the fence and attempt of an outcome that came as an

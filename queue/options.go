@@ -30,6 +30,7 @@ type config struct {
 	busyDelay         time.Duration
 	logger            *slog.Logger
 	callOptions       func(Message) []idem.CallOption
+	overrunMargin     time.Duration // tests only; 0: derived (see Consumer.overrunMargin)
 }
 
 func defaultConfig() config {
@@ -62,9 +63,17 @@ func WithBatchSize(n int) Option {
 }
 
 // WithHandlerTimeout bounds one handler call (default
-// [DefaultHandlerTimeout]). The source's visibility must be at least this
-// long: [NewConsumer] refuses a shorter one, and warns below six times it
-// (the AWS guidance for SQS event sources). Values below 1 are ignored.
+// [DefaultHandlerTimeout]): the handler's context is cancelled then. The
+// source's visibility must be at least this long: [NewConsumer] refuses a
+// shorter one, and warns below six times it (the AWS guidance for SQS
+// event sources). A handler that ignores its cancelled context and
+// outlives its timeout by more than a margin (a second plus
+// [idem.Ledger.FinishTimeout], which covers the ledger's writes after the
+// handler returns) loses its delivery's invisibility: the delivery is no
+// longer extended, and the message goes to another worker once its
+// visibility lapses. The ledger's lease, extended while the handler runs,
+// still keeps the key from running twice: the other worker finds it busy.
+// Values below 1 are ignored.
 func WithHandlerTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {

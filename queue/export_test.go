@@ -1,0 +1,11 @@
+package queue
+
+import "time"
+
+// WithOverrunMargin sets how long past the handler timeout a delivery
+// under handling is still extended, in place of the margin derived from
+// the ledger (at least 6 s), so that tests of a hung handler take
+// milliseconds (tests only).
+func WithOverrunMargin(d time.Duration) Option {
+	return func(c *config) { c.overrunMargin = d }
+}
