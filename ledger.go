@@ -227,8 +227,11 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 // ignores its context. Packages that keep something alive for a call (a
 // queue delivery kept invisible) keep it this long past fn's end.
 func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
-	c := l.callConfig(opts)
-	return heartbeatInterval(c.lease) + finishTimeout(c.lease)
+	lease := l.defaults.lease
+	if len(opts) > 0 || l.defaults.leaseCap > 0 {
+		lease = l.callConfig(opts).lease // a queue consumer asks once a message: the usual case allocates nothing
+	}
+	return heartbeatInterval(lease) + finishTimeout(lease)
 }
 
 // Do runs fn once for key and records its result, so that every later call
