@@ -46,6 +46,14 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 
 // claimable reports whether req may claim rec (nil if absent) at now, and
 // whether that takes over a lapsed attempt.
+//
+// A lapsed attempt is taken over only by the same request: not when both
+// it and req have a fingerprint and they differ (the lapsed attempt may
+// have done its request's effect, and running another request's under the
+// same key would make two effects of one operation). Such a claim finds
+// the record as it is, which the Ledger answers with a mismatch. A
+// released record is claimable by any request: its last attempt is known
+// not to have done its effect.
 func claimable(rec *idem.Record, req idem.ClaimRequest, now time.Time) (take, takeover bool) {
 	if rec == nil || rec.Expired(now) {
 		return true, false
@@ -54,12 +62,20 @@ func claimable(rec *idem.Record, req idem.ClaimRequest, now time.Time) (take, ta
 	case idem.StatusReleased:
 		return true, false
 	case idem.StatusInProgress:
-		if !rec.Lapsed(now) || (rec.Policy != idem.AtLeastOnce && !req.TakeLapsed) {
+		if !rec.Lapsed(now) || (rec.Policy != idem.AtLeastOnce && !req.TakeLapsed) ||
+			otherRequest(rec.Fingerprint, req.Fingerprint) {
 			return false, false
 		}
 		return true, true
 	}
 	return false, false // completed, failed, or a status this code does not know
+}
+
+// otherRequest reports whether a record's fingerprint and a request's name
+// different requests: both are set and they differ. A missing fingerprint
+// matches any.
+func otherRequest(stored, requested string) bool {
+	return stored != "" && requested != "" && stored != requested
 }
 
 // claim writes an acquired claim into n: the record as found when found
