@@ -64,7 +64,8 @@
 //			journal: the lapsed entry marked, the new one appended, trimmed>
 //		WHERE <claimable>: t.expires_at <= now OR t.status = 'released'
 //			OR (t.status = 'in_progress' AND t.lease_until <= now
-//			    AND (t.policy = 'at_least_once' OR $take_lapsed))
+//			    AND (t.policy = 'at_least_once' OR $take_lapsed)
+//			    AND (t.fingerprint = '' OR $fp = '' OR t.fingerprint = $fp))
 //		RETURNING t.*, t.xmax = 0 AS inserted)
 //	SELECT ..., true FROM ins
 //	UNION ALL

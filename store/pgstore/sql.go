@@ -90,18 +90,22 @@ func trimJournal(j string) string {
 	return fmt.Sprintf("jsonb_path_query_array(%s, '$[last - %d to last]')", j, idem.MaxJournal-1)
 }
 
-// claimable is the claim condition on the row t at now (transition.Claim):
-// expired (absent), or released, or in_progress with a lapsed lease that
-// may be taken over (at_least_once, or take and at_most_once). A row whose
+// claimable is the claim condition on the row t at now (transition.Claim)
+// for a request with fingerprint fp: expired (absent), or released, or
+// in_progress with a lapsed lease that may be taken over (at_least_once, or
+// take and at_most_once) by this request (t's fingerprint or fp is empty,
+// or they are equal: a lapsed attempt of another request is not taken
+// over, and the row not acquired is the ledger's mismatch). A row whose
 // status, policy or journal (not an array of objects) is damaged is not
 // claimable unless it expired. (Damage inside a journal entry, a field of
 // the wrong type, is found only when the row is decoded: a claim may take
 // such a row over and then report it corrupt; fn never runs on it.)
-func claimable(t, now, take string) string {
+func claimable(t, now, take, fp string) string {
 	return fmt.Sprintf(`(%[1]s.expires_at <= %[2]s OR ((%[1]s.journal IS NULL OR (jsonb_typeof(%[1]s.journal) = 'array'
 		AND NOT jsonb_path_exists(%[1]s.journal, '$[*] ? (@.type() != "object")'))) AND (
 		%[1]s.status = 'released' OR (%[1]s.status = 'in_progress' AND %[1]s.lease_until <= %[2]s AND (
-			%[1]s.policy = 'at_least_once' OR (%[1]s.policy = 'at_most_once' AND %[3]s))))))`, t, now, take)
+			%[1]s.policy = 'at_least_once' OR (%[1]s.policy = 'at_most_once' AND %[3]s))
+			AND (%[1]s.fingerprint = '' OR %[4]s = '' OR %[1]s.fingerprint = %[4]s)))))`, t, now, take, fp)
 }
 
 // patchEntry returns the journal array j with one entry e replaced by
@@ -190,7 +194,7 @@ func onConflict(in claimIn) string {
 					WHEN t.status = 'in_progress' THEN '{"t": true}'::jsonb
 					ELSE '{}'::jsonb
 				END)`) + `
-	WHERE ` + claimable("t", now, in.take)
+	WHERE ` + claimable("t", now, in.take, "excluded.fingerprint")
 }
 
 // claimReturning are the claim's result columns for an acquired row: the
@@ -234,13 +238,13 @@ func claimSQL(table, now string, implicit bool) string {
 	return `WITH ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
 	SELECT ` + newRow(in, now, implicit) + `
-	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean") + `)
+	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean", in.fp) + `)
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
 SELECT ` + claimReturning("ins", now) + ` FROM ins
 UNION ALL
-SELECT ` + cols("t") + `, false, ` + claimable("t", now, "$8::boolean") + `, ` + now + `, false
+SELECT ` + cols("t") + `, false, ` + claimable("t", now, "$8::boolean", in.fp) + `, ` + now + `, false
 FROM ` + table + ` AS t
 WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 }
@@ -262,14 +266,14 @@ ins AS (
 	SELECT ` + newRow(in, "c.now", implicit) + `
 	FROM r, c
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x
-		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take") + `)
+		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take", in.fp) + `)
 	ORDER BY r.key COLLATE "C"
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
 )
 SELECT ` + claimReturning("ins", "c.now") + ` FROM ins, c
 UNION ALL
-SELECT ` + cols("t") + `, false, ` + claimable("t", "c.now", "r.take") + `, c.now, false
+SELECT ` + cols("t") + `, false, ` + claimable("t", "c.now", "r.take", in.fp) + `, c.now, false
 FROM ` + table + ` AS t JOIN r ON r.key = t.key CROSS JOIN c
 WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
 	AND t.key = ANY ($1::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`
