@@ -222,6 +222,9 @@ end
 //	[8] retention µs, [9] fingerprint, [10] "1" to take a lapsed
 //	AtMostOnce attempt
 //
+// A lapsed attempt is taken over only when its fingerprint or [9] is
+// empty, or they are equal (transition.Claim).
+//
 // Returns {1, now} when it made a new record (the caller knows it whole),
 // {2, now, hash} when it acquired an existing record, {3, now, hash} when
 // that was a takeover, {0, now, hash} when not acquired (the record as
@@ -260,6 +263,10 @@ if not expired then
     local rlu = num(h.lu)
     if not rlu then return corrupt('lease is not a number') end
     if now < rlu or (h.po ~= 'at_least_once' and ARGV[10] ~= '1') then return {0, now, flat} end
+    -- A lapsed attempt of another request (both fingerprints set, unequal)
+    -- is not taken over: it may have done its request's effect.
+    local rfp = h.fp or ''
+    if rfp ~= '' and ARGV[9] ~= '' and rfp ~= ARGV[9] then return {0, now, flat} end
     takeover = true
   elseif st ~= 'released' then
     return corrupt('unknown status')
