@@ -3,11 +3,14 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
@@ -77,6 +80,75 @@ func TestKeyReusedWhileInProgressIsAMismatch(t *testing.T) {
 			t.Fatalf("same fingerprint on the lapsed key: %v, want ErrIndeterminate", err)
 		}
 	})
+}
+
+// After the first attempt lapsed under AtLeastOnce, or with a Reconcile
+// hook under either policy, a call with another fingerprint does not take
+// the key over (the lapsed attempt may have done its effect; running
+// another request's would make two effects under one key): it is a
+// mismatch too, and neither fn nor the hook runs. The same request still
+// takes the key over.
+func TestLapsedKeyIsNotTakenOverByAnotherRequest(t *testing.T) {
+	ctx := context.Background()
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	a, b := []byte("amount=100"), []byte("amount=5")
+	for _, c := range []struct {
+		name      string
+		policy    idem.Policy
+		reconcile bool
+	}{
+		{"at-least-once", idem.AtLeastOnce, false},
+		{"at-least-once-reconcile", idem.AtLeastOnce, true},
+		{"at-most-once-reconcile", idem.AtMostOnce, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			s := memstore.New()
+			l := idem.New(s, idem.WithPolicy(c.policy), idem.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+			key := idem.Key("charge", 3)
+			// The first request's attempt crashed after its claim: lapsed.
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: c.policy,
+				Lease: time.Minute, Retention: time.Hour, Fingerprint: sum(a)})
+			if err != nil || !cr.Acquired {
+				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)
+			}
+			if err := s.Abandon(ctx, key.String(), cr.Record.Fence, "crashed"); err != nil {
+				t.Fatal(err)
+			}
+			var opts []idem.CallOption
+			hooked := 0
+			if c.reconcile {
+				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+					hooked++
+					return nil, false, nil
+				}))
+			}
+			ran := false
+			_, err = l.Do(ctx, key, func(context.Context) ([]byte, error) { ran = true; return []byte("charged 5"), nil },
+				append(opts, idem.Fingerprint(b))...)
+			var me *idem.MismatchError
+			if !errors.Is(err, idem.ErrMismatch) || !errors.As(err, &me) || me.Status != idem.StatusInProgress {
+				t.Fatalf("another request on the lapsed key: %v, want a *MismatchError on an in_progress record", err)
+			}
+			if ran || hooked != 0 {
+				t.Fatalf("another request on the lapsed key: fn ran %v, the Reconcile hook ran %d times; want neither", ran, hooked)
+			}
+			if !loggedOutcome(t, &logs, "mismatch") {
+				t.Fatalf("no mismatch line in %s", &logs)
+			}
+			rec, err := s.Get(ctx, key.String())
+			if err != nil || rec.Fence != 1 || rec.Attempt != 1 || rec.Owner != "crashed" || rec.Fingerprint != sum(a) {
+				t.Fatalf("after the mismatch: %v, fence %d, attempt %d, owner %q, fingerprint %q; want the lapsed record unchanged",
+					err, rec.Fence, rec.Attempt, rec.Owner, rec.Fingerprint)
+			}
+			// The same request still takes it over.
+			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("charged 100"), nil },
+				append(opts, idem.Fingerprint(a))...)
+			if err != nil || !res.Takeover || res.Fence != 2 {
+				t.Fatalf("the same request on the lapsed key: %+v, %v; want a takeover at fence 2", res, err)
+			}
+		})
+	}
 }
 
 // loggedOutcome reports whether a JSON log line has outcome.

@@ -88,6 +88,40 @@ func testFingerprint(t *testing.T, h Harness) {
 		c.want(t, 0)
 	})
 
+	// A lapsed attempt is not taken over by a different request, under
+	// AtLeastOnce nor with TakeLapsed (a Reconcile hook): it may have done
+	// its request's effect, and running another request's under the same
+	// key would make two effects of one operation (the IETF draft's 422 for
+	// a record in any state). The call is a mismatch; fn and the hook do
+	// not run, and the record stays as it was, for the same request to
+	// take over.
+	t.Run("lapsed_is_a_mismatch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		r := req(h, "k")
+		r.Fingerprint = sha256Hex(payload)
+		acquire(t, s, r)
+		lapse(t, h, s, "k")
+		before := get(t, s, "k")
+		var c counter
+		l := ledger(h, s)
+		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn(nil), idem.Fingerprint(other))
+		wantMismatch(t, err, idem.StatusInProgress)
+		hook := func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+			t.Error("the Reconcile hook ran for another request's lapsed attempt")
+			return nil, false, nil
+		}
+		_, err = l.Do(context.Background(), idem.RawKey("k"), c.fn(nil), idem.Fingerprint(other), idem.WithReconcile(hook))
+		wantMismatch(t, err, idem.StatusInProgress)
+		c.want(t, 0)
+		wantUnchanged(t, "after calls with another fingerprint", get(t, s, "k"), before)
+		res := do(t, l, idem.RawKey("k"), c.fn([]byte("r")), idem.Fingerprint(payload))
+		if !res.Takeover || res.Fence != 2 || res.Attempt != 2 {
+			t.Fatalf("the same request on the lapsed key: takeover %v, fence %d, attempt %d; want true, 2, 2", res.Takeover, res.Fence, res.Attempt)
+		}
+		c.want(t, 1)
+	})
+
 	t.Run("released_takes_the_new_fingerprint", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
@@ -99,6 +133,163 @@ func testFingerprint(t *testing.T, h Harness) {
 		_, err = l.Do(context.Background(), idem.Key("k"), c.fn(nil), idem.Fingerprint(payload))
 		wantMismatch(t, err, idem.StatusCompleted)
 	})
+}
+
+// testClaimFingerprint holds the Store contract of fingerprints: a claim
+// does not take over a lapsed attempt whose fingerprint differs from its
+// own (both set), whatever the policy and TakeLapsed; it finds the record
+// as it is and writes nothing. A missing fingerprint on either side
+// matches any, and a released record is claimable by any request.
+func testClaimFingerprint(t *testing.T, h Harness) {
+	a, b := sha256Hex([]byte("request a")), sha256Hex([]byte("request b"))
+	// lapsed makes key an in_progress record under p with fingerprint fp
+	// whose lease has passed.
+	lapsed := func(t *testing.T, s idem.Store, key string, p idem.Policy, fp string) idem.Record {
+		t.Helper()
+		r := req(h, key)
+		r.Policy, r.Fingerprint, r.Owner = p, fp, "first"
+		acquire(t, s, r)
+		lapse(t, h, s, key)
+		return get(t, s, key)
+	}
+	taker := func(key string, p idem.Policy, take bool, fp string) idem.ClaimRequest {
+		r := req(h, key)
+		r.Policy, r.TakeLapsed, r.Fingerprint, r.Owner = p, take, fp, "taker"
+		return r
+	}
+	for _, c := range []struct {
+		name string
+		p    idem.Policy
+		take bool
+	}{
+		{"at_least_once", idem.AtLeastOnce, false},
+		{"at_least_once_take_lapsed", idem.AtLeastOnce, true},
+		{"at_most_once_take_lapsed", idem.AtMostOnce, true},
+	} {
+		t.Run("lapsed_other_not_taken/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, h)
+			before := lapsed(t, s, "k", c.p, a)
+			cr := claim(t, s, taker("k", c.p, c.take, b))
+			if cr.Acquired || cr.Takeover {
+				t.Fatalf("claim with another fingerprint of a lapsed attempt: acquired %v, takeover %v; want not acquired", cr.Acquired, cr.Takeover)
+			}
+			wantUnchanged(t, "the record the claim found", cr.Record, before)
+			if !cr.Record.Lapsed(cr.Now) {
+				t.Fatal("the record the claim found is not lapsed")
+			}
+			wantUnchanged(t, "the record after the claim", get(t, s, "k"), before)
+			// The same request still takes it over.
+			cr = acquire(t, s, taker("k", c.p, c.take, a))
+			if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Fingerprint != a {
+				t.Fatalf("claim with the same fingerprint after it: takeover %v, fence %d, attempt %d, fingerprint %q; want true, 2, 2, %q",
+					cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Fingerprint, a)
+			}
+		})
+	}
+
+	for _, c := range []struct{ name, stored, requested string }{
+		{"same", a, a},
+		{"request_without", a, ""},
+		{"record_without", "", b},
+	} {
+		t.Run("lapsed_taken/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, h)
+			lapsed(t, s, "k", idem.AtLeastOnce, c.stored)
+			cr := claim(t, s, taker("k", idem.AtLeastOnce, false, c.requested))
+			if !cr.Acquired || !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
+				t.Fatalf("claim (fingerprint %q) of a lapsed attempt (fingerprint %q): acquired %v, takeover %v, fence %d, attempt %d, owner %q; want true, true, 2, 2, taker",
+					c.requested, c.stored, cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner)
+			}
+			if rec := get(t, s, "k"); rec.Fingerprint != c.requested || rec.Fence != 2 {
+				t.Fatalf("after the takeover: fingerprint %q, fence %d; want %q, 2", rec.Fingerprint, rec.Fence, c.requested)
+			}
+		})
+	}
+
+	t.Run("released_other_acquired", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		r := req(h, "k")
+		r.Fingerprint = a
+		cr := acquire(t, s, r)
+		noErr(t, "Release", s.Release(context.Background(), "k", cr.Record.Fence, "not done"))
+		cr = claim(t, s, taker("k", idem.AtLeastOnce, false, b))
+		if !cr.Acquired || cr.Takeover || cr.Record.Fence != 2 || cr.Record.Fingerprint != b {
+			t.Fatalf("claim with another fingerprint of a released key: acquired %v, takeover %v, fence %d, fingerprint %q; want true, false, 2, %q",
+				cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Fingerprint, b)
+		}
+	})
+
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, h)
+		bc, ok := s.(idem.BatchClaimer)
+		if !ok {
+			t.Skip("the store does not implement idem.BatchClaimer")
+		}
+		for _, k := range []string{"other", "same", "none"} {
+			r := req(h, k)
+			r.Fingerprint, r.Owner = a, "first"
+			acquire(t, s, r)
+		}
+		rel := req(h, "released")
+		rel.Fingerprint = a
+		cr := acquire(t, s, rel)
+		noErr(t, "Release", s.Release(context.Background(), "released", cr.Record.Fence, "not done"))
+		for _, k := range []string{"other", "same", "none"} {
+			lapse(t, h, s, k)
+		}
+		before := get(t, s, "other")
+		reqs := []idem.ClaimRequest{
+			taker("other", idem.AtLeastOnce, false, b),
+			taker("same", idem.AtLeastOnce, false, a),
+			taker("new", idem.AtLeastOnce, false, b),
+			taker("none", idem.AtLeastOnce, false, ""),
+			taker("released", idem.AtLeastOnce, false, b),
+		}
+		res, err := bc.ClaimBatch(context.Background(), reqs)
+		noErr(t, "ClaimBatch", err)
+		if len(res) != len(reqs) {
+			t.Fatalf("ClaimBatch returned %d results for %d requests", len(res), len(reqs))
+		}
+		acquired := []bool{false, true, true, true, true}
+		takeover := []bool{false, true, false, true, false}
+		for i, r := range res {
+			if r.Err != nil || r.Record.Key != reqs[i].Key || r.Acquired != acquired[i] || r.Takeover != takeover[i] {
+				t.Fatalf("result %d (%q): key %q, acquired %v, takeover %v, err %v; want acquired %v, takeover %v",
+					i, reqs[i].Key, r.Record.Key, r.Acquired, r.Takeover, r.Err, acquired[i], takeover[i])
+			}
+		}
+		wantUnchanged(t, "the lapsed record of another request the batch found", res[0].Record, before)
+		wantUnchanged(t, "the lapsed record of another request after the batch", get(t, s, "other"), before)
+	})
+}
+
+// wantUnchanged fails the test unless rec is the record was as found
+// before: the same attempt (status, fence, attempt, owner, fingerprint,
+// policy, lease) and journal.
+func wantUnchanged(t testing.TB, what string, rec, was idem.Record) {
+	t.Helper()
+	if rec.Status != was.Status || rec.Fence != was.Fence || rec.Attempt != was.Attempt || rec.Owner != was.Owner ||
+		rec.Fingerprint != was.Fingerprint || rec.Policy != was.Policy || !sameTime(rec.LeaseUntil, was.LeaseUntil) {
+		t.Fatalf("%s: {%s, fence %d, attempt %d, owner %q, fingerprint %q, %s, lease until %v}; want it unchanged: {%s, fence %d, attempt %d, owner %q, fingerprint %q, %s, lease until %v}",
+			what, rec.Status, rec.Fence, rec.Attempt, rec.Owner, rec.Fingerprint, rec.Policy, rec.LeaseUntil,
+			was.Status, was.Fence, was.Attempt, was.Owner, was.Fingerprint, was.Policy, was.LeaseUntil)
+	}
+	if len(rec.Journal) != len(was.Journal) {
+		t.Fatalf("%s: journal of %d entries, want %d (unchanged)", what, len(rec.Journal), len(was.Journal))
+	}
+	if n := len(rec.Journal); n > 0 && (rec.Journal[n-1].Fence != was.Journal[n-1].Fence || rec.Journal[n-1].Outcome != was.Journal[n-1].Outcome) {
+		t.Fatalf("%s: last journal entry %+v, want %+v (unchanged)", what, rec.Journal[n-1], was.Journal[n-1])
+	}
+}
+
+// sha256Hex is the fingerprint idem.Fingerprint stores for request.
+func sha256Hex(request []byte) string {
+	sum := sha256.Sum256(request)
+	return hex.EncodeToString(sum[:])
 }
 
 // wantMismatch fails the test unless err is an *idem.MismatchError about a

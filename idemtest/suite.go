@@ -39,6 +39,7 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("failure", func(t *testing.T) { t.Parallel(); testFailure(t, h) })
 	t.Run("heartbeat", func(t *testing.T) { t.Parallel(); testHeartbeat(t, h) })
 	t.Run("fingerprint", func(t *testing.T) { t.Parallel(); testFingerprint(t, h) })
+	t.Run("claim_fingerprint", func(t *testing.T) { t.Parallel(); testClaimFingerprint(t, h) })
 	t.Run("cache", func(t *testing.T) { t.Parallel(); testCache(t, h) })
 	t.Run("keys", func(t *testing.T) { t.Parallel(); testKeys(t, h) })
 	t.Run("faults", func(t *testing.T) { t.Parallel(); testFaults(t, h) })
