@@ -239,16 +239,24 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 //
 //   - the key is new (absent, expired or released): fn runs under a lease,
 //     which is extended while fn runs; its result is recorded and returned.
+//     A released key runs under this call's fingerprint, whatever the
+//     last attempt's was: that attempt ended and gave the key back.
 //   - the key is completed: the stored result is returned, Replayed=true.
 //   - another attempt holds the key: [ErrInProgress]; retry later.
 //   - an earlier attempt lapsed (it crashed): under AtLeastOnce this call
 //     takes over and runs fn (Takeover=true); under AtMostOnce it returns
 //     [ErrIndeterminate]. A Reconcile hook decides instead, under either.
+//     Only the same request takes over (see the mismatch below).
 //   - the key failed permanently: a [*FailedError] with the stored reason.
 //   - the key was used with a different [Fingerprint]: [ErrMismatch], in
 //     any state it is found in (completed, failed, in progress, or lapsed
-//     under AtMostOnce), before any other answer. A lapsed key that this
-//     call takes over (AtLeastOnce) is run under the new fingerprint.
+//     under either policy, with or without a Reconcile hook), before any
+//     other answer; fn and the hook do not run and the record is left as
+//     it is. A lapsed attempt is never taken over by a different request:
+//     it may have done its own request's effect, and running this one's
+//     under the same key would make two different effects of one
+//     operation. A call without a fingerprint, or a record stored without
+//     one, is never a mismatch.
 //
 // When fn returns an error, Do returns it unchanged after recording what it
 // means: a [Permanent] error fails the key; under AtLeastOnce any other error
@@ -385,7 +393,9 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 		// A key reused for a different request is refused in any state: an
 		// in-progress one too, live or lapsed, since waiting for it (busy)
 		// or resolving it (indeterminate) could never make this request's
-		// answer anything but a mismatch.
+		// answer anything but a mismatch. A lapsed attempt of another
+		// request arrives here under AtLeastOnce and TakeLapsed too: the
+		// store does not take it over for a different request.
 		if c.fingerprint != "" && rec.Fingerprint != "" && c.fingerprint != rec.Fingerprint {
 			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
 			return Result{}, &MismatchError{Key: key, Status: rec.Status}

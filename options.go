@@ -205,10 +205,11 @@ func WithHashedKeysInLogs() Option {
 // their sha256 is stored with the claim, and a later call with the same key
 // but a different fingerprint gets [ErrMismatch] instead of another's result,
 // whatever the key's state: completed, failed, or still in progress (live,
-// or lapsed under AtMostOnce; not [ErrInProgress] nor [ErrIndeterminate]).
-// A released key, and a lapsed one taken over under AtLeastOnce, take the
-// new call's fingerprint. Calls without a fingerprint are never a
-// mismatch.
+// or lapsed under either policy; not [ErrInProgress], [ErrIndeterminate]
+// nor a takeover: a lapsed attempt, which may have done its request's
+// effect, is taken over only by the same request). A released key takes
+// the new call's fingerprint. Calls without a fingerprint, and keys
+// recorded without one, are never a mismatch.
 func Fingerprint(request []byte) CallOption {
 	sum := sha256.Sum256(request)
 	fp := hex.EncodeToString(sum[:])

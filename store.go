@@ -23,13 +23,19 @@ import (
 //
 // The package idemtest holds the conformance suite every Store must pass.
 type Store interface {
-	// Claim takes the key for one attempt if it is absent, expired, released,
-	// or in_progress with a lapsed lease that may be taken over (the record's
-	// policy is AtLeastOnce, or req.TakeLapsed). On success the record is
-	// in_progress with fence+1, attempt+1, the new owner, fingerprint and
-	// policy, LeaseUntil = now+Lease, and ExpiresAt = now+max(Lease,
-	// Retention); a journal entry is appended. Otherwise nothing is written
-	// and the record is returned as found.
+	// Claim takes the key for one attempt if it is absent, expired,
+	// released, or in_progress with a lapsed lease that may be taken over:
+	// the record's policy is AtLeastOnce or req.TakeLapsed is set, and the
+	// lapsed attempt was for the same request (the record's Fingerprint or
+	// req.Fingerprint is empty, or they are equal). A lapsed attempt with
+	// another fingerprint is never taken over, whatever the policy and
+	// TakeLapsed: it may have done its own request's effect, and the Ledger
+	// answers the claim with [ErrMismatch]. A released record is claimable
+	// with any fingerprint: its last attempt ended and gave the key back.
+	// On success the record is in_progress with fence+1, attempt+1, the new
+	// owner, fingerprint and policy, LeaseUntil = now+Lease, and ExpiresAt
+	// = now+max(Lease, Retention); a journal entry is appended. Otherwise
+	// nothing is written and the record is returned as found.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Complete records the attempt's result: status completed, ExpiresAt =
 	// now+retention.

@@ -42,7 +42,10 @@
 //     byte for byte, with Idempotent-Replayed: true. The handler does not
 //     run.
 //   - A key used with a different request: 422 "key-reused", also while
-//     the first request is still running. "The same
+//     the first request is still running, and after it crashed (its lease
+//     lapsed: only a retry of the same request takes the key over; a
+//     response that was not kept, which released the key, lets any
+//     request run). "The same
 //     request" means the same method, route pattern (when a ServeMux routed
 //     the request before the middleware), escaped path, query (keys
 //     sorted), media type and parameters of Content-Type, headers named by
