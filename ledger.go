@@ -385,9 +385,57 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 	return Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}, true, nil
 }
 
-// found turns a claim that was not acquired into the caller's answer.
+// found turns a claim that was not acquired into the caller's answer
+// ([ClaimAnswer]), and logs it.
 func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimResult) (Result, error) {
 	rec := cr.Record
+	res, err := ClaimAnswer(ClaimRequest{Key: key, Fingerprint: c.fingerprint}, cr)
+	var (
+		ip *InProgressError
+		ie *IndeterminateError
+		fe *FailedError
+	)
+	switch {
+	case err == nil:
+		if l.cache != nil {
+			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
+				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
+		}
+		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
+		return res, nil
+	case errors.Is(err, ErrMismatch):
+		l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+	case errors.As(err, &fe):
+		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
+	case errors.As(err, &ie):
+		l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", rec.Owner), slog.String("reason", rec.Reason))
+	case errors.As(err, &ip):
+		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", ip.RetryAfter))
+	default:
+		return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
+	}
+	return Result{}, err
+}
+
+// ClaimAnswer returns the answer [Ledger.Do] gives a call whose claim was
+// not acquired, for callers that claim through a [Store] themselves (the
+// `idem serve` HTTP API) and must decide exactly as the Ledger does.
+// Of req only Key and Fingerprint are read ("" for none).
+//
+// The answer is the stored result (Replayed=true) for a completed key, or
+// one of the errors [*MismatchError] (a fingerprint other than the
+// record's, checked first, in any state but released), [*FailedError],
+// [*IndeterminateError] (an in_progress record whose lease has passed at
+// cr.Now: the store did not take it over, so its policy is AtMostOnce) or
+// [*InProgressError] (its lease is running; RetryAfter counts from
+// cr.Now). Any other error says the store answered what it must not (an
+// acquired claim, a released record it did not take): a store bug, never
+// an outcome. The Replayed Value shares cr.Record.Result.
+func ClaimAnswer(req ClaimRequest, cr ClaimResult) (Result, error) {
+	rec, key, fingerprint := cr.Record, req.Key, req.Fingerprint
+	if cr.Acquired {
+		return Result{}, fmt.Errorf("idem: ClaimAnswer of an acquired claim of %q (run the operation)", key)
+	}
 	switch rec.Status {
 	case StatusCompleted, StatusFailed, StatusInProgress:
 		// A key reused for a different request is refused in any state: an
@@ -396,33 +444,23 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 		// answer anything but a mismatch. A lapsed attempt of another
 		// request arrives here under AtLeastOnce and TakeLapsed too: the
 		// store does not take it over for a different request.
-		if c.fingerprint != "" && rec.Fingerprint != "" && c.fingerprint != rec.Fingerprint {
-			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+		if fingerprint != "" && rec.Fingerprint != "" && fingerprint != rec.Fingerprint {
 			return Result{}, &MismatchError{Key: key, Status: rec.Status}
 		}
 	}
 	switch rec.Status {
 	case StatusCompleted:
-		if l.cache != nil {
-			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
-				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
-		}
-		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
 		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
 	case StatusFailed:
-		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
 		return Result{}, &FailedError{Key: key, Reason: rec.Reason, Attempt: rec.Attempt, Fence: rec.Fence}
 	case StatusInProgress:
 		if rec.Lapsed(cr.Now) {
-			l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", rec.Owner), slog.String("reason", rec.Reason))
 			return Result{}, &IndeterminateError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, Since: rec.LeaseUntil, Reason: rec.Reason}
 		}
 		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
-		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
 		return Result{}, &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
 	}
-	err := fmt.Errorf("store refused a claim on a %q record (a store bug)", rec.Status)
-	return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
+	return Result{}, fmt.Errorf("store refused a claim on a %q record (a store bug)", rec.Status)
 }
 
 // reconcilePanic carries a panic of a Reconcile hook to run, which then
