@@ -1,0 +1,794 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+)
+
+var serveCmd = &command{
+	name:     "serve",
+	synopsis: "[--listen ADDR] [--token-file PATH] [--max-body BYTES] [--hash-keys]",
+	summary:  "serve the ledger over HTTP, for workers in any language",
+	help: `
+Serve answers an HTTP JSON API over the store, so that a worker in Python,
+Node or a shell script follows the protocol the Go Ledger follows: claim a
+key, do the effect, then complete (or release, fail, abandon) the attempt
+under the fence the claim returned, extending the lease while it works.
+Claims are decided exactly as the Go Ledger decides them, by the store's
+clock. The store is opened as a worker opens it: a missing SQLite file or
+PostgreSQL table is created.
+
+  POST /v1/claim     {"key", "owner"?, "policy"? (at_least_once | at_most_once),
+                      "lease"? (Go duration, default 30s), "retention"? (default 7d),
+                      "fingerprint"? (the request; stored as its sha256, as
+                      idem.Fingerprint does)}
+       200 acquired | takeover {fence, attempt, lease_until}   run the operation
+       200 done {result (base64), fence, attempt}               already done
+       409 busy {retry_after (seconds), lease_until} + Retry-After
+       409 indeterminate {fence, attempt, owner, since, reason}  resolve it
+       409 failed {reason, fence, attempt}                      failed for good
+       422 mismatch {status}                 the key was used for another request
+  POST /v1/complete  {"key", "fence", "result"? (base64), "retention"?}
+  POST /v1/release   {"key", "fence", "reason"?}
+  POST /v1/fail      {"key", "fence", "reason", "retention"?}
+  POST /v1/abandon   {"key", "fence", "reason"?}   end the lease, no outcome
+  POST /v1/extend    {"key", "fence", "lease"?}    200 {lease_until}
+       200 {outcome: completed | released | failed | abandoned | extended}
+       409 lease-lost: the fence no longer holds the key; nothing recorded
+  GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
+  GET  /healthz          200 when the store answers, else 503
+
+A retried complete, release or fail whose first try was recorded is
+answered 200 again (same fence, same status and result or reason).
+Every error is application/problem+json (type, title, status, detail). A
+store failure is 503 with Retry-After: nothing is known, retry the call.
+Bad input is 400 (invalid-body, invalid-key, invalid-fence,
+invalid-duration, invalid-policy, invalid-reason), a body over --max-body
+413. X-Request-Id is echoed (or made) and recorded as the claim's
+correlation id. One log line per call goes to stderr.
+
+Without --token-file the server listens on a loopback address only. With
+it every request, /healthz included, needs "Authorization: Bearer TOKEN"
+(the file's content, surrounding white space trimmed), else 401.
+SIGINT or SIGTERM stops it gracefully (calls under way finish, 10s at
+most); it then exits 0.`,
+	exits: `  0  stopped by SIGINT or SIGTERM
+  1  the store could not be opened, or the server failed
+  2  usage error (a non-loopback --listen without --token-file)`,
+	run: runServe,
+}
+
+const (
+	defaultListen   = "127.0.0.1:7070"
+	defaultMaxBody  = 1 << 20
+	shutdownTimeout = 10 * time.Second
+	// maxDuration bounds a lease or retention from a request: a longer one is
+	// a mistake, and times past 2262 do not fit a store's nanoseconds.
+	maxDuration = 10 * 365 * 24 * time.Hour
+	// storeRetryAfter is the Retry-After of a 503.
+	storeRetryAfter = time.Second
+	// finishWriteTimeout bounds a write that ends an attempt, which runs to
+	// its end even when the client leaves.
+	finishWriteTimeout = 10 * time.Second
+	// problemBase begins the "type" of every problem document.
+	problemBase = "https://pkg.go.dev/github.com/idemkit/idem/cmd/idem#serve-"
+)
+
+func runServe(ctx context.Context, a *app, args []string) error {
+	fs := a.cmd.flagSet(a)
+	listen := fs.String("listen", defaultListen, "the `ADDR` (host:port) to listen on")
+	tokenFile := fs.String("token-file", "", "require \"Authorization: Bearer TOKEN\", TOKEN read from `PATH`")
+	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
+	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *maxBody <= 0 {
+		return usagef("--max-body must be positive")
+	}
+	var token []byte
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usagef("--token-file: %v", err)
+		}
+		if token = bytes.TrimSpace(b); len(token) == 0 {
+			return usagef("--token-file %s is empty", *tokenFile)
+		}
+	} else if err := loopbackOnly(*listen); err != nil {
+		return err
+	}
+	s, err := a.stores.Open(ctx, a.storeURL, storeurl.Options{})
+	if err != nil {
+		if errors.Is(err, storeurl.ErrUnknownScheme) || errors.Is(err, storeurl.ErrNoScheme) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	a.store, a.ownsStore = s, true
+
+	log := slog.New(slog.NewTextHandler(a.stderr, nil))
+	srv := newServer(s, log, token, *maxBody, *hashKeys)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("idem serve: listening", slog.String("addr", ln.Addr().String()),
+		slog.String("store", storeurl.Redact(a.storeURL)), slog.Bool("auth", token != nil))
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("idem serve: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("idem serve: calls still under way at the deadline were cut", slog.Any("error", err))
+		_ = hs.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("idem serve: stopped")
+	return nil
+}
+
+// loopbackOnly refuses an address that is not on a loopback interface:
+// without a token, anyone who reaches the port could claim and complete
+// keys.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--listen %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usagef("--listen %q is not a loopback address: give --token-file to listen on it (or listen on 127.0.0.1)", addr)
+}
+
+// server is the HTTP API of `idem serve`.
+type server struct {
+	store    idem.Store
+	log      *slog.Logger
+	ledger   *idem.Ledger // for the defaults and the key's log attribute only
+	token    [sha256.Size]byte
+	auth     bool
+	maxBody  int64
+	hashKeys bool
+}
+
+func newServer(s idem.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
+	opts := []idem.Option{idem.WithLogger(log)}
+	if hashKeys {
+		opts = append(opts, idem.WithHashedKeysInLogs())
+	}
+	srv := &server{store: s, log: log, ledger: idem.New(s, opts...), maxBody: maxBody, hashKeys: hashKeys}
+	if token != nil {
+		srv.auth, srv.token = true, sha256.Sum256(token)
+	}
+	return srv
+}
+
+// call is one request: what its log line says.
+type call struct {
+	id      string // X-Request-Id, the correlation id
+	key     string
+	outcome string
+	fence   int64
+	attempt int
+	status  int
+	extra   []slog.Attr
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	c := &call{id: requestID(r)}
+	w.Header().Set("X-Request-Id", c.id)
+	w.Header().Set("Cache-Control", "no-store")
+	defer func() { s.logCall(r, c, time.Since(start)) }()
+	if s.auth && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+		s.problem(w, c, http.StatusUnauthorized, "unauthorized", "Send Authorization: Bearer TOKEN with the server's token.", nil)
+		return
+	}
+	path := r.URL.EscapedPath()
+	if rest, ok := strings.CutPrefix(path, "/v1/records/"); ok {
+		if !s.method(w, c, r, http.MethodGet) {
+			return
+		}
+		key, err := url.PathUnescape(rest)
+		if err != nil {
+			s.problem(w, c, http.StatusBadRequest, "invalid-key", "The key in the path is not properly escaped.", nil)
+			return
+		}
+		s.record(w, r, c, key)
+		return
+	}
+	post := map[string]func(http.ResponseWriter, *http.Request, *call){
+		"/v1/claim":    s.claim,
+		"/v1/complete": s.complete,
+		"/v1/release":  s.release,
+		"/v1/fail":     s.fail,
+		"/v1/abandon":  s.abandon,
+		"/v1/extend":   s.extend,
+	}
+	if h, ok := post[path]; ok {
+		if s.method(w, c, r, http.MethodPost) {
+			h(w, r, c)
+		}
+		return
+	}
+	if path == "/healthz" {
+		if s.method(w, c, r, http.MethodGet) {
+			s.health(w, r, c)
+		}
+		return
+	}
+	s.problem(w, c, http.StatusNotFound, "not-found", "No such endpoint.", nil)
+}
+
+func (s *server) method(w http.ResponseWriter, c *call, r *http.Request, want string) bool {
+	if r.Method == want || (want == http.MethodGet && r.Method == http.MethodHead) {
+		return true
+	}
+	w.Header().Set("Allow", want)
+	s.problem(w, c, http.StatusMethodNotAllowed, "method-not-allowed", "Use "+want+".", nil)
+	return false
+}
+
+func (s *server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+}
+
+// requestID returns the request's X-Request-Id when it is a sane one, else
+// a new random id.
+func requestID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if id != "" && len(id) <= 128 && strings.IndexFunc(id, func(c rune) bool { return c < 0x21 || c > 0x7e }) < 0 {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *server) logCall(r *http.Request, c *call, took time.Duration) {
+	level := slog.LevelInfo
+	switch {
+	case c.status >= 500:
+		level = slog.LevelError
+	case c.outcome == "takeover" || c.outcome == "indeterminate" || c.outcome == "mismatch" || c.outcome == "lease-lost":
+		level = slog.LevelWarn
+	}
+	attrs := make([]slog.Attr, 0, 10+len(c.extra))
+	if c.key != "" {
+		attrs = append(attrs, s.ledger.LogKey(c.key))
+	}
+	attrs = append(attrs,
+		slog.String("outcome", c.outcome),
+		slog.Int64("fence", c.fence),
+		slog.Int("attempt", c.attempt),
+		slog.String("correlation_id", c.id),
+		slog.String("remote_addr", r.RemoteAddr),
+		slog.String("method", r.Method),
+		slog.String("path", s.logPath(r)),
+		slog.Int("status", c.status),
+		slog.Duration("took", took))
+	attrs = append(attrs, c.extra...)
+	s.log.LogAttrs(r.Context(), level, "idem serve "+c.outcome, attrs...)
+}
+
+// logPath is the path to log: a record's path holds its key, which
+// --hash-keys keeps out of the log.
+func (s *server) logPath(r *http.Request) string {
+	if s.hashKeys && strings.HasPrefix(r.URL.Path, "/v1/records/") {
+		return "/v1/records/…"
+	}
+	return r.URL.Path
+}
+
+// reply answers 200 with v as JSON.
+func (s *server) reply(w http.ResponseWriter, c *call, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.problem(w, c, http.StatusInternalServerError, "internal", "The answer could not be encoded.", nil)
+		return
+	}
+	c.status = http.StatusOK
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+var problemTitles = map[string]string{
+	"unauthorized":       "Missing or wrong bearer token",
+	"not-found":          "Not found",
+	"method-not-allowed": "Method not allowed",
+	"invalid-body":       "Request body is not the expected JSON",
+	"invalid-key":        "Key is invalid",
+	"invalid-fence":      "Fence is invalid",
+	"invalid-duration":   "Duration is invalid",
+	"invalid-policy":     "Policy is invalid",
+	"invalid-reason":     "Reason is missing",
+	"body-too-large":     "Request body too large",
+	"store-unavailable":  "Store unavailable",
+	"record-corrupt":     "Stored record is corrupt",
+	"internal":           "Internal error",
+	"busy":               "Another attempt holds the key",
+	"indeterminate":      "An earlier attempt's outcome is unknown",
+	"failed":             "The operation failed permanently",
+	"mismatch":           "Key already used for a different request",
+	"lease-lost":         "Lease lost",
+}
+
+// problem answers with an RFC 9457 problem document of kind; members are
+// extension members (outcome, fence, ...). The outcome is kind unless
+// members name one.
+func (s *server) problem(w http.ResponseWriter, c *call, status int, kind, detail string, members map[string]any) {
+	doc := map[string]any{}
+	for k, v := range members {
+		doc[k] = v
+	}
+	doc["type"], doc["title"], doc["status"] = problemBase+kind, problemTitles[kind], status
+	if detail != "" {
+		doc["detail"] = detail
+	}
+	if c.outcome == "" {
+		c.outcome = kind
+	}
+	c.status = status
+	b, _ := json.Marshal(doc)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// storeFailed answers a store error: 503 with Retry-After (500 for a
+// corrupt record, which a retry does not mend). Never an outcome.
+func (s *server) storeFailed(w http.ResponseWriter, c *call, op string, err error) {
+	c.extra = append(c.extra, slog.String("op", op), slog.Any("error", err))
+	if errors.Is(err, idem.ErrCorrupt) {
+		c.outcome = "store-error"
+		s.problem(w, c, http.StatusInternalServerError, "record-corrupt",
+			"The key's record cannot be decoded; nothing was done. An operator must repair it (idem delete).", nil)
+		return
+	}
+	c.outcome = "store-error"
+	w.Header().Set("Retry-After", retryAfterHeader(storeRetryAfter))
+	s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable",
+		"The store did not answer the "+op+"; whether it happened is unknown. Retry the same call.", nil)
+}
+
+func retryAfterHeader(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
+}
+
+// decode reads the request's JSON body into v: one object, no unknown
+// fields, at most maxBody bytes.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("data after the JSON object")
+			if terr != nil {
+				err = terr
+			}
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		s.problem(w, c, http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("The body is over %d bytes.", s.maxBody), nil)
+		return false
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("empty body")
+	}
+	s.problem(w, c, http.StatusBadRequest, "invalid-body", err.Error(), nil)
+	return false
+}
+
+// checkKey validates key as [idem.RawKey] does.
+func (s *server) checkKey(w http.ResponseWriter, c *call, key string) bool {
+	if err := idem.RawKey(key).Err(); err != nil {
+		s.problem(w, c, http.StatusBadRequest, "invalid-key", err.Error(), nil)
+		return false
+	}
+	c.key = key
+	return true
+}
+
+// duration parses an optional duration field; "" gives def.
+func (s *server) duration(w http.ResponseWriter, c *call, field, v string, def time.Duration) (time.Duration, bool) {
+	if v == "" {
+		return def, true
+	}
+	d, err := parseDuration(v)
+	if err == nil && (d <= 0 || d > maxDuration) {
+		err = fmt.Errorf("%q must be positive and at most %dd", v, maxDuration/(24*time.Hour))
+	}
+	if err != nil {
+		s.problem(w, c, http.StatusBadRequest, "invalid-duration", field+": "+err.Error(), nil)
+		return 0, false
+	}
+	return d, true
+}
+
+func stamp3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+type claimBody struct {
+	Key         string  `json:"key"`
+	Owner       string  `json:"owner"`
+	Policy      string  `json:"policy"`
+	Lease       string  `json:"lease"`
+	Retention   string  `json:"retention"`
+	Fingerprint *string `json:"fingerprint"`
+}
+
+type claimAnswer struct {
+	Outcome    string `json:"outcome"`
+	Key        string `json:"key"`
+	Fence      int64  `json:"fence"`
+	Attempt    int    `json:"attempt"`
+	LeaseUntil string `json:"lease_until,omitempty"`
+	Result     []byte `json:"result,omitempty"`
+	Policy     string `json:"policy,omitempty"`
+}
+
+// fingerprintOf is what [idem.Fingerprint] stores for request.
+func fingerprintOf(request string) string {
+	sum := sha256.Sum256([]byte(request))
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
+	var b claimBody
+	if !s.decode(w, r, c, &b) || !s.checkKey(w, c, b.Key) {
+		return
+	}
+	policy := idem.AtLeastOnce
+	if b.Policy != "" {
+		p, err := idem.ParsePolicy(b.Policy)
+		if err != nil {
+			s.problem(w, c, http.StatusBadRequest, "invalid-policy", `policy must be "at_least_once" or "at_most_once"`, nil)
+			return
+		}
+		policy = p
+	}
+	lease, ok := s.duration(w, c, "lease", b.Lease, s.ledger.Lease())
+	if !ok {
+		return
+	}
+	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	if !ok {
+		return
+	}
+	owner := b.Owner
+	if owner == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		owner = "http:" + host
+	}
+	req := idem.ClaimRequest{Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
+	if b.Fingerprint != nil {
+		req.Fingerprint = fingerprintOf(*b.Fingerprint)
+	}
+	c.extra = append(c.extra, slog.String("owner", owner), slog.String("policy", policy.String()))
+	ctx := r.Context()
+	cr, err := s.store.Claim(ctx, req)
+	if err != nil {
+		s.storeFailed(w, c, "claim", err)
+		return
+	}
+	rec := cr.Record
+	c.fence, c.attempt = rec.Fence, rec.Attempt
+	if cr.Acquired {
+		if ctx.Err() != nil {
+			// The client left while its claim was on its way: nobody holds
+			// the fence. As the Ledger does, give the key back (a takeover
+			// is left lapsed, as after a crash).
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+			defer cancel()
+			if err := idem.UndoClaim(uctx, s.store, cr, "the HTTP client left before its claim was answered"); err != nil {
+				c.extra = append(c.extra, slog.Any("undo_error", err))
+			}
+			c.outcome = "orphaned"
+			s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The request ended before its claim was answered; the claim was undone.", nil)
+			return
+		}
+		c.outcome = "acquired"
+		if cr.Takeover {
+			c.outcome = "takeover"
+			c.extra = append(c.extra, slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
+		}
+		s.reply(w, c, claimAnswer{Outcome: c.outcome, Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt,
+			LeaseUntil: stamp3339(rec.LeaseUntil), Policy: policy.String()})
+		return
+	}
+	res, err := idem.ClaimAnswer(req, cr)
+	var (
+		ip *idem.InProgressError
+		ie *idem.IndeterminateError
+		fe *idem.FailedError
+		me *idem.MismatchError
+	)
+	switch {
+	case err == nil:
+		c.outcome = "done"
+		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: nonNil(res.Value)})
+	case errors.As(err, &me):
+		s.problem(w, c, http.StatusUnprocessableEntity, "mismatch", "The key was already used with a different fingerprint; use another key for another request.",
+			map[string]any{"outcome": "mismatch", "key": b.Key, "status": me.Status})
+	case errors.As(err, &fe):
+		s.problem(w, c, http.StatusConflict, "failed", "The operation failed permanently on an earlier attempt; this is its final answer.",
+			map[string]any{"outcome": "failed", "key": b.Key, "reason": fe.Reason, "fence": fe.Fence, "attempt": fe.Attempt})
+	case errors.As(err, &ie):
+		s.problem(w, c, http.StatusConflict, "indeterminate", "An at_most_once attempt never finished; its effect may have happened. It is not run again until resolved (idem resolve).",
+			map[string]any{"outcome": "indeterminate", "key": b.Key, "fence": ie.Fence, "attempt": ie.Attempt, "owner": ie.Owner,
+				"since": stamp3339(ie.Since), "reason": ie.Reason})
+	case errors.As(err, &ip):
+		w.Header().Set("Retry-After", retryAfterHeader(ip.RetryAfter))
+		c.extra = append(c.extra, slog.Duration("retry_after", ip.RetryAfter))
+		s.problem(w, c, http.StatusConflict, "busy", "Another attempt holds the key; retry after retry_after seconds.",
+			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(ip.RetryAfter.Milliseconds()) / 1000, "lease_until": stamp3339(ip.LeaseUntil),
+				"fence": ip.Fence, "attempt": ip.Attempt, "owner": ip.Owner})
+	default:
+		s.storeFailed(w, c, "claim", err)
+	}
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// attemptRef names the attempt a call acts on: the key and the fence its
+// claim returned.
+type attemptRef struct {
+	Key   string `json:"key"`
+	Fence int64  `json:"fence"`
+}
+
+type completeBody struct {
+	attemptRef
+	Result    []byte `json:"result"`
+	Retention string `json:"retention"`
+}
+
+type reasonBody struct { // release, abandon
+	attemptRef
+	Reason string `json:"reason"`
+}
+
+type failBody struct {
+	attemptRef
+	Reason    string `json:"reason"`
+	Retention string `json:"retention"`
+}
+
+type extendBody struct {
+	attemptRef
+	Lease string `json:"lease"`
+}
+
+// attemptCall reads the body of a call on an attempt into v and checks
+// its key and fence.
+func (s *server) attemptCall(w http.ResponseWriter, r *http.Request, c *call, v any, ref *attemptRef) bool {
+	if !s.decode(w, r, c, v) || !s.checkKey(w, c, ref.Key) {
+		return false
+	}
+	if ref.Fence <= 0 {
+		s.problem(w, c, http.StatusBadRequest, "invalid-fence", "fence must be the positive number the claim returned", nil)
+		return false
+	}
+	c.fence = ref.Fence
+	return true
+}
+
+// finishCtx is the context of a write that ends an attempt: it runs to its
+// end even if the client leaves (the effect may have happened).
+func finishCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), finishWriteTimeout)
+}
+
+// finished answers a call that ended an attempt: err nil is done; a
+// refusal (lease lost, no record) is 409 lease-lost unless recorded says
+// that this very call was recorded by an earlier try (a retry after a
+// lost answer); anything else is a store failure.
+func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, outcome string, b attemptRef, err error, recorded func(*idem.Record) bool) {
+	if err == nil {
+		c.outcome = outcome
+		s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence})
+		return
+	}
+	if errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
+		if recorded != nil {
+			ctx, cancel := finishCtx(r)
+			rec, gerr := s.store.Get(ctx, b.Key)
+			cancel()
+			if gerr == nil && rec.Fence == b.Fence && recorded(&rec) {
+				c.outcome, c.attempt = outcome, rec.Attempt
+				c.extra = append(c.extra, slog.Bool("repeated", true))
+				s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence, "repeated": true})
+				return
+			}
+		}
+		s.problem(w, c, http.StatusConflict, "lease-lost",
+			"The fence no longer holds the key (taken over, resolved, finished or expired); nothing was recorded. Another attempt decides.",
+			map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence})
+		return
+	}
+	s.storeFailed(w, c, op, err)
+}
+
+func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
+	var b completeBody
+	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
+		return
+	}
+	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	if !ok {
+		return
+	}
+	ctx, cancel := finishCtx(r)
+	defer cancel()
+	err := s.store.Complete(ctx, b.Key, b.Fence, b.Result, retention)
+	s.finished(w, r, c, "complete", "completed", b.attemptRef, err, func(rec *idem.Record) bool {
+		return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
+	})
+}
+
+func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
+	var b reasonBody
+	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
+		return
+	}
+	ctx, cancel := finishCtx(r)
+	defer cancel()
+	err := s.store.Release(ctx, b.Key, b.Fence, b.Reason)
+	s.finished(w, r, c, "release", "released", b.attemptRef, err, func(rec *idem.Record) bool {
+		return rec.Status == idem.StatusReleased && rec.Reason == b.Reason
+	})
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
+	var b failBody
+	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
+		return
+	}
+	if strings.TrimSpace(b.Reason) == "" {
+		s.problem(w, c, http.StatusBadRequest, "invalid-reason", "fail needs the permanent error as reason: duplicates get it", nil)
+		return
+	}
+	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	if !ok {
+		return
+	}
+	ctx, cancel := finishCtx(r)
+	defer cancel()
+	err := s.store.Fail(ctx, b.Key, b.Fence, b.Reason, retention)
+	s.finished(w, r, c, "fail", "failed", b.attemptRef, err, func(rec *idem.Record) bool {
+		return rec.Status == idem.StatusFailed && rec.Reason == b.Reason
+	})
+}
+
+func (s *server) abandon(w http.ResponseWriter, r *http.Request, c *call) {
+	var b reasonBody
+	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
+		return
+	}
+	ctx, cancel := finishCtx(r)
+	defer cancel()
+	err := s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
+	// A repeated abandon is refused: the record looks as after a crash,
+	// and only the lease tells them apart.
+	s.finished(w, r, c, "abandon", "abandoned", b.attemptRef, err, nil)
+}
+
+func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
+	var b extendBody
+	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
+		return
+	}
+	lease, ok := s.duration(w, c, "lease", b.Lease, s.ledger.Lease())
+	if !ok {
+		return
+	}
+	until, err := s.store.Extend(r.Context(), b.Key, b.Fence, lease)
+	if err == nil {
+		c.outcome = "extended"
+		s.reply(w, c, map[string]any{"outcome": "extended", "key": b.Key, "fence": b.Fence, "lease_until": stamp3339(until)})
+		return
+	}
+	s.finished(w, r, c, "extend", "extended", b.attemptRef, err, nil)
+}
+
+func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key string) {
+	if !s.checkKey(w, c, key) {
+		return
+	}
+	rec, err := s.store.Get(r.Context(), key)
+	if errors.Is(err, idem.ErrNotFound) {
+		s.problem(w, c, http.StatusNotFound, "not-found", "No record for the key (never claimed, or expired or swept after its retention).",
+			map[string]any{"key": key})
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, c, "get", err)
+		return
+	}
+	now, err := s.store.Now(r.Context())
+	if err != nil {
+		s.storeFailed(w, c, "now", err)
+		return
+	}
+	c.outcome, c.fence, c.attempt = string(rec.Status), rec.Fence, rec.Attempt
+	s.reply(w, c, toJSON(&rec, now, true))
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request, c *call) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		s.storeFailed(w, c, "now", err)
+		return
+	}
+	c.outcome = "ok"
+	s.reply(w, c, map[string]any{"status": "ok", "store_time": stamp3339(now)})
+}
