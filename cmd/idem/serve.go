@@ -46,7 +46,7 @@ PostgreSQL table is created.
        409 busy {retry_after (seconds), lease_until} + Retry-After
        409 indeterminate {fence, attempt, owner, since, reason}  resolve it
        409 failed {reason, fence, attempt}                      failed for good
-       422 mismatch {status}                 the key was used for another request
+       422 mismatch {record_status}         the key was used for another request
   POST /v1/complete  {"key", "fence", "result"? (base64), "retention"?}
   POST /v1/release   {"key", "fence", "reason"?}
   POST /v1/fail      {"key", "fence", "reason", "retention"?}
@@ -571,7 +571,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: nonNil(res.Value)})
 	case errors.As(err, &me):
 		s.problem(w, c, http.StatusUnprocessableEntity, "mismatch", "The key was already used with a different fingerprint; use another key for another request.",
-			map[string]any{"outcome": "mismatch", "key": b.Key, "status": me.Status})
+			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": me.Status})
 	case errors.As(err, &fe):
 		s.problem(w, c, http.StatusConflict, "failed", "The operation failed permanently on an earlier attempt; this is its final answer.",
 			map[string]any{"outcome": "failed", "key": b.Key, "reason": fe.Reason, "fence": fe.Fence, "attempt": fe.Attempt})

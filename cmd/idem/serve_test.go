@@ -1,0 +1,664 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// serveBackend is a store for the HTTP tests, and how to let time pass on
+// its clock: the fake clock of sqlite and PostgreSQL, real time on Redis.
+type serveBackend struct {
+	name string
+	open func(t *testing.T) (s idem.Store, advance func(time.Duration))
+}
+
+func serveBackends() []serveBackend {
+	fake := func(open func(*testing.T, *clock) (idem.Store, string)) func(t *testing.T) (idem.Store, func(time.Duration)) {
+		return func(t *testing.T) (idem.Store, func(time.Duration)) {
+			clk := newClock()
+			s, _ := open(t, clk)
+			t.Cleanup(func() { s.Close() })
+			return s, clk.Advance
+		}
+	}
+	return []serveBackend{
+		{"sqlite", fake(openSQLite)},
+		{"postgres", fake(openPostgres)},
+		{"redis", openServeRedis},
+	}
+}
+
+// openServeRedis opens a store under a prefix of the test's own in Redis
+// database 4 (IDEM_TEST_REDIS names the server; its database is replaced),
+// and deletes the test's records when it ends.
+func openServeRedis(t *testing.T) (idem.Store, func(time.Duration)) {
+	t.Helper()
+	raw := os.Getenv("IDEM_TEST_REDIS")
+	if raw == "" {
+		t.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/4 to run the serve tests on Redis (database 4 is used)")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("IDEM_TEST_REDIS is not a URL: %v", err)
+	}
+	u.Path = "/4"
+	var b [6]byte
+	rand.Read(b[:])
+	q := u.Query()
+	q.Set(redisstore.ParamPrefix, "idemserve-"+hex.EncodeToString(b[:])+":")
+	u.RawQuery = q.Encode()
+	ctx := context.Background()
+	s, err := redisstore.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer s.Close()
+		recs, _ := s.List(context.Background(), idem.ListQuery{Limit: 1000})
+		for _, r := range recs {
+			_ = s.Delete(context.Background(), r.Key)
+		}
+	})
+	return s, time.Sleep
+}
+
+// api is a client of a test server.
+type api struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (a answer) String() string { return fmt.Sprintf("%d %s", a.status, a.raw) }
+
+// str returns the body's member name as a string ("" if absent).
+func (a answer) str(name string) string {
+	v, _ := a.body[name].(string)
+	return v
+}
+
+// num returns the body's member name as an int64.
+func (a answer) num(name string) int64 {
+	v, _ := a.body[name].(float64)
+	return int64(v)
+}
+
+// expect checks the status and, for a problem, its type's last part (or,
+// for 200, the outcome).
+func (a answer) expect(t *testing.T, status int, kind string) answer {
+	t.Helper()
+	if a.status != status {
+		t.Fatalf("got %s, want %d %s", a, status, kind)
+	}
+	if status == http.StatusOK {
+		if kind != "" && a.str("outcome") != kind {
+			t.Fatalf("got outcome %q, want %q: %s", a.str("outcome"), kind, a)
+		}
+		if ct := a.header.Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("Content-Type %q: %s", ct, a)
+		}
+		return a
+	}
+	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json: %s", ct, a)
+	}
+	if !strings.HasSuffix(a.str("type"), "#serve-"+kind) || a.str("title") == "" || a.num("status") != int64(status) {
+		t.Fatalf("want a problem of type ...#serve-%s with a title and status: %s", kind, a)
+	}
+	return a
+}
+
+func (c *api) do(method, path string, body string, hdr ...string) answer {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	a := answer{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	if len(raw) > 0 && method != http.MethodHead {
+		if err := json.Unmarshal(raw, &a.body); err != nil {
+			c.t.Fatalf("%s %s: the answer is not a JSON object: %v\n%s", method, path, err, raw)
+		}
+	}
+	return a
+}
+
+func (c *api) post(path string, body any, hdr ...string) answer {
+	c.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return c.do(http.MethodPost, path, string(b), hdr...)
+}
+
+type obj = map[string]any
+
+// newServeTest serves s over HTTP for t; logs go to the returned buffer.
+func newServeTest(t *testing.T, s idem.Store, token string, hashKeys bool) (*api, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	var tok []byte
+	if token != "" {
+		tok = []byte(token)
+	}
+	srv := newServer(s, slog.New(slog.NewTextHandler(logs, nil)), tok, 4096, hashKeys)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return &api{t: t, base: hs.URL, token: token}, logs
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestServeEndpoints drives every endpoint and every claim outcome on each
+// store.
+func TestServeEndpoints(t *testing.T) {
+	for _, b := range serveBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s, advance := b.open(t)
+			c, _ := newServeTest(t, s, "", false)
+			ctx := context.Background()
+
+			// acquired, then busy, extend, complete, done.
+			a := c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-worker-1", "lease": "10s"}, "X-Request-Id", "msg-0001").expect(t, 200, "acquired")
+			if a.num("fence") != 1 || a.num("attempt") != 1 || a.str("lease_until") == "" || a.header.Get("X-Request-Id") != "msg-0001" {
+				t.Fatalf("claim: %s %v", a, a.header)
+			}
+			busy := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 409, "busy")
+			if busy.str("outcome") != "busy" || busy.header.Get("Retry-After") == "" || busy.body["retry_after"].(float64) <= 0 || busy.str("owner") != "py-worker-1" {
+				t.Fatalf("busy: %s %v", busy, busy.header)
+			}
+			if id := busy.header.Get("X-Request-Id"); len(id) < 16 {
+				t.Fatalf("no X-Request-Id generated: %q", id)
+			}
+			ext := c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": 1, "lease": "1m"}).expect(t, 200, "extended")
+			if lu, _ := time.Parse(time.RFC3339Nano, ext.str("lease_until")); !lu.After(mustTime(t, a.str("lease_until"))) {
+				t.Fatalf("extend did not move the lease: %s, claim %s", ext, a)
+			}
+			c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": 2}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 2, "result": b64("x")}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 200, "completed")
+			// A retry of a complete whose answer was lost is answered alike;
+			// one with another result is not.
+			if again := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 200, "completed"); again.body["repeated"] != true {
+				t.Fatalf("repeated complete: %s", again)
+			}
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("other")}).expect(t, 409, "lease-lost")
+			done := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 200, "done")
+			if done.str("result") != b64("ses-1") || done.num("fence") != 1 || done.num("attempt") != 1 {
+				t.Fatalf("done: %s", done)
+			}
+			rec, err := s.Get(ctx, "receipt:1:7")
+			if err != nil || len(rec.Journal) == 0 || rec.Journal[0].Correlation != "msg-0001" || rec.Owner != "py-worker-1" {
+				t.Fatalf("record: %+v %v; want the request id as the correlation id", rec, err)
+			}
+
+			// The record, and a key without one.
+			r := c.do("GET", "/v1/records/receipt:1:7", "").expect(t, 200, "")
+			if r.str("status") != "completed" || r.num("fence") != 1 || r.num("attempt") != 1 || r.str("owner") != "py-worker-1" ||
+				r.str("lease_until") == "" || r.str("expires_at") == "" || r.str("result") != b64("ses-1") {
+				t.Fatalf("record: %s", r)
+			}
+			if j, _ := r.body["journal"].([]any); len(j) != 1 {
+				t.Fatalf("record journal: %s", r)
+			}
+			c.do("GET", "/v1/records/"+url.PathEscape("nope:a/b c"), "").expect(t, 404, "not-found")
+
+			// Fingerprints: the same request (even from a Go worker, which
+			// hashes it as idem.Fingerprint does) is done; another is a
+			// mismatch, in every state.
+			l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
+			if _, err := l.Do(ctx, idem.RawKey("charge:9"), func(context.Context) ([]byte, error) { return []byte("ch_1"), nil },
+				idem.Fingerprint([]byte(`{"amount":100}`))); err != nil {
+				t.Fatal(err)
+			}
+			c.post("/v1/claim", obj{"key": "charge:9", "fingerprint": `{"amount":100}`}).expect(t, 200, "done")
+			c.post("/v1/claim", obj{"key": "charge:9"}).expect(t, 200, "done")
+			mm := c.post("/v1/claim", obj{"key": "charge:9", "fingerprint": `{"amount":999}`}).expect(t, 422, "mismatch")
+			if mm.str("outcome") != "mismatch" || mm.str("record_status") != "completed" {
+				t.Fatalf("mismatch: %s", mm)
+			}
+			c.post("/v1/claim", obj{"key": "charge:10", "fingerprint": "a"}).expect(t, 200, "acquired")
+			c.post("/v1/claim", obj{"key": "charge:10", "fingerprint": "b"}).expect(t, 422, "mismatch")
+			c.post("/v1/claim", obj{"key": "charge:10", "fingerprint": "a"}).expect(t, 409, "busy")
+
+			// failed: duplicates get the stored reason.
+			f := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 200, "acquired").num("fence")
+			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "reason": "card declined", "retention": "1h"}).expect(t, 200, "failed")
+			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "reason": "card declined"}).expect(t, 200, "failed")
+			fl := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 409, "failed")
+			if fl.str("outcome") != "failed" || fl.str("reason") != "card declined" || fl.header.Get("Retry-After") != "" {
+				t.Fatalf("failed: %s", fl)
+			}
+
+			// released: the next claim continues the numbering.
+			f = c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired").num("fence")
+			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "reason": "smtp: connection refused"}).expect(t, 200, "released")
+			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "reason": "smtp: connection refused"}).expect(t, 200, "released")
+			again := c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired")
+			if again.num("fence") != 2 || again.num("attempt") != 2 {
+				t.Fatalf("after release: %s", again)
+			}
+
+			// abandon under at_most_once: indeterminate at once.
+			f = c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 200, "acquired").num("fence")
+			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "reason": "timeout after send"}).expect(t, 200, "abandoned")
+			ind := c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 409, "indeterminate")
+			if ind.str("reason") != "timeout after send" || ind.num("fence") != f {
+				t.Fatalf("indeterminate after abandon: %s", ind)
+			}
+
+			// Lapsed leases: a takeover under at_least_once (the old fence
+			// is refused), indeterminate under at_most_once, whatever the
+			// next caller's policy.
+			c.post("/v1/claim", obj{"key": "receipt:4:7", "lease": "1s"}).expect(t, 200, "acquired")
+			c.post("/v1/claim", obj{"key": "receipt:5:7", "lease": "1s", "policy": "at_most_once"}).expect(t, 200, "acquired")
+			advance(1500 * time.Millisecond)
+			tk := c.post("/v1/claim", obj{"key": "receipt:4:7", "policy": "at_most_once"}).expect(t, 200, "takeover")
+			if tk.num("fence") != 2 || tk.num("attempt") != 2 {
+				t.Fatalf("takeover: %s", tk)
+			}
+			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 1}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 2}).expect(t, 200, "completed")
+			ind = c.post("/v1/claim", obj{"key": "receipt:5:7"}).expect(t, 409, "indeterminate")
+			if ind.num("fence") != 1 || ind.str("since") == "" || ind.header.Get("Retry-After") != "" {
+				t.Fatalf("indeterminate: %s", ind)
+			}
+
+			c.do("GET", "/healthz", "").expect(t, 200, "")
+		})
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+func openServeSQLite(t *testing.T) idem.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestServeBadInput: every malformed request is a 400 (413) problem of a
+// named type, and the store is not touched.
+func TestServeBadInput(t *testing.T) {
+	s := openServeSQLite(t)
+	c, _ := newServeTest(t, s, "", false)
+	long := strings.Repeat("k", idem.MaxKeyLen+1)
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		kind       string
+	}{
+		{"/v1/claim", ``, 400, "invalid-body"},
+		{"/v1/claim", `{"key":`, 400, "invalid-body"},
+		{"/v1/claim", `[1]`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k"} {"key":"k"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k","leese":"1s"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k","fence":1}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":""}`, 400, "invalid-key"},
+		{"/v1/claim", `{}`, 400, "invalid-key"},
+		{"/v1/claim", `{"key":"` + long + `"}`, 400, "invalid-key"},
+		{"/v1/claim", `{"key":"a\u0000b"}`, 400, "invalid-key"},
+		{"/v1/claim", `{"key":"k","lease":"soon"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"-5s"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"0s"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","retention":"100000d"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","policy":"exactly_once"}`, 400, "invalid-policy"},
+		{"/v1/claim", `{"key":"` + strings.Repeat("x", 5000) + `"}`, 413, "body-too-large"},
+		{"/v1/complete", `{"key":"k","fence":-1}`, 400, "invalid-fence"},
+		{"/v1/complete", `{"key":"k"}`, 400, "invalid-fence"},
+		{"/v1/complete", `{"key":"k","fence":"1"}`, 400, "invalid-body"},
+		{"/v1/complete", `{"key":"k","fence":1,"result":"not base64!"}`, 400, "invalid-body"},
+		{"/v1/complete", `{"key":"k","fence":1,"reason":"x"}`, 400, "invalid-body"},
+		{"/v1/complete", `{"key":"k","fence":1,"retention":"7"}`, 400, "invalid-duration"},
+		{"/v1/release", `{"key":"k","fence":0}`, 400, "invalid-fence"},
+		{"/v1/release", `{"key":"k","fence":1,"result":"eA=="}`, 400, "invalid-body"},
+		{"/v1/fail", `{"key":"k","fence":1}`, 400, "invalid-reason"},
+		{"/v1/fail", `{"key":"k","fence":1,"reason":"  "}`, 400, "invalid-reason"},
+		{"/v1/abandon", `{"key":"","fence":1}`, 400, "invalid-key"},
+		{"/v1/extend", `{"key":"k","fence":1,"lease":"1x"}`, 400, "invalid-duration"},
+		{"/v1/extend", `{"key":"k","fence":-3,"lease":"1s"}`, 400, "invalid-fence"},
+		{"/v1/nope", `{}`, 404, "not-found"},
+	} {
+		t.Run(tc.path+" "+tc.kind, func(t *testing.T) {
+			c.t = t
+			c.do("POST", tc.path, tc.body).expect(t, tc.status, tc.kind)
+		})
+	}
+	c.t = t
+	m := c.do("GET", "/v1/claim", "").expect(t, 405, "method-not-allowed")
+	if m.header.Get("Allow") != "POST" {
+		t.Errorf("405 without Allow: %v", m.header)
+	}
+	c.do("POST", "/v1/records/k", "").expect(t, 405, "method-not-allowed")
+	c.do("GET", "/v1/records/"+url.PathEscape(long), "").expect(t, 400, "invalid-key")
+	if recs, err := s.List(context.Background(), idem.ListQuery{}); err != nil || len(recs) != 0 {
+		t.Fatalf("bad requests wrote records: %v %v", recs, err)
+	}
+	// A key with a slash, percent and spaces is read back by its escaped path.
+	odd := "http:POST /orders?id=1 %41"
+	c.post("/v1/claim", obj{"key": odd}).expect(t, 200, "acquired")
+	if r := c.do("GET", "/v1/records/"+url.PathEscape(odd), "").expect(t, 200, ""); r.str("key") != odd {
+		t.Fatalf("record of %q: %s", odd, r)
+	}
+}
+
+// TestServeAuth: with a token every request needs it, /healthz too.
+func TestServeAuth(t *testing.T) {
+	s := openServeSQLite(t)
+	c, _ := newServeTest(t, s, "s3cret-token", false)
+	good := c.post("/v1/claim", obj{"key": "k"})
+	good.expect(t, 200, "acquired")
+	for _, auth := range []string{"", "Bearer wrong", "Bearer s3cret-token-longer", "Basic s3cret-token", "s3cret-token", "Bearer "} {
+		c.token = ""
+		hdr := []string{}
+		if auth != "" {
+			hdr = []string{"Authorization", auth}
+		}
+		for _, p := range []string{"/v1/claim", "/healthz"} {
+			method := "POST"
+			if p == "/healthz" {
+				method = "GET"
+			}
+			a := c.do(method, p, `{"key":"k2"}`, hdr...).expect(t, 401, "unauthorized")
+			if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("401 without WWW-Authenticate: %v", a.header)
+			}
+		}
+	}
+	if _, err := s.Get(context.Background(), "k2"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("an unauthorized claim reached the store: %v", err)
+	}
+	c.token = "s3cret-token"
+	c.do("GET", "/healthz", "").expect(t, 200, "")
+}
+
+// failingStore fails the calls named in fail with a store error.
+type failingStore struct {
+	idem.Store
+	mu   sync.Mutex
+	fail map[string]error
+}
+
+func (f *failingStore) err(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail[op]
+}
+
+func (f *failingStore) set(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[op] = err
+}
+
+func (f *failingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := f.err("claim"); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	return f.Store.Claim(ctx, req)
+}
+
+func (f *failingStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+	if err := f.err("complete"); err != nil {
+		return err
+	}
+	return f.Store.Complete(ctx, key, fence, result, retention)
+}
+
+func (f *failingStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+	if err := f.err("extend"); err != nil {
+		return time.Time{}, err
+	}
+	return f.Store.Extend(ctx, key, fence, lease)
+}
+
+func (f *failingStore) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := f.err("get"); err != nil {
+		return idem.Record{}, err
+	}
+	return f.Store.Get(ctx, key)
+}
+
+func (f *failingStore) Now(ctx context.Context) (time.Time, error) {
+	if err := f.err("now"); err != nil {
+		return time.Time{}, err
+	}
+	return f.Store.Now(ctx)
+}
+
+// TestServeStoreErrors: a store that fails is 503 with Retry-After, never
+// an outcome; a corrupt record is 500.
+func TestServeStoreErrors(t *testing.T) {
+	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
+	c, _ := newServeTest(t, fs, "", false)
+	down := errors.New("connection refused")
+	f := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired").num("fence")
+	for _, op := range []string{"claim", "complete", "extend", "get", "now"} {
+		fs.set(op, down)
+	}
+	for _, call := range []func() answer{
+		func() answer { return c.post("/v1/claim", obj{"key": "k"}) },
+		func() answer { return c.post("/v1/claim", obj{"key": "other"}) },
+		func() answer { return c.post("/v1/complete", obj{"key": "k", "fence": f}) },
+		func() answer { return c.post("/v1/extend", obj{"key": "k", "fence": f}) },
+		func() answer { return c.do("GET", "/v1/records/k", "") },
+		func() answer { return c.do("GET", "/healthz", "") },
+	} {
+		a := call().expect(t, 503, "store-unavailable")
+		if a.header.Get("Retry-After") == "" || a.str("outcome") != "" {
+			t.Fatalf("store error: %s %v", a, a.header)
+		}
+	}
+	fs.set("claim", &idem.CorruptError{Key: "k", Detail: "bad json"})
+	c.post("/v1/claim", obj{"key": "k"}).expect(t, 500, "record-corrupt")
+	fs.set("claim", nil)
+	fs.set("complete", nil)
+	c.post("/v1/claim", obj{"key": "k"}).expect(t, 409, "busy") // the store's answer again
+	c.post("/v1/complete", obj{"key": "k", "fence": f}).expect(t, 200, "completed")
+}
+
+// TestServeLogs: one line per call with the key (or its hash), outcome,
+// fence, attempt, correlation id and remote address.
+func TestServeLogs(t *testing.T) {
+	s := openServeSQLite(t)
+	c, logs := newServeTest(t, s, "", false)
+	c.post("/v1/claim", obj{"key": "receipt:8891:7"}, "X-Request-Id", "evt_123").expect(t, 200, "acquired")
+	line := logs.String()
+	for _, want := range []string{`msg="idem serve acquired"`, "key=receipt:8891:7", "outcome=acquired", "fence=1", "attempt=1",
+		"correlation_id=evt_123", "remote_addr=127.0.0.1:", "status=200"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log lacks %q:\n%s", want, line)
+		}
+	}
+	if n := strings.Count(line, "\n"); n != 1 {
+		t.Errorf("%d log lines for one call:\n%s", n, line)
+	}
+
+	hc, hlogs := newServeTest(t, s, "", true)
+	hc.post("/v1/claim", obj{"key": "receipt:8891:7"}).expect(t, 409, "busy")
+	hc.do("GET", "/v1/records/receipt:8891:7", "").expect(t, 200, "")
+	if out := hlogs.String(); strings.Contains(out, "8891") || strings.Count(out, "key_hash=") != 2 {
+		t.Errorf("--hash-keys logged the key:\n%s", out)
+	}
+}
+
+// TestServeConcurrentClaims: 50 clients claim one key at once over HTTP;
+// exactly one acquires it, on each store.
+func TestServeConcurrentClaims(t *testing.T) {
+	for _, b := range serveBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := b.open(t)
+			c, _ := newServeTest(t, s, "", false)
+			acquired, busy := concurrentClaims(t, c.base, "", "race:1", 50)
+			if acquired != 1 || busy != 49 {
+				t.Fatalf("%d acquired, %d busy; want 1 and 49", acquired, busy)
+			}
+		})
+	}
+}
+
+// concurrentClaims sends n claims of key at once and counts the answers.
+func concurrentClaims(t *testing.T, base, token, key string, n int) (acquired, busy int) {
+	t.Helper()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		start = make(chan struct{})
+		other []string
+	)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer client.CloseIdleConnections()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"key":%q,"owner":"w%d","lease":"1m"}`, key, i)
+			req, _ := http.NewRequest("POST", base+"/v1/claim", strings.NewReader(body))
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			<-start
+			resp, err := client.Do(req)
+			if err != nil {
+				mu.Lock()
+				other = append(other, err.Error())
+				mu.Unlock()
+				return
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&m)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case resp.StatusCode == 200 && m["outcome"] == "acquired":
+				acquired++
+			case resp.StatusCode == 409 && m["outcome"] == "busy":
+				busy++
+			default:
+				other = append(other, fmt.Sprintf("%d %v", resp.StatusCode, m))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(other) > 0 {
+		t.Fatalf("unexpected answers: %v", other)
+	}
+	return acquired, busy
+}
+
+// TestServeUsage: refusals before listening.
+func TestServeUsage(t *testing.T) {
+	ctx := context.Background()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	for _, addr := range []string{"0.0.0.0:7070", ":7070", "192.0.2.1:7070", "example.com:7070"} {
+		idemRun(ctx, "--store", db, "serve", "--listen", addr).expectErr(t, 2, "not a loopback address", "--token-file")
+	}
+	idemRun(ctx, "--store", db, "serve", "--listen", "nonsense").expectErr(t, 2, "--listen")
+	empty := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	idemRun(ctx, "--store", db, "serve", "--listen", "0.0.0.0:0", "--token-file", empty).expectErr(t, 2, "is empty")
+	idemRun(ctx, "--store", db, "serve", "--token-file", filepath.Join(t.TempDir(), "missing")).expectErr(t, 2, "--token-file")
+	idemRun(ctx, "--store", db, "serve", "--max-body", "0").expectErr(t, 2, "--max-body")
+	idemRun(ctx, "--store", db, "serve", "extra").expectErr(t, 2, "takes no arguments")
+	idemRun(ctx, "serve", "--help").expect(t, 0, "POST /v1/claim", "Exit codes:", "--token-file")
+}
+
+// TestServeShutdown: a cancelled context (SIGINT, SIGTERM in main) stops
+// the server with exit 0.
+func TestServeShutdown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	db := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
+	done := make(chan result, 1)
+	go func() { done <- idemRun(ctx, "--store", db, "serve", "--listen", "127.0.0.1:0") }()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case r := <-done:
+		r.expect(t, 0)
+		if !strings.Contains(r.stderr, "idem serve: stopped") {
+			t.Fatalf("no stop logged: %s", r)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
