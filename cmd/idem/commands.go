@@ -130,7 +130,7 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 func (a *app) topHelp(w io.Writer) {
 	fmt.Fprint(w, `idem makes side effects happen once in systems that deliver at least once.
 This command inspects and repairs the records of an idem store, explains
-what happened to a key, and runs a demo.
+what happened to a key, serves the ledger over HTTP, and runs a demo.
 
 Usage:
   idem [--store URL] COMMAND [flags] [arguments]

@@ -1,5 +1,6 @@
 // Command idem inspects and repairs the records of an idem store, explains
-// what happened to a key, and runs the receipts demo.
+// what happened to a key, serves the ledger over HTTP (idem serve), and runs
+// the receipts demo.
 //
 // Usage:
 //
@@ -20,7 +21,7 @@
 //	                             keys under prefix P in a Redis database (store/redisstore)
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
-// Commands that read or repair records never create a store that does not
+// Commands that read or repair records (all but serve and demo) never create a store that does not
 // exist, nor migrate one: a missing SQLite file, a SQLite file without
 // idem's tables or at an older schema version, or a missing PostgreSQL
 // table, is an error (exit 1). Every command has --help.
@@ -54,6 +55,16 @@
 //	                     reset; --queue Q, --limit N, --schema S, --json.
 //	explain KEY          the key's story from its journal, and the verdict of
 //	                     the "two emails, one booking" decision tree; --json.
+//	serve                the ledger over HTTP for workers in any language:
+//	                     POST /v1/claim, /v1/complete, /v1/release, /v1/fail,
+//	                     /v1/abandon, /v1/extend; GET /v1/records/KEY,
+//	                     /healthz. Claims are decided as the Go Ledger decides
+//	                     them (idem.ClaimAnswer). --listen ADDR (default
+//	                     127.0.0.1:7070; loopback only without --token-file),
+//	                     --token-file PATH (Authorization: Bearer), --max-body
+//	                     BYTES (default 1 MiB), --hash-keys. It opens the store
+//	                     as a worker does (creating it if missing). Stops on
+//	                     SIGINT/SIGTERM with exit 0.
 //	demo                 the receipts worker with redeliveries, two consumers
 //	                     and a crash between send and record, on a temporary
 //	                     SQLite store (or on --store, creating a PostgreSQL
@@ -73,4 +84,44 @@
 // The store URL is opened in one place, cmd/idem/internal/storeurl, whose
 // constructor names the scheme of each backend built in; a new backend
 // (redis://) is one more scheme there.
+//
+// # idem serve
+//
+// The HTTP API answers JSON; every error is application/problem+json (RFC
+// 9457) whose "type" is this page's URL followed by "#serve-" and the
+// kind, and whose claim outcomes carry "outcome" and the record's numbers
+// as extension members:
+//
+//	status  kind / outcome        when
+//	200     acquired, takeover    claim: run the operation (fence, attempt, lease_until)
+//	200     done                  claim: completed with the same (or no) fingerprint; result in base64
+//	409     busy                  claim: another attempt's lease runs; Retry-After, retry_after (s)
+//	409     indeterminate         claim: an at_most_once attempt lapsed; resolve it (idem resolve)
+//	409     failed                claim: failed permanently; reason. Final: no Retry-After
+//	422     mismatch              claim: the key was used with another fingerprint
+//	200     completed, released,  complete, release, fail, abandon, extend under the fence
+//	        failed, abandoned,    (a retried complete, release or fail already recorded
+//	        extended              answers 200 again, "repeated": true)
+//	409     lease-lost            the fence no longer holds the key; nothing recorded
+//	400     invalid-body, invalid-key, invalid-fence, invalid-duration,
+//	        invalid-policy, invalid-reason
+//	401     unauthorized          --token-file given and the bearer token is missing or wrong
+//	404     not-found             GET /v1/records/KEY of a key without a record; an unknown path
+//	405     method-not-allowed
+//	413     body-too-large        over --max-body
+//	500     record-corrupt        the key's record cannot be decoded (idem delete)
+//	503     store-unavailable     the store did not answer: nothing is known; Retry-After
+//
+// "failed" is 409, not 422: the request is well formed and was not reused;
+// the key's state conflicts with running it, for good. Clients dispatch on
+// "outcome", and a 409 without Retry-After is final.
+//
+// The fingerprint is the request itself as a string; the server stores its
+// sha256 as idem.Fingerprint does, so Go and HTTP workers of one operation
+// agree. Durations are Go durations, or days ("7d"): positive, at most
+// 3650d. A claim's lease defaults to 30s and its retention, like
+// complete's and fail's, to 7d (give complete the claim's retention). The
+// owner defaults to "http:" and the client's IP. X-Request-Id (printable
+// ASCII, at most 128 bytes) is echoed, or made, and is the claim's
+// correlation id in the journal and in the log line every call writes.
 package main
