@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -647,16 +648,23 @@ func TestServeUsage(t *testing.T) {
 // the server with exit 0.
 func TestServeShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "idem.db")
-	done := make(chan result, 1)
-	go func() { done <- idemRun(ctx, "--store", db, "serve", "--listen", "127.0.0.1:0") }()
-	time.Sleep(300 * time.Millisecond)
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, storeurl.New(), []string{"--store", db, "serve", "--listen", "127.0.0.1:0"}, &out, &errb)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "idem serve: listening"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen:\n%s", errb.String())
+		}
+	}
 	cancel()
 	select {
-	case r := <-done:
-		r.expect(t, 0)
-		if !strings.Contains(r.stderr, "idem serve: stopped") {
-			t.Fatalf("no stop logged: %s", r)
+	case code := <-done:
+		if code != 0 || !strings.Contains(errb.String(), "idem serve: stopped") {
+			t.Fatalf("exit %d, want 0 and a stop logged:\n%s", code, errb.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop")
