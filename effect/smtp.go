@@ -106,12 +106,14 @@ func WithSTARTTLS(mode STARTTLS) SMTPOption { return func(s *SMTP) { s.starttls 
 
 // WithImplicitTLS sets whether the connection is TLS from its first byte
 // (implicit TLS, "SMTPS", RFC 8314), as submission servers expect on port
-// 465. The default is on when the address's port is 465 and off
-// otherwise: a plain-text client waits there for a greeting the server
-// never sends until its TLS handshake comes. With implicit TLS, STARTTLS
-// is not used ([WithSTARTTLS] is ignored) and credentials go over TLS to
-// any host. A failed handshake fails the send as [idem.NotDone], at
-// [StageTLS].
+// 465: a plain-text client waits there for a greeting the server never
+// sends until its TLS handshake comes. The default is on when the
+// address's port is 465, as a number or as a service name that
+// [net.LookupPort] resolves to 465 ("submissions", "smtps" in the usual
+// services list), and off otherwise, a name that does not resolve
+// included. With implicit TLS, STARTTLS is not used ([WithSTARTTLS] is
+// ignored) and credentials go over TLS to any host. A failed handshake
+// fails the send as [idem.NotDone], at [StageTLS].
 func WithImplicitTLS(on bool) SMTPOption { return func(s *SMTP) { s.implicitTLS = on } }
 
 // WithTLSConfig sets the TLS configuration for STARTTLS and implicit TLS
@@ -151,7 +153,8 @@ func WithTimeout(d time.Duration) SMTPOption {
 func WithMessageIDDomain(domain string) SMTPOption { return func(s *SMTP) { s.domain = domain } }
 
 // NewSMTP returns a sender to the SMTP server at addr ("host:port"). The
-// defaults: implicit TLS on port 465, elsewhere STARTTLS when offered; no
+// defaults: implicit TLS on port 465 (or a service name for it, such as
+// "submissions"), elsewhere STARTTLS when offered; no
 // auth, EHLO localhost, 30 s to connect, 5 minutes for a whole send,
 // Message-IDs in From's domain.
 func NewSMTP(addr string, opts ...SMTPOption) *SMTP {
@@ -159,7 +162,12 @@ func NewSMTP(addr string, opts ...SMTPOption) *SMTP {
 	s.host = addr
 	if h, port, err := net.SplitHostPort(addr); err == nil {
 		s.host = h
-		s.implicitTLS = port == "465"
+		// The port may be a service name ("submissions", "smtps"): resolve
+		// it, so that a name for 465 gets implicit TLS as 465 does. A name
+		// that does not resolve leaves it off.
+		if p, err := net.LookupPort("tcp", port); err == nil && p == 465 {
+			s.implicitTLS = true
+		}
 	}
 	for _, o := range opts {
 		o(s)

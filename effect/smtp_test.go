@@ -328,6 +328,41 @@ func TestSMTPImplicitTLSOnPort465(t *testing.T) {
 	wantClass(t, err, notDone)
 }
 
+// A service name for port 465 ("submissions", "smtps" in /etc/services)
+// takes implicit TLS too: the port is resolved, not compared as text.
+func TestSMTPImplicitTLSOnServiceName(t *testing.T) {
+	for _, name := range []string{"submissions", "smtps"} {
+		t.Run(name, func(t *testing.T) {
+			if p, err := net.LookupPort("tcp", name); err != nil || p != 465 {
+				t.Skipf("%q does not resolve to 465 here (%d, %v)", name, p, err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:465")
+			if err != nil {
+				t.Skipf("cannot listen on 127.0.0.1:465 (needs the privilege to bind a port below 1024): %v", err)
+			}
+			defer ln.Close()
+			handshake := make(chan bool, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					handshake <- false
+					return
+				}
+				defer c.Close()
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				b := make([]byte, 1)
+				_, err = c.Read(b)
+				handshake <- err == nil && b[0] == 0x16
+			}()
+			_, err = effect.NewSMTP("127.0.0.1:"+name, effect.WithTimeout(3*time.Second)).Send(context.Background(), "k", receipt())
+			if !<-handshake {
+				t.Errorf("the client to 127.0.0.1:%s did not start with a TLS handshake", name)
+			}
+			wantClass(t, err, notDone)
+		})
+	}
+}
+
 // Credentials go in plain text only to a loopback host (as net/smtp);
 // a wrong password is NotDone, not Permanent: it is not about the message.
 func TestSMTPAuth(t *testing.T) {
