@@ -657,6 +657,42 @@ func TestSweep(t *testing.T) {
 	})
 }
 
+// A lapsed at_least_once attempt with a fingerprint is taken over only by
+// the same request: inspect and explain say that a different request gets
+// a mismatch and the key stays until the same request, retention or
+// `idem resolve`.
+func TestLapsedWithFingerprint(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, b)
+			ctx := context.Background()
+			req := idem.ClaimRequest{Key: "fp", Owner: "w1", Correlation: "msg-w1", Fingerprint: "sha256:aa", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: retention}
+			if res, err := e.store.Claim(ctx, req); err != nil || !res.Acquired {
+				t.Fatalf("claim: %v %+v", err, res)
+			}
+			e.clk.Advance(2 * time.Second)
+			other := req
+			other.Owner, other.Fingerprint = "w2", "sha256:bb"
+			res, err := e.store.Claim(ctx, other)
+			if err != nil || res.Acquired {
+				t.Fatalf("a different request took the lapsed key over: %v %+v", err, res)
+			}
+			if _, err := idem.ClaimAnswer(other, res); !errors.Is(err, idem.ErrMismatch) {
+				t.Fatalf("a different request's answer = %v, want a mismatch", err)
+			}
+			e.run("inspect", "fp").expect(t, 0, "status       in_progress",
+				"lapsed; the same request's next claim takes over (at_least_once: the effect may repeat), a different request gets a mismatch")
+			r := e.run("explain", "fp")
+			r.expect(t, 0, "only a delivery of the same request (same fingerprint, or none) takes over as attempt 2",
+				"a different request gets a mismatch", "or an operator runs `idem resolve fp`")
+			if strings.Contains(r.stdout, "the next delivery takes over") {
+				t.Errorf("explain says any delivery takes over:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
 func TestExplain(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		for key, want := range map[string]struct {

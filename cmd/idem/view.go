@@ -190,7 +190,7 @@ func writeRecord(w io.Writer, r *idem.Record, now time.Time) error {
 	}
 	f("key", "%s", r.Key)
 	f("status", "%s", r.Status)
-	f("state", "%s: %s", st, st.Describe())
+	f("state", "%s: %s", st, st.DescribeFor(r))
 	f("policy", "%s", r.Policy)
 	f("fence", "%d", r.Fence)
 	f("attempt", "%d", r.Attempt)

@@ -383,7 +383,11 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 		}
 		text := "One attempt; no second effect could come from idem's side."
 		if StateOf(rec, now) == StateLapsed {
-			text += fmt.Sprintf(" But attempt %d lapsed without recording its outcome: under at_least_once the next delivery takes over and runs again, repeating its effect if it happened.", a.Attempt)
+			if rec.Fingerprint != "" {
+				text += fmt.Sprintf(" But attempt %d lapsed without recording its outcome: under at_least_once only a delivery of the same request (same fingerprint, or none) takes over and runs again, repeating its effect if it happened; a different request gets a mismatch and leaves the key as it is.", a.Attempt)
+			} else {
+				text += fmt.Sprintf(" But attempt %d lapsed without recording its outcome: under at_least_once the next delivery takes over and runs again, repeating its effect if it happened.", a.Attempt)
+			}
 		}
 		text += fmt.Sprintf(" If two effects were seen anyway, they did not both go through this key: check that every delivery builds the key from business ids (never a message id) on the same store, and that no earlier record of the key expired or was deleted before this one was created (%s).", stamp(rec.CreatedAt))
 		return steps, Verdict{Code: CodeSingle, Cause: CauseNoIdemDup, Text: text, Attempts: []int{a.Attempt}}
@@ -593,6 +597,11 @@ func current(rec *idem.Record, s State, now time.Time) string {
 	case StateInProgress:
 		return fmt.Sprintf("Attempt %d (fence %d, owner %s) is running; its lease ends at %s (in %s) unless a heartbeat extends it.", rec.Attempt, rec.Fence, rec.Owner, stamp(rec.LeaseUntil), dur(rec.LeaseUntil.Sub(now)))
 	case StateLapsed:
+		if rec.Fingerprint != "" {
+			// The stores take a lapsed attempt over only for the same
+			// request; a different one gets a mismatch (idem.ClaimAnswer).
+			return fmt.Sprintf("Lapsed since %s: only a delivery of the same request (same fingerprint, or none) takes over as attempt %d and runs again (at_least_once); a different request gets a mismatch, and the key stays as it is until the same request comes, its retention ends at %s, or an operator runs `idem resolve %s`.", stamp(rec.LeaseUntil), rec.Attempt+1, stamp(rec.ExpiresAt), rec.Key)
+		}
 		return fmt.Sprintf("Lapsed since %s: the next delivery takes over as attempt %d and runs again (at_least_once).", stamp(rec.LeaseUntil), rec.Attempt+1)
 	case StateIndeterminate:
 		return fmt.Sprintf("Indeterminate since %s: waiting for `idem resolve %s --done` (the effect happened; --result gives what duplicates get) or `--not-done` (it did not; the next delivery runs it).", stamp(rec.LeaseUntil), rec.Key)

@@ -894,3 +894,63 @@ func TestNotRunDetailKeyWithColon(t *testing.T) {
 		t.Fatalf("notRunDetail = %q, want %q", got, want)
 	}
 }
+
+// A lapsed at_least_once record is taken over only by the same request:
+// with a fingerprint on the record, a different request gets a mismatch
+// and the key stays until the same request comes, its retention ends or an
+// operator resolves it. Without one, the next delivery takes over.
+func TestLapsedTakeoverNeedsTheSameRequest(t *testing.T) {
+	rec := func(fp string) idem.Record {
+		return idem.Record{Key: "receipt:8891:7", Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Policy: idem.AtLeastOnce,
+			Owner: "w1", Fingerprint: fp, LeaseUntil: at(300), ExpiresAt: at(1e6), CreatedAt: at(0),
+			Journal: []idem.JournalEntry{
+				{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300)},
+			}}
+	}
+	contains := func(what, got string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s %q does not contain %q", what, got, w)
+			}
+		}
+	}
+	lacks := func(what, got string, not ...string) {
+		t.Helper()
+		for _, w := range not {
+			if strings.Contains(got, w) {
+				t.Errorf("%s %q contains %q", what, got, w)
+			}
+		}
+	}
+
+	r := rec("sha256:aa")
+	x := Explain(r, at(500))
+	if x.State != StateLapsed {
+		t.Fatalf("state = %s, want lapsed", x.State)
+	}
+	contains("current", x.Current, "Lapsed since 2025-06-01 10:00:00.300Z",
+		"only a delivery of the same request (same fingerprint, or none) takes over as attempt 2",
+		"a different request gets a mismatch",
+		"until the same request comes, its retention ends at 2025-06-01 10:16:40.000Z, or an operator runs `idem resolve receipt:8891:7`")
+	lacks("current", x.Current, "the next delivery takes over")
+	contains("verdict", x.Verdict.Text, "only a delivery of the same request (same fingerprint, or none) takes over", "a different request gets a mismatch")
+	lacks("verdict", x.Verdict.Text, "the next delivery takes over")
+	d := StateLapsed.DescribeFor(&r)
+	contains("description", d, "lapsed", "the same request's next claim takes over", "a different request gets a mismatch")
+
+	r = rec("")
+	x = Explain(r, at(500))
+	contains("current", x.Current, "the next delivery takes over as attempt 2 and runs again (at_least_once)")
+	lacks("current", x.Current, "mismatch")
+	contains("verdict", x.Verdict.Text, "the next delivery takes over and runs again")
+	lacks("verdict", x.Verdict.Text, "mismatch")
+	if d := StateLapsed.DescribeFor(&r); d != StateLapsed.Describe() {
+		t.Errorf("description without a fingerprint = %q, want %q", d, StateLapsed.Describe())
+	}
+	// Other states describe themselves whatever the fingerprint.
+	done := idem.Record{Status: idem.StatusCompleted, Fingerprint: "sha256:aa"}
+	if d := StateCompleted.DescribeFor(&done); d != StateCompleted.Describe() {
+		t.Errorf("completed description = %q", d)
+	}
+}

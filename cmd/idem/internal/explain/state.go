@@ -19,7 +19,10 @@ const (
 	// StateInProgress: an attempt holds the key and its lease is running.
 	StateInProgress State = "in_progress"
 	// StateLapsed: an AtLeastOnce attempt's lease passed without an
-	// outcome; the next claim takes over and runs again.
+	// outcome; the next claim takes over and runs again. With a
+	// fingerprint on the record, only a claim of the same request (the
+	// same fingerprint, or none) takes over; a different request gets a
+	// mismatch and leaves the key as it is.
 	StateLapsed State = "lapsed"
 	// StateIndeterminate: an AtMostOnce attempt's lease passed without an
 	// outcome; nothing runs the key again until it is resolved.
@@ -70,4 +73,14 @@ func (s State) Describe() string {
 		return "claimable at once; the next delivery runs it"
 	}
 	return string(s)
+}
+
+// DescribeFor is [State.Describe] for r, whose state is s: a lapsed record
+// with a fingerprint is taken over only by the same request (the same
+// fingerprint, or none); a different request gets a mismatch.
+func (s State) DescribeFor(r *idem.Record) string {
+	if s == StateLapsed && r.Fingerprint != "" {
+		return "lapsed; the same request's next claim takes over (at_least_once: the effect may repeat), a different request gets a mismatch"
+	}
+	return s.Describe()
 }
