@@ -375,7 +375,7 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 		c := l.callConfig(opts)
 		rec := Record{Key: key, Fence: e.fence, Attempt: e.attempt}
 		if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
-			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(StatusCompleted)))
 			return Result{}, false, &MismatchError{Key: key, Status: StatusCompleted}
 		}
 		if logging {
@@ -404,7 +404,16 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
 		return res, nil
 	case errors.Is(err, ErrMismatch):
-		l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec)
+		// Say what the record is: a key held by an attempt of another
+		// request, running or lapsed (a crashed attempt blocks the key
+		// until the same request, retention or an operator), reads apart
+		// from a key reused after it finished.
+		if rec.Status == StatusInProgress {
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(rec.Status)),
+				slog.String("holder", rec.Owner), slog.Bool("lapsed", rec.Lapsed(cr.Now)))
+		} else {
+			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(rec.Status)))
+		}
 	case errors.As(err, &fe):
 		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
 	case errors.As(err, &ie):

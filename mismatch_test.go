@@ -165,3 +165,87 @@ func loggedOutcome(t *testing.T, logs *bytes.Buffer, outcome string) bool {
 	}
 	return false
 }
+
+// loggedLine returns the first JSON log line with outcome, or nil.
+func loggedLine(t *testing.T, logs *bytes.Buffer, outcome string) map[string]any {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["outcome"] == outcome {
+			return m
+		}
+	}
+	return nil
+}
+
+// The mismatch line says what the record is: its status, and for an
+// in_progress one its holder and whether its lease has lapsed, so a key
+// blocked by a crashed attempt of another request reads apart from a key
+// reused while running or after it completed.
+func TestMismatchLogSaysWhatTheRecordIs(t *testing.T) {
+	ctx := context.Background()
+	a, b := idem.Fingerprint([]byte("amount=100")), idem.Fingerprint([]byte("amount=5"))
+	noop := func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil }
+	check := func(t *testing.T, logs *bytes.Buffer, want map[string]any, absent ...string) {
+		t.Helper()
+		m := loggedLine(t, logs, "mismatch")
+		if m == nil {
+			t.Fatalf("no mismatch line in %s", logs)
+		}
+		for k, v := range want {
+			if m[k] != v {
+				t.Errorf("mismatch line %s = %v, want %v (%v)", k, m[k], v, m)
+			}
+		}
+		for _, k := range absent {
+			if _, ok := m[k]; ok {
+				t.Errorf("mismatch line has %s: %v", k, m)
+			}
+		}
+	}
+	newLedger := func(s idem.Store, logs *bytes.Buffer) *idem.Ledger {
+		return idem.New(s, idem.WithOwner("w2"), idem.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+	}
+
+	t.Run("completed", func(t *testing.T) {
+		var logs bytes.Buffer
+		l := newLedger(memstore.New(), &logs)
+		key := idem.Key("charge", 1)
+		if _, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil }, a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Do(ctx, key, noop, b); !errors.Is(err, idem.ErrMismatch) {
+			t.Fatalf("%v, want ErrMismatch", err)
+		}
+		check(t, &logs, map[string]any{"status": "completed", "owner": "w2"}, "holder", "lapsed")
+	})
+
+	for _, c := range []struct {
+		name   string
+		lapsed bool
+	}{{"running", false}, {"lapsed", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			s := memstore.New()
+			l := newLedger(s, &logs)
+			key := idem.Key("charge", 2)
+			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: idem.AtLeastOnce,
+				Lease: time.Minute, Retention: time.Hour, Fingerprint: "sha256-of-another-request"})
+			if err != nil || !cr.Acquired {
+				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)
+			}
+			if c.lapsed {
+				if err := s.Abandon(ctx, key.String(), cr.Record.Fence, "crashed"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := l.Do(ctx, key, noop, b); !errors.Is(err, idem.ErrMismatch) {
+				t.Fatalf("%v, want ErrMismatch", err)
+			}
+			check(t, &logs, map[string]any{"status": "in_progress", "holder": "crashed", "lapsed": c.lapsed, "owner": "w2"})
+		})
+	}
+}
