@@ -16,9 +16,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
@@ -405,33 +407,94 @@ func retryAfterHeader(d time.Duration) string {
 	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
-// decode reads the request's JSON body into v: one object, no unknown
+// decode reads the request's JSON body into v: one object, valid UTF-8,
+// each field named exactly (not in another case) and once, no unknown
 // fields, at most maxBody bytes.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		s.problem(w, c, http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("The body is over %d bytes.", s.maxBody), nil)
+		return false
+	}
+	if err == nil && !utf8.Valid(body) {
+		// encoding/json would replace each bad byte by U+FFFD: two
+		// different keys would become one.
+		err = errors.New("the body is not valid UTF-8")
+	}
 	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			err = errors.New("data after the JSON object")
-			if terr != nil {
-				err = terr
+		err = exactFields(body, v)
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+		if err == nil {
+			if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+				err = errors.New("data after the JSON object")
+				if terr != nil {
+					err = terr
+				}
 			}
 		}
 	}
 	if err == nil {
 		return true
 	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		s.problem(w, c, http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("The body is over %d bytes.", s.maxBody), nil)
-		return false
-	}
 	if errors.Is(err, io.EOF) {
 		err = errors.New("empty body")
 	}
 	s.problem(w, c, http.StatusBadRequest, "invalid-body", err.Error(), nil)
 	return false
+}
+
+// exactFields checks the names of the top-level object in body against
+// the json names of v's struct fields: encoding/json matches names
+// regardless of case and keeps the last of duplicates, which would let
+// "KEY" or a second "key" pass unseen. A body that is not an object is
+// left for the decoder to refuse.
+func exactFields(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	known := jsonFields(reflect.TypeOf(v).Elem(), map[string]bool{})
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		name, _ := tok.(string)
+		if !known[name] {
+			return fmt.Errorf("json: unknown field %q (field names are case-sensitive)", name)
+		}
+		if seen[name] {
+			return fmt.Errorf("json: duplicate field %q", name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonFields adds the json names of struct type t's fields (and of its
+// embedded structs' fields) to names.
+func jsonFields(t reflect.Type, names map[string]bool) map[string]bool {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			jsonFields(f.Type, names)
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
 }
 
 // checkKey validates key as [idem.RawKey] does.

@@ -394,6 +394,16 @@ func TestServeBadInput(t *testing.T) {
 		{"/v1/extend", `{"key":"k","fence":1,"lease":"1x"}`, 400, "invalid-duration"},
 		{"/v1/extend", `{"key":"k","fence":-3,"lease":"1s"}`, 400, "invalid-fence"},
 		{"/v1/nope", `{}`, 404, "not-found"},
+		// Not UTF-8: encoding/json would turn both keys into "op:\ufffdt\ufffd".
+		{"/v1/claim", "{\"key\":\"op:\xe9t\xe9\"}", 400, "invalid-body"},
+		{"/v1/claim", "{\"key\":\"k\",\"fingerprint\":\"\xff\"}", 400, "invalid-body"},
+		// Names are exact and once: encoding/json would take "KEY" for
+		// "key", and the last of two.
+		{"/v1/claim", `{"KEY":"k"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a","key":"b"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k","Lease":"1s"}`, 400, "invalid-body"},
+		{"/v1/complete", `{"key":"k","fence":1,"Fence":2}`, 400, "invalid-body"},
+		{"/v1/complete", `{"Key":"k","fence":1}`, 400, "invalid-body"},
 	} {
 		t.Run(tc.path+" "+tc.kind, func(t *testing.T) {
 			c.t = t
