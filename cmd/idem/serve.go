@@ -299,6 +299,8 @@ func requestID(r *http.Request) string {
 func (s *server) logCall(r *http.Request, c *call, took time.Duration) {
 	level := slog.LevelInfo
 	switch {
+	case c.outcome == "client-gone":
+		level = slog.LevelWarn
 	case c.status >= 500:
 		level = slog.LevelError
 	case c.outcome == "takeover" || c.outcome == "indeterminate" || c.outcome == "mismatch" || c.outcome == "lease-lost":
@@ -590,8 +592,12 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		req.Fingerprint = fingerprintOf(*b.Fingerprint)
 	}
 	c.extra = append(c.extra, slog.String("owner", owner), slog.String("policy", policy.String()))
-	ctx := r.Context()
-	cr, err := s.store.Claim(ctx, req)
+	// The claim runs to its end even if the client leaves: a store may
+	// commit it and then report the cancellation, and a claim that is
+	// known acquired can be undone below, one in doubt cannot.
+	sctx, cancel := finishCtx(r)
+	defer cancel()
+	cr, err := s.store.Claim(sctx, req)
 	if err != nil {
 		s.storeFailed(w, c, "claim", err)
 		return
@@ -599,16 +605,16 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 	rec := cr.Record
 	c.fence, c.attempt = rec.Fence, rec.Attempt
 	if cr.Acquired {
-		if ctx.Err() != nil {
+		if r.Context().Err() != nil {
 			// The client left while its claim was on its way: nobody holds
 			// the fence. As the Ledger does, give the key back (a takeover
 			// is left lapsed, as after a crash).
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
-			defer cancel()
+			uctx, ucancel := finishCtx(r)
+			defer ucancel()
 			if err := idem.UndoClaim(uctx, s.store, cr, "the HTTP client left before its claim was answered"); err != nil {
 				c.extra = append(c.extra, slog.Any("undo_error", err))
 			}
-			c.outcome = "orphaned"
+			c.outcome = "client-gone"
 			s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The request ended before its claim was answered; the claim was undone.", nil)
 			return
 		}

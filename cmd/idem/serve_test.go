@@ -680,3 +680,74 @@ func TestServeShutdown(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 }
+
+// committingStore's Claim waits for proceed, then commits the claim and
+// reports its context's error, as PostgreSQL may when the context ends
+// while the commit is on its way.
+type committingStore struct {
+	idem.Store
+	entered, proceed chan struct{}
+}
+
+func (s *committingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	close(s.entered)
+	<-s.proceed
+	cr, err := s.Store.Claim(context.WithoutCancel(ctx), req)
+	if err == nil && ctx.Err() != nil {
+		return idem.ClaimResult{}, ctx.Err()
+	}
+	return cr, err
+}
+
+// TestServeClientGone: a client that leaves while its claim is on its way
+// leaves no attempt behind: the claim is undone, logged as client-gone at
+// WARN, and the next claim acquires the key afresh.
+func TestServeClientGone(t *testing.T) {
+	mem := memstore.New()
+	cs := &committingStore{Store: mem, entered: make(chan struct{}), proceed: make(chan struct{})}
+	logs := &syncBuffer{}
+	srv := newServer(cs, slog.New(slog.NewTextHandler(logs, nil)), nil, 4096, false)
+	reqCtx := make(chan context.Context, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqCtx <- r.Context()
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/claim", strings.NewReader(`{"key":"gone:1"}`))
+	req.Header.Set("Content-Type", "application/json")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-cs.entered
+	cancel()
+	<-errc
+	select {
+	case <-(<-reqCtx).Done(): // the server saw the client leave
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not see the client leave")
+	}
+	close(cs.proceed)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "outcome="); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no log line")
+		}
+	}
+	if out := logs.String(); !strings.Contains(out, "outcome=client-gone") || !strings.Contains(out, "level=WARN") {
+		t.Errorf("want a WARN client-gone line:\n%s", out)
+	}
+	rec, err := mem.Get(context.Background(), "gone:1")
+	if err != nil || rec.Status == idem.StatusInProgress {
+		t.Fatalf("the claim of a client that left was not undone: %+v %v", rec, err)
+	}
+	cr, err := mem.Claim(context.Background(), idem.ClaimRequest{Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
+	if err != nil || !cr.Acquired || cr.Takeover {
+		t.Fatalf("next claim: %+v %v; want acquired, no takeover", cr, err)
+	}
+}
