@@ -546,6 +546,7 @@ type claimAnswer struct {
 	Key        string `json:"key"`
 	Fence      int64  `json:"fence"`
 	Attempt    int    `json:"attempt"`
+	AttemptID  string `json:"attempt_id,omitempty"`
 	LeaseUntil string `json:"lease_until,omitempty"`
 	Result     []byte `json:"result,omitempty"`
 	Policy     string `json:"policy,omitempty"`
@@ -623,7 +624,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			c.outcome = "takeover"
 			c.extra = append(c.extra, slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
 		}
-		s.reply(w, c, claimAnswer{Outcome: c.outcome, Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt,
+		s.reply(w, c, claimAnswer{Outcome: c.outcome, Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt, AttemptID: attemptID(&rec),
 			LeaseUntil: stamp3339(rec.LeaseUntil), Policy: policy.String()})
 		return
 	}
@@ -667,10 +668,19 @@ func nonNil(b []byte) []byte {
 }
 
 // attemptRef names the attempt a call acts on: the key and the fence its
-// claim returned.
+// claim returned, and optionally its attempt_id.
 type attemptRef struct {
-	Key   string `json:"key"`
-	Fence int64  `json:"fence"`
+	Key       string `json:"key"`
+	Fence     int64  `json:"fence"`
+	AttemptID string `json:"attempt_id"`
+}
+
+// attemptID names rec's attempt for good: the start of the record's life
+// (its CreatedAt, kept across releases and takeovers, new once the record
+// is deleted or swept) and the fence. A fence alone does not do: fences
+// start again at 1 in a record's next life.
+func attemptID(rec *idem.Record) string {
+	return strconv.FormatInt(rec.CreatedAt.UnixMicro(), 10) + "." + strconv.FormatInt(rec.Fence, 10)
 }
 
 type completeBody struct {
@@ -718,7 +728,10 @@ func finishCtx(r *http.Request) (context.Context, context.CancelFunc) {
 // finished answers a call that ended an attempt: err nil is done; a
 // refusal (lease lost, no record) is 409 lease-lost unless recorded says
 // that this very call was recorded by an earlier try (a retry after a
-// lost answer); anything else is a store failure.
+// lost answer): the call names the attempt by its attempt_id, which the
+// record still has, with the same outcome. The fence alone cannot tell:
+// it starts again at 1 once a record is deleted or swept. Anything else
+// is a store failure.
 func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, outcome string, b attemptRef, err error, recorded func(*idem.Record) bool) {
 	if err == nil {
 		c.outcome = outcome
@@ -726,20 +739,23 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 		return
 	}
 	if errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
-		if recorded != nil {
-			ctx, cancel := finishCtx(r)
-			rec, gerr := s.store.Get(ctx, b.Key)
-			cancel()
-			if gerr == nil && rec.Fence == b.Fence && recorded(&rec) {
+		members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence}
+		ctx, cancel := finishCtx(r)
+		rec, gerr := s.store.Get(ctx, b.Key)
+		cancel()
+		if gerr == nil {
+			if recorded != nil && b.AttemptID != "" && rec.Fence == b.Fence && attemptID(&rec) == b.AttemptID && recorded(&rec) {
 				c.outcome, c.attempt = outcome, rec.Attempt
 				c.extra = append(c.extra, slog.Bool("repeated", true))
-				s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence, "repeated": true})
+				s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID, "repeated": true})
 				return
 			}
+			// What the key holds now, for the client to look at.
+			members["record_status"], members["record_fence"] = rec.Status, rec.Fence
 		}
 		s.problem(w, c, http.StatusConflict, "lease-lost",
 			"The fence no longer holds the key (taken over, resolved, finished or expired); nothing was recorded. Another attempt decides.",
-			map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence})
+			members)
 		return
 	}
 	s.storeFailed(w, c, op, err)

@@ -241,13 +241,21 @@ func TestServeEndpoints(t *testing.T) {
 			}
 			c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": 2}).expect(t, 409, "lease-lost")
 			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 2, "result": b64("x")}).expect(t, 409, "lease-lost")
-			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 200, "completed")
-			// A retry of a complete whose answer was lost is answered alike;
-			// one with another result is not.
-			if again := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 200, "completed"); again.body["repeated"] != true {
+			aid := a.str("attempt_id")
+			if aid == "" {
+				t.Fatalf("claim without attempt_id: %s", a)
+			}
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed")
+			// A retry of a complete whose answer was lost is answered alike
+			// when it names the attempt; one with another result, or
+			// without the attempt_id, is not.
+			if again := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed"); again.body["repeated"] != true {
 				t.Fatalf("repeated complete: %s", again)
 			}
-			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("other")}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("other")}).expect(t, 409, "lease-lost")
+			if ll := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 409, "lease-lost"); ll.str("record_status") != "completed" {
+				t.Fatalf("lease-lost without the record's status: %s", ll)
+			}
 			done := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 200, "done")
 			if done.str("result") != b64("ses-1") || done.num("fence") != 1 || done.num("attempt") != 1 {
 				t.Fatalf("done: %s", done)
@@ -287,18 +295,20 @@ func TestServeEndpoints(t *testing.T) {
 			c.post("/v1/claim", obj{"key": "charge:10", "fingerprint": "a"}).expect(t, 409, "busy")
 
 			// failed: duplicates get the stored reason.
-			f := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 200, "acquired").num("fence")
+			cl := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 200, "acquired")
+			f, aid := cl.num("fence"), cl.str("attempt_id")
 			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "reason": "card declined", "retention": "1h"}).expect(t, 200, "failed")
-			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "reason": "card declined"}).expect(t, 200, "failed")
+			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "attempt_id": aid, "reason": "card declined"}).expect(t, 200, "failed")
 			fl := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 409, "failed")
 			if fl.str("outcome") != "failed" || fl.str("reason") != "card declined" || fl.header.Get("Retry-After") != "" {
 				t.Fatalf("failed: %s", fl)
 			}
 
 			// released: the next claim continues the numbering.
-			f = c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired").num("fence")
-			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "reason": "smtp: connection refused"}).expect(t, 200, "released")
-			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "reason": "smtp: connection refused"}).expect(t, 200, "released")
+			cl = c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired")
+			f, aid = cl.num("fence"), cl.str("attempt_id")
+			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "attempt_id": aid, "reason": "smtp: connection refused"}).expect(t, 200, "released")
+			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "attempt_id": aid, "reason": "smtp: connection refused"}).expect(t, 200, "released")
 			again := c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired")
 			if again.num("fence") != 2 || again.num("attempt") != 2 {
 				t.Fatalf("after release: %s", again)
@@ -749,5 +759,47 @@ func TestServeClientGone(t *testing.T) {
 	cr, err := mem.Claim(context.Background(), idem.ClaimRequest{Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired || cr.Takeover {
 		t.Fatalf("next claim: %+v %v; want acquired, no takeover", cr, err)
+	}
+}
+
+// TestServeRepeatedNextLife: fences start again at 1 once a record is
+// deleted or swept, so a stale client's retried complete of the first
+// life must not be taken for the second life's: only the attempt_id the
+// claim returned makes a retry "repeated".
+func TestServeRepeatedNextLife(t *testing.T) {
+	for _, b := range serveBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s, advance := b.open(t)
+			c, _ := newServeTest(t, s, "", false)
+			a := c.post("/v1/claim", obj{"key": "life:1"}).expect(t, 200, "acquired")
+			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": a.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed")
+			if err := s.Delete(context.Background(), "life:1"); err != nil { // as a sweep after its retention
+				t.Fatal(err)
+			}
+			advance(time.Millisecond)
+			b2 := c.post("/v1/claim", obj{"key": "life:1"}).expect(t, 200, "acquired")
+			if b2.num("fence") != 1 || b2.str("attempt_id") == a.str("attempt_id") {
+				t.Fatalf("second life: %s, first %s", b2, a)
+			}
+			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": b2.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed")
+			// The first life's client retries its complete: not repeated.
+			ll := c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": a.str("attempt_id"), "result": b64("r")}).expect(t, 409, "lease-lost")
+			if ll.str("record_status") != "completed" {
+				t.Fatalf("lease-lost: %s", ll)
+			}
+			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "result": b64("r")}).expect(t, 409, "lease-lost")
+			if rep := c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": b2.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed"); rep.body["repeated"] != true {
+				t.Fatalf("retry of the second life: %s", rep)
+			}
+			// A takeover keeps the life: its attempt_id differs by fence.
+			c.post("/v1/claim", obj{"key": "life:2", "lease": "1s"}).expect(t, 200, "acquired")
+			advance(1500 * time.Millisecond)
+			tk := c.post("/v1/claim", obj{"key": "life:2"}).expect(t, 200, "takeover")
+			c.post("/v1/release", obj{"key": "life:2", "fence": 2, "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released")
+			if rep := c.post("/v1/release", obj{"key": "life:2", "fence": 2, "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released"); rep.body["repeated"] != true {
+				t.Fatalf("retried release after a takeover: %s", rep)
+			}
+		})
 	}
 }
