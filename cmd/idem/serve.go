@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -225,6 +226,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", c.id)
 	w.Header().Set("Cache-Control", "no-store")
 	defer func() { s.logCall(r, c, time.Since(start)) }()
+	if !s.browserSafe(w, r, c) {
+		return
+	}
 	if s.auth && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 		s.problem(w, c, http.StatusUnauthorized, "unauthorized", "Send Authorization: Bearer TOKEN with the server's token.", nil)
@@ -252,7 +256,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"/v1/extend":   s.extend,
 	}
 	if h, ok := post[path]; ok {
-		if s.method(w, c, r, http.MethodPost) {
+		if s.method(w, c, r, http.MethodPost) && s.jsonBody(w, r, c) {
 			h(w, r, c)
 		}
 		return
@@ -272,6 +276,49 @@ func (s *server) method(w http.ResponseWriter, c *call, r *http.Request, want st
 	}
 	w.Header().Set("Allow", want)
 	s.problem(w, c, http.StatusMethodNotAllowed, "method-not-allowed", "Use "+want+".", nil)
+	return false
+}
+
+// browserSafe refuses what a web page could send: a request from another
+// origin (an Origin header, which browsers send on cross-origin and on
+// POST requests, or a Sec-Fetch-Site other than none or same-origin),
+// token or not; and without a token, a Host that is not a loopback name,
+// as after a DNS rebinding.
+func (s *server) browserSafe(w http.ResponseWriter, r *http.Request, c *call) bool {
+	sfs := r.Header.Get("Sec-Fetch-Site")
+	if len(r.Header.Values("Origin")) > 0 || (sfs != "" && sfs != "none" && sfs != "same-origin") {
+		s.problem(w, c, http.StatusForbidden, "cross-origin", "Requests from web pages (with an Origin header or a cross-site Sec-Fetch-Site) are refused.", nil)
+		return false
+	}
+	if !s.auth && !loopbackHost(r.Host) {
+		s.problem(w, c, http.StatusForbidden, "host-not-allowed", "Without a token the server answers only requests addressed to a loopback host (localhost, 127.0.0.1, [::1]).", nil)
+		return false
+	}
+	return true
+}
+
+// loopbackHost reports whether host (a Host header, with or without a
+// port) names a loopback address: localhost, 127.0.0.0/8 or ::1.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// jsonBody refuses a POST whose body is not declared application/json: a
+// web page can send text/plain to any address without asking.
+func (s *server) jsonBody(w http.ResponseWriter, r *http.Request, c *call) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == "application/json" {
+		return true
+	}
+	s.problem(w, c, http.StatusUnsupportedMediaType, "unsupported-media-type", "Send the body as Content-Type: application/json.", nil)
 	return false
 }
 
@@ -347,24 +394,27 @@ func (s *server) reply(w http.ResponseWriter, c *call, v any) {
 }
 
 var problemTitles = map[string]string{
-	"unauthorized":       "Missing or wrong bearer token",
-	"not-found":          "Not found",
-	"method-not-allowed": "Method not allowed",
-	"invalid-body":       "Request body is not the expected JSON",
-	"invalid-key":        "Key is invalid",
-	"invalid-fence":      "Fence is invalid",
-	"invalid-duration":   "Duration is invalid",
-	"invalid-policy":     "Policy is invalid",
-	"invalid-reason":     "Reason is missing",
-	"body-too-large":     "Request body too large",
-	"store-unavailable":  "Store unavailable",
-	"record-corrupt":     "Stored record is corrupt",
-	"internal":           "Internal error",
-	"busy":               "Another attempt holds the key",
-	"indeterminate":      "An earlier attempt's outcome is unknown",
-	"failed":             "The operation failed permanently",
-	"mismatch":           "Key already used for a different request",
-	"lease-lost":         "Lease lost",
+	"unauthorized":           "Missing or wrong bearer token",
+	"cross-origin":           "Cross-origin request refused",
+	"host-not-allowed":       "Host not allowed",
+	"unsupported-media-type": "Body must be application/json",
+	"not-found":              "Not found",
+	"method-not-allowed":     "Method not allowed",
+	"invalid-body":           "Request body is not the expected JSON",
+	"invalid-key":            "Key is invalid",
+	"invalid-fence":          "Fence is invalid",
+	"invalid-duration":       "Duration is invalid",
+	"invalid-policy":         "Policy is invalid",
+	"invalid-reason":         "Reason is missing",
+	"body-too-large":         "Request body too large",
+	"store-unavailable":      "Store unavailable",
+	"record-corrupt":         "Stored record is corrupt",
+	"internal":               "Internal error",
+	"busy":                   "Another attempt holds the key",
+	"indeterminate":          "An earlier attempt's outcome is unknown",
+	"failed":                 "The operation failed permanently",
+	"mismatch":               "Key already used for a different request",
+	"lease-lost":             "Lease lost",
 }
 
 // problem answers with an RFC 9457 problem document of kind; members are

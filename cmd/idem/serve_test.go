@@ -149,7 +149,14 @@ func (c *api) do(method, path string, body string, hdr ...string) answer {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		switch {
+		case hdr[i] == "Host":
+			req.Host = hdr[i+1]
+		case hdr[i+1] == "":
+			req.Header.Del(hdr[i])
+		default:
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -611,6 +618,7 @@ func concurrentClaims(t *testing.T, base, token, key string, n int) (acquired, b
 			defer wg.Done()
 			body := fmt.Sprintf(`{"key":%q,"owner":"w%d","lease":"1m"}`, key, i)
 			req, _ := http.NewRequest("POST", base+"/v1/claim", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
@@ -802,4 +810,56 @@ func TestServeRepeatedNextLife(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeBrowserGuards: a web page cannot drive the server: POST bodies
+// must be declared JSON, cross-origin requests are refused with a token
+// or without, and without a token the Host must be a loopback name (no
+// DNS rebinding).
+func TestServeBrowserGuards(t *testing.T) {
+	s := openServeSQLite(t)
+	c, _ := newServeTest(t, s, "", false)
+	claim := `{"key":"csrf:1"}`
+	c.do("POST", "/v1/claim", claim, "Content-Type", "text/plain").expect(t, 415, "unsupported-media-type")
+	c.do("POST", "/v1/claim", claim, "Content-Type", "").expect(t, 415, "unsupported-media-type")
+	c.do("POST", "/v1/claim", claim, "Content-Type", "application/x-www-form-urlencoded").expect(t, 415, "unsupported-media-type")
+	for _, h := range [][]string{
+		{"Origin", "http://evil.example"},
+		{"Origin", "null"},
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Sec-Fetch-Site", "same-site"},
+		{"Host", "evil.example:7070"},
+		{"Host", "evil.example"},
+		{"Host", "127.0.0.1.evil.example"},
+	} {
+		kind := "cross-origin"
+		if h[0] == "Host" {
+			kind = "host-not-allowed"
+		}
+		c.do("POST", "/v1/claim", claim, h...).expect(t, 403, kind)
+		c.do("GET", "/v1/records/csrf:1", "", h...).expect(t, 403, kind)
+	}
+	if _, err := s.Get(context.Background(), "csrf:1"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a refused request reached the store: %v", err)
+	}
+	for _, h := range [][]string{
+		{"Content-Type", "application/json; charset=utf-8"},
+		{"Sec-Fetch-Site", "none"},
+		{"Sec-Fetch-Site", "same-origin"},
+		{"Host", "localhost:7070"},
+		{"Host", "LOCALHOST"},
+		{"Host", "127.0.0.2:80"},
+		{"Host", "[::1]:7070"},
+		{"Host", "[::1]"},
+	} {
+		c.do("GET", "/healthz", "", h...).expect(t, 200, "")
+	}
+	c.do("POST", "/v1/claim", claim, "Content-Type", "application/json; charset=utf-8").expect(t, 200, "acquired")
+
+	// With a token any Host will do (the token is the guard), but not
+	// another origin.
+	tc, _ := newServeTest(t, s, "tok", false)
+	tc.do("GET", "/healthz", "", "Host", "idem.internal:7070").expect(t, 200, "")
+	tc.do("POST", "/v1/claim", `{"key":"csrf:2"}`, "Origin", "https://evil.example").expect(t, 403, "cross-origin")
+	tc.do("POST", "/v1/claim", `{"key":"csrf:2"}`, "Content-Type", "text/plain").expect(t, 415, "unsupported-media-type")
 }
