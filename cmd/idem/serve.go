@@ -87,6 +87,10 @@ const (
 	// maxDuration bounds a lease or retention from a request: a longer one is
 	// a mistake, and times past 2262 do not fit a store's nanoseconds.
 	maxDuration = 10 * 365 * 24 * time.Hour
+	// minRetention is the shortest retention a request may ask for: a
+	// record must outlive any late write of its attempts, since fences
+	// start again at 1 once it is gone.
+	minRetention = time.Hour
 	// storeRetryAfter is the Retry-After of a 503.
 	storeRetryAfter = time.Second
 	// finishWriteTimeout bounds a write that ends an attempt, which runs to
@@ -575,6 +579,21 @@ func (s *server) duration(w http.ResponseWriter, c *call, field, v string, def t
 	return d, true
 }
 
+// retention parses an optional retention ("" is the default): at least
+// minRetention and longer than lease. A record kept for less could be
+// swept while a late holder still writes: a new claim would get fence 1
+// again, and the old holder's write under fence 1 would land on it.
+func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.Duration) (time.Duration, bool) {
+	d, ok := s.duration(w, c, "retention", v, s.ledger.Retention())
+	if ok && (d < minRetention || d <= lease) {
+		s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
+			"retention: %q must be at least %v and longer than the lease: a record must outlive any late write of its attempts, and fences start again at 1 once it is gone",
+			v, minRetention), nil)
+		return 0, false
+	}
+	return d, ok
+}
+
 func stamp3339(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -626,7 +645,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	retention, ok := s.retention(w, c, b.Retention, lease)
 	if !ok {
 		return
 	}
@@ -816,7 +835,7 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
 	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
 		return
 	}
-	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	retention, ok := s.retention(w, c, b.Retention, 0)
 	if !ok {
 		return
 	}
@@ -850,7 +869,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
 		s.problem(w, c, http.StatusBadRequest, "invalid-reason", "fail needs the permanent error as reason: duplicates get it", nil)
 		return
 	}
-	retention, ok := s.duration(w, c, "retention", b.Retention, s.ledger.Retention())
+	retention, ok := s.retention(w, c, b.Retention, 0)
 	if !ok {
 		return
 	}

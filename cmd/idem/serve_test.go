@@ -396,6 +396,12 @@ func TestServeBadInput(t *testing.T) {
 		{"/v1/claim", `{"key":"k","lease":"0s"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"k","retention":"100000d"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"k","policy":"exactly_once"}`, 400, "invalid-policy"},
+		// A record must outlive its attempts' late writes.
+		{"/v1/claim", `{"key":"k","retention":"1s"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","retention":"59m"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"2h","retention":"2h"}`, 400, "invalid-duration"},
+		{"/v1/complete", `{"key":"k","fence":1,"retention":"1s"}`, 400, "invalid-duration"},
+		{"/v1/fail", `{"key":"k","fence":1,"reason":"x","retention":"30m"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"` + strings.Repeat("x", 5000) + `"}`, 413, "body-too-large"},
 		{"/v1/complete", `{"key":"k","fence":-1}`, 400, "invalid-fence"},
 		{"/v1/complete", `{"key":"k"}`, 400, "invalid-fence"},
