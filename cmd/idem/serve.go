@@ -611,14 +611,14 @@ type claimBody struct {
 }
 
 type claimAnswer struct {
-	Outcome    string `json:"outcome"`
-	Key        string `json:"key"`
-	Fence      int64  `json:"fence"`
-	Attempt    int    `json:"attempt"`
-	AttemptID  string `json:"attempt_id,omitempty"`
-	LeaseUntil string `json:"lease_until,omitempty"`
-	Result     []byte `json:"result,omitempty"`
-	Policy     string `json:"policy,omitempty"`
+	Outcome    string  `json:"outcome"`
+	Key        string  `json:"key"`
+	Fence      int64   `json:"fence"`
+	Attempt    int     `json:"attempt"`
+	AttemptID  string  `json:"attempt_id,omitempty"`
+	LeaseUntil string  `json:"lease_until,omitempty"`
+	Result     *[]byte `json:"result,omitempty"` // done: always, "" when empty
+	Policy     string  `json:"policy,omitempty"`
 }
 
 // fingerprintOf is what [idem.Fingerprint] stores for request.
@@ -707,7 +707,8 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 	switch {
 	case err == nil:
 		c.outcome = "done"
-		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: nonNil(res.Value)})
+		result := nonNil(res.Value)
+		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: &result})
 	case errors.As(err, &me):
 		s.problem(w, c, http.StatusUnprocessableEntity, "mismatch", "The key was already used with a different fingerprint; use another key for another request.",
 			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": me.Status})

@@ -341,6 +341,10 @@ func TestServeEndpoints(t *testing.T) {
 			}
 			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 1}).expect(t, 409, "lease-lost")
 			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 2}).expect(t, 200, "completed")
+			// done with an empty result still has "result" (base64 of nothing).
+			if d := c.post("/v1/claim", obj{"key": "receipt:4:7"}).expect(t, 200, "done"); d.body["result"] != "" {
+				t.Fatalf("done with an empty result: %s", d)
+			}
 			ind = c.post("/v1/claim", obj{"key": "receipt:5:7"}).expect(t, 409, "indeterminate")
 			if ind.num("fence") != 1 || ind.str("since") == "" || ind.header.Get("Retry-After") != "" {
 				t.Fatalf("indeterminate: %s", ind)
