@@ -446,7 +446,7 @@ func (s *server) problem(w http.ResponseWriter, c *call, status int, kind, detai
 // storeFailed answers a store error: 503 with Retry-After (500 for a
 // corrupt record, which a retry does not mend). Never an outcome.
 func (s *server) storeFailed(w http.ResponseWriter, c *call, op string, err error) {
-	c.extra = append(c.extra, slog.String("op", op), slog.Any("error", err))
+	c.extra = append(c.extra, slog.String("op", op), s.errAttr(c, "error", err))
 	if errors.Is(err, idem.ErrCorrupt) {
 		c.outcome = "store-error"
 		s.problem(w, c, http.StatusInternalServerError, "record-corrupt",
@@ -457,6 +457,17 @@ func (s *server) storeFailed(w http.ResponseWriter, c *call, op string, err erro
 	w.Header().Set("Retry-After", retryAfterHeader(storeRetryAfter))
 	s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable",
 		"The store did not answer the "+op+"; whether it happened is unknown. Retry the same call.", nil)
+}
+
+// errAttr is err for the log line of c: with --hash-keys, the call's key
+// (raw or quoted) is replaced by its hash, as in the key_hash attribute.
+func (s *server) errAttr(c *call, name string, err error) slog.Attr {
+	if !s.hashKeys || c.key == "" {
+		return slog.Any(name, err)
+	}
+	hash := "key_hash:" + s.ledger.LogKey(c.key).Value.String()
+	msg := strings.ReplaceAll(err.Error(), strconv.Quote(c.key), hash)
+	return slog.String(name, strings.ReplaceAll(msg, c.key, hash))
 }
 
 func retryAfterHeader(d time.Duration) string {
@@ -682,7 +693,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			uctx, ucancel := finishCtx(r)
 			defer ucancel()
 			if err := idem.UndoClaim(uctx, s.store, cr, "the HTTP client left before its claim was answered"); err != nil {
-				c.extra = append(c.extra, slog.Any("undo_error", err))
+				c.extra = append(c.extra, s.errAttr(c, "undo_error", err))
 			}
 			c.outcome = "client-gone"
 			s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The request ended before its claim was answered; the claim was undone.", nil)

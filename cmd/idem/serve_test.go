@@ -873,3 +873,18 @@ func TestServeBrowserGuards(t *testing.T) {
 	tc.do("POST", "/v1/claim", `{"key":"csrf:2"}`, "Origin", "https://evil.example").expect(t, 403, "cross-origin")
 	tc.do("POST", "/v1/claim", `{"key":"csrf:2"}`, "Content-Type", "text/plain").expect(t, 415, "unsupported-media-type")
 }
+
+// TestServeHashKeysErrors: with --hash-keys a store error that names the
+// key does not carry it into the log.
+func TestServeHashKeysErrors(t *testing.T) {
+	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
+	c, logs := newServeTest(t, fs, "", true)
+	fs.set("claim", &idem.CorruptError{Key: "SECRETKEY1", Detail: "bad json"})
+	c.post("/v1/claim", obj{"key": "SECRETKEY1"}).expect(t, 500, "record-corrupt")
+	fs.set("claim", fmt.Errorf("timeout claiming SECRETKEY2"))
+	c.post("/v1/claim", obj{"key": "SECRETKEY2"}).expect(t, 503, "store-unavailable")
+	out := logs.String()
+	if strings.Contains(out, "SECRETKEY") || !strings.Contains(out, "corrupt record for key_hash:") {
+		t.Fatalf("--hash-keys logged a key in an error:\n%s", out)
+	}
+}
