@@ -96,6 +96,8 @@ const (
 	// finishWriteTimeout bounds a write that ends an attempt, which runs to
 	// its end even when the client leaves.
 	finishWriteTimeout = 10 * time.Second
+	// healthKey is the key /healthz reads: none is ever claimed under it.
+	healthKey = "idem-serve:healthz"
 	// problemBase begins the "type" of every problem document.
 	problemBase = "https://pkg.go.dev/github.com/idemkit/idem/cmd/idem#serve-"
 )
@@ -950,6 +952,15 @@ func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key str
 func (s *server) health(w http.ResponseWriter, r *http.Request, c *call) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
+	// A read, not just the clock: a store's Now may not touch its data
+	// (SQLite's does not).
+	if _, err := s.store.Get(ctx, healthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+		c.extra = append(c.extra, slog.String("op", "get"), slog.Any("error", err))
+		c.outcome = "store-error"
+		w.Header().Set("Retry-After", retryAfterHeader(storeRetryAfter))
+		s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The store did not answer a read.", nil)
+		return
+	}
 	now, err := s.store.Now(ctx)
 	if err != nil {
 		s.storeFailed(w, c, "now", err)

@@ -888,3 +888,17 @@ func TestServeHashKeysErrors(t *testing.T) {
 		t.Fatalf("--hash-keys logged a key in an error:\n%s", out)
 	}
 }
+
+// TestServeHealthReads: /healthz fails when the store cannot be read,
+// even though its clock answers.
+func TestServeHealthReads(t *testing.T) {
+	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
+	c, _ := newServeTest(t, fs, "", false)
+	c.do("GET", "/healthz", "").expect(t, 200, "")
+	fs.set("get", errors.New("database disk image is malformed"))
+	if a := c.do("GET", "/healthz", "").expect(t, 503, "store-unavailable"); a.header.Get("Retry-After") == "" {
+		t.Fatalf("503 without Retry-After: %v", a.header)
+	}
+	fs.set("get", &idem.CorruptError{Key: "idem-serve:healthz", Detail: "x"})
+	c.do("GET", "/healthz", "").expect(t, 503, "store-unavailable")
+}
