@@ -483,6 +483,11 @@ func TestServeAuth(t *testing.T) {
 	}
 	c.token = "s3cret-token"
 	c.do("GET", "/healthz", "").expect(t, 200, "")
+	// The scheme is case-insensitive.
+	c.token = ""
+	for _, scheme := range []string{"bearer", "BEARER", "BeArEr"} {
+		c.do("GET", "/healthz", "", "Authorization", scheme+" s3cret-token").expect(t, 200, "")
+	}
 }
 
 // failingStore fails the calls named in fail with a store error.
