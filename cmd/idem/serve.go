@@ -364,10 +364,16 @@ func (s *server) logCall(r *http.Request, c *call, took time.Duration) {
 	if c.key != "" {
 		attrs = append(attrs, s.ledger.LogKey(c.key))
 	}
+	attrs = append(attrs, slog.String("outcome", c.outcome))
+	// Fence and attempt when known (0 is none: a call on an attempt names
+	// its fence but not its number).
+	if c.fence != 0 {
+		attrs = append(attrs, slog.Int64("fence", c.fence))
+	}
+	if c.attempt != 0 {
+		attrs = append(attrs, slog.Int("attempt", c.attempt))
+	}
 	attrs = append(attrs,
-		slog.String("outcome", c.outcome),
-		slog.Int64("fence", c.fence),
-		slog.Int("attempt", c.attempt),
 		slog.String("correlation_id", c.id),
 		slog.String("remote_addr", r.RemoteAddr),
 		slog.String("method", r.Method),
@@ -946,7 +952,8 @@ func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key str
 		s.storeFailed(w, c, "now", err)
 		return
 	}
-	c.outcome, c.fence, c.attempt = string(rec.Status), rec.Fence, rec.Attempt
+	c.outcome, c.fence, c.attempt = "record", rec.Fence, rec.Attempt
+	c.extra = append(c.extra, slog.String("record_status", string(rec.Status)))
 	s.reply(w, c, toJSON(&rec, now, true))
 }
 

@@ -592,6 +592,18 @@ func TestServeLogs(t *testing.T) {
 		t.Errorf("%d log lines for one call:\n%s", n, line)
 	}
 
+	// A call on an attempt does not log an attempt number it does not
+	// know; reading a record logs "record", with the record's status.
+	c.post("/v1/extend", obj{"key": "receipt:8891:7", "fence": 1}).expect(t, 200, "extended")
+	c.do("GET", "/v1/records/receipt:8891:7", "").expect(t, 200, "")
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if ext := lines[1]; !strings.Contains(ext, "outcome=extended") || !strings.Contains(ext, "fence=1") || strings.Contains(ext, "attempt=") {
+		t.Errorf("extend's line: %s", ext)
+	}
+	if get := lines[2]; !strings.Contains(get, `msg="idem serve record"`) || !strings.Contains(get, "record_status=in_progress") {
+		t.Errorf("record's line: %s", get)
+	}
+
 	hc, hlogs := newServeTest(t, s, "", true)
 	hc.post("/v1/claim", obj{"key": "receipt:8891:7"}).expect(t, 409, "busy")
 	hc.do("GET", "/v1/records/receipt:8891:7", "").expect(t, 200, "")
