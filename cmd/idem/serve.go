@@ -844,7 +844,7 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 			members["record_status"], members["record_fence"] = rec.Status, rec.Fence
 		}
 		s.problem(w, c, http.StatusConflict, "lease-lost",
-			"The fence no longer holds the key (taken over, resolved, finished or expired); nothing was recorded. Another attempt decides.",
+			"The fence no longer holds the key: the record is gone (expired or deleted) or another attempt holds it (taken over, resolved, finished); nothing was recorded by this call.",
 			members)
 		return
 	}
@@ -909,9 +909,25 @@ func (s *server) abandon(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ctx, cancel := finishCtx(r)
 	defer cancel()
-	err := s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
-	// A repeated abandon is refused: the record looks as after a crash,
-	// and only the lease tells them apart.
+	// An attempt whose lease has ended (abandoned already, or lapsed) is
+	// refused: the store would abandon it again, and the record cannot
+	// tell a repeated abandon from a crash. A retried abandon is 409.
+	rec, err := s.store.Get(ctx, b.Key)
+	if err == nil && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
+		var now time.Time
+		if now, err = s.store.Now(ctx); err == nil && rec.Lapsed(now) {
+			c.attempt = rec.Attempt
+			s.problem(w, c, http.StatusConflict, "lease-lost",
+				"The attempt's lease has already ended (abandoned before, or lapsed); nothing was recorded. The key's policy decides.",
+				map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence, "record_status": rec.Status, "record_fence": rec.Fence})
+			return
+		}
+	}
+	if err != nil && !errors.Is(err, idem.ErrNotFound) {
+		s.storeFailed(w, c, "abandon", err)
+		return
+	}
+	err = s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
 	s.finished(w, r, c, "abandon", "abandoned", b.attemptRef, err, nil)
 }
 

@@ -260,7 +260,8 @@ func TestServeEndpoints(t *testing.T) {
 				t.Fatalf("repeated complete: %s", again)
 			}
 			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("other")}).expect(t, 409, "lease-lost")
-			if ll := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 409, "lease-lost"); ll.str("record_status") != "completed" {
+			if ll := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 409, "lease-lost"); ll.str("record_status") != "completed" ||
+				!strings.Contains(ll.str("detail"), "the record is gone (expired or deleted) or another attempt holds it") {
 				t.Fatalf("lease-lost without the record's status: %s", ll)
 			}
 			done := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 200, "done")
@@ -324,6 +325,8 @@ func TestServeEndpoints(t *testing.T) {
 			// abandon under at_most_once: indeterminate at once.
 			f = c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 200, "acquired").num("fence")
 			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "reason": "timeout after send"}).expect(t, 200, "abandoned")
+			// A repeated abandon is refused: its lease has ended.
+			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "reason": "again"}).expect(t, 409, "lease-lost")
 			ind := c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 409, "indeterminate")
 			if ind.str("reason") != "timeout after send" || ind.num("fence") != f {
 				t.Fatalf("indeterminate after abandon: %s", ind)
