@@ -17,9 +17,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -162,6 +164,20 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("idem serve: shutting down")
+	// A second SIGINT or SIGTERM stops at once: calls under way are cut.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-again:
+			log.Warn("idem serve: second signal: stopping at once, calls under way are cut")
+			_ = hs.Close()
+		case <-stopped:
+		}
+	}()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {

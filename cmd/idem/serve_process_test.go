@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +100,28 @@ func TestServeProcess(t *testing.T) {
 	c.token = "wrong"
 	c.do("GET", "/healthz", "").expect(t, 401, "unauthorized")
 
+	// A call under way (its body never ends) holds up a graceful stop; a
+	// second SIGTERM stops the server at once.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/claim HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer tok-123\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"key\":", addr)
+	time.Sleep(200 * time.Millisecond) // the call is under way
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logged.String(), "idem serve: shutting down") {
+		select {
+		case ln := <-lines:
+			logged.WriteString(ln + "\n")
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no shutdown logged:\n%s", logged.String())
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	second := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +130,9 @@ func TestServeProcess(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("after SIGTERM: %v, want exit 0\n%s", err, logged.String())
+	}
+	if took := time.Since(second); took > 5*time.Second {
+		t.Errorf("a second SIGTERM took %v to stop the server (the graceful stop waits %v)", took, shutdownTimeout)
 	}
 	out := logged.String()
 	for _, want := range []string{"idem serve: stopped", "outcome=takeover", "outcome=indeterminate", "key=receipt:1:7", "remote_addr=127.0.0.1:"} {
