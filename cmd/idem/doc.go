@@ -89,23 +89,31 @@
 //
 // The HTTP API answers JSON; every error is application/problem+json (RFC
 // 9457) whose "type" is this page's URL followed by "#serve-" and the
-// kind, and whose claim outcomes carry "outcome" and the record's numbers
-// as extension members:
+// kind. Claim outcomes (busy, indeterminate, failed, mismatch) and
+// lease-lost carry "outcome" and the record's numbers as extension
+// members; other problems (bad input, auth, store errors) carry no
+// "outcome":
 //
 //	status  kind / outcome        when
-//	200     acquired, takeover    claim: run the operation (fence, attempt, lease_until)
-//	200     done                  claim: completed with the same (or no) fingerprint; result in base64
+//	200     acquired, takeover    claim: run the operation (fence, attempt, attempt_id, lease_until)
+//	200     done                  claim: completed with the same (or no) fingerprint; result in base64 ("" if empty)
 //	409     busy                  claim: another attempt's lease runs; Retry-After, retry_after (s)
 //	409     indeterminate         claim: an at_most_once attempt lapsed; resolve it (idem resolve)
 //	409     failed                claim: failed permanently; reason. Final: no Retry-After
 //	422     mismatch              claim: the key was used with another fingerprint
 //	200     completed, released,  complete, release, fail, abandon, extend under the fence
 //	        failed, abandoned,    (a retried complete, release or fail already recorded
-//	        extended              answers 200 again, "repeated": true)
-//	409     lease-lost            the fence no longer holds the key; nothing recorded
+//	        extended              answers 200 again, "repeated": true, if it sends the
+//	                              claim's attempt_id)
+//	409     lease-lost            the fence no longer holds the key; nothing recorded by
+//	                              this call; record_status and record_fence say what
+//	                              the key holds now (absent when it has no record)
 //	400     invalid-body, invalid-key, invalid-fence, invalid-duration,
 //	        invalid-policy, invalid-reason
 //	401     unauthorized          --token-file given and the bearer token is missing or wrong
+//	403     cross-origin          an Origin header, or Sec-Fetch-Site not none/same-origin
+//	403     host-not-allowed      no --token-file and a Host that is not a loopback name
+//	415     unsupported-media-type  a POST body not sent as application/json
 //	404     not-found             GET /v1/records/KEY of a key without a record; an unknown path
 //	405     method-not-allowed
 //	413     body-too-large        over --max-body
@@ -116,11 +124,31 @@
 // the key's state conflicts with running it, for good. Clients dispatch on
 // "outcome", and a 409 without Retry-After is final.
 //
+// A claim's "attempt_id" (opaque: the record's creation time and the
+// fence) names the attempt for good. Send it with complete, release and
+// fail: a retry whose first try was recorded is then recognised and
+// answered "repeated": true. Without it, or with another attempt's, the
+// retry is 409 lease-lost: fences start again at 1 once a record is
+// deleted or swept, so the fence alone cannot tell the attempt. A repeated
+// abandon is 409 lease-lost (its lease has already ended).
+//
+// Request bodies are one JSON object in valid UTF-8, each field named
+// exactly (case-sensitive) and once, sent as Content-Type:
+// application/json. A web page cannot drive the server: requests with an
+// Origin header or a cross-site Sec-Fetch-Site are refused, and without
+// --token-file the Host must be localhost, 127.0.0.0/8 or [::1] (DNS
+// rebinding). The Authorization scheme is case-insensitive. GET /healthz
+// reads a key that is never claimed: 200 when the store answers a read,
+// else 503.
+//
 // The fingerprint is the request itself as a string; the server stores its
 // sha256 as idem.Fingerprint does, so Go and HTTP workers of one operation
 // agree. Durations are Go durations, or days ("7d"): positive, at most
-// 3650d. A claim's lease defaults to 30s and its retention, like
-// complete's and fail's, to 7d (give complete the claim's retention). The
+// 3650d. A claim's lease, like extend's, defaults to 30s. A retention
+// defaults to 7d and must be at least 1h and, for a claim, longer than
+// the lease: a record must outlive any late write of its attempts. complete
+// and fail do not remember the claim's retention: without "retention"
+// they keep the record 7d (give them the claim's). The
 // owner defaults to "http:" and the client's IP. X-Request-Id (printable
 // ASCII, at most 128 bytes) is echoed, or made, and is the claim's
 // correlation id in the journal and in the log line every call writes.

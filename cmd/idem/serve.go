@@ -46,36 +46,48 @@ PostgreSQL table is created.
                       "lease"? (Go duration, default 30s), "retention"? (default 7d),
                       "fingerprint"? (the request; stored as its sha256, as
                       idem.Fingerprint does)}
-       200 acquired | takeover {fence, attempt, lease_until}   run the operation
-       200 done {result (base64), fence, attempt}               already done
+       200 acquired | takeover {fence, attempt, attempt_id, lease_until}  run it
+       200 done {result (base64, "" if empty), fence, attempt}  already done
        409 busy {retry_after (seconds), lease_until} + Retry-After
        409 indeterminate {fence, attempt, owner, since, reason}  resolve it
        409 failed {reason, fence, attempt}                      failed for good
        422 mismatch {record_status}         the key was used for another request
-  POST /v1/complete  {"key", "fence", "result"? (base64), "retention"?}
-  POST /v1/release   {"key", "fence", "reason"?}
-  POST /v1/fail      {"key", "fence", "reason", "retention"?}
+  POST /v1/complete  {"key", "fence", "attempt_id"?, "result"? (base64),
+                      "retention"? (default 7d, not the claim's)}
+  POST /v1/release   {"key", "fence", "attempt_id"?, "reason"?}
+  POST /v1/fail      {"key", "fence", "attempt_id"?, "reason", "retention"?}
   POST /v1/abandon   {"key", "fence", "reason"?}   end the lease, no outcome
-  POST /v1/extend    {"key", "fence", "lease"?}    200 {lease_until}
+  POST /v1/extend    {"key", "fence", "lease"? (default 30s)}  200 {lease_until}
        200 {outcome: completed | released | failed | abandoned | extended}
        409 lease-lost: the fence no longer holds the key; nothing recorded
+           by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
-  GET  /healthz          200 when the store answers, else 503
+  GET  /healthz          200 when the store answers a read, else 503
 
 A retried complete, release or fail whose first try was recorded is
-answered 200 again (same fence, same status and result or reason).
-Every error is application/problem+json (type, title, status, detail). A
-store failure is 503 with Retry-After: nothing is known, retry the call.
-Bad input is 400 (invalid-body, invalid-key, invalid-fence,
-invalid-duration, invalid-policy, invalid-reason), a body over --max-body
-413. X-Request-Id is echoed (or made) and recorded as the claim's
-correlation id. One log line per call goes to stderr.
+answered 200 again, "repeated": true, when it sends the claim's attempt_id
+(and the same status and result or reason); else it is 409 lease-lost.
+Fences start again at 1 once a record is deleted or swept: the fence
+alone does not name an attempt. A repeated abandon is 409 lease-lost.
+A retention is at least 1h and, for a claim, longer than the lease.
+Every error is application/problem+json (type, title, status, detail);
+claim outcomes and lease-lost also carry "outcome". A store failure is
+503 with Retry-After: nothing is known, retry the call. Bad input is 400
+(invalid-body, invalid-key, invalid-fence, invalid-duration,
+invalid-policy, invalid-reason), a body over --max-body 413. A body is
+one JSON object, valid UTF-8, each field named exactly once.
+X-Request-Id is echoed (or made) and recorded as the claim's correlation
+id. One log line per call goes to stderr.
 
-Without --token-file the server listens on a loopback address only. With
-it every request, /healthz included, needs "Authorization: Bearer TOKEN"
-(the file's content, surrounding white space trimmed), else 401.
-SIGINT or SIGTERM stops it gracefully (calls under way finish, 10s at
-most); it then exits 0.`,
+POST bodies must be Content-Type: application/json (else 415). A request
+with an Origin header or a Sec-Fetch-Site other than none or same-origin
+is refused 403 (cross-origin). Without --token-file the server listens on
+a loopback address only and answers only a loopback Host (localhost,
+127.0.0.0/8, [::1]), else 403 (host-not-allowed). With it every request,
+/healthz included, needs "Authorization: Bearer TOKEN" (the file's
+content, surrounding white space trimmed; the scheme in any case), else
+401. SIGINT or SIGTERM stops it gracefully (calls under way finish, 10s
+at most; a second signal stops it at once); it then exits 0.`,
 	exits: `  0  stopped by SIGINT or SIGTERM
   1  the store could not be opened, or the server failed
   2  usage error (a non-loopback --listen without --token-file)`,
