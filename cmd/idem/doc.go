@@ -132,8 +132,10 @@
 // deleted or swept, so the fence alone cannot tell the attempt. A repeated
 // abandon is 409 lease-lost (its lease has already ended).
 //
-// Request bodies are one JSON object in valid UTF-8, each field named
-// exactly (case-sensitive) and once, sent as Content-Type:
+// Request bodies are one JSON object in valid UTF-8 without an unpaired
+// UTF-16 surrogate escape (a lone \uD800-\uDFFF decodes as U+FFFD, so two
+// keys would be one), each field named exactly (case-sensitive) and once,
+// sent as Content-Type:
 // application/json. A web page cannot drive the server: requests with an
 // Origin header or a cross-site Sec-Fetch-Site are refused, and without
 // --token-file the Host must be localhost, 127.0.0.0/8 or [::1] (DNS

@@ -75,7 +75,9 @@ claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
 (invalid-body, invalid-key, invalid-fence, invalid-duration,
 invalid-policy, invalid-reason), a body over --max-body 413. A body is
-one JSON object, valid UTF-8, each field named exactly once.
+one JSON object, valid UTF-8 with no unpaired surrogate escape (a lone
+\uD800-\uDFFF, which JSON decoders turn into U+FFFD), each field named
+exactly once.
 X-Request-Id is echoed (or made) and recorded as the claim's correlation
 id. One log line per call goes to stderr.
 
@@ -527,6 +529,9 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) 
 		err = errors.New("the body is not valid UTF-8")
 	}
 	if err == nil {
+		err = loneSurrogate(body)
+	}
+	if err == nil {
 		err = exactFields(body, v)
 	}
 	if err == nil {
@@ -550,6 +555,42 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) 
 	}
 	s.problem(w, c, http.StatusBadRequest, "invalid-body", err.Error(), nil)
 	return false
+}
+
+// loneSurrogate refuses a \u escape of a UTF-16 surrogate that is not
+// half of a pair: a high one (\uD800-\uDBFF) not followed at once by an
+// escaped low one (\uDC00-\uDFFF), or a low one not preceded by a high
+// one. encoding/json turns each into U+FFFD, so "a\udc80" and "a\udcff"
+// would be one key (and one fingerprint). A backslash can only stand in a
+// string in valid JSON; any other escape is skipped by its one character.
+func loneSurrogate(body []byte) error {
+	escape := func(i int) (rune, bool) { // the \uXXXX at body[i:], if any
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		r, ok := escape(i)
+		switch {
+		case !ok:
+			i++ // another escape: skip its character
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := escape(i + 6); !ok || lo < 0xdc00 || lo > 0xdfff {
+				return errors.New("the body has an unpaired UTF-16 surrogate escape: encoding/json would decode it as U+FFFD, making different strings one")
+			}
+			i += 11
+		case r >= 0xdc00 && r <= 0xdfff:
+			return errors.New("the body has an unpaired UTF-16 surrogate escape: encoding/json would decode it as U+FFFD, making different strings one")
+		default:
+			i += 5
+		}
+	}
+	return nil
 }
 
 // exactFields checks the names of the top-level object in body against

@@ -427,6 +427,17 @@ func TestServeBadInput(t *testing.T) {
 		// Not UTF-8: encoding/json would turn both keys into "op:\ufffdt\ufffd".
 		{"/v1/claim", "{\"key\":\"op:\xe9t\xe9\"}", 400, "invalid-body"},
 		{"/v1/claim", "{\"key\":\"k\",\"fingerprint\":\"\xff\"}", 400, "invalid-body"},
+		// A lone surrogate escape: encoding/json would turn "a\udc80" and
+		// "a\udcff" into one key "a\ufffd".
+		{"/v1/claim", `{"key":"a\udc80"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a\udcff"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a\ud800"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a\uD800b"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a\ud800\u0041"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"a\ude00\ud83d"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k","fingerprint":"x\udc80"}`, 400, "invalid-body"},
+		{"/v1/claim", `{"key":"k","fingerprint":"\\\ud800"}`, 400, "invalid-body"},
+		{"/v1/complete", `{"key":"k","fence":1,"attempt_id":"\udfff"}`, 400, "invalid-body"},
 		// Names are exact and once: encoding/json would take "KEY" for
 		// "key", and the last of two.
 		{"/v1/claim", `{"KEY":"k"}`, 400, "invalid-body"},
@@ -449,6 +460,17 @@ func TestServeBadInput(t *testing.T) {
 	c.do("GET", "/v1/records/"+url.PathEscape(long), "").expect(t, 400, "invalid-key")
 	if recs, err := s.List(context.Background(), idem.ListQuery{}); err != nil || len(recs) != 0 {
 		t.Fatalf("bad requests wrote records: %v %v", recs, err)
+	}
+	// A surrogate pair, U+FFFD and an escaped backslash before "ud800" are
+	// fine; the pair is the key's character.
+	for _, body := range []string{`{"key":"smile:\ud83d\ude00"}`, `{"key":"repl:\ufffd"}`, `{"key":"bs:\\ud800","fingerprint":"\uD83D\uDE00 \"\\u"}`} {
+		c.do("POST", "/v1/claim", body).expect(t, 200, "acquired")
+	}
+	if _, err := s.Get(context.Background(), "smile:\U0001F600"); err != nil {
+		t.Fatalf("the pair was not decoded as U+1F600: %v", err)
+	}
+	if _, err := s.Get(context.Background(), `bs:\ud800`); err != nil {
+		t.Fatalf("an escaped backslash: %v", err)
 	}
 	// A key with a slash, percent and spaces is read back by its escaped path.
 	odd := "http:POST /orders?id=1 %41"
