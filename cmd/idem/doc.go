@@ -146,9 +146,11 @@
 // The fingerprint is the request itself as a string; the server stores its
 // sha256 as idem.Fingerprint does, so Go and HTTP workers of one operation
 // agree. Durations are Go durations, or days ("7d"): positive, at most
-// 3650d. A claim's lease, like extend's, defaults to 30s. A retention
-// defaults to 7d and must be at least 1h and, for a claim, longer than
-// the lease: a record must outlive any late write of its attempts. complete
+// 3650d. A claim's lease, like extend's, defaults to 30s and is at least
+// 1s. A retention defaults to 7d and must be at least 1h and, for a claim,
+// at least the lease plus 1h: a record must outlive any late write of its
+// attempts (fences start again at 1 once it is gone), so an attempt's
+// lease ends at least 1h before its record may be swept. complete
 // and fail do not remember the claim's retention: without "retention"
 // they keep the record 7d (give them the claim's). The
 // owner defaults to "http:" and the client's IP. X-Request-Id (printable

@@ -69,7 +69,8 @@ answered 200 again, "repeated": true, when it sends the claim's attempt_id
 (and the same status and result or reason); else it is 409 lease-lost.
 Fences start again at 1 once a record is deleted or swept: the fence
 alone does not name an attempt. A repeated abandon is 409 lease-lost.
-A retention is at least 1h and, for a claim, longer than the lease.
+A lease is at least 1s. A retention is at least 1h and, for a claim, at
+least the lease plus 1h: a record must outlive its attempts' late writes.
 Every error is application/problem+json (type, title, status, detail);
 claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
@@ -107,6 +108,9 @@ const (
 	// record must outlive any late write of its attempts, since fences
 	// start again at 1 once it is gone.
 	minRetention = time.Hour
+	// minLease is the shortest lease a request may ask for: a shorter one
+	// lapses before a worker can act on it.
+	minLease = time.Second
 	// storeRetryAfter is the Retry-After of a 503.
 	storeRetryAfter = time.Second
 	// finishWriteTimeout bounds a write that ends an attempt, which runs to
@@ -668,19 +672,48 @@ func (s *server) duration(w http.ResponseWriter, c *call, field, v string, def t
 	return d, true
 }
 
-// retention parses an optional retention ("" is the default): at least
-// minRetention and longer than lease. A record kept for less could be
-// swept while a late holder still writes: a new claim would get fence 1
-// again, and the old holder's write under fence 1 would land on it.
-func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.Duration) (time.Duration, bool) {
-	d, ok := s.duration(w, c, "retention", v, s.ledger.Retention())
-	if ok && (d < minRetention || d <= lease) {
-		s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
-			"retention: %q must be at least %v and longer than the lease: a record must outlive any late write of its attempts, and fences start again at 1 once it is gone",
-			v, minRetention), nil)
+// lease parses an optional lease ("" is the default): at least minLease.
+func (s *server) lease(w http.ResponseWriter, c *call, v string) (time.Duration, bool) {
+	d, ok := s.duration(w, c, "lease", v, s.ledger.Lease())
+	if ok && d < minLease {
+		s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf("lease: %q must be at least %v", v, minLease), nil)
 		return 0, false
 	}
 	return d, ok
+}
+
+// retention parses an optional retention ("" is the default): at least
+// minRetention more than lease (0 for complete and fail, whose attempt
+// has ended). A record kept for less could be swept while a late holder
+// still writes: a new claim would get fence 1 again, and the old holder's
+// write under fence 1 would land on it. A claim's record expires
+// retention after the claim, so its lease ends at least minRetention
+// before, as extend keeps it.
+func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.Duration) (time.Duration, bool) {
+	d, ok := s.duration(w, c, "retention", v, s.ledger.Retention())
+	if ok && d < lease+minRetention {
+		given := strconv.Quote(v)
+		if v == "" {
+			given = "the default " + days(d)
+		}
+		want := fmt.Sprintf("at least %v", minRetention)
+		if lease > 0 {
+			want = fmt.Sprintf("at least the lease (%v) plus %v", lease, minRetention)
+		}
+		s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
+			"retention: %s must be %s: a record must outlive any late write of its attempts, and fences start again at 1 once it is gone",
+			given, want), nil)
+		return 0, false
+	}
+	return d, ok
+}
+
+// days formats d as a request may write it: "7d" for whole days.
+func days(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
 }
 
 func stamp3339(t time.Time) string {
@@ -730,7 +763,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		policy = p
 	}
-	lease, ok := s.duration(w, c, "lease", b.Lease, s.ledger.Lease())
+	lease, ok := s.lease(w, c, b.Lease)
 	if !ok {
 		return
 	}
@@ -1005,7 +1038,7 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
 		return
 	}
-	lease, ok := s.duration(w, c, "lease", b.Lease, s.ledger.Lease())
+	lease, ok := s.lease(w, c, b.Lease)
 	if !ok {
 		return
 	}

@@ -407,6 +407,14 @@ func TestServeBadInput(t *testing.T) {
 		{"/v1/claim", `{"key":"k","retention":"1s"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"k","retention":"59m"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"k","lease":"2h","retention":"2h"}`, 400, "invalid-duration"},
+		// The lease ends at least 1h before the record may be swept.
+		{"/v1/claim", `{"key":"k","lease":"2h","retention":"2h59m"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"30m","retention":"1h"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"7d"}`, 400, "invalid-duration"},
+		// A lease is at least 1s.
+		{"/v1/claim", `{"key":"k","lease":"999ms"}`, 400, "invalid-duration"},
+		{"/v1/claim", `{"key":"k","lease":"1ns"}`, 400, "invalid-duration"},
+		{"/v1/extend", `{"key":"k","fence":1,"lease":"500ms"}`, 400, "invalid-duration"},
 		{"/v1/complete", `{"key":"k","fence":1,"retention":"1s"}`, 400, "invalid-duration"},
 		{"/v1/fail", `{"key":"k","fence":1,"reason":"x","retention":"30m"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"` + strings.Repeat("x", 5000) + `"}`, 413, "body-too-large"},
@@ -472,6 +480,12 @@ func TestServeBadInput(t *testing.T) {
 	if _, err := s.Get(context.Background(), `bs:\ud800`); err != nil {
 		t.Fatalf("an escaped backslash: %v", err)
 	}
+	// A default retention too short for the lease is named by its value.
+	if p := c.post("/v1/claim", obj{"key": "k", "lease": "7d"}).expect(t, 400, "invalid-duration"); !strings.Contains(p.str("detail"), "the default 7d") {
+		t.Errorf("detail does not name the default: %s", p)
+	}
+	c.post("/v1/claim", obj{"key": "edge:1", "lease": "1s", "retention": "1h0m1s"}).expect(t, 200, "acquired")
+	c.post("/v1/claim", obj{"key": "edge:2", "lease": "1h", "retention": "2h"}).expect(t, 200, "acquired")
 	// A key with a slash, percent and spaces is read back by its escaped path.
 	odd := "http:POST /orders?id=1 %41"
 	c.post("/v1/claim", obj{"key": odd}).expect(t, 200, "acquired")
