@@ -125,9 +125,15 @@
 // "outcome", and a 409 without Retry-After is final.
 //
 // A claim's "attempt_id" (opaque: the record's creation time and the
-// fence) names the attempt for good. Send it with complete, release and
-// fail: a retry whose first try was recorded is then recognised and
-// answered "repeated": true. Without it, or with another attempt's, the
+// fence) names the attempt for good; clients should always send it with
+// complete, release, fail, abandon and extend. A call that carries it
+// reads the record just before writing and is 409 lease-lost unless the
+// record's attempt is that one: a late writer of a record's earlier life
+// (deleted or swept, then claimed anew at fence 1) cannot end the new
+// life's attempt. The read is not atomic with the write; it closes the
+// delete and sweep case, whose window is the 1h retention floor. A retry
+// of complete, release or fail whose first try was recorded is recognised
+// and answered "repeated": true. Without it, or with another attempt's, the
 // retry is 409 lease-lost: fences start again at 1 once a record is
 // deleted or swept, so the fence alone cannot tell the attempt. A repeated
 // abandon is 409 lease-lost (its lease has already ended).

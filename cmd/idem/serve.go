@@ -56,19 +56,25 @@ PostgreSQL table is created.
                       "retention"? (default 7d, not the claim's)}
   POST /v1/release   {"key", "fence", "attempt_id"?, "reason"?}
   POST /v1/fail      {"key", "fence", "attempt_id"?, "reason", "retention"?}
-  POST /v1/abandon   {"key", "fence", "reason"?}   end the lease, no outcome
-  POST /v1/extend    {"key", "fence", "lease"? (default 30s)}  200 {lease_until}
+  POST /v1/abandon   {"key", "fence", "attempt_id"?, "reason"?}  end the lease
+  POST /v1/extend    {"key", "fence", "attempt_id"?, "lease"? (default 30s)}
+                     200 {lease_until}
        200 {outcome: completed | released | failed | abandoned | extended}
        409 lease-lost: the fence no longer holds the key; nothing recorded
            by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
   GET  /healthz          200 when the store answers a read, else 503
 
-A retried complete, release or fail whose first try was recorded is
-answered 200 again, "repeated": true, when it sends the claim's attempt_id
-(and the same status and result or reason); else it is 409 lease-lost.
-Fences start again at 1 once a record is deleted or swept: the fence
-alone does not name an attempt. A repeated abandon is 409 lease-lost.
+Always send the claim's attempt_id. Fences start again at 1 once a record
+is deleted or swept: the fence alone does not name an attempt. A call
+that carries attempt_id reads the record first and is 409 lease-lost
+unless the record's attempt is that one, so a late writer of a record's
+earlier life cannot end the next life's attempt (the read is just before
+the write, not atomic with it: it closes the delete and sweep case, which
+the 1h retention floor keeps far apart). A retried complete, release or
+fail whose first try was recorded is answered 200 again, "repeated":
+true, when it sends the attempt_id (and the same status and result or
+reason); else it is 409 lease-lost. A repeated abandon is 409 lease-lost.
 A lease is at least 1s. A retention is at least 1h and, for a claim, at
 least the lease plus 1h: a record must outlive its attempts' late writes.
 Every error is application/problem+json (type, title, status, detail);
@@ -945,12 +951,42 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 			// What the key holds now, for the client to look at.
 			members["record_status"], members["record_fence"] = rec.Status, rec.Fence
 		}
-		s.problem(w, c, http.StatusConflict, "lease-lost",
-			"The fence no longer holds the key: the record is gone (expired or deleted) or another attempt holds it (taken over, resolved, finished); nothing was recorded by this call.",
-			members)
+		s.problem(w, c, http.StatusConflict, "lease-lost", leaseLostDetail, members)
 		return
 	}
 	s.storeFailed(w, c, op, err)
+}
+
+const leaseLostDetail = "The fence no longer holds the key: the record is gone (expired or deleted) or another attempt holds it (taken over, resolved, finished); nothing was recorded by this call."
+
+// readAttempt reads the key's record before a call on an attempt writes
+// to it. When the call names its attempt by attempt_id, the call is
+// refused 409 lease-lost (ok false) unless the record's attempt is that
+// one: the store writes on the fence alone, and fences start again at 1
+// once a record is deleted or swept, so a late writer of an earlier life
+// would otherwise end this life's attempt. The read is not atomic with the
+// write that follows; it closes the delete and sweep case, whose window
+// is the retention floor (1h). found is false when the key has no record;
+// ok false means the call has been answered.
+func (s *server) readAttempt(ctx context.Context, w http.ResponseWriter, c *call, b attemptRef) (rec idem.Record, found, ok bool) {
+	rec, err := s.store.Get(ctx, b.Key)
+	if err != nil && !errors.Is(err, idem.ErrNotFound) {
+		s.storeFailed(w, c, "get", err)
+		return rec, false, false
+	}
+	found = err == nil
+	if b.AttemptID == "" || (found && attemptID(&rec) == b.AttemptID) {
+		return rec, found, true
+	}
+	members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID}
+	if found {
+		members["record_status"], members["record_fence"] = rec.Status, rec.Fence
+	}
+	c.extra = append(c.extra, slog.String("attempt_id", b.AttemptID))
+	s.problem(w, c, http.StatusConflict, "lease-lost",
+		"The attempt_id no longer names the key's attempt: the record is gone or was made again since (deleted or swept, then claimed anew), or another attempt holds it; nothing was recorded by this call.",
+		members)
+	return rec, found, false
 }
 
 func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
@@ -964,6 +1000,11 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ctx, cancel := finishCtx(r)
 	defer cancel()
+	if b.AttemptID != "" {
+		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
+			return
+		}
+	}
 	err := s.store.Complete(ctx, b.Key, b.Fence, b.Result, retention)
 	s.finished(w, r, c, "complete", "completed", b.attemptRef, err, func(rec *idem.Record) bool {
 		return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
@@ -977,6 +1018,11 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ctx, cancel := finishCtx(r)
 	defer cancel()
+	if b.AttemptID != "" {
+		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
+			return
+		}
+	}
 	err := s.store.Release(ctx, b.Key, b.Fence, b.Reason)
 	s.finished(w, r, c, "release", "released", b.attemptRef, err, func(rec *idem.Record) bool {
 		return rec.Status == idem.StatusReleased && rec.Reason == b.Reason
@@ -998,6 +1044,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	ctx, cancel := finishCtx(r)
 	defer cancel()
+	if b.AttemptID != "" {
+		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
+			return
+		}
+	}
 	err := s.store.Fail(ctx, b.Key, b.Fence, b.Reason, retention)
 	s.finished(w, r, c, "fail", "failed", b.attemptRef, err, func(rec *idem.Record) bool {
 		return rec.Status == idem.StatusFailed && rec.Reason == b.Reason
@@ -1014,10 +1065,17 @@ func (s *server) abandon(w http.ResponseWriter, r *http.Request, c *call) {
 	// An attempt whose lease has ended (abandoned already, or lapsed) is
 	// refused: the store would abandon it again, and the record cannot
 	// tell a repeated abandon from a crash. A retried abandon is 409.
-	rec, err := s.store.Get(ctx, b.Key)
-	if err == nil && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
-		var now time.Time
-		if now, err = s.store.Now(ctx); err == nil && rec.Lapsed(now) {
+	rec, found, ok := s.readAttempt(ctx, w, c, b.attemptRef)
+	if !ok {
+		return
+	}
+	if found && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
+		now, err := s.store.Now(ctx)
+		if err != nil {
+			s.storeFailed(w, c, "now", err)
+			return
+		}
+		if rec.Lapsed(now) {
 			c.attempt = rec.Attempt
 			s.problem(w, c, http.StatusConflict, "lease-lost",
 				"The attempt's lease has already ended (abandoned before, or lapsed); nothing was recorded. The key's policy decides.",
@@ -1025,11 +1083,7 @@ func (s *server) abandon(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 	}
-	if err != nil && !errors.Is(err, idem.ErrNotFound) {
-		s.storeFailed(w, c, "abandon", err)
-		return
-	}
-	err = s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
+	err := s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
 	s.finished(w, r, c, "abandon", "abandoned", b.attemptRef, err, nil)
 }
 
@@ -1041,6 +1095,11 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 	lease, ok := s.lease(w, c, b.Lease)
 	if !ok {
 		return
+	}
+	if b.AttemptID != "" {
+		if _, _, ok := s.readAttempt(r.Context(), w, c, b.attemptRef); !ok {
+			return
+		}
 	}
 	until, err := s.store.Extend(r.Context(), b.Key, b.Fence, lease)
 	if err == nil {

@@ -958,3 +958,70 @@ func TestServeHealthReads(t *testing.T) {
 	fs.set("get", &idem.CorruptError{Key: "idem-serve:healthz", Detail: "x"})
 	c.do("GET", "/healthz", "").expect(t, 503, "store-unavailable")
 }
+
+// TestServeLateWriterNextLife: a late writer of a record's earlier life
+// (deleted or swept, then claimed anew at fence 1 again) that sends its
+// attempt_id is refused 409 lease-lost by complete, release, fail, abandon
+// and extend: it does not end or touch the new life's attempt.
+func TestServeLateWriterNextLife(t *testing.T) {
+	for _, b := range serveBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s, advance := b.open(t)
+			c, _ := newServeTest(t, s, "", false)
+			ctx := context.Background()
+			old := c.post("/v1/claim", obj{"key": "late:1", "policy": "at_most_once"}).expect(t, 200, "acquired").str("attempt_id")
+			if err := s.Delete(ctx, "late:1"); err != nil { // as a sweep
+				t.Fatal(err)
+			}
+			calls := []struct {
+				path string
+				body obj
+			}{
+				{"/v1/complete", obj{"result": b64("late")}},
+				{"/v1/release", obj{"reason": "late"}},
+				{"/v1/fail", obj{"reason": "late"}},
+				{"/v1/abandon", obj{"reason": "late"}},
+				{"/v1/extend", obj{"lease": "1m"}},
+			}
+			send := func(path string, body obj, id string) answer {
+				m := obj{"key": "late:1", "fence": 1, "attempt_id": id}
+				for k, v := range body {
+					m[k] = v
+				}
+				return c.post(path, m)
+			}
+			// No record at all: refused, no record_status.
+			for _, call := range calls {
+				if ll := send(call.path, call.body, old).expect(t, 409, "lease-lost"); ll.body["record_status"] != nil {
+					t.Fatalf("%s: %s", call.path, ll)
+				}
+			}
+			advance(time.Millisecond)
+			cur := c.post("/v1/claim", obj{"key": "late:1", "policy": "at_most_once"}).expect(t, 200, "acquired")
+			if cur.num("fence") != 1 {
+				t.Fatalf("second life: %s", cur)
+			}
+			before, err := s.Get(ctx, "late:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, call := range calls {
+				ll := send(call.path, call.body, old).expect(t, 409, "lease-lost")
+				if ll.str("record_status") != "in_progress" || ll.num("record_fence") != 1 {
+					t.Fatalf("%s: %s", call.path, ll)
+				}
+				rec, err := s.Get(ctx, "late:1")
+				if err != nil || rec.Status != idem.StatusInProgress || !rec.LeaseUntil.Equal(before.LeaseUntil) || rec.Reason != "" {
+					t.Fatalf("a late %s of the first life wrote to the second: %+v %v", call.path, rec, err)
+				}
+			}
+			// The second life's own calls go through.
+			send("/v1/extend", obj{"lease": "1m"}, cur.str("attempt_id")).expect(t, 200, "extended")
+			send("/v1/complete", obj{"result": b64("ok")}, cur.str("attempt_id")).expect(t, 200, "completed")
+			if rep := send("/v1/complete", obj{"result": b64("ok")}, cur.str("attempt_id")).expect(t, 200, "completed"); rep.body["repeated"] != true {
+				t.Fatalf("retried complete: %s", rep)
+			}
+		})
+	}
+}
