@@ -156,7 +156,13 @@
 // 1s. A retention defaults to 7d and must be at least 1h and, for a claim,
 // at least the lease plus 1h: a record must outlive any late write of its
 // attempts (fences start again at 1 once it is gone), so an attempt's
-// lease ends at least 1h before its record may be swept. complete
+// lease ends at least 1h before its record may be swept. extend keeps the
+// same rule, by the store's clock: a lease that would end less than 1h
+// before the record's retention is 400 invalid-duration (the stores would
+// push the record's expiry out to the lease's end, so after a crash an
+// at_most_once key would be claimed afresh instead of answered
+// indeterminate); claim long work with a retention longer than the work
+// plus 1h. complete
 // and fail do not remember the claim's retention: without "retention"
 // they keep the record 7d (give them the claim's). The
 // owner defaults to "http:" and the client's IP. X-Request-Id (printable

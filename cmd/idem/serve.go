@@ -77,6 +77,12 @@ true, when it sends the attempt_id (and the same status and result or
 reason); else it is 409 lease-lost. A repeated abandon is 409 lease-lost.
 A lease is at least 1s. A retention is at least 1h and, for a claim, at
 least the lease plus 1h: a record must outlive its attempts' late writes.
+For the same reason extend reads the record and refuses (400
+invalid-duration) a lease that would end less than 1h before the
+record's retention: the lease would run the record's expiry out with it,
+and after a crash an at_most_once key would be claimed afresh instead of
+answered indeterminate. For long work, claim with a retention longer
+than the work plus 1h.
 Every error is application/problem+json (type, title, status, detail);
 claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
@@ -1096,8 +1102,26 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	if b.AttemptID != "" {
-		if _, _, ok := s.readAttempt(r.Context(), w, c, b.attemptRef); !ok {
+	// The record is read first: for attempt_id, and because the stores
+	// push a record's expiry out to the new lease's end. A lease that ran
+	// to the record's retention would let the record expire as it lapses
+	// after a crash: an at_most_once key would then be claimed afresh, not
+	// answered indeterminate, and its fences would start again at 1.
+	rec, found, ok := s.readAttempt(r.Context(), w, c, b.attemptRef)
+	if !ok {
+		return
+	}
+	if found && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
+		c.attempt = rec.Attempt
+		now, err := s.store.Now(r.Context())
+		if err != nil {
+			s.storeFailed(w, c, "now", err)
+			return
+		}
+		if limit := rec.ExpiresAt.Add(-minRetention); now.Add(lease).After(limit) {
+			s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
+				"lease: %v would end less than %v before the record's retention ends (%s): an attempt's lease must end well before its record may be swept, or after a crash the key is claimed afresh with its fences started again. Extend by at most %v, or claim with a retention longer than the work plus %v.",
+				lease, minRetention, stamp3339(rec.ExpiresAt), max(limit.Sub(now), 0).Truncate(time.Second), minRetention), nil)
 			return
 		}
 	}

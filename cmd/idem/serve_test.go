@@ -631,12 +631,12 @@ func TestServeLogs(t *testing.T) {
 		t.Errorf("%d log lines for one call:\n%s", n, line)
 	}
 
-	// A call on an attempt does not log an attempt number it does not
-	// know; reading a record logs "record", with the record's status.
+	// extend reads the record first, and logs its attempt number; reading
+	// a record logs "record", with the record's status.
 	c.post("/v1/extend", obj{"key": "receipt:8891:7", "fence": 1}).expect(t, 200, "extended")
 	c.do("GET", "/v1/records/receipt:8891:7", "").expect(t, 200, "")
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	if ext := lines[1]; !strings.Contains(ext, "outcome=extended") || !strings.Contains(ext, "fence=1") || strings.Contains(ext, "attempt=") {
+	if ext := lines[1]; !strings.Contains(ext, "outcome=extended") || !strings.Contains(ext, "fence=1") || !strings.Contains(ext, "attempt=1") {
 		t.Errorf("extend's line: %s", ext)
 	}
 	if get := lines[2]; !strings.Contains(get, `msg="idem serve record"`) || !strings.Contains(get, "record_status=in_progress") {
@@ -1022,6 +1022,42 @@ func TestServeLateWriterNextLife(t *testing.T) {
 			if rep := send("/v1/complete", obj{"result": b64("ok")}, cur.str("attempt_id")).expect(t, 200, "completed"); rep.body["repeated"] != true {
 				t.Fatalf("retried complete: %s", rep)
 			}
+		})
+	}
+}
+
+// TestServeExtendWithinRetention: extend refuses a lease that would end
+// less than 1h before the record's retention: the stores push the expiry
+// out to the lease's end, so after a crash an at_most_once key would be
+// claimed afresh (not indeterminate) once its lease lapsed.
+func TestServeExtendWithinRetention(t *testing.T) {
+	for _, b := range serveBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := b.open(t)
+			c, _ := newServeTest(t, s, "", false)
+			ctx := context.Background()
+			a := c.post("/v1/claim", obj{"key": "ext:1", "policy": "at_most_once", "lease": "1m", "retention": "2h"}).expect(t, 200, "acquired")
+			before, err := s.Get(ctx, "ext:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, lease := range []string{"61m", "3h", "3650d"} {
+				p := c.post("/v1/extend", obj{"key": "ext:1", "fence": 1, "attempt_id": a.str("attempt_id"), "lease": lease}).expect(t, 400, "invalid-duration")
+				if !strings.Contains(p.str("detail"), "retention") {
+					t.Errorf("detail: %s", p)
+				}
+				if rec, err := s.Get(ctx, "ext:1"); err != nil || !rec.LeaseUntil.Equal(before.LeaseUntil) || !rec.ExpiresAt.Equal(before.ExpiresAt) {
+					t.Fatalf("a refused extend of %s wrote: %+v %v", lease, rec, err)
+				}
+			}
+			c.post("/v1/extend", obj{"key": "ext:1", "fence": 1, "lease": "59m"}).expect(t, 200, "extended")
+			rec, err := s.Get(ctx, "ext:1")
+			if err != nil || rec.ExpiresAt.Sub(rec.LeaseUntil) < time.Hour {
+				t.Fatalf("after extend: lease until %v, expires %v (%v)", rec.LeaseUntil, rec.ExpiresAt, err)
+			}
+			// Another attempt's fence is left to the store: lease-lost.
+			c.post("/v1/extend", obj{"key": "ext:1", "fence": 2, "lease": "3h"}).expect(t, 409, "lease-lost")
 		})
 	}
 }
