@@ -64,7 +64,9 @@
 //	                     --token-file PATH (Authorization: Bearer), --max-body
 //	                     BYTES (default 1 MiB), --hash-keys. It opens the store
 //	                     as a worker does (creating it if missing). Stops on
-//	                     SIGINT/SIGTERM with exit 0.
+//	                     SIGINT/SIGTERM with exit 0 (a second signal cuts
+//	                     calls under way; handlers still in the store are
+//	                     waited for, 15s at most, before it is closed).
 //	demo                 the receipts worker with redeliveries, two consumers
 //	                     and a crash between send and record, on a temporary
 //	                     SQLite store (or on --store, creating a PostgreSQL

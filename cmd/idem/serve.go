@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -102,7 +103,10 @@ a loopback address only and answers only a loopback Host (localhost,
 /healthz included, needs "Authorization: Bearer TOKEN" (the file's
 content, surrounding white space trimmed; the scheme in any case), else
 401. SIGINT or SIGTERM stops it gracefully (calls under way finish, 10s
-at most; a second signal stops it at once); it then exits 0.`,
+at most; a second signal cuts their connections at once); it then waits
+for handlers still in the store (15s at most: a claim cut short is
+undone, a write that ends an attempt runs to its end), closes the store
+and exits 0.`,
 	exits: `  0  stopped by SIGINT or SIGTERM
   1  the store could not be opened, or the server failed
   2  usage error (a non-loopback --listen without --token-file)`,
@@ -128,6 +132,10 @@ const (
 	// finishWriteTimeout bounds a write that ends an attempt, which runs to
 	// its end even when the client leaves.
 	finishWriteTimeout = 10 * time.Second
+	// drainTimeout bounds the wait, once the server has stopped, for the
+	// handlers still under way: a claim and its undo, or a write that ends
+	// an attempt, each within finishWriteTimeout.
+	drainTimeout = finishWriteTimeout + 5*time.Second
 	// healthKey is the key /healthz reads: none is ever claimed under it.
 	healthKey = "idem-serve:healthz"
 	// problemBase begins the "type" of every problem document.
@@ -186,6 +194,19 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	}
 	log.Info("idem serve: listening", slog.String("addr", ln.Addr().String()),
 		slog.String("store", storeurl.Redact(a.storeURL)), slog.Bool("auth", token != nil))
+	return serveUntil(ctx, hs, ln, srv, log, func() (<-chan os.Signal, func()) {
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		return again, func() { signal.Stop(again) }
+	})
+}
+
+// serveUntil serves hs on ln until it fails or ctx ends, then stops it
+// gracefully; a signal on the channel notify returns (called once ctx has
+// ended) stops it at once. Either way it returns only once srv's handlers
+// have returned (or drainTimeout has passed): the store is closed after it
+// returns, and a handler still inside a claim must be able to undo it.
+func serveUntil(ctx context.Context, hs *http.Server, ln net.Listener, srv *server, log *slog.Logger, notify func() (<-chan os.Signal, func())) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -195,9 +216,8 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	}
 	log.Info("idem serve: shutting down")
 	// A second SIGINT or SIGTERM stops at once: calls under way are cut.
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(again)
+	again, stop := notify()
+	defer stop()
 	stopped := make(chan struct{})
 	defer close(stopped)
 	go func() {
@@ -214,11 +234,63 @@ func runServe(ctx context.Context, a *app, args []string) error {
 		log.Warn("idem serve: calls still under way at the deadline were cut", slog.Any("error", err))
 		_ = hs.Close()
 	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err := <-served
+	// Shutdown waits for calls under way, but Close does not: a handler
+	// may still be in the store (a claim it must undo, a write that ends
+	// an attempt, each bounded by finishWriteTimeout).
+	if !srv.inflight.wait(drainTimeout) {
+		log.Warn("idem serve: calls still under way were left to the store's closing", slog.Duration("waited", drainTimeout))
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	log.Info("idem serve: stopped")
 	return nil
+}
+
+// calls counts the handlers under way.
+type calls struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil when nobody waits
+}
+
+func (c *calls) begin() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *calls) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// wait waits for no call to be under way, at most d; it reports whether
+// none is.
+func (c *calls) wait(d time.Duration) bool {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return true
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // loopbackOnly refuses an address that is not on a loopback interface:
@@ -247,6 +319,7 @@ type server struct {
 	auth     bool
 	maxBody  int64
 	hashKeys bool
+	inflight calls
 }
 
 func newServer(s idem.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
@@ -273,6 +346,8 @@ type call struct {
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.begin()
+	defer s.inflight.end()
 	start := time.Now()
 	c := &call{id: requestID(r)}
 	w.Header().Set("X-Request-Id", c.id)

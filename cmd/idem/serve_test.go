@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1059,5 +1061,117 @@ func TestServeExtendWithinRetention(t *testing.T) {
 			// Another attempt's fence is left to the store: lease-lost.
 			c.post("/v1/extend", obj{"key": "ext:1", "fence": 2, "lease": "3h"}).expect(t, 409, "lease-lost")
 		})
+	}
+}
+
+// blockingStore commits a claim, then holds its answer until proceed is
+// closed; once closed (as run closes the store after serve returns), its
+// writes fail.
+type blockingStore struct {
+	idem.Store
+	entered, proceed chan struct{}
+	mu               sync.Mutex
+	closed           bool
+}
+
+func (s *blockingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+	cr, err := s.Store.Claim(ctx, req)
+	close(s.entered)
+	<-s.proceed
+	return cr, err
+}
+
+func (s *blockingStore) isClosed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("store closed")
+	}
+	return nil
+}
+
+func (s *blockingStore) Release(ctx context.Context, key string, fence int64, reason string) error {
+	if err := s.isClosed(); err != nil {
+		return err
+	}
+	return s.Store.Release(ctx, key, fence, reason)
+}
+
+func (s *blockingStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// TestServeStopWaitsForCalls: a second signal cuts the connections, but
+// serve returns (and the store is closed) only once the handlers have
+// returned: a claim under way is undone, not left in progress (which an
+// at_most_once key would answer indeterminate, with no worker).
+func TestServeStopWaitsForCalls(t *testing.T) {
+	mem := memstore.New()
+	bs := &blockingStore{Store: mem, entered: make(chan struct{}), proceed: make(chan struct{})}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	srv := newServer(bs, log, nil, 4096, false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	again := make(chan os.Signal, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- serveUntil(ctx, hs, ln, srv, log, func() (<-chan os.Signal, func()) { return again, func() {} })
+	}()
+	go func() {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/claim", "application/json", strings.NewReader(`{"key":"stop:1","policy":"at_most_once"}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-bs.entered
+	cancel() // the first signal
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "shutting down"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no shutdown")
+		}
+	}
+	again <- syscall.SIGTERM // the second: connections are cut
+	early := false
+	select {
+	case err = <-served:
+		early = true
+		bs.Close()
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(bs.proceed)
+	if !early {
+		select {
+		case err = <-served:
+			bs.Close()
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not return")
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "outcome="); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim logged no line:\n%s", logs)
+		}
+	}
+	if early {
+		t.Errorf("serve returned while a claim was under way")
+	}
+	rec, err := mem.Get(context.Background(), "stop:1")
+	if err != nil || rec.Status == idem.StatusInProgress {
+		t.Fatalf("the claim cut by the second signal was not undone before the store closed: %+v %v\n%s", rec, err, logs)
+	}
+	if out := logs.String(); !strings.Contains(out, "outcome=client-gone") || strings.Contains(out, "undo_error") {
+		t.Errorf("want the claim undone, logged client-gone:\n%s", out)
 	}
 }
