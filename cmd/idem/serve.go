@@ -1079,17 +1079,27 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
+	s.endAttempt(w, r, c, b.attemptRef, "complete", "completed", func(ctx context.Context) error {
+		return s.store.Complete(ctx, b.Key, b.Fence, b.Result, retention)
+	}, func(rec *idem.Record) bool {
+		return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
+	})
+}
+
+// endAttempt runs write, the store call that ends the attempt ref names
+// (complete, release, fail), after readAttempt's check when the call
+// carries an attempt_id, and answers it (see finished). It runs to its
+// end even if the client leaves: the effect may have happened.
+func (s *server) endAttempt(w http.ResponseWriter, r *http.Request, c *call, ref attemptRef, op, outcome string,
+	write func(context.Context) error, recorded func(*idem.Record) bool) {
 	ctx, cancel := finishCtx(r)
 	defer cancel()
-	if b.AttemptID != "" {
-		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
+	if ref.AttemptID != "" {
+		if _, _, ok := s.readAttempt(ctx, w, c, ref); !ok {
 			return
 		}
 	}
-	err := s.store.Complete(ctx, b.Key, b.Fence, b.Result, retention)
-	s.finished(w, r, c, "complete", "completed", b.attemptRef, err, func(rec *idem.Record) bool {
-		return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
-	})
+	s.finished(w, r, c, op, outcome, ref, write(ctx), recorded)
 }
 
 func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1097,15 +1107,9 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
 	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
 		return
 	}
-	ctx, cancel := finishCtx(r)
-	defer cancel()
-	if b.AttemptID != "" {
-		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
-			return
-		}
-	}
-	err := s.store.Release(ctx, b.Key, b.Fence, b.Reason)
-	s.finished(w, r, c, "release", "released", b.attemptRef, err, func(rec *idem.Record) bool {
+	s.endAttempt(w, r, c, b.attemptRef, "release", "released", func(ctx context.Context) error {
+		return s.store.Release(ctx, b.Key, b.Fence, b.Reason)
+	}, func(rec *idem.Record) bool {
 		return rec.Status == idem.StatusReleased && rec.Reason == b.Reason
 	})
 }
@@ -1123,15 +1127,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	ctx, cancel := finishCtx(r)
-	defer cancel()
-	if b.AttemptID != "" {
-		if _, _, ok := s.readAttempt(ctx, w, c, b.attemptRef); !ok {
-			return
-		}
-	}
-	err := s.store.Fail(ctx, b.Key, b.Fence, b.Reason, retention)
-	s.finished(w, r, c, "fail", "failed", b.attemptRef, err, func(rec *idem.Record) bool {
+	s.endAttempt(w, r, c, b.attemptRef, "fail", "failed", func(ctx context.Context) error {
+		return s.store.Fail(ctx, b.Key, b.Fence, b.Reason, retention)
+	}, func(rec *idem.Record) bool {
 		return rec.Status == idem.StatusFailed && rec.Reason == b.Reason
 	})
 }
