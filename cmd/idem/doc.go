@@ -126,6 +126,12 @@
 // the key's state conflicts with running it, for good. Clients dispatch on
 // "outcome", and a 409 without Retry-After is final.
 //
+// A claim whose client leaves before the answer is undone; one answered
+// but never read (the connection broke after the answer) holds the key as
+// a crashed worker would: busy until its lease lapses, then a takeover
+// (at_least_once) or indeterminate (at_most_once). Keep claim leases short
+// and extend them.
+//
 // A claim's "attempt_id" (opaque: the record's creation time and the
 // fence) names the attempt for good; clients should always send it with
 // complete, release, fail, abandon and extend. A call that carries it

@@ -78,6 +78,11 @@ true, when it sends the attempt_id (and the same status and result or
 reason); else it is 409 lease-lost. A repeated abandon is 409 lease-lost.
 A lease is at least 1s. A retention is at least 1h and, for a claim, at
 least the lease plus 1h: a record must outlive its attempts' late writes.
+A claim whose client leaves before the answer is undone. One answered
+but never read (the connection broke after it) holds the key as a
+crashed worker would: a retry of the claim is busy until the lease
+lapses, then a takeover (at_least_once) or indeterminate (at_most_once).
+Keep claim leases short and extend them.
 For the same reason extend reads the record and refuses (400
 invalid-duration) a lease that would end less than 1h before the
 record's retention: the lease would run the record's expiry out with it,
