@@ -1027,6 +1027,12 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 		ctx, cancel := finishCtx(r)
 		rec, gerr := s.store.Get(ctx, b.Key)
 		cancel()
+		if gerr != nil && !errors.Is(gerr, idem.ErrNotFound) {
+			// Whether an earlier try of this call was recorded is unknown:
+			// never answer "nothing was recorded" on a store error.
+			s.storeFailed(w, c, "get", gerr)
+			return
+		}
 		if gerr == nil {
 			if recorded != nil && b.AttemptID != "" && rec.Fence == b.Fence && attemptID(&rec) == b.AttemptID && recorded(&rec) {
 				c.outcome, c.attempt = outcome, rec.Attempt
@@ -1197,9 +1203,17 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 		if limit := rec.ExpiresAt.Add(-minRetention); now.Add(lease).After(limit) {
-			s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
-				"lease: %v would end less than %v before the record's retention ends (%s): an attempt's lease must end well before its record may be swept, or after a crash the key is claimed afresh with its fences started again. Extend by at most %v, or claim with a retention longer than the work plus %v.",
-				lease, minRetention, stamp3339(rec.ExpiresAt), max(limit.Sub(now), 0).Truncate(time.Second), minRetention), nil)
+			why := fmt.Sprintf("lease: %v would end less than %v before the record's retention ends (%s): an attempt's lease must end well before its record may be swept, or after a crash the key is claimed afresh with its fences started again. ",
+				lease, minRetention, stamp3339(rec.ExpiresAt))
+			if room := limit.Sub(now).Truncate(time.Second); limit.After(rec.LeaseUntil) && room >= minLease {
+				why += fmt.Sprintf("Extend by at most %v, or claim with a retention longer than the work plus %v.", room, minRetention)
+			} else {
+				// A shorter extension would only move the lease's end
+				// earlier: say there is no room instead.
+				why += fmt.Sprintf("The retention leaves no room to extend this attempt, whose lease ends at %s: finish by then, or claim with a retention longer than the work plus %v.",
+					stamp3339(rec.LeaseUntil), minRetention)
+			}
+			s.problem(w, c, http.StatusBadRequest, "invalid-duration", why, nil)
 			return
 		}
 	}

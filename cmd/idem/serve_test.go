@@ -616,6 +616,25 @@ func TestServeStoreErrors(t *testing.T) {
 	c.post("/v1/complete", obj{"key": "k", "fence": f}).expect(t, 200, "completed")
 }
 
+// TestServeRetryReadFails: a complete retried after its answer was lost,
+// whose store refuses it (the first try was recorded), reads the record to
+// tell; when that read fails, the answer is 503, never 409 "nothing was
+// recorded".
+func TestServeRetryReadFails(t *testing.T) {
+	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
+	c, _ := newServeTest(t, fs, "", false)
+	a := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired")
+	body := obj{"key": "k", "fence": a.num("fence"), "result": b64("ses-1")}
+	c.post("/v1/complete", body).expect(t, 200, "completed")
+	fs.set("get", errors.New("connection refused"))
+	c.post("/v1/complete", body).expect(t, 503, "store-unavailable")
+	fs.set("get", nil)
+	body["attempt_id"] = a.str("attempt_id")
+	if rep := c.post("/v1/complete", body).expect(t, 200, "completed"); rep.body["repeated"] != true {
+		t.Fatalf("retried complete with attempt_id: %s", rep)
+	}
+}
+
 // TestServeLogs: one line per call with the key (or its hash), outcome,
 // fence, attempt, correlation id and remote address.
 func TestServeLogs(t *testing.T) {
@@ -1036,7 +1055,7 @@ func TestServeExtendWithinRetention(t *testing.T) {
 	for _, b := range serveBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			s, _ := b.open(t)
+			s, advance := b.open(t)
 			c, _ := newServeTest(t, s, "", false)
 			ctx := context.Background()
 			a := c.post("/v1/claim", obj{"key": "ext:1", "policy": "at_most_once", "lease": "1m", "retention": "2h"}).expect(t, 200, "acquired")
@@ -1060,6 +1079,16 @@ func TestServeExtendWithinRetention(t *testing.T) {
 			}
 			// Another attempt's fence is left to the store: lease-lost.
 			c.post("/v1/extend", obj{"key": "ext:1", "fence": 2, "lease": "3h"}).expect(t, 409, "lease-lost")
+
+			// A retention at its floor (the lease plus 1h) leaves no room to
+			// extend: the answer says so, and never suggests a shorter
+			// lease, which would only move the lease's end earlier.
+			b := c.post("/v1/claim", obj{"key": "ext:2", "lease": "30s", "retention": "1h30s"}).expect(t, 200, "acquired")
+			advance(time.Second) // a heartbeat comes after the claim
+			p := c.post("/v1/extend", obj{"key": "ext:2", "fence": 1, "attempt_id": b.str("attempt_id"), "lease": "30s"}).expect(t, 400, "invalid-duration")
+			if d := p.str("detail"); !strings.Contains(d, "no room to extend") || strings.Contains(d, "at most") {
+				t.Errorf("extend at the retention floor: %s", p)
+			}
 		})
 	}
 }
