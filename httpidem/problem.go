@@ -1,10 +1,10 @@
 package httpidem
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/idemkit/idem/internal/problem"
 )
 
 // Problem types: the last part of the "type" member of the
@@ -64,24 +64,8 @@ var problemTitles = map[string]string{
 	ProblemRecordUnreadable: "Stored response for this Idempotency-Key is unreadable",
 }
 
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
-
 // writeProblem answers with an RFC 9457 problem document. retryAfter > 0
 // adds Retry-After (whole seconds, rounded up).
 func (m *Middleware) writeProblem(w http.ResponseWriter, status int, kind, detail string, retryAfter time.Duration) {
-	b, _ := json.Marshal(problem{Type: m.cfg.problemBase + kind, Title: problemTitles[kind], Status: status, Detail: detail})
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Length")
-	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((retryAfter+time.Second-1)/time.Second), 10))
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	problem.Write(w, status, m.cfg.problemBase+kind, problemTitles[kind], detail, nil, retryAfter)
 }

@@ -185,6 +185,14 @@ func serve(h http.Handler, r *http.Request) answer {
 	return answer{w.Code, w.Result().Header, b}
 }
 
+// problemBody is the RFC 9457 document a Receiver answers with.
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
 func problemOf(t testing.TB, a answer) problemBody {
 	t.Helper()
 	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {

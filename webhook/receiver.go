@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/queue"
 )
 
@@ -349,8 +350,7 @@ func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id str
 	var pub *PublishError
 	switch {
 	case errors.As(err, &busy):
-		secs := int64((busy.RetryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		w.Header().Set("Retry-After", problem.RetryAfter(busy.RetryAfter))
 		rc.problem(w, r, http.StatusConflict, "in-progress", "Delivery in progress",
 			"another delivery of this event is being captured; retry later")
 		return
@@ -372,13 +372,6 @@ func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id str
 		"the event could not be captured durably; retry later")
 }
 
-type problemBody struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
-
 // ProblemTypePrefix begins the type URI of every problem a Receiver answers,
 // followed by a slug: signature-invalid, event-id-invalid, body-too-large,
 // body-timeout, body-unreadable, method-not-allowed, in-progress,
@@ -393,8 +386,5 @@ func (rc *Receiver) problem(w http.ResponseWriter, r *http.Request, status int, 
 		rc.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook: request refused",
 			slog.String("source", rc.source), slog.Int("status", status), slog.String("reason", detail))
 	}
-	b, _ := json.Marshal(problemBody{Type: ProblemTypePrefix + slug, Title: title, Status: status, Detail: detail})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	problem.Write(w, status, ProblemTypePrefix+slug, title, detail, nil, 0)
 }
