@@ -211,9 +211,17 @@ func WithHashedKeysInLogs() Option {
 // the new call's fingerprint. Calls without a fingerprint, and keys
 // recorded without one, are never a mismatch.
 func Fingerprint(request []byte) CallOption {
-	sum := sha256.Sum256(request)
-	fp := hex.EncodeToString(sum[:])
+	fp := FingerprintOf(request)
 	return callOption(func(c *callConfig) { c.fingerprint = fp })
+}
+
+// FingerprintOf is the fingerprint [Fingerprint] records for request (the
+// hex SHA-256 of its bytes), for code that claims through a [Store] itself
+// ([ClaimRequest.Fingerprint]) and must agree with Ledger callers on the
+// same keys.
+func FingerprintOf(request []byte) string {
+	sum := sha256.Sum256(request)
+	return hex.EncodeToString(sum[:])
 }
 
 // WithCorrelationID ties the call's log lines and journal entry to an id the

@@ -99,7 +99,7 @@ func testFingerprint(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		r := req(h, "k")
-		r.Fingerprint = sha256Hex(payload)
+		r.Fingerprint = idem.FingerprintOf(payload)
 		acquire(t, s, r)
 		lapse(t, h, s, "k")
 		before := get(t, s, "k")
@@ -141,7 +141,7 @@ func testFingerprint(t *testing.T, h Harness) {
 // as it is and writes nothing. A missing fingerprint on either side
 // matches any, and a released record is claimable by any request.
 func testClaimFingerprint(t *testing.T, h Harness) {
-	a, b := sha256Hex([]byte("request a")), sha256Hex([]byte("request b"))
+	a, b := idem.FingerprintOf([]byte("request a")), idem.FingerprintOf([]byte("request b"))
 	// lapsed makes key an in_progress record under p with fingerprint fp
 	// whose lease has passed.
 	lapsed := func(t *testing.T, s idem.Store, key string, p idem.Policy, fp string) idem.Record {
@@ -284,12 +284,6 @@ func wantUnchanged(t testing.TB, what string, rec, was idem.Record) {
 	if n := len(rec.Journal); n > 0 && (rec.Journal[n-1].Fence != was.Journal[n-1].Fence || rec.Journal[n-1].Outcome != was.Journal[n-1].Outcome) {
 		t.Fatalf("%s: last journal entry %+v, want %+v (unchanged)", what, rec.Journal[n-1], was.Journal[n-1])
 	}
-}
-
-// sha256Hex is the fingerprint idem.Fingerprint stores for request.
-func sha256Hex(request []byte) string {
-	sum := sha256.Sum256(request)
-	return hex.EncodeToString(sum[:])
 }
 
 // wantMismatch fails the test unless err is an *idem.MismatchError about a
