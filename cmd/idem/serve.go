@@ -27,7 +27,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/explain"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/internal/problem"
 )
 
 var serveCmd = &command{
@@ -560,22 +562,11 @@ var problemTitles = map[string]string{
 // extension members (outcome, fence, ...). The outcome is kind unless
 // members name one.
 func (s *server) problem(w http.ResponseWriter, c *call, status int, kind, detail string, members map[string]any) {
-	doc := map[string]any{}
-	for k, v := range members {
-		doc[k] = v
-	}
-	doc["type"], doc["title"], doc["status"] = problemBase+kind, problemTitles[kind], status
-	if detail != "" {
-		doc["detail"] = detail
-	}
 	if c.outcome == "" {
 		c.outcome = kind
 	}
 	c.status = status
-	b, _ := json.Marshal(doc)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	problem.Write(w, status, problemBase+kind, problemTitles[kind], detail, members, 0)
 }
 
 // storeFailed answers a store error: 503 with Retry-After (500 for a
@@ -589,7 +580,7 @@ func (s *server) storeFailed(w http.ResponseWriter, c *call, op string, err erro
 		return
 	}
 	c.outcome = "store-error"
-	w.Header().Set("Retry-After", retryAfterHeader(storeRetryAfter))
+	w.Header().Set("Retry-After", problem.RetryAfter(storeRetryAfter))
 	s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable",
 		"The store did not answer the "+op+"; whether it happened is unknown. Retry the same call.", nil)
 }
@@ -603,10 +594,6 @@ func (s *server) errAttr(c *call, name string, err error) slog.Attr {
 	hash := "key_hash:" + s.ledger.LogKey(c.key).Value.String()
 	msg := strings.ReplaceAll(err.Error(), strconv.Quote(c.key), hash)
 	return slog.String(name, strings.ReplaceAll(msg, c.key, hash))
-}
-
-func retryAfterHeader(d time.Duration) string {
-	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 // decode reads the request's JSON body into v: one object, valid UTF-8,
@@ -786,7 +773,7 @@ func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.
 	if ok && d < lease+minRetention {
 		given := strconv.Quote(v)
 		if v == "" {
-			given = "the default " + days(d)
+			given = "the default " + explain.Dur(d)
 		}
 		want := fmt.Sprintf("at least %v", minRetention)
 		if lease > 0 {
@@ -798,14 +785,6 @@ func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.
 		return 0, false
 	}
 	return d, ok
-}
-
-// days formats d as a request may write it: "7d" for whole days.
-func days(d time.Duration) string {
-	if d > 0 && d%(24*time.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	}
-	return d.String()
 }
 
 func stamp3339(t time.Time) string {
@@ -833,12 +812,6 @@ type claimAnswer struct {
 	LeaseUntil string  `json:"lease_until,omitempty"`
 	Result     *[]byte `json:"result,omitempty"` // done: always, "" when empty
 	Policy     string  `json:"policy,omitempty"`
-}
-
-// fingerprintOf is what [idem.Fingerprint] stores for request.
-func fingerprintOf(request string) string {
-	sum := sha256.Sum256([]byte(request))
-	return hex.EncodeToString(sum[:])
 }
 
 func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
@@ -873,7 +846,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	req := idem.ClaimRequest{Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
 	if b.Fingerprint != nil {
-		req.Fingerprint = fingerprintOf(*b.Fingerprint)
+		req.Fingerprint = idem.FingerprintOf([]byte(*b.Fingerprint))
 	}
 	c.extra = append(c.extra, slog.String("owner", owner), slog.String("policy", policy.String()))
 	// The claim runs to its end even if the client leaves: a store may
@@ -934,7 +907,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			map[string]any{"outcome": "indeterminate", "key": b.Key, "fence": ie.Fence, "attempt": ie.Attempt, "owner": ie.Owner,
 				"since": stamp3339(ie.Since), "reason": ie.Reason})
 	case errors.As(err, &ip):
-		w.Header().Set("Retry-After", retryAfterHeader(ip.RetryAfter))
+		w.Header().Set("Retry-After", problem.RetryAfter(ip.RetryAfter))
 		c.extra = append(c.extra, slog.Duration("retry_after", ip.RetryAfter))
 		s.problem(w, c, http.StatusConflict, "busy", "Another attempt holds the key; retry after retry_after seconds.",
 			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(ip.RetryAfter.Milliseconds()) / 1000, "lease_until": stamp3339(ip.LeaseUntil),
@@ -1258,7 +1231,7 @@ func (s *server) health(w http.ResponseWriter, r *http.Request, c *call) {
 	if _, err := s.store.Get(ctx, healthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
 		c.extra = append(c.extra, slog.String("op", "get"), slog.Any("error", err))
 		c.outcome = "store-error"
-		w.Header().Set("Retry-After", retryAfterHeader(storeRetryAfter))
+		w.Header().Set("Retry-After", problem.RetryAfter(storeRetryAfter))
 		s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The store did not answer a read.", nil)
 		return
 	}
