@@ -390,20 +390,16 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimResult) (Result, error) {
 	rec := cr.Record
 	res, err := ClaimAnswer(ClaimRequest{Key: key, Fingerprint: c.fingerprint}, cr)
-	var (
-		ip *InProgressError
-		ie *IndeterminateError
-		fe *FailedError
-	)
-	switch {
-	case err == nil:
+	if err == nil {
 		if l.cache != nil {
 			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
 				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
 		}
 		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
 		return res, nil
-	case errors.Is(err, ErrMismatch):
+	}
+	switch e := err.(type) { // ClaimAnswer returns its answers unwrapped
+	case *MismatchError:
 		// Say what the record is: a key held by an attempt of another
 		// request, running or lapsed (a crashed attempt blocks the key
 		// until the same request, retention or an operator), reads apart
@@ -414,12 +410,12 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 		} else {
 			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(rec.Status)))
 		}
-	case errors.As(err, &fe):
+	case *FailedError:
 		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
-	case errors.As(err, &ie):
+	case *IndeterminateError:
 		l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", rec.Owner), slog.String("reason", rec.Reason))
-	case errors.As(err, &ip):
-		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", ip.RetryAfter))
+	case *InProgressError:
+		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", e.RetryAfter))
 	default:
 		return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
 	}
@@ -432,7 +428,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 // Of req only Key and Fingerprint are read ("" for none).
 //
 // The answer is the stored result (Replayed=true) for a completed key, or
-// one of the errors [*MismatchError] (a fingerprint other than the
+// one of these errors, unwrapped: [*MismatchError] (a fingerprint other than the
 // record's, checked first, in any state but released), [*FailedError],
 // [*IndeterminateError] (an in_progress record whose lease has passed at
 // cr.Now: the store did not take it over, so its policy is AtMostOnce) or
