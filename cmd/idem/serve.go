@@ -885,33 +885,29 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	res, err := idem.ClaimAnswer(req, cr)
-	var (
-		ip *idem.InProgressError
-		ie *idem.IndeterminateError
-		fe *idem.FailedError
-		me *idem.MismatchError
-	)
-	switch {
-	case err == nil:
+	if err == nil {
 		c.outcome = "done"
 		result := nonNil(res.Value)
 		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: &result})
-	case errors.As(err, &me):
+		return
+	}
+	switch e := err.(type) { // ClaimAnswer returns its answers unwrapped
+	case *idem.MismatchError:
 		s.problem(w, c, http.StatusUnprocessableEntity, "mismatch", "The key was already used with a different fingerprint; use another key for another request.",
-			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": me.Status})
-	case errors.As(err, &fe):
+			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": e.Status})
+	case *idem.FailedError:
 		s.problem(w, c, http.StatusConflict, "failed", "The operation failed permanently on an earlier attempt; this is its final answer.",
-			map[string]any{"outcome": "failed", "key": b.Key, "reason": fe.Reason, "fence": fe.Fence, "attempt": fe.Attempt})
-	case errors.As(err, &ie):
+			map[string]any{"outcome": "failed", "key": b.Key, "reason": e.Reason, "fence": e.Fence, "attempt": e.Attempt})
+	case *idem.IndeterminateError:
 		s.problem(w, c, http.StatusConflict, "indeterminate", "An at_most_once attempt never finished; its effect may have happened. It is not run again until resolved (idem resolve).",
-			map[string]any{"outcome": "indeterminate", "key": b.Key, "fence": ie.Fence, "attempt": ie.Attempt, "owner": ie.Owner,
-				"since": stamp3339(ie.Since), "reason": ie.Reason})
-	case errors.As(err, &ip):
-		w.Header().Set("Retry-After", problem.RetryAfter(ip.RetryAfter))
-		c.extra = append(c.extra, slog.Duration("retry_after", ip.RetryAfter))
+			map[string]any{"outcome": "indeterminate", "key": b.Key, "fence": e.Fence, "attempt": e.Attempt, "owner": e.Owner,
+				"since": stamp3339(e.Since), "reason": e.Reason})
+	case *idem.InProgressError:
+		w.Header().Set("Retry-After", problem.RetryAfter(e.RetryAfter))
+		c.extra = append(c.extra, slog.Duration("retry_after", e.RetryAfter))
 		s.problem(w, c, http.StatusConflict, "busy", "Another attempt holds the key; retry after retry_after seconds.",
-			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(ip.RetryAfter.Milliseconds()) / 1000, "lease_until": stamp3339(ip.LeaseUntil),
-				"fence": ip.Fence, "attempt": ip.Attempt, "owner": ip.Owner})
+			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(e.RetryAfter.Milliseconds()) / 1000, "lease_until": stamp3339(e.LeaseUntil),
+				"fence": e.Fence, "attempt": e.Attempt, "owner": e.Owner})
 	default:
 		s.storeFailed(w, c, "claim", err)
 	}
