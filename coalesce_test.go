@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -78,15 +79,15 @@ func (g *gatedStore) wait(ctx context.Context, keys ...string) error {
 	}
 }
 
-func (g *gatedStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (g *gatedStore) Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error) {
 	g.single.Add(1)
 	if err := g.wait(ctx, r.Key); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return g.Store.Claim(ctx, r)
 }
 
-func (g *gatedStore) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (g *gatedStore) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	g.batches.Add(1)
 	g.batched.Add(int32(len(rs)))
 	keys := make([]string, len(rs))
@@ -102,7 +103,7 @@ func (g *gatedStore) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]
 	return g.Store.ClaimBatch(ctx, rs)
 }
 
-func (g *gatedStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (g *gatedStore) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
 	g.completes.Add(1)
 	if g.failBatch != nil {
 		return nil, g.failBatch
@@ -141,7 +142,7 @@ func occupy(t *testing.T, l *idem.Ledger, g *gatedStore, fn func(context.Context
 	return &wg
 }
 
-func quietLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
+func quietLedger(s store.Store, opts ...idem.Option) *idem.Ledger {
 	return idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 }
 
@@ -149,7 +150,7 @@ func quietLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
 // (WithCoalescingFrom(1)), so that a few calls make batches
 // (TestCoalescingOnlyUnderLoad tests the load that starts and stops
 // coalescing).
-func coalescingLedger(s idem.Store, opts ...idem.Option) *idem.Ledger {
+func coalescingLedger(s store.Store, opts ...idem.Option) *idem.Ledger {
 	return quietLedger(s, append(opts, idem.WithCoalescingFrom(1))...)
 }
 
@@ -326,8 +327,8 @@ type poisonedBatches struct {
 	poison string
 }
 
-func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
-	var clean []idem.ClaimRequest
+func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	var clean []store.ClaimRequest
 	for _, r := range rs {
 		if r.Key != p.poison {
 			clean = append(clean, r)
@@ -337,10 +338,10 @@ func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest
 	if err != nil {
 		return nil, err
 	}
-	out := make([]idem.ClaimResult, 0, len(rs))
+	out := make([]store.ClaimResult, 0, len(rs))
 	for _, r := range rs {
 		if r.Key == p.poison {
-			out = append(out, idem.ClaimResult{Record: idem.Record{Key: r.Key}, Err: &idem.CorruptError{Key: r.Key, Detail: "test"}})
+			out = append(out, store.ClaimResult{Record: idem.Record{Key: r.Key}, Err: &idem.CorruptError{Key: r.Key, Detail: "test"}})
 			continue
 		}
 		out = append(out, res[0])
@@ -349,7 +350,7 @@ func (p *poisonedBatches) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest
 	return out, nil
 }
 
-// A key the store fails alone in a batch (ClaimResult.Err) fails only its
+// A key the store fails alone in a batch (store.ClaimResult.Err) fails only its
 // own call; the batch's other calls run.
 func TestCoalescingPerKeyFailure(t *testing.T) {
 	g := newGatedStore()
@@ -391,7 +392,7 @@ type cancelOnClaim struct {
 	cancels map[string]context.CancelFunc
 }
 
-func (c *cancelOnClaim) cancelFor(rs ...idem.ClaimRequest) {
+func (c *cancelOnClaim) cancelFor(rs ...store.ClaimRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range rs {
@@ -401,13 +402,13 @@ func (c *cancelOnClaim) cancelFor(rs ...idem.ClaimRequest) {
 	}
 }
 
-func (c *cancelOnClaim) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (c *cancelOnClaim) Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error) {
 	res, err := c.gatedStore.Claim(ctx, r)
 	c.cancelFor(r)
 	return res, err
 }
 
-func (c *cancelOnClaim) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (c *cancelOnClaim) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	res, err := c.gatedStore.ClaimBatch(ctx, rs)
 	c.cancelFor(rs...)
 	return res, err
@@ -578,12 +579,12 @@ func yieldSome() {
 	}
 }
 
-func (s slowStore) Claim(ctx context.Context, r idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s slowStore) Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error) {
 	yieldSome()
 	return s.Store.Claim(ctx, r)
 }
 
-func (s slowStore) ClaimBatch(ctx context.Context, rs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (s slowStore) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	yieldSome()
 	return s.Store.ClaimBatch(ctx, rs)
 }
@@ -593,7 +594,7 @@ func (s slowStore) Complete(ctx context.Context, key string, fence int64, result
 	return s.Store.Complete(ctx, key, fence, result, retention)
 }
 
-func (s slowStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s slowStore) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
 	yieldSome()
 	errs := make([]error, len(cs))
 	for i, c := range cs {

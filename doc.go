@@ -8,7 +8,7 @@
 //
 //	key := idem.Key("receipt", orderID, userID) // "receipt:8891:7"
 //
-// [Ledger.Do] claims the key in a [Store] with one atomic conditional write,
+// [Ledger.Do] claims the key in a [store.Store] with one atomic conditional write,
 // runs fn under a lease that heartbeats extend, records fn's result, and
 // replays that result to every later call for the key:
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 var (
@@ -22,23 +24,20 @@ var (
 	// ErrLeaseLost: the attempt's lease passed and the key was taken over (or
 	// resolved, or deleted); the holder's writes are refused. Returned by
 	// [Ledger.Do] when a heartbeat or the completion finds the lease lost.
-	ErrLeaseLost = errors.New("idem: lease lost")
+	ErrLeaseLost = store.ErrLeaseLost
 	// ErrInvalidKey: the key is empty, has an empty part, is too long, or is
 	// not valid UTF-8. Nothing was sent to the store.
 	ErrInvalidKey = errors.New("idem: invalid key")
 	// ErrFailed: the key failed permanently on an earlier attempt; the error
 	// is a [*FailedError] carrying the stored reason.
 	ErrFailed = errors.New("idem: operation failed permanently")
-	// ErrNotFound: the store has no record for the key (or only an expired
-	// one). Returned by Store.Get and admin calls.
-	ErrNotFound = errors.New("idem: no record")
 	// ErrCorrupt: a stored record cannot be decoded. It is never read as
 	// "absent" or "not done". The error is a [*CorruptError].
-	ErrCorrupt = errors.New("idem: corrupt record")
+	ErrCorrupt = store.ErrCorrupt
 	// ErrClosed: the store was closed.
-	ErrClosed = errors.New("idem: store closed")
+	ErrClosed = store.ErrClosed
 	// ErrNotTransactional: [DoTx] was called on a Ledger whose store does not
-	// implement [TxStore] for the requested transaction type.
+	// implement [store.TxStore] for the requested transaction type.
 	ErrNotTransactional = errors.New("idem: store does not run transactions of this type")
 )
 
@@ -132,16 +131,7 @@ func (e *StoreError) Unwrap() error { return e.Err }
 
 // CorruptError is returned (wrapping [ErrCorrupt]) by a store that cannot
 // decode a record.
-type CorruptError struct {
-	Key    string
-	Detail string
-}
-
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("idem: corrupt record for %q: %s", e.Key, e.Detail)
-}
-
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+type CorruptError = store.CorruptError
 
 // PermanentError marks an error from fn as permanent; see [Permanent].
 type PermanentError struct{ Err error }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idem/store"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
 )
@@ -111,12 +113,12 @@ func ExampleRun() {
 // happened before running it again.
 func ExampleWithReconcile() {
 	ctx := context.Background()
-	store := memstore.New()
-	l := idem.New(store, idem.WithLease(time.Millisecond), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	st := memstore.New()
+	l := idem.New(st, idem.WithLease(time.Millisecond), idem.WithLogger(slog.New(slog.DiscardHandler)))
 	key := idem.Key("receipt", 8891, 7)
 
 	// A worker claimed the key, sent the email and died before recording it.
-	_, _ = store.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "worker-1", Lease: time.Millisecond, Retention: time.Hour})
+	_, _ = st.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "worker-1", Lease: time.Millisecond, Retention: time.Hour})
 	time.Sleep(5 * time.Millisecond) // its lease lapses
 
 	res, err := l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {

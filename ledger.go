@@ -12,12 +12,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
-// Ledger runs operations once per key on a [Store]. It is safe for
+// Ledger runs operations once per key on a [store.Store]. It is safe for
 // concurrent use; make one per store and share it.
 type Ledger struct {
-	store      Store
+	store      store.Store
 	defaults   callConfig
 	log        *slog.Logger
 	owner      string
@@ -25,8 +27,8 @@ type Ledger struct {
 	cache      *resultCache
 	// claims and completes coalesce concurrent calls' store writes
 	// (WithCoalescing); nil sends each call's own.
-	claims    *batcher[ClaimRequest, ClaimResult]
-	completes *batcher[Completion, error]
+	claims    *batcher[store.ClaimRequest, store.ClaimResult]
+	completes *batcher[store.Completion, error]
 }
 
 // Result is what [Ledger.Do] returns for an operation that is done.
@@ -51,7 +53,7 @@ type Result struct {
 // New returns a Ledger on store. Defaults: lease [DefaultLease], retention
 // [DefaultRetention], policy [AtLeastOnce], no cache, [slog.Default], owner
 // "hostname:pid".
-func New(store Store, opts ...Option) *Ledger {
+func New(s store.Store, opts ...Option) *Ledger {
 	c := config{call: callConfig{lease: DefaultLease, retention: DefaultRetention, policy: AtLeastOnce}}
 	for _, o := range opts {
 		o.applyLedger(&c)
@@ -63,7 +65,7 @@ func New(store Store, opts ...Option) *Ledger {
 		host, _ := os.Hostname()
 		c.owner = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	l := &Ledger{store: store, defaults: c.call, log: c.logger, owner: c.owner, hashedKeys: c.hashedKeys}
+	l := &Ledger{store: s, defaults: c.call, log: c.logger, owner: c.owner, hashedKeys: c.hashedKeys}
 	if c.cacheSize > 0 {
 		l.cache = newResultCache(c.cacheSize)
 	}
@@ -80,13 +82,13 @@ func New(store Store, opts ...Option) *Ledger {
 // coalesce sets up the batchers of [WithCoalescing] for what the store can
 // batch.
 func (l *Ledger) coalesce(size, from int) {
-	if bc, ok := l.store.(BatchClaimer); ok {
-		l.claims = &batcher[ClaimRequest, ClaimResult]{
+	if bc, ok := l.store.(store.BatchClaimer); ok {
+		l.claims = &batcher[store.ClaimRequest, store.ClaimResult]{
 			size:     size,
 			flights:  CoalescingFlights,
 			from:     from,
 			minBatch: coalesceMinBatch,
-			bound: func(rs []ClaimRequest) time.Duration {
+			bound: func(rs []store.ClaimRequest) time.Duration {
 				var lease time.Duration
 				for _, r := range rs {
 					lease = max(lease, r.Lease)
@@ -98,30 +100,30 @@ func (l *Ledger) coalesce(size, from int) {
 			orphan: l.releaseOrphan,
 		}
 	}
-	if bc, ok := l.store.(BatchCompleter); ok {
-		l.completes = &batcher[Completion, error]{
+	if bc, ok := l.store.(store.BatchCompleter); ok {
+		l.completes = &batcher[store.Completion, error]{
 			size:     size,
 			flights:  CoalescingFlights,
 			from:     from,
 			minBatch: coalesceMinBatch,
-			bound:    func([]Completion) time.Duration { return finishTimeout(0) },
-			one: func(ctx context.Context, c Completion) (error, error) {
+			bound:    func([]store.Completion) time.Duration { return finishTimeout(0) },
+			one: func(ctx context.Context, c store.Completion) (error, error) {
 				err := l.store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
-				if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+				if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
 					return err, nil // the attempt's answer, not the store's failure
 				}
 				return nil, err
 			},
 			many:   bc.CompleteBatch,
-			orphan: func(Completion, error) {},
+			orphan: func(store.Completion, error) {},
 		}
 	}
 }
 
 // claim claims for one call, in a batch with others' under WithCoalescing.
-func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+func (l *Ledger) claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	var (
-		cr  ClaimResult
+		cr  store.ClaimResult
 		err error
 	)
 	if l.claims == nil {
@@ -129,7 +131,7 @@ func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	} else {
 		cr, err = l.claims.do(ctx, req)
 		if err == nil && cr.Err != nil {
-			return ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
+			return store.ClaimResult{}, cr.Err // this key's own failure (a corrupt record)
 		}
 	}
 	if err == nil && ctx.Err() != nil {
@@ -139,7 +141,7 @@ func (l *Ledger) claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		// context that is over (under AtMostOnce its error would leave the
 		// key indeterminate though nothing was tried).
 		l.releaseOrphan(req, cr)
-		return ClaimResult{}, context.Cause(ctx)
+		return store.ClaimResult{}, context.Cause(ctx)
 	}
 	return cr, err
 }
@@ -150,7 +152,7 @@ func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []by
 	if l.completes == nil {
 		return l.store.Complete(ctx, key, fence, val, retention)
 	}
-	refused, err := l.completes.do(ctx, Completion{Key: key, Fence: fence, Result: val, Retention: retention})
+	refused, err := l.completes.do(ctx, store.Completion{Key: key, Fence: fence, Result: val, Retention: retention})
 	if err != nil {
 		return err
 	}
@@ -164,7 +166,7 @@ func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []by
 // the attempt it took over may have done the effect, and the next call
 // must meet it as lapsed. Either way the reason marks the attempt as not
 // run, so a later Reconcile hook is asked about the attempt before it.
-func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
+func (l *Ledger) releaseOrphan(req store.ClaimRequest, cr store.ClaimResult) {
 	if !cr.Acquired {
 		return
 	}
@@ -179,7 +181,7 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 				err = fmt.Errorf("the store panicked: %v", p)
 			}
 		}()
-		return UndoClaim(ctx, l.store, cr, "the caller left before its claim was answered")
+		return store.UndoClaim(ctx, l.store, cr, "the caller left before its claim was answered")
 	}
 	if err := release(); err != nil {
 		l.log.LogAttrs(ctx, slog.LevelWarn, "idem: releasing an orphaned claim failed; the key waits for its lease",
@@ -187,26 +189,8 @@ func (l *Ledger) releaseOrphan(req ClaimRequest, cr ClaimResult) {
 	}
 }
 
-// UndoClaim ends the attempt of an acquired claim whose operation will
-// never run (its caller left, a batch it was part of failed): a claim of a
-// free key is released, so the key is free at once whatever the policy; a
-// takeover is abandoned (left lapsed at once, as after a crash), so the
-// attempt it took over, which may have done the effect, is met again. The
-// reason is [NotRunReason](detail): a later Reconcile hook is asked about
-// the attempt before it. A claim not acquired is left as it is.
-func UndoClaim(ctx context.Context, s Store, cr ClaimResult, detail string) error {
-	switch {
-	case !cr.Acquired:
-		return nil
-	case cr.Takeover:
-		return s.Abandon(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
-	default:
-		return s.Release(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
-	}
-}
-
 // Store returns the ledger's store.
-func (l *Ledger) Store() Store { return l.store }
+func (l *Ledger) Store() store.Store { return l.store }
 
 // Owner returns the name this ledger claims keys under.
 func (l *Ledger) Owner() string { return l.owner }
@@ -336,8 +320,8 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	return res, nil
 }
 
-func (l *Ledger) claimRequest(key string, c *callConfig) ClaimRequest {
-	return ClaimRequest{
+func (l *Ledger) claimRequest(key string, c *callConfig) store.ClaimRequest {
+	return store.ClaimRequest{
 		Key:         key,
 		Owner:       l.owner,
 		Correlation: c.correlation,
@@ -387,9 +371,9 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 
 // found turns a claim that was not acquired into the caller's answer
 // ([ClaimAnswer]), and logs it.
-func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimResult) (Result, error) {
+func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.ClaimResult) (Result, error) {
 	rec := cr.Record
-	res, err := ClaimAnswer(ClaimRequest{Key: key, Fingerprint: c.fingerprint}, cr)
+	res, err := ClaimAnswer(store.ClaimRequest{Key: key, Fingerprint: c.fingerprint}, cr)
 	if err == nil {
 		if l.cache != nil {
 			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
@@ -423,7 +407,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 }
 
 // ClaimAnswer returns the answer [Ledger.Do] gives a call whose claim was
-// not acquired, for callers that claim through a [Store] themselves (the
+// not acquired, for callers that claim through a [store.Store] themselves (the
 // `idem serve` HTTP API) and must decide exactly as the Ledger does.
 // Of req only Key and Fingerprint are read ("" for none).
 //
@@ -436,7 +420,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr ClaimR
 // cr.Now). Any other error says the store answered what it must not (an
 // acquired claim, a released record it did not take): a store bug, never
 // an outcome. The Replayed Value shares cr.Record.Result.
-func ClaimAnswer(req ClaimRequest, cr ClaimResult) (Result, error) {
+func ClaimAnswer(req store.ClaimRequest, cr store.ClaimResult) (Result, error) {
 	rec, key, fingerprint := cr.Record, req.Key, req.Fingerprint
 	if cr.Acquired {
 		return Result{}, fmt.Errorf("idem: ClaimAnswer of an acquired claim of %q (run the operation)", key)
@@ -553,7 +537,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	if panicked {
 		reason := fmt.Sprintf("panic: %v", panicVal)
 		if inHook {
-			reason = NotRunReason(fmt.Sprintf("the Reconcile hook panicked: %v", panicVal))
+			reason = store.NotRunReason(fmt.Sprintf("the Reconcile hook panicked: %v", panicVal))
 		}
 		var serr error
 		outcome := "released"
@@ -576,13 +560,13 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		if *reconciled {
 			// InProgress: fence alone may name a record deleted and then
 			// claimed and finished by others up to the same fence.
-			_, err = l.store.Resolve(fctx, key, fence, Resolution{Done: true, Result: val, Retention: c.retention,
+			_, err = l.store.Resolve(fctx, key, fence, store.Resolution{Done: true, Result: val, Retention: c.retention,
 				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)", InProgress: true})
 		} else {
 			err = l.complete(fctx, key, fence, val, c.retention)
 		}
 		if err != nil {
-			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
 				l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec,
 					slog.String("msg_detail", "fn finished but the key was taken over before its result was recorded; the effect may repeat"))
 				return nil, fmt.Errorf("idem: %q attempt %d (fence %d) finished after losing its lease: %w", key, rec.Attempt, fence, ErrLeaseLost)
@@ -603,7 +587,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	switch {
 	case errors.As(fnErr, &ab):
 		if ab.notRun {
-			reason = NotRunReason(reason)
+			reason = store.NotRunReason(reason)
 		}
 		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
 	case errors.As(fnErr, &pe):
@@ -639,7 +623,7 @@ func (l *Ledger) stillHeld(ctx context.Context, rec Record) bool {
 	return err == nil && cur.Status == StatusInProgress && cur.Fence == rec.Fence && cur.CreatedAt.Equal(rec.CreatedAt)
 }
 
-// storeOp names the Store call that records an outcome, as StoreError.Op
+// storeOp names the store.Store call that records an outcome, as StoreError.Op
 // documents it.
 func storeOp(outcome string) string {
 	switch outcome {
@@ -818,13 +802,13 @@ func (h *heartbeat) stop() (lost error, refused bool) {
 func lapsedOf(rec Record) Lapsed {
 	e, ok := lastRun(rec)
 	if !ok {
-		// The journal does not reach it (it keeps MaxJournal entries).
-		return Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason, Outcome: OutcomeLapsed}
+		// The journal does not reach it (it keeps store.MaxJournal entries).
+		return Lapsed{Key: rec.Key, Fence: rec.Fence - 1, Attempt: rec.Attempt - 1, Reason: rec.Reason, Outcome: store.OutcomeLapsed}
 	}
 	lp := Lapsed{Key: rec.Key, Fence: e.Fence, Attempt: e.Attempt, Owner: e.Owner, Correlation: e.Correlation,
 		Started: e.Started, Reason: e.Reason, Outcome: e.Outcome}
 	if lp.Outcome == "" {
-		lp.Outcome = OutcomeLapsed
+		lp.Outcome = store.OutcomeLapsed
 	}
 	return lp
 }
@@ -835,17 +819,17 @@ func lapsedOf(rec Record) Lapsed {
 // are passed over. ok is false when there is none in the journal, or only
 // before a claim that began the record anew after an earlier record's
 // retention passed.
-func lastRun(rec Record) (e JournalEntry, ok bool) {
+func lastRun(rec Record) (e store.JournalEntry, ok bool) {
 	j := rec.Journal
 	for i := len(j) - 2; i >= 0; i-- {
 		if j[i+1].AfterExpiry {
-			return JournalEntry{}, false // the earlier attempts belong to a record whose retention passed
+			return store.JournalEntry{}, false // the earlier attempts belong to a record whose retention passed
 		}
 		if !j[i].NotRun() {
 			return j[i], true
 		}
 	}
-	return JournalEntry{}, false
+	return store.JournalEntry{}, false
 }
 
 // releasedWithError reports whether the last attempt before the one rec
@@ -854,7 +838,7 @@ func lastRun(rec Record) (e JournalEntry, ok bool) {
 // Reconcile hook is asked before fn runs again.
 func releasedWithError(rec Record) bool {
 	e, ok := lastRun(rec)
-	return ok && e.Outcome == OutcomeReleased && e.Reason != ""
+	return ok && e.Outcome == store.OutcomeReleased && e.Reason != ""
 }
 
 func newCorrelationID() string {

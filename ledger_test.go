@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -359,7 +360,7 @@ func TestReconcileHookThatPanicsLeavesTheKeyLapsed(t *testing.T) {
 	s := memstore.New()
 	l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
 	// An attempt that crashed: claimed, never finished, lease passed.
-	crashed, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "crashed", Correlation: "first", Lease: time.Millisecond, Retention: time.Hour})
+	crashed, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "crashed", Correlation: "first", Lease: time.Millisecond, Retention: time.Hour})
 	if err != nil || !crashed.Acquired {
 		t.Fatalf("claim: %+v, %v", crashed, err)
 	}
@@ -421,11 +422,11 @@ func TestClaimAnsweredAfterTheCallerLeft(t *testing.T) {
 
 // cancelAtAnswer cancels the caller's context as the store answers a claim.
 type cancelAtAnswer struct {
-	idem.Store
+	store.Store
 	cancel context.CancelFunc
 }
 
-func (c cancelAtAnswer) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (c cancelAtAnswer) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	res, err := c.Store.Claim(ctx, req)
 	c.cancel()
 	return res, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -107,7 +108,7 @@ func TestLapsedKeyIsNotTakenOverByAnotherRequest(t *testing.T) {
 			l := idem.New(s, idem.WithPolicy(c.policy), idem.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 			key := idem.Key("charge", 3)
 			// The first request's attempt crashed after its claim: lapsed.
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: c.policy,
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: c.policy,
 				Lease: time.Minute, Retention: time.Hour, Fingerprint: sum(a)})
 			if err != nil || !cr.Acquired {
 				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)
@@ -206,7 +207,7 @@ func TestMismatchLogSaysWhatTheRecordIs(t *testing.T) {
 			}
 		}
 	}
-	newLedger := func(s idem.Store, logs *bytes.Buffer) *idem.Ledger {
+	newLedger := func(s store.Store, logs *bytes.Buffer) *idem.Ledger {
 		return idem.New(s, idem.WithOwner("w2"), idem.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 	}
 
@@ -232,7 +233,7 @@ func TestMismatchLogSaysWhatTheRecordIs(t *testing.T) {
 			s := memstore.New()
 			l := newLedger(s, &logs)
 			key := idem.Key("charge", 2)
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: idem.AtLeastOnce,
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: idem.AtLeastOnce,
 				Lease: time.Minute, Retention: time.Hour, Fingerprint: "sha256-of-another-request"})
 			if err != nil || !cr.Acquired {
 				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)

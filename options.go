@@ -2,16 +2,16 @@ package idem
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Defaults used by [New] when no option says otherwise.
 const (
 	DefaultLease     = 30 * time.Second
-	DefaultRetention = 7 * 24 * time.Hour
+	DefaultRetention = store.DefaultRetention // 7 days
 )
 
 // Option configures a [Ledger] in [New].
@@ -114,7 +114,7 @@ func WithCache(n int) Option {
 // WithCoalescing lets concurrent calls share the store's round trips: the
 // claims of calls made while the store is busy with earlier ones are sent
 // together as one batch of at most max (if the store implements
-// [BatchClaimer]), and so are their completions ([BatchCompleter]). No call
+// [store.BatchClaimer]), and so are their completions ([store.BatchCompleter]). No call
 // waits for a timer: a call made while fewer than [CoalescingFlights]
 // batches are in flight and none waits is sent at once, so a lone caller
 // sees no added latency and batches form only under load. And only under
@@ -211,17 +211,8 @@ func WithHashedKeysInLogs() Option {
 // the new call's fingerprint. Calls without a fingerprint, and keys
 // recorded without one, are never a mismatch.
 func Fingerprint(request []byte) CallOption {
-	fp := FingerprintOf(request)
+	fp := store.FingerprintOf(request)
 	return callOption(func(c *callConfig) { c.fingerprint = fp })
-}
-
-// FingerprintOf is the fingerprint [Fingerprint] records for request (the
-// hex SHA-256 of its bytes), for code that claims through a [Store] itself
-// ([ClaimRequest.Fingerprint]) and must agree with Ledger callers on the
-// same keys.
-func FingerprintOf(request []byte) string {
-	sum := sha256.Sum256(request)
-	return hex.EncodeToString(sum[:])
 }
 
 // WithCorrelationID ties the call's log lines and journal entry to an id the
@@ -243,8 +234,8 @@ type Lapsed struct {
 	Correlation string
 	Started     time.Time
 	Reason      string // the error it reported, if any
-	// Outcome is the earlier attempt's journal outcome: OutcomeLapsed,
-	// OutcomeAbandoned or OutcomeReleased.
+	// Outcome is the earlier attempt's journal outcome: store.OutcomeLapsed,
+	// store.OutcomeAbandoned or store.OutcomeReleased.
 	Outcome string
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -20,7 +21,7 @@ type leaveDuringClaim struct {
 	cancel context.CancelFunc
 }
 
-func (s *leaveDuringClaim) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *leaveDuringClaim) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, req)
 	if s.cancel != nil {
 		s.cancel()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Run is [Ledger.Do] for typed results: fn's value is stored as JSON, and
@@ -72,7 +74,7 @@ func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx 
 	if err := key.Err(); err != nil {
 		return Result{}, err
 	}
-	ts, ok := l.store.(TxStore[Tx])
+	ts, ok := l.store.(store.TxStore[Tx])
 	if !ok {
 		var tx Tx
 		return Result{}, fmt.Errorf("%w: %T with %T", ErrNotTransactional, l.store, tx)

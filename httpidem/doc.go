@@ -10,7 +10,7 @@
 //	mux.Handle("POST /charges", m.Handler(charges))
 //
 // Requests are recorded in an [idem.Ledger], so the middleware works on
-// every idem.Store, and one store can serve several servers: the first
+// every store.Store, and one store can serve several servers: the first
 // request to claim a key runs the handler, under the ledger's lease and
 // heartbeat.
 //

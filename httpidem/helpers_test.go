@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -29,12 +30,12 @@ import (
 // storeCase makes stores of one kind for the table-driven tests.
 type storeCase struct {
 	name string
-	open func(t *testing.T) idem.Store
+	open func(t *testing.T) store.Store
 }
 
 var shared struct {
 	pgOnce, redisOnce sync.Once
-	pg, redis         idem.Store
+	pg, redis         store.Store
 	pgErr, redisErr   error
 }
 
@@ -44,8 +45,8 @@ var shared struct {
 // key prefix).
 func stores() []storeCase {
 	return []storeCase{
-		{"memstore", func(t *testing.T) idem.Store { return memstore.New() }},
-		{"sqlitestore", func(t *testing.T) idem.Store {
+		{"memstore", func(t *testing.T) store.Store { return memstore.New() }},
+		{"sqlitestore", func(t *testing.T) store.Store {
 			s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
 			if err != nil {
 				t.Fatal(err)
@@ -53,7 +54,7 @@ func stores() []storeCase {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}},
-		{"pgstore", func(t *testing.T) idem.Store {
+		{"pgstore", func(t *testing.T) store.Store {
 			u := os.Getenv("IDEM_TEST_POSTGRES")
 			if u == "" {
 				t.Skip("set IDEM_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test?sslmode=disable to run the middleware on pgstore")
@@ -66,7 +67,7 @@ func stores() []storeCase {
 			}
 			return shared.pg
 		}},
-		{"redisstore", func(t *testing.T) idem.Store {
+		{"redisstore", func(t *testing.T) store.Store {
 			u := os.Getenv("IDEM_TEST_REDIS")
 			if u == "" {
 				t.Skip("set IDEM_TEST_REDIS=redis://127.0.0.1:6379/0 to run the middleware on redisstore")
@@ -83,7 +84,7 @@ func stores() []storeCase {
 }
 
 // forEachStore runs f as a parallel subtest per store.
-func forEachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
+func forEachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
 	t.Helper()
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
@@ -96,7 +97,7 @@ func forEachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // ledger returns a quiet ledger on s.
-func ledger(s idem.Store, opts ...idem.Option) *idem.Ledger {
+func ledger(s store.Store, opts ...idem.Option) *idem.Ledger {
 	return idem.New(s, append([]idem.Option{idem.WithLogger(quiet())}, opts...)...)
 }
 
@@ -229,4 +230,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func newMem() idem.Store { return memstore.New() }
+func newMem() store.Store { return memstore.New() }

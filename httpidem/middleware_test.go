@@ -14,13 +14,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/store"
 )
 
 // TestReplay: a retry with the same key gets the first response (status,
 // allow-listed headers, body byte for byte) with Idempotent-Replayed: true,
 // without running the handler; cookies and other headers are not replayed.
 func TestReplay(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var h counter
 		srv := serve(t, ledger(s), &h)
 		key := newKey()
@@ -60,7 +61,7 @@ func TestReplay(t *testing.T) {
 // a required route answers 400 key-missing and does not run the handler.
 // Methods that are not protected ignore the key.
 func TestNoKey(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var opt, req counter
 		l := ledger(s)
 		optional := serve(t, l, &opt)
@@ -96,7 +97,7 @@ func TestNoKey(t *testing.T) {
 // query in another order, or a bare key equal to the quoted one, is the
 // same request.
 func TestMismatch(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var h counter
 		srv := serve(t, ledger(s), &h)
 		key := newKey()
@@ -221,7 +222,7 @@ func TestCanonicalJSONDuplicateNames(t *testing.T) {
 // request-in-progress with Retry-After: 1; after it finishes, the replay.
 // With WithBusyWait the retry waits and gets the replay instead.
 func TestInProgress(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		for _, wait := range []bool{false, true} {
 			t.Run(fmt.Sprintf("busy-wait=%v", wait), func(t *testing.T) {
 				started, release := make(chan struct{}), make(chan struct{})
@@ -277,7 +278,7 @@ func TestInProgress(t *testing.T) {
 // (which tells the client to retry the same request, only to be refused
 // later); the same request still gets 409.
 func TestMismatchWhileInProgress(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		started, release := make(chan struct{}), make(chan struct{})
 		var runs atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -311,7 +312,7 @@ func TestMismatchWhileInProgress(t *testing.T) {
 // TestConcurrent: 50 identical requests at once run the handler once; every
 // other one gets 409 or the replay.
 func TestConcurrent(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var runs atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
@@ -362,7 +363,7 @@ func TestConcurrent(t *testing.T) {
 // the handler's response and a retry runs the handler again. With
 // WithStoreServerErrors(true) a 5xx is replayed like any other.
 func TestStatusesKept(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		l := ledger(s)
 		cases := []struct {
 			status      int
@@ -425,7 +426,7 @@ func TestStatusesKept(t *testing.T) {
 // runs the handler for each and replays each its own response. A scope
 // function error or an empty scope is refused with 500, handler not run.
 func TestScope(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var h counter
 		scope := func(r *http.Request) (string, error) {
 			switch tenant := r.Header.Get("X-Tenant"); tenant {
@@ -465,7 +466,7 @@ func TestScope(t *testing.T) {
 // collide: key "b" in scope "x:a" is not key "a:b" in scope "x", and a key
 // with separators replays itself.
 func TestKeySeparators(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var h counter
 		srv := serve(t, ledger(s), &h, httpidem.WithScope(func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }))
 		suffix := newKey()
@@ -485,7 +486,7 @@ func TestKeySeparators(t *testing.T) {
 // again) and the panic reaches net/http (the client sees the connection
 // cut).
 func TestPanic(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var runs atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if runs.Add(1) == 1 {
@@ -510,7 +511,7 @@ func TestPanic(t *testing.T) {
 // leaves nothing recorded (the retry runs it again); a handler that still
 // answers (its work was done) has that answer recorded and replayed.
 func TestClientGone(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		for _, answers := range []bool{false, true} {
 			t.Run(fmt.Sprintf("answers=%v", answers), func(t *testing.T) {
 				var runs atomic.Int64

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/httpidem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -25,7 +26,7 @@ import (
 // it gets the status and headers, an empty body, and
 // Idempotency-Body-Omitted: true.
 func TestLargeResponse(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		var runs atomic.Int64
 		big := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +69,7 @@ func TestLargeResponse(t *testing.T) {
 // http.ResponseController; the whole stream is replayed when it fits. An
 // event stream is recorded without its body.
 func TestStreaming(t *testing.T) {
-	forEachStore(t, func(t *testing.T, s idem.Store) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
 		for _, sse := range []bool{false, true} {
 			next := make(chan struct{})
 			var runs atomic.Int64

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testAdmin holds the operator's calls: List, Resolve and Delete.
@@ -17,7 +18,7 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		// One record of each kind; "g" expires, "e" and "f" lapse.
-		mk := func(key string, p idem.Policy) idem.ClaimResult {
+		mk := func(key string, p idem.Policy) store.ClaimResult {
 			r := req(h, key)
 			r.Policy = p
 			return acquire(t, s, r)
@@ -38,34 +39,34 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Lease = longRetention // still running after the others lapsed
 		acquire(t, s, r)
 
-		list := func(q idem.ListQuery) []string {
+		list := func(q store.ListQuery) []string {
 			t.Helper()
 			recs, err := s.List(ctx, q)
 			noErr(t, fmt.Sprintf("List(%+v)", q), err)
 			return keysOf(recs)
 		}
-		wantKeys := func(q idem.ListQuery, want ...string) {
+		wantKeys := func(q store.ListQuery, want ...string) {
 			t.Helper()
 			if got := list(q); !slices.Equal(got, want) {
 				t.Fatalf("List(%+v) = %q, want %q", q, got, want)
 			}
 		}
 		all := []string{"a-completed", "b-failed", "c-released", "d-running", "e-lapsed-at-most-once", "f-lapsed-at-least-once"}
-		wantKeys(idem.ListQuery{}, all...)
-		wantKeys(idem.ListQuery{Status: idem.StatusCompleted}, "a-completed")
-		wantKeys(idem.ListQuery{Status: idem.StatusFailed}, "b-failed")
-		wantKeys(idem.ListQuery{Status: idem.StatusReleased}, "c-released")
-		wantKeys(idem.ListQuery{Status: idem.StatusInProgress}, "d-running", "e-lapsed-at-most-once", "f-lapsed-at-least-once")
-		wantKeys(idem.ListQuery{Stuck: true}, "e-lapsed-at-most-once", "f-lapsed-at-least-once")
-		wantKeys(idem.ListQuery{Stuck: true, Limit: 1}, "e-lapsed-at-most-once")
-		wantKeys(idem.ListQuery{Stuck: true, After: "e-lapsed-at-most-once"}, "f-lapsed-at-least-once")
-		wantKeys(idem.ListQuery{After: "b-failed"}, all[2:]...)
-		wantKeys(idem.ListQuery{After: "b"}, all[1:]...)
-		wantKeys(idem.ListQuery{Limit: 2}, all[:2]...)
-		wantKeys(idem.ListQuery{After: "b-failed", Limit: 2}, all[2:4]...)
-		wantKeys(idem.ListQuery{After: "z"})
+		wantKeys(store.ListQuery{}, all...)
+		wantKeys(store.ListQuery{Status: idem.StatusCompleted}, "a-completed")
+		wantKeys(store.ListQuery{Status: idem.StatusFailed}, "b-failed")
+		wantKeys(store.ListQuery{Status: idem.StatusReleased}, "c-released")
+		wantKeys(store.ListQuery{Status: idem.StatusInProgress}, "d-running", "e-lapsed-at-most-once", "f-lapsed-at-least-once")
+		wantKeys(store.ListQuery{Stuck: true}, "e-lapsed-at-most-once", "f-lapsed-at-least-once")
+		wantKeys(store.ListQuery{Stuck: true, Limit: 1}, "e-lapsed-at-most-once")
+		wantKeys(store.ListQuery{Stuck: true, After: "e-lapsed-at-most-once"}, "f-lapsed-at-least-once")
+		wantKeys(store.ListQuery{After: "b-failed"}, all[2:]...)
+		wantKeys(store.ListQuery{After: "b"}, all[1:]...)
+		wantKeys(store.ListQuery{Limit: 2}, all[:2]...)
+		wantKeys(store.ListQuery{After: "b-failed", Limit: 2}, all[2:4]...)
+		wantKeys(store.ListQuery{After: "z"})
 
-		recs, err := s.List(ctx, idem.ListQuery{Status: idem.StatusCompleted})
+		recs, err := s.List(ctx, store.ListQuery{Status: idem.StatusCompleted})
 		noErr(t, "List", err)
 		if len(recs) != 1 || string(recs[0].Result) != "r" || recs[0].Fence != 1 || len(recs[0].Journal) != 1 {
 			t.Fatalf("List returned %+v, want the whole record (result, fence, journal)", recs)
@@ -82,7 +83,7 @@ func testAdmin(t *testing.T, h Harness) {
 			want = append(want, k)
 			acquire(t, s, req(h, k))
 		}
-		recs, err := s.List(context.Background(), idem.ListQuery{})
+		recs, err := s.List(context.Background(), store.ListQuery{})
 		noErr(t, "List", err)
 		if len(recs) != 100 {
 			t.Fatalf("List with Limit 0 returned %d records, want the default 100", len(recs))
@@ -90,7 +91,7 @@ func testAdmin(t *testing.T, h Harness) {
 		var got []string
 		after := ""
 		for range n {
-			recs, err := s.List(context.Background(), idem.ListQuery{After: after, Limit: 40})
+			recs, err := s.List(context.Background(), store.ListQuery{After: after, Limit: 40})
 			noErr(t, "List", err)
 			if len(recs) == 0 {
 				break
@@ -114,7 +115,7 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Policy = idem.AtMostOnce
 		cr := acquire(t, s, r)
 		lapse(t, h, s, "k")
-		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, idem.Resolution{Done: false, Reason: "no mail in the provider's log", By: "alice"})
+		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, store.Resolution{Done: false, Reason: "no mail in the provider's log", By: "alice"})
 		noErr(t, "Resolve(not done)", err)
 		if rec.Status != idem.StatusReleased || rec.Fence != 2 || rec.Reason != "no mail in the provider's log" {
 			t.Fatalf("Resolve(not done) returned {%s, fence %d, reason %q}, want {released, 2, the reason}", rec.Status, rec.Fence, rec.Reason)
@@ -123,7 +124,7 @@ func testAdmin(t *testing.T, h Harness) {
 		if got.Status != idem.StatusReleased || got.Fence != 2 {
 			t.Fatalf("after Resolve(not done): {%s, fence %d}, want {released, 2}", got.Status, got.Fence)
 		}
-		if j := got.Journal[len(got.Journal)-1]; j.Outcome != idem.OutcomeResolvedNotDone {
+		if j := got.Journal[len(got.Journal)-1]; j.Outcome != store.OutcomeResolvedNotDone {
 			t.Fatalf("after Resolve(not done): journal %+v, want the last entry resolved-not-done", got.Journal)
 		}
 		wantErr(t, "stale holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
@@ -142,7 +143,7 @@ func testAdmin(t *testing.T, h Harness) {
 		cr := acquire(t, s, r)
 		lapse(t, h, s, "k")
 		before := now(t, s)
-		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, idem.Resolution{Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
+		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
 		noErr(t, "Resolve(done)", err)
 		after := now(t, s)
 		if rec.Status != idem.StatusCompleted || rec.Fence != 2 {
@@ -154,7 +155,7 @@ func testAdmin(t *testing.T, h Harness) {
 		}
 		wantBytes(t, "Result", got.Result, []byte("msg-id-42"))
 		wantBetween(t, "ExpiresAt", got.ExpiresAt, before.Add(2*time.Hour), after.Add(2*time.Hour))
-		if j := got.Journal[len(got.Journal)-1]; j.Outcome != idem.OutcomeResolvedDone {
+		if j := got.Journal[len(got.Journal)-1]; j.Outcome != store.OutcomeResolvedDone {
 			t.Fatalf("after Resolve(done): journal %+v, want the last entry resolved-done", got.Journal)
 		}
 		c := claim(t, s, req(h, "k"))
@@ -171,7 +172,7 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		_, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: false, Reason: "operator", By: "bob"})
+		_, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: false, Reason: "operator", By: "bob"})
 		noErr(t, "Resolve(fence 0) of a running attempt", err)
 		_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
 		wantErr(t, "holder's Extend after Resolve", err, idem.ErrLeaseLost)
@@ -186,13 +187,13 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		_, err := s.Resolve(ctx, "k", cr.Record.Fence+1, idem.Resolution{Done: true, Result: []byte("x"), Retention: time.Hour})
+		_, err := s.Resolve(ctx, "k", cr.Record.Fence+1, store.Resolution{Done: true, Result: []byte("x"), Retention: time.Hour})
 		wantErr(t, "Resolve with another fence", err, idem.ErrLeaseLost)
 		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || rec.Fence != 1 {
 			t.Fatalf("after a refused Resolve: {%s, fence %d}, want {in_progress, 1}", rec.Status, rec.Fence)
 		}
-		_, err = s.Resolve(ctx, "absent", 0, idem.Resolution{})
-		wantErr(t, "Resolve of an absent key", err, idem.ErrNotFound)
+		_, err = s.Resolve(ctx, "absent", 0, store.Resolution{})
+		wantErr(t, "Resolve of an absent key", err, store.ErrNotFound)
 	})
 
 	// InProgress: a caller deciding an attempt (a reconciler holding the
@@ -203,7 +204,7 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		live := hold(t, h, s, "live")
-		rec, err := s.Resolve(ctx, "live", live.Record.Fence, idem.Resolution{Done: true, Result: []byte("found"), Retention: time.Hour, By: "op", InProgress: true})
+		rec, err := s.Resolve(ctx, "live", live.Record.Fence, store.Resolution{Done: true, Result: []byte("found"), Retention: time.Hour, By: "op", InProgress: true})
 		noErr(t, "Resolve(InProgress) of an attempt with a live lease", err)
 		if rec.Status != idem.StatusCompleted || rec.Fence != live.Record.Fence+1 {
 			t.Fatalf("Resolve(InProgress) of a live attempt returned {%s, fence %d}, want {completed, %d}", rec.Status, rec.Fence, live.Record.Fence+1)
@@ -217,12 +218,12 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Policy = idem.AtMostOnce
 		acquire(t, s, r)
 		lapse(t, h, s, "lapsed-any-fence") // claimed last, so "lapsed" lapsed too
-		rec, err = s.Resolve(ctx, "lapsed", lapsed.Record.Fence, idem.Resolution{Done: false, Reason: "not in the provider's log", By: "op", InProgress: true})
+		rec, err = s.Resolve(ctx, "lapsed", lapsed.Record.Fence, store.Resolution{Done: false, Reason: "not in the provider's log", By: "op", InProgress: true})
 		noErr(t, "Resolve(InProgress) of a lapsed attempt", err)
 		if rec.Status != idem.StatusReleased || rec.Fence != lapsed.Record.Fence+1 {
 			t.Fatalf("Resolve(InProgress) of a lapsed attempt returned {%s, fence %d}, want {released, %d}", rec.Status, rec.Fence, lapsed.Record.Fence+1)
 		}
-		_, err = s.Resolve(ctx, "lapsed-any-fence", 0, idem.Resolution{Done: false, By: "op", InProgress: true})
+		_, err = s.Resolve(ctx, "lapsed-any-fence", 0, store.Resolution{Done: false, By: "op", InProgress: true})
 		noErr(t, "Resolve(fence 0, InProgress) of a lapsed attempt", err)
 		if got := get(t, s, "lapsed-any-fence"); got.Status != idem.StatusReleased {
 			t.Fatalf("after Resolve(fence 0, InProgress): %s, want released", got.Status)
@@ -253,7 +254,7 @@ func testAdmin(t *testing.T, h Harness) {
 			before := get(t, s, key)
 			for _, done := range []bool{true, false} {
 				what := fmt.Sprintf("Resolve(%q, fence %d, Done %v, InProgress) of a %s record", key, fence, done, before.Status)
-				_, err := s.Resolve(ctx, key, fence, idem.Resolution{Done: done, Result: []byte("reconciled"), Retention: time.Hour, Reason: "reconciled", By: "holder", InProgress: true})
+				_, err := s.Resolve(ctx, key, fence, store.Resolution{Done: done, Result: []byte("reconciled"), Retention: time.Hour, Reason: "reconciled", By: "holder", InProgress: true})
 				wantErr(t, what, err, idem.ErrLeaseLost)
 				unchanged(what, key, before)
 			}
@@ -286,12 +287,12 @@ func testAdmin(t *testing.T, h Harness) {
 		refused("released", f)
 
 		// Absent and expired stay ErrNotFound.
-		_, err := s.Resolve(ctx, "absent", 1, idem.Resolution{InProgress: true})
-		wantErr(t, "Resolve(InProgress) of an absent key", err, idem.ErrNotFound)
+		_, err := s.Resolve(ctx, "absent", 1, store.Resolution{InProgress: true})
+		wantErr(t, "Resolve(InProgress) of an absent key", err, store.ErrNotFound)
 		f = fin("expired", func(f int64) error { return s.Complete(ctx, "expired", f, []byte("r"), retention(h)) })
 		pass(t, h, s, retention(h)+time.Millisecond)
-		_, err = s.Resolve(ctx, "expired", f, idem.Resolution{InProgress: true})
-		wantErr(t, "Resolve(InProgress) of an expired key", err, idem.ErrNotFound)
+		_, err = s.Resolve(ctx, "expired", f, store.Resolution{InProgress: true})
+		wantErr(t, "Resolve(InProgress) of an expired key", err, store.ErrNotFound)
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -302,8 +303,8 @@ func testAdmin(t *testing.T, h Harness) {
 		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), longRetention))
 		noErr(t, "Delete", s.Delete(ctx, "k"))
 		wantNotFound(t, s, "k")
-		wantErr(t, "second Delete", s.Delete(ctx, "k"), idem.ErrNotFound)
-		wantErr(t, "Delete of an absent key", s.Delete(ctx, "absent"), idem.ErrNotFound)
+		wantErr(t, "second Delete", s.Delete(ctx, "k"), store.ErrNotFound)
+		wantErr(t, "Delete of an absent key", s.Delete(ctx, "absent"), store.ErrNotFound)
 		acquire(t, s, req(h, "k"))
 		// Delete works whatever the state: here in_progress.
 		noErr(t, "Delete of an in_progress record", s.Delete(ctx, "k"))

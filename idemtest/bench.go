@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // BenchmarkStore measures the store h makes, directly and under an
@@ -37,7 +38,7 @@ func BenchmarkStore(b *testing.B, h Harness) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			keys := newKeyGen(&prefix)
-			r := idem.ClaimRequest{Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+			r := store.ClaimRequest{Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 			result := []byte("result")
 			for pb.Next() {
 				r.Key = keys.next()

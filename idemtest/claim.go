@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testClaim holds the Store contract of a claim and of the writes that end
@@ -78,7 +79,7 @@ func testClaim(t *testing.T, h Harness) {
 		if rec.Fence != 1 || rec.Attempt != 1 {
 			t.Fatalf("after Complete: fence %d attempt %d, want 1 1", rec.Fence, rec.Attempt)
 		}
-		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeCompleted || rec.Journal[0].Ended.IsZero() {
+		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted || rec.Journal[0].Ended.IsZero() {
 			t.Fatalf("after Complete: journal %+v, want one entry with outcome completed and Ended set", rec.Journal)
 		}
 
@@ -130,7 +131,7 @@ func testClaim(t *testing.T, h Harness) {
 			t.Fatalf("after Release: {%s, reason %q, fence %d, attempt %d}, want {released, %q, 1, 1}",
 				rec.Status, rec.Reason, rec.Fence, rec.Attempt, "smtp refused")
 		}
-		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeReleased || rec.Journal[0].Reason != "smtp refused" {
+		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeReleased || rec.Journal[0].Reason != "smtp refused" {
 			t.Fatalf("after Release: journal %+v, want one entry released with the reason", rec.Journal)
 		}
 		r2 := req(h, "k")
@@ -166,7 +167,7 @@ func testClaim(t *testing.T, h Harness) {
 			t.Fatalf("after Fail: {%s, %q}, want {failed, %q}", rec.Status, rec.Reason, "card declined")
 		}
 		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(3*time.Hour), after.Add(3*time.Hour))
-		if rec.Journal[0].Outcome != idem.OutcomeFailed {
+		if rec.Journal[0].Outcome != store.OutcomeFailed {
 			t.Fatalf("journal outcome %q, want failed", rec.Journal[0].Outcome)
 		}
 		cr2 := claim(t, s, req(h, "k"))
@@ -224,14 +225,14 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("batch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		bc, ok := s.(idem.BatchClaimer)
+		bc, ok := s.(store.BatchClaimer)
 		if !ok {
-			t.Skip("the store does not implement idem.BatchClaimer")
+			t.Skip("the store does not implement store.BatchClaimer")
 		}
 		done := acquire(t, s, req(h, "done"))
 		noErr(t, "Complete", s.Complete(context.Background(), "done", done.Record.Fence, []byte("r"), time.Hour))
 		keys := []string{"b", "a", "done", "b", "c"}
-		reqs := make([]idem.ClaimRequest, len(keys))
+		reqs := make([]store.ClaimRequest, len(keys))
 		for i, k := range keys {
 			reqs[i] = req(h, k)
 		}
@@ -273,14 +274,14 @@ func testClaim(t *testing.T, h Harness) {
 			t.Skip("Harness.Corrupt is not set")
 		}
 		s := newStore(t, h)
-		bc, ok := s.(idem.BatchClaimer)
+		bc, ok := s.(store.BatchClaimer)
 		if !ok {
-			t.Skip("the store does not implement idem.BatchClaimer")
+			t.Skip("the store does not implement store.BatchClaimer")
 		}
 		bad := acquire(t, s, req(h, "bad"))
 		noErr(t, "Complete", s.Complete(context.Background(), "bad", bad.Record.Fence, []byte("r"), time.Hour))
 		h.Corrupt(t, s, "bad")
-		res, err := bc.ClaimBatch(context.Background(), []idem.ClaimRequest{req(h, "a"), req(h, "bad"), req(h, "b")})
+		res, err := bc.ClaimBatch(context.Background(), []store.ClaimRequest{req(h, "a"), req(h, "bad"), req(h, "b")})
 		noErr(t, "ClaimBatch with a corrupt record among its keys", err)
 		if len(res) != 3 {
 			t.Fatalf("ClaimBatch returned %d results for 3 requests", len(res))
@@ -298,16 +299,16 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("complete_batch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		bc, ok := s.(idem.BatchCompleter)
+		bc, ok := s.(store.BatchCompleter)
 		if !ok {
-			t.Skip("the store does not implement idem.BatchCompleter")
+			t.Skip("the store does not implement store.BatchCompleter")
 		}
 		ctx := context.Background()
 		a, b := acquire(t, s, req(h, "a")), acquire(t, s, req(h, "b"))
 		stale := acquire(t, s, req(h, "stale"))
 		lapse(t, h, s, "stale")
 		taken := acquire(t, s, req(h, "stale")) // fence 2 holds it now
-		errs, err := bc.CompleteBatch(ctx, []idem.Completion{
+		errs, err := bc.CompleteBatch(ctx, []store.Completion{
 			{Key: "b", Fence: b.Record.Fence, Result: []byte("rb"), Retention: time.Hour},
 			{Key: "stale", Fence: stale.Record.Fence, Result: []byte("late"), Retention: time.Hour},
 			{Key: "absent", Fence: 1, Result: []byte("x"), Retention: time.Hour},
@@ -330,7 +331,7 @@ func testClaim(t *testing.T, h Harness) {
 		if !errors.Is(errs[1], idem.ErrLeaseLost) {
 			t.Fatalf("CompleteBatch of a taken-over attempt: %v, want ErrLeaseLost", errs[1])
 		}
-		if !errors.Is(errs[2], idem.ErrLeaseLost) && !errors.Is(errs[2], idem.ErrNotFound) {
+		if !errors.Is(errs[2], idem.ErrLeaseLost) && !errors.Is(errs[2], store.ErrNotFound) {
 			t.Fatalf("CompleteBatch of an absent key: %v, want ErrLeaseLost or ErrNotFound", errs[2])
 		}
 		if rec := get(t, s, "stale"); rec.Status != idem.StatusInProgress || rec.Fence != taken.Record.Fence {
@@ -344,7 +345,7 @@ func testClaim(t *testing.T, h Harness) {
 }
 
 // checkNewRecord checks the record a first claim of r made at now.
-func checkNewRecord(t *testing.T, rec idem.Record, r idem.ClaimRequest, now time.Time) {
+func checkNewRecord(t *testing.T, rec idem.Record, r store.ClaimRequest, now time.Time) {
 	t.Helper()
 	if rec.Key != r.Key || rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Attempt != 1 {
 		t.Fatalf("new claim: {key %q, %s, fence %d, attempt %d}, want {%q, in_progress, 1, 1}", rec.Key, rec.Status, rec.Fence, rec.Attempt, r.Key)

@@ -38,7 +38,7 @@ func (c *Clock) Advance(d time.Duration) {
 //
 //	var clocks idemtest.Clocks
 //	h := idemtest.Harness{
-//		New: func(t testing.TB) idem.Store {
+//		New: func(t testing.TB) store.Store {
 //			return memstore.New(memstore.WithClock(clocks.Get(t).Now))
 //		},
 //		Advance: clocks.Advance,

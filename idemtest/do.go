@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testDo holds what a user of idem.Ledger sees on the store: the first
@@ -32,7 +33,7 @@ func testDo(t *testing.T, h Harness) {
 		}
 		wantBytes(t, "stored Result", rec.Result, []byte("msg-1"))
 		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(5*time.Hour), after.Add(5*time.Hour))
-		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeCompleted || rec.Journal[0].Correlation == "" {
+		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted || rec.Journal[0].Correlation == "" {
 			t.Fatalf("journal %+v, want one completed entry with a correlation id", rec.Journal)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // errInjected is the error a FaultStore injects in the suite.
@@ -59,7 +60,7 @@ func testFaults(t *testing.T, h Harness) {
 		wantErr(t, "Complete after Close", s.Complete(ctx, "done", 1, nil, time.Hour), idem.ErrClosed)
 		_, err = s.Extend(ctx, "done", 1, time.Hour)
 		wantErr(t, "Extend after Close", err, idem.ErrClosed)
-		_, err = s.List(ctx, idem.ListQuery{})
+		_, err = s.List(ctx, store.ListQuery{})
 		wantErr(t, "List after Close", err, idem.ErrClosed)
 		_, err = s.Sweep(ctx, 10)
 		wantErr(t, "Sweep after Close", err, idem.ErrClosed)
@@ -81,7 +82,7 @@ func testFaults(t *testing.T, h Harness) {
 		wantStoreError(t, "Do on an unreachable store", err)
 		c.want(t, 0)
 		_, err = s.Get(ctx, "k")
-		if err == nil || errors.Is(err, idem.ErrNotFound) {
+		if err == nil || errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Get on an unreachable store: %v, want an error that is not ErrNotFound", err)
 		}
 	})

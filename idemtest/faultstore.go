@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
-// Op names a [idem.Store] method, for [FaultStore].
+// Op names a [store.Store] method, for [FaultStore].
 type Op string
 
 // The Store methods a [FaultStore] counts and can fail.
@@ -48,7 +49,7 @@ type Fault struct {
 	Times int
 }
 
-// FaultStore wraps a real [idem.Store], counts the calls of each method,
+// FaultStore wraps a real [store.Store], counts the calls of each method,
 // and makes chosen methods fail with an injected error. It is a fake only
 // to inject a fault that a real service cannot produce on demand (a
 // complete that fails after fn ran, a release that fails after fn's error,
@@ -56,18 +57,18 @@ type Fault struct {
 // is the real store's.
 //
 // Close is passed through and not counted. FaultStore does not implement
-// [idem.BatchClaimer] or [idem.TxStore]. It is safe for concurrent use.
+// [store.BatchClaimer] or [store.TxStore]. It is safe for concurrent use.
 type FaultStore struct {
-	store  idem.Store
+	store  store.Store
 	mu     sync.Mutex
 	faults map[Op]*Fault
 	calls  map[Op]*atomic.Int64
 }
 
-var _ idem.Store = (*FaultStore)(nil)
+var _ store.Store = (*FaultStore)(nil)
 
 // NewFaultStore returns a FaultStore on s with no faults.
-func NewFaultStore(s idem.Store) *FaultStore {
+func NewFaultStore(s store.Store) *FaultStore {
 	f := &FaultStore{store: s, faults: make(map[Op]*Fault), calls: make(map[Op]*atomic.Int64, len(allOps))}
 	for _, op := range allOps {
 		f.calls[op] = new(atomic.Int64)
@@ -76,7 +77,7 @@ func NewFaultStore(s idem.Store) *FaultStore {
 }
 
 // Unwrap returns the real store.
-func (f *FaultStore) Unwrap() idem.Store { return f.store }
+func (f *FaultStore) Unwrap() store.Store { return f.store }
 
 // Inject makes calls of op fail as fault says, replacing an earlier fault
 // on op.
@@ -148,36 +149,36 @@ func run(ctx context.Context, f *FaultStore, op Op, real func() error) error {
 	return ft.Err
 }
 
-// Claim implements idem.Store.
-func (f *FaultStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+// Claim implements store.Store.
+func (f *FaultStore) Claim(ctx context.Context, req store.ClaimRequest) (res store.ClaimResult, err error) {
 	err = run(ctx, f, OpClaim, func() error { res, err = f.store.Claim(ctx, req); return err })
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return res, nil
 }
 
-// Complete implements idem.Store.
+// Complete implements store.Store.
 func (f *FaultStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
 	return run(ctx, f, OpComplete, func() error { return f.store.Complete(ctx, key, fence, result, retention) })
 }
 
-// Fail implements idem.Store.
+// Fail implements store.Store.
 func (f *FaultStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
 	return run(ctx, f, OpFail, func() error { return f.store.Fail(ctx, key, fence, reason, retention) })
 }
 
-// Release implements idem.Store.
+// Release implements store.Store.
 func (f *FaultStore) Release(ctx context.Context, key string, fence int64, reason string) error {
 	return run(ctx, f, OpRelease, func() error { return f.store.Release(ctx, key, fence, reason) })
 }
 
-// Abandon implements idem.Store.
+// Abandon implements store.Store.
 func (f *FaultStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
 	return run(ctx, f, OpAbandon, func() error { return f.store.Abandon(ctx, key, fence, reason) })
 }
 
-// Extend implements idem.Store.
+// Extend implements store.Store.
 func (f *FaultStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
 	err = run(ctx, f, OpExtend, func() error { until, err = f.store.Extend(ctx, key, fence, lease); return err })
 	if err != nil {
@@ -186,7 +187,7 @@ func (f *FaultStore) Extend(ctx context.Context, key string, fence int64, lease 
 	return until, nil
 }
 
-// Get implements idem.Store.
+// Get implements store.Store.
 func (f *FaultStore) Get(ctx context.Context, key string) (rec idem.Record, err error) {
 	err = run(ctx, f, OpGet, func() error { rec, err = f.store.Get(ctx, key); return err })
 	if err != nil {
@@ -195,8 +196,8 @@ func (f *FaultStore) Get(ctx context.Context, key string) (rec idem.Record, err 
 	return rec, nil
 }
 
-// List implements idem.Store.
-func (f *FaultStore) List(ctx context.Context, q idem.ListQuery) (recs []idem.Record, err error) {
+// List implements store.Store.
+func (f *FaultStore) List(ctx context.Context, q store.ListQuery) (recs []idem.Record, err error) {
 	err = run(ctx, f, OpList, func() error { recs, err = f.store.List(ctx, q); return err })
 	if err != nil {
 		return nil, err
@@ -204,8 +205,8 @@ func (f *FaultStore) List(ctx context.Context, q idem.ListQuery) (recs []idem.Re
 	return recs, nil
 }
 
-// Resolve implements idem.Store.
-func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (rec idem.Record, err error) {
+// Resolve implements store.Store.
+func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (rec idem.Record, err error) {
 	err = run(ctx, f, OpResolve, func() error { rec, err = f.store.Resolve(ctx, key, fence, r); return err })
 	if err != nil {
 		return idem.Record{}, err
@@ -213,12 +214,12 @@ func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r ide
 	return rec, nil
 }
 
-// Delete implements idem.Store.
+// Delete implements store.Store.
 func (f *FaultStore) Delete(ctx context.Context, key string) error {
 	return run(ctx, f, OpDelete, func() error { return f.store.Delete(ctx, key) })
 }
 
-// Sweep implements idem.Store.
+// Sweep implements store.Store.
 func (f *FaultStore) Sweep(ctx context.Context, limit int) (n int, err error) {
 	err = run(ctx, f, OpSweep, func() error { n, err = f.store.Sweep(ctx, limit); return err })
 	if err != nil {
@@ -227,7 +228,7 @@ func (f *FaultStore) Sweep(ctx context.Context, limit int) (n int, err error) {
 	return n, nil
 }
 
-// Now implements idem.Store.
+// Now implements store.Store.
 func (f *FaultStore) Now(ctx context.Context) (t time.Time, err error) {
 	err = run(ctx, f, OpNow, func() error { t, err = f.store.Now(ctx); return err })
 	if err != nil {
@@ -236,5 +237,5 @@ func (f *FaultStore) Now(ctx context.Context) (t time.Time, err error) {
 	return t, nil
 }
 
-// Close implements idem.Store: it closes the real store.
+// Close implements store.Store: it closes the real store.
 func (f *FaultStore) Close() error { return f.store.Close() }

@@ -19,10 +19,10 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
-// fileStore is a small idem.Store kept in a directory, one file per key,
+// fileStore is a small store.Store kept in a directory, one file per key,
 // each read and written under an flock of its own, so that several
 // processes can share it. It exists to run the suite's multi-process and
 // corrupt-record tests (and its sleeping path, on the real clock) inside
@@ -125,13 +125,13 @@ func (s *fileStore) all(ctx context.Context, f func(rec *idem.Record, now time.T
 	return nil
 }
 
-func (s *fileStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+func (s *fileStore) Claim(ctx context.Context, req store.ClaimRequest) (res store.ClaimResult, err error) {
 	err = s.with(ctx, req.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
 		rec, err := decode(req.Key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, r := transition.Claim(rec, req, now)
+		next, r := store.ApplyClaim(rec, req, now)
 		res = r
 		if next == nil {
 			return nil, false, nil
@@ -141,13 +141,13 @@ func (s *fileStore) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.
 	return res, err
 }
 
-func (s *fileStore) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+func (s *fileStore) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
 	return s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
 		rec, err := decode(key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := transition.Finish(rec, fence, end, now)
+		next, err := store.ApplyFinish(rec, fence, end, now)
 		if next == nil {
 			return nil, false, err
 		}
@@ -156,19 +156,19 @@ func (s *fileStore) finish(ctx context.Context, key string, fence int64, end tra
 }
 
 func (s *fileStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
 }
 
 func (s *fileStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
 }
 
 func (s *fileStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusReleased, Reason: reason})
 }
 
 func (s *fileStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusInProgress, Reason: reason})
 }
 
 func (s *fileStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
@@ -177,7 +177,7 @@ func (s *fileStore) Extend(ctx context.Context, key string, fence int64, lease t
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := transition.Extend(rec, fence, lease, now)
+		next, err := store.ApplyExtend(rec, fence, lease, now)
 		if next == nil {
 			return nil, false, err
 		}
@@ -196,7 +196,7 @@ func (s *fileStore) Get(ctx context.Context, key string) (rec idem.Record, err e
 			return nil, false, err
 		}
 		if r == nil || r.Expired(now) {
-			return nil, false, idem.ErrNotFound
+			return nil, false, store.ErrNotFound
 		}
 		rec = *r
 		return nil, false, nil
@@ -204,7 +204,7 @@ func (s *fileStore) Get(ctx context.Context, key string) (rec idem.Record, err e
 	return rec, err
 }
 
-func (s *fileStore) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+func (s *fileStore) List(ctx context.Context, q store.ListQuery) ([]idem.Record, error) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 100
@@ -224,13 +224,13 @@ func (s *fileStore) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, 
 	return out, err
 }
 
-func (s *fileStore) Resolve(ctx context.Context, key string, fence int64, res idem.Resolution) (rec idem.Record, err error) {
+func (s *fileStore) Resolve(ctx context.Context, key string, fence int64, res store.Resolution) (rec idem.Record, err error) {
 	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
 		r, err := decode(key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := transition.Resolve(r, fence, res, now)
+		next, err := store.ApplyResolve(r, fence, res, now)
 		if err != nil {
 			return nil, false, err
 		}
@@ -244,7 +244,7 @@ func (s *fileStore) Delete(ctx context.Context, key string) error {
 	return s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
 		r, err := decode(key, raw)
 		if err == nil && (r == nil || r.Expired(now)) {
-			return nil, false, idem.ErrNotFound
+			return nil, false, store.ErrNotFound
 		}
 		return nil, true, nil
 	})
@@ -280,9 +280,9 @@ func TestFileStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sleeps through leases; skipped with -short")
 	}
-	open := func(loc string) (idem.Store, error) { return openFileStore(loc) }
+	open := func(loc string) (store.Store, error) { return openFileStore(loc) }
 	idemtest.TestStore(t, idemtest.Harness{
-		New: func(t testing.TB) idem.Store {
+		New: func(t testing.TB) store.Store {
 			s, err := openFileStore(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
@@ -292,7 +292,7 @@ func TestFileStore(t *testing.T) {
 		Locator:        func(t testing.TB) string { return t.TempDir() },
 		Open:           open,
 		HeartbeatLease: time.Second, // the default 300 ms lapsed behind a late timer under CI's load (memstore)
-		Corrupt: func(t testing.TB, s idem.Store, key string) {
+		Corrupt: func(t testing.TB, s store.Store, key string) {
 			fs := s.(*fileStore)
 			err := fs.with(context.Background(), key, func([]byte, time.Time) ([]byte, bool, error) {
 				return []byte("{not json"), true, nil

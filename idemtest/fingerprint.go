@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testFingerprint holds request fingerprints: a key reused for a different
@@ -99,7 +100,7 @@ func testFingerprint(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		r := req(h, "k")
-		r.Fingerprint = idem.FingerprintOf(payload)
+		r.Fingerprint = store.FingerprintOf(payload)
 		acquire(t, s, r)
 		lapse(t, h, s, "k")
 		before := get(t, s, "k")
@@ -141,10 +142,10 @@ func testFingerprint(t *testing.T, h Harness) {
 // as it is and writes nothing. A missing fingerprint on either side
 // matches any, and a released record is claimable by any request.
 func testClaimFingerprint(t *testing.T, h Harness) {
-	a, b := idem.FingerprintOf([]byte("request a")), idem.FingerprintOf([]byte("request b"))
+	a, b := store.FingerprintOf([]byte("request a")), store.FingerprintOf([]byte("request b"))
 	// lapsed makes key an in_progress record under p with fingerprint fp
 	// whose lease has passed.
-	lapsed := func(t *testing.T, s idem.Store, key string, p idem.Policy, fp string) idem.Record {
+	lapsed := func(t *testing.T, s store.Store, key string, p idem.Policy, fp string) idem.Record {
 		t.Helper()
 		r := req(h, key)
 		r.Policy, r.Fingerprint, r.Owner = p, fp, "first"
@@ -152,7 +153,7 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 		lapse(t, h, s, key)
 		return get(t, s, key)
 	}
-	taker := func(key string, p idem.Policy, take bool, fp string) idem.ClaimRequest {
+	taker := func(key string, p idem.Policy, take bool, fp string) store.ClaimRequest {
 		r := req(h, key)
 		r.Policy, r.TakeLapsed, r.Fingerprint, r.Owner = p, take, fp, "taker"
 		return r
@@ -225,9 +226,9 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 	t.Run("batch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		bc, ok := s.(idem.BatchClaimer)
+		bc, ok := s.(store.BatchClaimer)
 		if !ok {
-			t.Skip("the store does not implement idem.BatchClaimer")
+			t.Skip("the store does not implement store.BatchClaimer")
 		}
 		for _, k := range []string{"other", "same", "none"} {
 			r := req(h, k)
@@ -242,7 +243,7 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 			lapse(t, h, s, k)
 		}
 		before := get(t, s, "other")
-		reqs := []idem.ClaimRequest{
+		reqs := []store.ClaimRequest{
 			taker("other", idem.AtLeastOnce, false, b),
 			taker("same", idem.AtLeastOnce, false, a),
 			taker("new", idem.AtLeastOnce, false, b),

@@ -1,9 +1,9 @@
-// Package idemtest is the conformance suite that every idem.Store must pass,
+// Package idemtest is the conformance suite that every store.Store must pass,
 // and the benchmarks that measure one. A store's tests call [TestStore] (and
 // its benchmarks [BenchmarkStore]) with a [Harness] that makes fresh stores.
 //
 //	func TestConformance(t *testing.T) {
-//		idemtest.TestStore(t, idemtest.Harness{New: func(t testing.TB) idem.Store { ... }})
+//		idemtest.TestStore(t, idemtest.Harness{New: func(t testing.TB) store.Store { ... }})
 //	}
 //
 // The suite runs the store both directly (the Store contract) and under an
@@ -12,7 +12,7 @@
 // failures, races between goroutines and between OS processes, a process
 // killed inside fn, closed and unreachable stores and corrupt records.
 //
-// Beyond the idem.Store interface, the suite holds a store to what its doc
+// Beyond the store.Store interface, the suite holds a store to what its doc
 // comments imply: times kept to the millisecond at least; keys kept
 // byte for byte (case, trailing spaces, escapes, up to idem.MaxKeyLen bytes
 // of UTF-8) and ordered byte-wise by List and its After cursor (a SQL
@@ -31,14 +31,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Harness tells the suite how to make and manipulate the store under test.
 type Harness struct {
 	// New returns a fresh, empty store for one test; the suite closes it.
 	// Required.
-	New func(t testing.TB) idem.Store
+	New func(t testing.TB) store.Store
 	// Advance moves the clock of the stores New returns forward by d, so
 	// leases and retention can lapse without sleeping. When nil the suite
 	// sleeps instead (it keeps its durations short for that case).
@@ -57,13 +57,13 @@ type Harness struct {
 	// the tests that need separate processes are skipped.
 	// Stores from Open must use the real clock (processes share them).
 	Locator func(t testing.TB) string
-	Open    func(locator string) (idem.Store, error)
+	Open    func(locator string) (store.Store, error)
 	// Corrupt, when set, damages the stored record of key so that it cannot
 	// be decoded (the corrupt-record tests are skipped without it).
-	Corrupt func(t testing.TB, s idem.Store, key string)
+	Corrupt func(t testing.TB, s store.Store, key string)
 	// Unreachable, when set, returns a store whose backend cannot be reached
 	// (a port nobody listens on). Closed stores are always tested.
-	Unreachable func(t testing.TB) idem.Store
+	Unreachable func(t testing.TB) store.Store
 	// Parallelism, when positive, is passed to b.SetParallelism by the
 	// parallel benchmarks of [BenchmarkStore] (goroutines per GOMAXPROCS).
 	// Stores that wait on I/O (a network round trip, a disk sync) need more

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // realTime makes the store's clock move with real time until the returned
 // stop is called: with a frozen fake clock it advances the clock in small
 // steps; with a clock that moves by itself it does nothing.
-func realTime(t *testing.T, h Harness, s idem.Store) (stop func()) {
+func realTime(t *testing.T, h Harness, s store.Store) (stop func()) {
 	t.Helper()
 	if h.Advance == nil {
 		return func() {}
@@ -113,7 +114,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithLease(h.hbLease()))
 		testLeaseLost(t, s, l, func(t *testing.T, rec idem.Record) {
-			_, err := s.Resolve(context.Background(), rec.Key, rec.Fence, idem.Resolution{Done: false, Reason: "operator", By: "op"})
+			_, err := s.Resolve(context.Background(), rec.Key, rec.Fence, store.Resolution{Done: false, Reason: "operator", By: "op"})
 			noErr(t, "Resolve", err)
 		}, func(t *testing.T, rec idem.Record) {
 			if rec.Status != idem.StatusReleased || len(rec.Result) != 0 || rec.Fence != 2 {
@@ -168,7 +169,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 
 // takeOver lets the lease of key pass and claims it as "taker", retrying
 // while a heartbeat renews the lease in between.
-func takeOver(t *testing.T, h Harness, s idem.Store, key string) {
+func takeOver(t *testing.T, h Harness, s store.Store, key string) {
 	t.Helper()
 	r := req(h, key)
 	r.Owner, r.TakeLapsed = "taker", true
@@ -187,7 +188,7 @@ func takeOver(t *testing.T, h Harness, s idem.Store, key string) {
 // testLeaseLost runs fn under l, makes it lose its lease with lose while it
 // runs, and checks that fn's context is cancelled with ErrLeaseLost, that
 // Do returns ErrLeaseLost, and (with check) that nothing was recorded.
-func testLeaseLost(t *testing.T, s idem.Store, l *idem.Ledger, lose, check func(t *testing.T, rec idem.Record)) {
+func testLeaseLost(t *testing.T, s store.Store, l *idem.Ledger, lose, check func(t *testing.T, rec idem.Record)) {
 	t.Helper()
 	inside := make(chan struct{})
 	cancelled := make(chan error, 1)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testKeys holds key handling end to end: keys the store must keep exactly
@@ -48,7 +49,7 @@ func testKeys(t *testing.T, h Harness) {
 			if rec.Key != tc.key.String() {
 				t.Fatalf("stored key %q, want %q", rec.Key, tc.key.String())
 			}
-			recs, err := s.List(context.Background(), idem.ListQuery{})
+			recs, err := s.List(context.Background(), store.ListQuery{})
 			noErr(t, "List", err)
 			if len(recs) != 1 || recs[0].Key != tc.key.String() {
 				t.Fatalf("List = %q, want exactly [%q]", keysOf(recs), tc.key.String())
@@ -100,12 +101,12 @@ func testKeys(t *testing.T, h Harness) {
 		}
 		want := slices.Clone(keys)
 		slices.Sort(want)
-		recs, err := s.List(context.Background(), idem.ListQuery{})
+		recs, err := s.List(context.Background(), store.ListQuery{})
 		noErr(t, "List", err)
 		if got := keysOf(recs); !slices.Equal(got, want) {
 			t.Fatalf("List order %q, want byte order %q", got, want)
 		}
-		recs, err = s.List(context.Background(), idem.ListQuery{After: "Z"})
+		recs, err = s.List(context.Background(), store.ListQuery{After: "Z"})
 		noErr(t, "List", err)
 		if got := keysOf(recs); !slices.Equal(got, want[slices.Index(want, "Z")+1:]) {
 			t.Fatalf("List(After Z) = %q, want %q", got, want[slices.Index(want, "Z")+1:])

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testLease holds the Store contract of leases: lapsing, abandoning,
@@ -31,7 +32,7 @@ func testLease(t *testing.T, h Harness) {
 		if len(rec.Journal) != 2 {
 			t.Fatalf("journal has %d entries after a takeover, want 2", len(rec.Journal))
 		}
-		if old := rec.Journal[0]; old.Fence != 1 || old.Outcome != idem.OutcomeLapsed {
+		if old := rec.Journal[0]; old.Fence != 1 || old.Outcome != store.OutcomeLapsed {
 			t.Fatalf("lapsed attempt's journal entry %+v, want fence 1, outcome lapsed", old)
 		}
 		if nw := rec.Journal[1]; nw.Fence != 2 || !nw.Takeover || nw.Owner != "taker" {
@@ -93,10 +94,10 @@ func testLease(t *testing.T, h Harness) {
 			if rec.Reason != "connection reset after send" {
 				t.Fatalf("after Abandon: Reason %q, want the reason given", rec.Reason)
 			}
-			if j := rec.Journal[0]; j.Outcome != idem.OutcomeAbandoned {
+			if j := rec.Journal[0]; j.Outcome != store.OutcomeAbandoned {
 				t.Fatalf("after Abandon: journal outcome %q, want abandoned", j.Outcome)
 			}
-			stuck, err := s.List(context.Background(), idem.ListQuery{Stuck: true})
+			stuck, err := s.List(context.Background(), store.ListQuery{Stuck: true})
 			noErr(t, "List(Stuck)", err)
 			if len(stuck) != 1 || stuck[0].Key != "k" {
 				t.Fatalf("List(Stuck) after Abandon = %v, want [k]", keysOf(stuck))

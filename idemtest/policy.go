@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // crashed leaves key claimed by a holder that never finishes (as if its
 // process died inside fn) and lets its lease pass. It returns the claim.
-func crashed(t *testing.T, h Harness, s idem.Store, key string, p idem.Policy) idem.ClaimResult {
+func crashed(t *testing.T, h Harness, s store.Store, key string, p idem.Policy) store.ClaimResult {
 	t.Helper()
 	r := req(h, key)
 	r.Owner, r.Correlation, r.Policy = "crashed-worker", "corr-crashed", p
@@ -38,7 +39,7 @@ func testPolicy(t *testing.T, h Harness) {
 			t.Fatal("Do over a lapsed AtLeastOnce attempt: Takeover = false, want true")
 		}
 		rec := get(t, s, "k")
-		if rec.Status != idem.StatusCompleted || len(rec.Journal) != 2 || rec.Journal[0].Outcome != idem.OutcomeLapsed || !rec.Journal[1].Takeover {
+		if rec.Status != idem.StatusCompleted || len(rec.Journal) != 2 || rec.Journal[0].Outcome != store.OutcomeLapsed || !rec.Journal[1].Takeover {
 			t.Fatalf("after the takeover: %s with journal %+v; want completed, [lapsed, takeover]", rec.Status, rec.Journal)
 		}
 	})
@@ -66,7 +67,7 @@ func testPolicy(t *testing.T, h Harness) {
 		var c counter
 		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn(nil))
 		wantIndeterminate(t, err, cr.Record)
-		_, err = s.Resolve(context.Background(), "k", cr.Record.Fence, idem.Resolution{Done: false, Reason: "not in the provider's log", By: "op"})
+		_, err = s.Resolve(context.Background(), "k", cr.Record.Fence, store.Resolution{Done: false, Reason: "not in the provider's log", By: "op"})
 		noErr(t, "Resolve(not done)", err)
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent")))
 		c.want(t, 1)
@@ -81,7 +82,7 @@ func testPolicy(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithPolicy(idem.AtMostOnce))
 		cr := crashed(t, h, s, "k", idem.AtMostOnce)
-		_, err := s.Resolve(context.Background(), "k", cr.Record.Fence, idem.Resolution{Done: true, Result: []byte("msg-id-9"), Retention: time.Hour, By: "op"})
+		_, err := s.Resolve(context.Background(), "k", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("msg-id-9"), Retention: time.Hour, By: "op"})
 		noErr(t, "Resolve(done)", err)
 		var c counter
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent again")))
@@ -238,7 +239,7 @@ func testPolicy(t *testing.T, h Harness) {
 			t.Fatalf("Do after a release with an error: Reconciled %v, Takeover %v, Replayed %v; want true, false, false", res.Reconciled, res.Takeover, res.Replayed)
 		}
 		wantBytes(t, "Value", res.Value, []byte("found"))
-		if len(got) != 1 || got[0].Outcome != idem.OutcomeReleased || got[0].Attempt != 1 || got[0].Correlation != "corr-1" || !strings.Contains(got[0].Reason, errBoom.Error()) {
+		if len(got) != 1 || got[0].Outcome != store.OutcomeReleased || got[0].Attempt != 1 || got[0].Correlation != "corr-1" || !strings.Contains(got[0].Reason, errBoom.Error()) {
 			t.Fatalf("hook got %+v, want one call about attempt 1 (released, corr-1, reason %q)", got, errBoom)
 		}
 		if rec := get(t, s, "k"); rec.Status != idem.StatusCompleted {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testPowertools ports the test scenarios of AWS Lambda Powertools'
@@ -124,7 +125,7 @@ func testPowertools(t *testing.T, h Harness) {
 		// passed its retention meanwhile (a loaded machine's real clock):
 		// it cannot have expired before the store's clock read before+ret.
 		if _, err := s.Get(context.Background(), key.String()); err != nil &&
-			(!errors.Is(err, idem.ErrNotFound) || now(t, s).Before(before.Add(retention(h)))) {
+			(!errors.Is(err, store.ErrNotFound) || now(t, s).Before(before.Add(retention(h)))) {
 			t.Fatalf("Get of the record within its retention: %v", err)
 		}
 		passUntil(t, h, s, now(t, s).Add(retention(h))) // past ExpiresAt

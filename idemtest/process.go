@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Environment of a child process of the suite. The parent re-executes its
@@ -152,14 +153,14 @@ func testProcess(t *testing.T, h Harness, suite string) {
 						res.Takeover, res.Attempt, res.Fence, res.Replayed)
 				}
 				cnt.want(t, 1)
-				if rec := get(t, s, holdKey); rec.Journal[0].Outcome != idem.OutcomeLapsed {
+				if rec := get(t, s, holdKey); rec.Journal[0].Outcome != store.OutcomeLapsed {
 					t.Fatalf("the killed attempt's journal entry %+v, want outcome lapsed", rec.Journal[0])
 				}
 			case idem.AtMostOnce:
 				_, err := l.Do(context.Background(), idem.RawKey(holdKey), cnt.fn(nil))
 				wantIndeterminate(t, err, rec)
 				cnt.want(t, 0)
-				stuck, err := s.List(context.Background(), idem.ListQuery{Stuck: true})
+				stuck, err := s.List(context.Background(), store.ListQuery{Stuck: true})
 				noErr(t, "List(Stuck)", err)
 				if !slices.Contains(keysOf(stuck), holdKey) {
 					t.Fatalf("List(Stuck) = %q, want it to show %q (idem ls --stuck)", keysOf(stuck), holdKey)
@@ -170,7 +171,7 @@ func testProcess(t *testing.T, h Harness, suite string) {
 }
 
 // waitStoreClock waits until the store's clock reaches until.
-func waitStoreClock(t *testing.T, s idem.Store, until time.Time) {
+func waitStoreClock(t *testing.T, s store.Store, until time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for now(t, s).Before(until) {
@@ -269,7 +270,7 @@ func runChild(t *testing.T, h Harness) {
 
 // childRace runs every key once through Do, racing the other children: each
 // execution appends "key\n" to the shared effects file with one write.
-func childRace(ctx context.Context, t *testing.T, s idem.Store, dir, id string) {
+func childRace(ctx context.Context, t *testing.T, s store.Store, dir, id string) {
 	children, _ := strconv.Atoi(os.Getenv(envChildren))
 	keys, _ := strconv.Atoi(os.Getenv(envKeys))
 	f, err := os.OpenFile(filepath.Join(dir, "effects"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
@@ -325,7 +326,7 @@ func childRace(ctx context.Context, t *testing.T, s idem.Store, dir, id string) 
 
 // childHold claims holdKey under the policy in the environment and blocks
 // inside fn, with heartbeats keeping the lease, until it is killed.
-func childHold(ctx context.Context, t *testing.T, s idem.Store, dir string) {
+func childHold(ctx context.Context, t *testing.T, s store.Store, dir string) {
 	p, err := idem.ParsePolicy(os.Getenv(envPolicy))
 	if err != nil {
 		t.Fatalf("idemtest child: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // raceLease is the lease of the race tests, which are not about leases.
@@ -129,7 +130,7 @@ func testRace(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		const n = 50
-		olds := make([]idem.ClaimResult, n)
+		olds := make([]store.ClaimResult, n)
 		for i := range n {
 			olds[i] = acquire(t, s, req(h, "k"+strconv.Itoa(i)))
 		}
@@ -137,7 +138,7 @@ func testRace(t *testing.T, h Harness) {
 		for i, old := range olds {
 			key := old.Record.Key
 			var (
-				cr       idem.ClaimResult
+				cr       store.ClaimResult
 				cerr, ce error
 				wg       sync.WaitGroup
 			)
@@ -164,7 +165,7 @@ func testRace(t *testing.T, h Harness) {
 
 // wantOneWinner races 32 goroutines claiming r and fails the test unless
 // exactly one acquires it (as a takeover when takeover is set).
-func wantOneWinner(t *testing.T, s idem.Store, r idem.ClaimRequest, takeover bool) {
+func wantOneWinner(t *testing.T, s store.Store, r store.ClaimRequest, takeover bool) {
 	t.Helper()
 	const n = 32
 	var (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testRetention holds retention: a finished record is remembered for its
@@ -24,12 +25,12 @@ func testRetention(t *testing.T, h Harness) {
 		// real clock a Get for ExpiresAt could come after it).
 		passUntil(t, h, s, now(t, s).Add(ret))
 		wantNotFound(t, s, "k")
-		if recs, err := s.List(ctx, idem.ListQuery{}); err != nil || len(recs) != 0 {
+		if recs, err := s.List(ctx, store.ListQuery{}); err != nil || len(recs) != 0 {
 			t.Fatalf("List after expiry = %v, %v; want nothing", keysOf(recs), err)
 		}
-		wantErr(t, "Delete of an expired record", s.Delete(ctx, "k"), idem.ErrNotFound)
-		_, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: true, Retention: time.Hour})
-		wantErr(t, "Resolve of an expired record", err, idem.ErrNotFound)
+		wantErr(t, "Delete of an expired record", s.Delete(ctx, "k"), store.ErrNotFound)
+		_, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: true, Retention: time.Hour})
+		wantErr(t, "Resolve of an expired record", err, store.ErrNotFound)
 
 		cr2 := acquire(t, s, req(h, "k"))
 		if cr2.Takeover {
@@ -133,7 +134,7 @@ func testRetention(t *testing.T, h Harness) {
 		for i := range live {
 			get(t, s, fmt.Sprintf("live-%02d", i))
 		}
-		recs, err := s.List(ctx, idem.ListQuery{})
+		recs, err := s.List(ctx, store.ListQuery{})
 		noErr(t, "List", err)
 		if len(recs) != live {
 			t.Fatalf("List after Sweep = %v, want the %d live records", keysOf(recs), live)

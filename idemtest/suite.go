@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // TestStore runs the conformance suite on the stores h makes. Every test
@@ -54,10 +55,10 @@ func TestStore(t *testing.T, h Harness) {
 // outcomes must not depend on whether calls shared a round trip.
 func testCoalesced(t *testing.T, h Harness) {
 	probe := newStore(t, h)
-	_, claims := probe.(idem.BatchClaimer)
-	_, completes := probe.(idem.BatchCompleter)
+	_, claims := probe.(store.BatchClaimer)
+	_, completes := probe.(store.BatchCompleter)
 	if !claims && !completes {
-		t.Skip("the store implements neither idem.BatchClaimer nor idem.BatchCompleter")
+		t.Skip("the store implements neither store.BatchClaimer nor store.BatchCompleter")
 	}
 	h.coalesce = true
 	t.Run("do", func(t *testing.T) { t.Parallel(); testDo(t, h) })
@@ -67,7 +68,7 @@ func testCoalesced(t *testing.T, h Harness) {
 }
 
 // newStore returns a fresh store from h, closed when t ends.
-func newStore(t testing.TB, h Harness) idem.Store {
+func newStore(t testing.TB, h Harness) store.Store {
 	t.Helper()
 	s := h.New(t)
 	if s == nil {
@@ -111,7 +112,7 @@ func retention(h Harness) time.Duration {
 const longRetention = 24 * time.Hour
 
 // now reads the store's clock.
-func now(t testing.TB, s idem.Store) time.Time {
+func now(t testing.TB, s store.Store) time.Time {
 	t.Helper()
 	n, err := s.Now(context.Background())
 	if err != nil {
@@ -122,7 +123,7 @@ func now(t testing.TB, s idem.Store) time.Time {
 
 // passUntil makes the store's clock reach until: with h.Advance, at once;
 // otherwise by sleeping and polling the store's clock.
-func passUntil(t testing.TB, h Harness, s idem.Store, until time.Time) {
+func passUntil(t testing.TB, h Harness, s store.Store, until time.Time) {
 	t.Helper()
 	n := now(t, s)
 	if !n.Before(until) {
@@ -149,13 +150,13 @@ func passUntil(t testing.TB, h Harness, s idem.Store, until time.Time) {
 }
 
 // pass lets d pass on the store's clock.
-func pass(t testing.TB, h Harness, s idem.Store, d time.Duration) {
+func pass(t testing.TB, h Harness, s store.Store, d time.Duration) {
 	t.Helper()
 	passUntil(t, h, s, now(t, s).Add(d))
 }
 
 // lapse lets the lease of rec pass.
-func lapse(t testing.TB, h Harness, s idem.Store, key string) {
+func lapse(t testing.TB, h Harness, s store.Store, key string) {
 	t.Helper()
 	rec, err := s.Get(context.Background(), key)
 	if err != nil {
@@ -165,8 +166,8 @@ func lapse(t testing.TB, h Harness, s idem.Store, key string) {
 }
 
 // req is a claim request with the suite's defaults.
-func req(h Harness, key string) idem.ClaimRequest {
-	return idem.ClaimRequest{
+func req(h Harness, key string) store.ClaimRequest {
+	return store.ClaimRequest{
 		Key:         key,
 		Owner:       "idemtest-owner",
 		Correlation: "corr-" + key,
@@ -180,7 +181,7 @@ func req(h Harness, key string) idem.ClaimRequest {
 const heldLease = time.Hour
 
 // hold claims key for a holder whose lease does not pass during the test.
-func hold(t testing.TB, h Harness, s idem.Store, key string) idem.ClaimResult {
+func hold(t testing.TB, h Harness, s store.Store, key string) store.ClaimResult {
 	t.Helper()
 	r := req(h, key)
 	r.Owner, r.Lease = "holder", heldLease
@@ -188,7 +189,7 @@ func hold(t testing.TB, h Harness, s idem.Store, key string) idem.ClaimResult {
 }
 
 // claim claims r and fails the test on a store error.
-func claim(t testing.TB, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
+func claim(t testing.TB, s store.Store, r store.ClaimRequest) store.ClaimResult {
 	t.Helper()
 	cr, err := s.Claim(context.Background(), r)
 	if err != nil {
@@ -198,7 +199,7 @@ func claim(t testing.TB, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
 }
 
 // acquire claims r and fails the test unless it was acquired.
-func acquire(t testing.TB, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
+func acquire(t testing.TB, s store.Store, r store.ClaimRequest) store.ClaimResult {
 	t.Helper()
 	cr := claim(t, s, r)
 	if !cr.Acquired {
@@ -208,7 +209,7 @@ func acquire(t testing.TB, s idem.Store, r idem.ClaimRequest) idem.ClaimResult {
 }
 
 // get reads key and fails the test on any error.
-func get(t testing.TB, s idem.Store, key string) idem.Record {
+func get(t testing.TB, s store.Store, key string) idem.Record {
 	t.Helper()
 	rec, err := s.Get(context.Background(), key)
 	if err != nil {
@@ -218,10 +219,10 @@ func get(t testing.TB, s idem.Store, key string) idem.Record {
 }
 
 // wantNotFound fails the test unless key is absent.
-func wantNotFound(t testing.TB, s idem.Store, key string) {
+func wantNotFound(t testing.TB, s store.Store, key string) {
 	t.Helper()
 	rec, err := s.Get(context.Background(), key)
-	if !errors.Is(err, idem.ErrNotFound) {
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get(%q) = (%s record, %v), want ErrNotFound", key, rec.Status, err)
 	}
 }
@@ -278,7 +279,7 @@ func wantBytes(t testing.TB, what string, got, want []byte) {
 var discard = slog.New(slog.DiscardHandler)
 
 // ledger returns a Ledger on s that logs nothing, with the suite's lease.
-func ledger(h Harness, s idem.Store, opts ...idem.Option) *idem.Ledger {
+func ledger(h Harness, s store.Store, opts ...idem.Option) *idem.Ledger {
 	all := append([]idem.Option{idem.WithLogger(discard), idem.WithOwner("idemtest"), idem.WithLease(lease(h))}, opts...)
 	if h.coalesce {
 		// At any load: the suite's tests make a few calls at once, fewer

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // CheckUndone checks what a store left after it undid claims it could not
@@ -19,7 +20,7 @@ import (
 // 3, asking the hook once, about first's attempt. Pass taken "" when
 // nothing was taken over. It is for a store's own tests, which make the
 // store fail where it must undo.
-func CheckUndone(t testing.TB, s idem.Store, fresh []string, taken string, first idem.ClaimRequest) {
+func CheckUndone(t testing.TB, s store.Store, fresh []string, taken string, first store.ClaimRequest) {
 	t.Helper()
 	ctx := context.Background()
 	for _, k := range fresh {
@@ -35,7 +36,7 @@ func CheckUndone(t testing.TB, s idem.Store, fresh []string, taken string, first
 			t.Fatalf("%s after its takeover was undone: %s at fence %d, lease until %v (now %v), %v, %v; want in_progress at fence 2, lapsed",
 				taken, rec.Status, rec.Fence, rec.LeaseUntil, now, err, nerr)
 		}
-		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
+		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != store.OutcomeAbandoned || !last.NotRun() {
 			t.Fatalf("%s's undone takeover: journal entry %+v; want abandoned, not run", taken, last)
 		}
 	}

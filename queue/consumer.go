@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dispatch"
+	"github.com/idemkit/idem/store"
 )
 
 // Handler does a message's effect. Its result is recorded by the ledger and
@@ -368,7 +369,7 @@ func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message
 		reason: fmt.Sprintf("received %d times, more than the maximum of %d", m.ReceiveCount, c.cfg.maxReceives)}
 	rec, err := c.ledger.Store().Get(ctx, key.String())
 	switch {
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return dead, idem.Result{}
 	case err != nil:
 		return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: "reading the key's record: " + err.Error()}, idem.Result{}

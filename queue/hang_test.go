@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -102,7 +103,7 @@ func TestHungHandlerLosesItsDelivery(t *testing.T) {
 // slowComplete is a store whose Complete takes delay (or until its context
 // ends): a store under load.
 type slowComplete struct {
-	idem.Store
+	store.Store
 	delay time.Duration
 }
 

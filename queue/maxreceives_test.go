@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -57,8 +58,8 @@ func (d *fakeDelivery) settled() ([]string, string) {
 // happened. (It gets there by waiting busy, its receives used up, while the
 // other payload's attempt ran.)
 func TestOverMaxReceivesMismatchIsNotAcked(t *testing.T) {
-	store := memstore.New()
-	l := idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	st := memstore.New()
+	l := idem.New(st, idem.WithLogger(slog.New(slog.DiscardHandler)))
 	key := func(m queue.Message) (idem.OperationKey, error) { return idem.Key("order", m.Attributes["order"]), nil }
 	c, err := queue.NewConsumer(&fakeSource{}, l, key, noop,
 		queue.WithMaxReceives(5),
@@ -100,9 +101,9 @@ func (*fakeSource) Visibility() time.Duration { return time.Minute }
 // the attempt that holds the key, as the ledger's own line does: the
 // fence and attempt a person debugging "two emails" looks for.
 func TestBusyLineNamesTheHoldingAttempt(t *testing.T) {
-	store := memstore.New()
-	l := idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler)))
-	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Key: idem.Key("m", "1").String(), Owner: "other",
+	st := memstore.New()
+	l := idem.New(st, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	if _, err := st.Claim(context.Background(), store.ClaimRequest{Key: idem.Key("m", "1").String(), Owner: "other",
 		Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

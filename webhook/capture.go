@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 )
 
 // Capture is how a [Receiver] takes durable responsibility for a verified
@@ -70,7 +71,7 @@ func (c publishCapture) capture(ctx context.Context, l *idem.Ledger, key idem.Op
 // transaction, under [idem.DoTx]: the claim, the published message and the
 // completion commit together or not at all, so every event is captured
 // exactly once, even across crashes. The ledger's store must implement
-// [idem.TxStore][Tx] and p must write to the same database (sqlqueue on the
+// [store.TxStore][Tx] and p must write to the same database (sqlqueue on the
 // sqlitestore's file with *sql.Tx, or on pgstore's database with pgx.Tx);
 // [NewReceiver] refuses a store of another transaction type.
 //
@@ -93,7 +94,7 @@ func (c txCapture[Tx]) check(l *idem.Ledger) error {
 	if c.p == nil {
 		return fmt.Errorf("webhook: PublishTx(nil)")
 	}
-	if _, ok := l.Store().(idem.TxStore[Tx]); !ok {
+	if _, ok := l.Store().(store.TxStore[Tx]); !ok {
 		var tx Tx
 		return fmt.Errorf("webhook: PublishTx: %w: %T with %T", idem.ErrNotTransactional, l.Store(), tx)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -211,7 +212,7 @@ func TestReceiverTxRollsBackPartialPublish(t *testing.T) {
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d rows survived the rolled-back transaction", n)
 	}
-	if _, err := e.store.Get(context.Background(), "accept:acme:msg_tx"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.store.Get(context.Background(), "accept:acme:msg_tx"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("key after rollback: %v, want absent", err)
 	}
 }
@@ -449,7 +450,7 @@ func TestReceiverAtMostOncePublishFails(t *testing.T) {
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d messages", n)
 	}
-	if _, err := e.store.Resolve(context.Background(), "accept:acme:msg_amo", 0, idem.Resolution{Done: false, Reason: "operator: not published"}); err != nil {
+	if _, err := e.store.Resolve(context.Background(), "accept:acme:msg_amo", 0, store.Resolution{Done: false, Reason: "operator: not published"}); err != nil {
 		t.Fatal(err)
 	}
 	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 200 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Under AtMostOnce a publish whose outcome is unknown (a timeout) leaves the
@@ -27,7 +28,7 @@ func TestReceiverAnswersAKeyResolvedDoneAsCaptured(t *testing.T) {
 			}
 			e.pub.setHook(nil)
 			if _, err := e.store.Resolve(context.Background(), Key("acme", "msg_1").String(), 0,
-				idem.Resolution{Done: true, Result: []byte(result), Reason: "operator: message found", By: "op"}); err != nil {
+				store.Resolution{Done: true, Result: []byte(result), Reason: "operator: message found", By: "op"}); err != nil {
 				t.Fatal(err)
 			}
 			a := serve(rc, swRequest(t, s, "msg_1", `{}`, time.Now()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/store"
 )
 
 // command is one subcommand: its documentation and its run function. A run
@@ -192,7 +193,7 @@ func operator() string {
 }
 
 // storeNow returns the store's clock.
-func storeNow(ctx context.Context, s idem.Store) (time.Time, error) {
+func storeNow(ctx context.Context, s store.Store) (time.Time, error) {
 	now, err := s.Now(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reading the store's clock: %w", err)
@@ -222,9 +223,9 @@ func keyedRecord(ctx context.Context, a *app, args []string, jsonUsage string) (
 	return rec, now, *j, err
 }
 
-func getRecord(ctx context.Context, s idem.Store, key string) (idem.Record, time.Time, error) {
+func getRecord(ctx context.Context, s store.Store, key string) (idem.Record, time.Time, error) {
 	rec, err := s.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return rec, time.Time{}, notFound(key)
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/store"
 )
 
 var deleteCmd = &command{
@@ -77,7 +78,7 @@ func runDelete(ctx context.Context, a *app, args []string) error {
 			return refused("%q is completed: deleting it makes the next delivery run its effect again; use --force if that is what you want", key)
 		}
 	}
-	if err := s.Delete(ctx, key); errors.Is(err, idem.ErrNotFound) {
+	if err := s.Delete(ctx, key); errors.Is(err, store.ErrNotFound) {
 		return notFound(key)
 	} else if err != nil {
 		return err

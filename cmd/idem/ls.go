@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/store"
 )
 
 var lsCmd = &command{
@@ -57,7 +58,7 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	if *limit < 0 {
 		return usagef("--limit must be 0 (all) or more, got %d", *limit)
 	}
-	q := idem.ListQuery{After: *after, Stuck: *stuck}
+	q := store.ListQuery{After: *after, Stuck: *stuck}
 	var want explain.State
 	switch st := explain.State(*status); st {
 	case "":
@@ -197,8 +198,8 @@ type listed struct {
 // finds the records before it (see skipCorrupt), returns it as a row of
 // its own, whatever want, and lists on after it.
 type lister struct {
-	s    idem.Store
-	q    idem.ListQuery
+	s    store.Store
+	q    store.ListQuery
 	now  time.Time
 	want explain.State
 	page int

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/store"
 )
 
 // Exit codes (documented in doc.go and the top-level help).
@@ -40,8 +40,8 @@ type app struct {
 	stdout, stderr io.Writer
 	stores         *storeurl.Openers // opens --store
 	storeURL       string
-	storeExplicit  bool       // --store was given (IDEM_STORE and the default are not)
-	store          idem.Store // opened on first use, or given (the demo)
+	storeExplicit  bool        // --store was given (IDEM_STORE and the default are not)
+	store          store.Store // opened on first use, or given (the demo)
 	ownsStore      bool
 	cmd            *command
 	stderrTTY      bool
@@ -137,7 +137,7 @@ func (a *app) exit(err error) int {
 			fmt.Fprintf(a.stderr, "%s: %v\n", name, ce.err)
 		}
 		return ce.code
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		fmt.Fprintf(a.stderr, "%s: %v\n", name, err)
 		return exitNotFound
 	case errors.Is(err, context.Canceled):
@@ -150,7 +150,7 @@ func (a *app) exit(err error) int {
 
 // open returns the store, opening it from --store on first use. Commands
 // that read or repair records never create a store that does not exist.
-func (a *app) open(ctx context.Context) (idem.Store, error) {
+func (a *app) open(ctx context.Context) (store.Store, error) {
 	if a.store != nil {
 		return a.store, nil
 	}
@@ -201,7 +201,7 @@ func refused(format string, args ...any) error {
 
 // notFound reports a key without a record (exit 3).
 func notFound(key string) error {
-	return &codeError{exitNotFound, fmt.Errorf("no record for %q (never claimed, or expired or swept after its retention): %w", key, idem.ErrNotFound)}
+	return &codeError{exitNotFound, fmt.Errorf("no record for %q (never claimed, or expired or swept after its retention): %w", key, store.ErrNotFound)}
 }
 
 // errHelpShown: --help printed the command's help (exit 0).

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -50,7 +51,7 @@ func (c *clock) Advance(d time.Duration) {
 // mem:NAME alias of the store.
 type backend struct {
 	name string
-	open func(t *testing.T, clk *clock) (idem.Store, string)
+	open func(t *testing.T, clk *clock) (store.Store, string)
 }
 
 // backends are the stores the command tests run on. A backend whose
@@ -59,14 +60,14 @@ func backends() []backend {
 	return []backend{{"mem", openMem}, {"sqlite", openSQLite}, {"postgres", openPostgres}}
 }
 
-func openMem(t *testing.T, clk *clock) (idem.Store, string) {
+func openMem(t *testing.T, clk *clock) (store.Store, string) {
 	return memstore.New(memstore.WithClock(clk.Now)), ""
 }
 
 // env is one store under test, reachable by the commands as --store URL.
 type env struct {
 	t      *testing.T
-	store  idem.Store
+	store  store.Store
 	clk    *clock
 	url    string
 	stores *storeurl.Openers // the commands' openers, holding the mem:NAME alias
@@ -144,7 +145,7 @@ const (
 
 func (e *env) claim(key string, p idem.Policy, owner string, l time.Duration) int64 {
 	e.t.Helper()
-	res, err := e.store.Claim(context.Background(), idem.ClaimRequest{Key: key, Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: l, Retention: retention})
+	res, err := e.store.Claim(context.Background(), store.ClaimRequest{Key: key, Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: l, Retention: retention})
 	if err != nil || !res.Acquired {
 		e.t.Fatalf("claim %s: %v %+v", key, err, res)
 	}
@@ -477,7 +478,7 @@ func TestRelease(t *testing.T) {
 			t.Errorf("forced release: %+v", rec)
 		}
 		// The key can be claimed again at once, as the next attempt.
-		res, err := e.store.Claim(context.Background(), idem.ClaimRequest{Key: "lapsed", Owner: "w9", Lease: lease, Retention: retention})
+		res, err := e.store.Claim(context.Background(), store.ClaimRequest{Key: "lapsed", Owner: "w9", Lease: lease, Retention: retention})
 		if err != nil || !res.Acquired || res.Record.Attempt != 2 {
 			t.Errorf("claim after release: %v %+v", err, res)
 		}
@@ -501,7 +502,7 @@ func TestResolve(t *testing.T) {
 			!rec.ExpiresAt.Equal(now.Add(36*time.Hour)) {
 			t.Errorf("after resolve --done: %+v", rec)
 		}
-		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeResolvedDone {
+		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != store.OutcomeResolvedDone {
 			t.Errorf("journal: %+v", rec.Journal)
 		}
 		// A duplicate now replays the decision.
@@ -532,7 +533,7 @@ func TestResolve(t *testing.T) {
 // a command read it: a record at the fence the command inspected that is no
 // longer the attempt it inspected.
 type recompleting struct {
-	idem.Store
+	store.Store
 	once sync.Once
 	err  error
 }
@@ -547,7 +548,7 @@ func (s *recompleting) Get(ctx context.Context, key string) (idem.Record, error)
 			return
 		}
 		for {
-			cr, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "other", Lease: lease, Retention: retention})
+			cr, err := s.Store.Claim(ctx, store.ClaimRequest{Key: key, Owner: "other", Lease: lease, Retention: retention})
 			if err != nil || !cr.Acquired {
 				s.err = fmt.Errorf("other's claim: %v %+v", err, cr)
 				return
@@ -578,7 +579,7 @@ func TestResolveRecompletedAtItsFence(t *testing.T) {
 			s := &recompleting{Store: memstore.New(memstore.WithClock(clk.Now))}
 			ctx := context.Background()
 			for range 2 { // fence 2: the record is recompleted by a claim, a release and a claim
-				cr, err := s.Store.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "w1", Policy: idem.AtMostOnce, Lease: lease, Retention: retention})
+				cr, err := s.Store.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w1", Policy: idem.AtMostOnce, Lease: lease, Retention: retention})
 				if err != nil || !cr.Acquired {
 					t.Fatalf("claim: %v %+v", err, cr)
 				}
@@ -667,7 +668,7 @@ func TestLapsedWithFingerprint(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b)
 			ctx := context.Background()
-			req := idem.ClaimRequest{Key: "fp", Owner: "w1", Correlation: "msg-w1", Fingerprint: "sha256:aa", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: retention}
+			req := store.ClaimRequest{Key: "fp", Owner: "w1", Correlation: "msg-w1", Fingerprint: "sha256:aa", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: retention}
 			if res, err := e.store.Claim(ctx, req); err != nil || !res.Acquired {
 				t.Fatalf("claim: %v %+v", err, res)
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -90,7 +90,7 @@ func postgresURL(t *testing.T, schema, table string, kv ...string) string {
 // in a one-row table that Advance updates), and the URL puts the schema
 // before pg_catalog in the connection's search_path, where pgstore's
 // unqualified calls find it first.
-func openPostgres(t *testing.T, clk *clock) (idem.Store, string) {
+func openPostgres(t *testing.T, clk *clock) (store.Store, string) {
 	t.Helper()
 	ctx := context.Background()
 	schema := newPostgresSchema(t)
@@ -145,7 +145,7 @@ func TestPostgresURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}

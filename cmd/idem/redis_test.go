@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -43,7 +44,7 @@ func TestRedisURL(t *testing.T) {
 			_ = s.Delete(context.Background(), k)
 		}
 	}()
-	res, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
@@ -51,7 +52,7 @@ func TestRedisURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A crashed AtMostOnce attempt: claimed with a lease already over.
-	stuck, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:2:7", Owner: "w2", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour})
+	stuck, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:2:7", Owner: "w2", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour})
 	if err != nil || !stuck.Acquired {
 		t.Fatalf("claim: %v %+v", err, stuck)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/store"
 )
 
 var releaseCmd = &command{
@@ -76,7 +77,7 @@ type decision struct {
 	key    string
 	fence  int64
 	force  bool
-	res    idem.Resolution
+	res    store.Resolution
 	asJSON bool
 }
 
@@ -226,7 +227,7 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 	switch {
 	case errors.Is(err, idem.ErrLeaseLost):
 		return refused("%q changed while it was being decided (another attempt claimed it, or someone resolved it); nothing done, inspect it again", d.key)
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return notFound(d.key)
 	case err != nil:
 		return err

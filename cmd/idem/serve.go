@@ -30,6 +30,7 @@ import (
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/internal/problem"
+	"github.com/idemkit/idem/store"
 )
 
 var serveCmd = &command{
@@ -319,7 +320,7 @@ func loopbackOnly(addr string) error {
 
 // server is the HTTP API of `idem serve`.
 type server struct {
-	store    idem.Store
+	store    store.Store
 	log      *slog.Logger
 	ledger   *idem.Ledger // for the defaults and the key's log attribute only
 	token    [sha256.Size]byte
@@ -329,7 +330,7 @@ type server struct {
 	inflight calls
 }
 
-func newServer(s idem.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
+func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
 	opts := []idem.Option{idem.WithLogger(log)}
 	if hashKeys {
 		opts = append(opts, idem.WithHashedKeysInLogs())
@@ -844,9 +845,9 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		owner = "http:" + host
 	}
-	req := idem.ClaimRequest{Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
+	req := store.ClaimRequest{Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
 	if b.Fingerprint != nil {
-		req.Fingerprint = idem.FingerprintOf([]byte(*b.Fingerprint))
+		req.Fingerprint = store.FingerprintOf([]byte(*b.Fingerprint))
 	}
 	c.extra = append(c.extra, slog.String("owner", owner), slog.String("policy", policy.String()))
 	// The claim runs to its end even if the client leaves: a store may
@@ -868,7 +869,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			// is left lapsed, as after a crash).
 			uctx, ucancel := finishCtx(r)
 			defer ucancel()
-			if err := idem.UndoClaim(uctx, s.store, cr, "the HTTP client left before its claim was answered"); err != nil {
+			if err := store.UndoClaim(uctx, s.store, cr, "the HTTP client left before its claim was answered"); err != nil {
 				c.extra = append(c.extra, s.errAttr(c, "undo_error", err))
 			}
 			c.outcome = "client-gone"
@@ -991,12 +992,12 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 		s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence})
 		return
 	}
-	if errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
 		members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence}
 		ctx, cancel := finishCtx(r)
 		rec, gerr := s.store.Get(ctx, b.Key)
 		cancel()
-		if gerr != nil && !errors.Is(gerr, idem.ErrNotFound) {
+		if gerr != nil && !errors.Is(gerr, store.ErrNotFound) {
 			// Whether an earlier try of this call was recorded is unknown:
 			// never answer "nothing was recorded" on a store error.
 			s.storeFailed(w, c, "get", gerr)
@@ -1031,7 +1032,7 @@ const leaseLostDetail = "The fence no longer holds the key: the record is gone (
 // ok false means the call has been answered.
 func (s *server) readAttempt(ctx context.Context, w http.ResponseWriter, c *call, b attemptRef) (rec idem.Record, found, ok bool) {
 	rec, err := s.store.Get(ctx, b.Key)
-	if err != nil && !errors.Is(err, idem.ErrNotFound) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.storeFailed(w, c, "get", err)
 		return rec, false, false
 	}
@@ -1200,7 +1201,7 @@ func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key str
 		return
 	}
 	rec, err := s.store.Get(r.Context(), key)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		s.problem(w, c, http.StatusNotFound, "not-found", "No record for the key (never claimed, or expired or swept after its retention).",
 			map[string]any{"key": key})
 		return
@@ -1224,7 +1225,7 @@ func (s *server) health(w http.ResponseWriter, r *http.Request, c *call) {
 	defer cancel()
 	// A read, not just the clock: a store's Now may not touch its data
 	// (SQLite's does not).
-	if _, err := s.store.Get(ctx, healthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.store.Get(ctx, healthKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 		c.extra = append(c.extra, slog.String("op", "get"), slog.Any("error", err))
 		c.outcome = "store-error"
 		w.Header().Set("Retry-After", problem.RetryAfter(storeRetryAfter))

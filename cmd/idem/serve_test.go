@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -34,12 +35,12 @@ import (
 // its clock: the fake clock of sqlite and PostgreSQL, real time on Redis.
 type serveBackend struct {
 	name string
-	open func(t *testing.T) (s idem.Store, advance func(time.Duration))
+	open func(t *testing.T) (s store.Store, advance func(time.Duration))
 }
 
 func serveBackends() []serveBackend {
-	fake := func(open func(*testing.T, *clock) (idem.Store, string)) func(t *testing.T) (idem.Store, func(time.Duration)) {
-		return func(t *testing.T) (idem.Store, func(time.Duration)) {
+	fake := func(open func(*testing.T, *clock) (store.Store, string)) func(t *testing.T) (store.Store, func(time.Duration)) {
+		return func(t *testing.T) (store.Store, func(time.Duration)) {
 			clk := newClock()
 			s, _ := open(t, clk)
 			t.Cleanup(func() { s.Close() })
@@ -56,7 +57,7 @@ func serveBackends() []serveBackend {
 // openServeRedis opens a store under a prefix of the test's own in Redis
 // database 4 (IDEM_TEST_REDIS names the server; its database is replaced),
 // and deletes the test's records when it ends.
-func openServeRedis(t *testing.T) (idem.Store, func(time.Duration)) {
+func openServeRedis(t *testing.T) (store.Store, func(time.Duration)) {
 	t.Helper()
 	raw := os.Getenv("IDEM_TEST_REDIS")
 	if raw == "" {
@@ -79,7 +80,7 @@ func openServeRedis(t *testing.T) (idem.Store, func(time.Duration)) {
 	}
 	t.Cleanup(func() {
 		defer s.Close()
-		recs, _ := s.List(context.Background(), idem.ListQuery{Limit: 1000})
+		recs, _ := s.List(context.Background(), store.ListQuery{Limit: 1000})
 		for _, r := range recs {
 			_ = s.Delete(context.Background(), r.Key)
 		}
@@ -190,7 +191,7 @@ func (c *api) post(path string, body any, hdr ...string) answer {
 type obj = map[string]any
 
 // newServeTest serves s over HTTP for t; logs go to the returned buffer.
-func newServeTest(t *testing.T, s idem.Store, token string, hashKeys bool) (*api, *syncBuffer) {
+func newServeTest(t *testing.T, s store.Store, token string, hashKeys bool) (*api, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	var tok []byte
@@ -369,7 +370,7 @@ func mustTime(t *testing.T, s string) time.Time {
 	return tm
 }
 
-func openServeSQLite(t *testing.T) idem.Store {
+func openServeSQLite(t *testing.T) store.Store {
 	t.Helper()
 	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
 	if err != nil {
@@ -468,7 +469,7 @@ func TestServeBadInput(t *testing.T) {
 	}
 	c.do("POST", "/v1/records/k", "").expect(t, 405, "method-not-allowed")
 	c.do("GET", "/v1/records/"+url.PathEscape(long), "").expect(t, 400, "invalid-key")
-	if recs, err := s.List(context.Background(), idem.ListQuery{}); err != nil || len(recs) != 0 {
+	if recs, err := s.List(context.Background(), store.ListQuery{}); err != nil || len(recs) != 0 {
 		t.Fatalf("bad requests wrote records: %v %v", recs, err)
 	}
 	// A surrogate pair, U+FFFD and an escaped backslash before "ud800" are
@@ -519,7 +520,7 @@ func TestServeAuth(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s.Get(context.Background(), "k2"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(context.Background(), "k2"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unauthorized claim reached the store: %v", err)
 	}
 	c.token = "s3cret-token"
@@ -533,7 +534,7 @@ func TestServeAuth(t *testing.T) {
 
 // failingStore fails the calls named in fail with a store error.
 type failingStore struct {
-	idem.Store
+	store.Store
 	mu   sync.Mutex
 	fail map[string]error
 }
@@ -550,9 +551,9 @@ func (f *failingStore) set(op string, err error) {
 	f.fail[op] = err
 }
 
-func (f *failingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (f *failingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := f.err("claim"); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return f.Store.Claim(ctx, req)
 }
@@ -790,16 +791,16 @@ func TestServeShutdown(t *testing.T) {
 // reports its context's error, as PostgreSQL may when the context ends
 // while the commit is on its way.
 type committingStore struct {
-	idem.Store
+	store.Store
 	entered, proceed chan struct{}
 }
 
-func (s *committingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *committingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	close(s.entered)
 	<-s.proceed
 	cr, err := s.Store.Claim(context.WithoutCancel(ctx), req)
 	if err == nil && ctx.Err() != nil {
-		return idem.ClaimResult{}, ctx.Err()
+		return store.ClaimResult{}, ctx.Err()
 	}
 	return cr, err
 }
@@ -851,7 +852,7 @@ func TestServeClientGone(t *testing.T) {
 	if err != nil || rec.Status == idem.StatusInProgress {
 		t.Fatalf("the claim of a client that left was not undone: %+v %v", rec, err)
 	}
-	cr, err := mem.Claim(context.Background(), idem.ClaimRequest{Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
+	cr, err := mem.Claim(context.Background(), store.ClaimRequest{Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired || cr.Takeover {
 		t.Fatalf("next claim: %+v %v; want acquired, no takeover", cr, err)
 	}
@@ -926,7 +927,7 @@ func TestServeBrowserGuards(t *testing.T) {
 		c.do("POST", "/v1/claim", claim, h...).expect(t, 403, kind)
 		c.do("GET", "/v1/records/csrf:1", "", h...).expect(t, 403, kind)
 	}
-	if _, err := s.Get(context.Background(), "csrf:1"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(context.Background(), "csrf:1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a refused request reached the store: %v", err)
 	}
 	for _, h := range [][]string{
@@ -1097,13 +1098,13 @@ func TestServeExtendWithinRetention(t *testing.T) {
 // closed; once closed (as run closes the store after serve returns), its
 // writes fail.
 type blockingStore struct {
-	idem.Store
+	store.Store
 	entered, proceed chan struct{}
 	mu               sync.Mutex
 	closed           bool
 }
 
-func (s *blockingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *blockingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	cr, err := s.Store.Claim(ctx, req)
 	close(s.entered)
 	<-s.proceed

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 // openSQLite is the SQLite backend of the command tests: a database file
 // on a fake clock, reached through a mem:NAME alias for the store.
-func openSQLite(t *testing.T, clk *clock) (idem.Store, string) {
+func openSQLite(t *testing.T, clk *clock) (store.Store, string) {
 	s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), sqlitestore.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func TestSQLiteURL(t *testing.T) {
 	}
 	claim := func(key string, p idem.Policy, l time.Duration) int64 {
 		t.Helper()
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "w1", Correlation: "m-" + key, Policy: p, Lease: l, Retention: time.Hour})
+		res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "w1", Correlation: "m-" + key, Policy: p, Lease: l, Retention: time.Hour})
 		if err != nil || !res.Acquired {
 			t.Fatalf("claim %s: %v %+v", key, err, res)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/store"
 )
 
 // recordJSON is a record as the command prints it with --json: snake_case
@@ -221,7 +222,7 @@ func writeRecord(w io.Writer, r *idem.Record, now time.Time) error {
 	return writeJournal(w, r.Journal)
 }
 
-func writeJournal(w io.Writer, j []idem.JournalEntry) error {
+func writeJournal(w io.Writer, j []store.JournalEntry) error {
 	if len(j) == 0 {
 		_, err := fmt.Fprintln(w, "\njournal: empty")
 		return err

@@ -31,6 +31,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/lambdasqs"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/dynamostore"
 )
 
@@ -58,7 +59,7 @@ func Key(m queue.Message) (idem.OperationKey, error) {
 }
 
 // Handler returns the Lambda handler: one confirmation per booking.
-func Handler(store idem.Store, mail Mailer, log *slog.Logger) (func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), error) {
+func Handler(st store.Store, mail Mailer, log *slog.Logger) (func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), error) {
 	send := func(ctx context.Context, m queue.Message) ([]byte, error) {
 		var j BookingConfirmed
 		if err := json.Unmarshal(m.Body, &j); err != nil {
@@ -72,7 +73,7 @@ func Handler(store idem.Store, mail Mailer, log *slog.Logger) (func(context.Cont
 		id, found, err := mail.Find(ctx, lp.Key)
 		return []byte(id), found, err
 	})
-	c, err := queue.NewConsumer(lambdasqs.Source(), idem.New(store, idem.WithLogger(log)), Key, send,
+	c, err := queue.NewConsumer(lambdasqs.Source(), idem.New(st, idem.WithLogger(log)), Key, send,
 		queue.WithLogger(log),
 		queue.WithCallOptions(func(m queue.Message) []idem.CallOption {
 			return []idem.CallOption{idem.Fingerprint(m.Body), reconcile}
@@ -90,8 +91,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "booking:", err)
 		os.Exit(1)
 	}
-	store := dynamostore.New(dynamodb.NewFromConfig(cfg), os.Getenv("IDEM_TABLE"))
-	h, err := Handler(store, sesMailer{}, newJSONLogger(os.Stdout))
+	st := dynamostore.New(dynamodb.NewFromConfig(cfg), os.Getenv("IDEM_TABLE"))
+	h, err := Handler(st, sesMailer{}, newJSONLogger(os.Stdout))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "booking:", err)
 		os.Exit(1)

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/dynamostore"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
@@ -126,9 +127,9 @@ func (p *gatedProvider) Send(ctx context.Context, to, subject, token string) (st
 
 // stores are the ledgers the checks run on: SQLite always, DynamoDB (the
 // seed's) on dynalite when IDEM_TEST_DYNAMODB is set.
-func stores(t *testing.T) map[string]func(t *testing.T) idem.Store {
-	return map[string]func(t *testing.T) idem.Store{
-		"sqlite": func(t *testing.T) idem.Store {
+func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
+	return map[string]func(t *testing.T) store.Store{
+		"sqlite": func(t *testing.T) store.Store {
 			s, err := sqlitestore.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"))
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +137,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) idem.Store {
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
-		"dynamodb": func(t *testing.T) idem.Store {
+		"dynamodb": func(t *testing.T) store.Store {
 			ep := testenv.Require(t, testenv.DynamoDB, "the booking example on DynamoDB")
 			client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep),
 				Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -206,13 +207,13 @@ func TestSeed002(t *testing.T) {
 			// The seed's race: two workers both past the check before either
 			// records. Worker 1's send is held until worker 2's invocation
 			// has returned, so the two overlap for certain.
-			store := open(t)
+			st := open(t)
 			mail := &gatedProvider{entered: make(chan struct{}), gate: make(chan struct{})}
-			h1, err := Handler(store, mail, quiet)
+			h1, err := Handler(st, mail, quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h2, _ := Handler(store, mail, quiet)
+			h2, _ := Handler(st, mail, quiet)
 			first := make(chan []string, 1)
 			go func() { first <- invoke(t, h1, record("m1", "b-10", 1)) }()
 			select {

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
@@ -21,12 +22,12 @@ import (
 func setup(t *testing.T) (*sqlitestore.Store, *sqlqueue.SQLiteQueue) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
+	t.Cleanup(func() { st.Close() })
+	queues, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func setup(t *testing.T) (*sqlitestore.Store, *sqlqueue.SQLiteQueue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store, q
+	return st, q
 }
 
 func publishJob(t *testing.T, q *sqlqueue.SQLiteQueue, order int) {
@@ -77,10 +78,10 @@ func drain(t *testing.T, q *sqlqueue.SQLiteQueue, workers ...*queue.Consumer) {
 	}
 }
 
-func worker(t *testing.T, store idem.Store, q queue.Source, mail Mailer, ledgerOpts ...idem.Option) *queue.Consumer {
+func worker(t *testing.T, st store.Store, q queue.Source, mail Mailer, ledgerOpts ...idem.Option) *queue.Consumer {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	l := idem.New(store, append([]idem.Option{idem.WithLogger(quiet)}, ledgerOpts...)...)
+	l := idem.New(st, append([]idem.Option{idem.WithLogger(quiet)}, ledgerOpts...)...)
 	c, err := Worker(q, l, mail, queue.WithLogger(quiet), queue.WithBackoff(10*time.Millisecond, 50*time.Millisecond), queue.WithBusyDelay(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -91,12 +92,12 @@ func worker(t *testing.T, store idem.Store, q queue.Source, mail Mailer, ledgerO
 // Verify it (seed 000): call your handler twice with the same payload. One
 // email should arrive.
 func TestSamePayloadTwiceOneEmail(t *testing.T) {
-	store, q := setup(t)
+	st, q := setup(t)
 	publishJob(t, q, 42)
 	publishJob(t, q, 42)
 	mail := NewOutbox()
 	var lg lines
-	c, err := Worker(q, idem.New(store, idem.WithLogger(slog.New(slog.DiscardHandler))), mail, queue.WithLogger(slog.New(&lg)), queue.WithBusyDelay(50*time.Millisecond))
+	c, err := Worker(q, idem.New(st, idem.WithLogger(slog.New(slog.DiscardHandler))), mail, queue.WithLogger(slog.New(&lg)), queue.WithBusyDelay(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,20 +117,20 @@ func TestSamePayloadTwiceOneEmail(t *testing.T) {
 func TestThrowAfterSendNoSecondEmail(t *testing.T) {
 	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
-			store, q := setup(t)
+			st, q := setup(t)
 			publishJob(t, q, 42)
 			mail := NewOutbox()
 			mail.FailAfterSend = 1
-			drain(t, q, worker(t, store, q, mail, idem.WithPolicy(p), idem.WithLease(200*time.Millisecond)))
+			drain(t, q, worker(t, st, q, mail, idem.WithPolicy(p), idem.WithLease(200*time.Millisecond)))
 			if sent := mail.Sent(); len(sent) != 1 {
 				t.Fatalf("sent %d emails, want 1: the redelivery must find the first send", len(sent))
 			}
-			rec, err := store.Get(context.Background(), "receipt:42:7")
+			rec, err := st.Get(context.Background(), "receipt:42:7")
 			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "msg-0001" {
 				t.Fatalf("record %+v, %v; want completed with the first send's id", rec.Status, err)
 			}
-			if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != idem.OutcomeResolvedDone {
-				t.Fatalf("the journal's last entry is %q, want %q (reconciled, not sent again)", last.Outcome, idem.OutcomeResolvedDone)
+			if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != store.OutcomeResolvedDone {
+				t.Fatalf("the journal's last entry is %q, want %q (reconciled, not sent again)", last.Outcome, store.OutcomeResolvedDone)
 			}
 		})
 	}
@@ -138,12 +139,12 @@ func TestThrowAfterSendNoSecondEmail(t *testing.T) {
 // Verify it: run two consumers against the same message at once. Exactly
 // one should win.
 func TestTwoConsumersOneEmail(t *testing.T) {
-	store, q := setup(t)
+	st, q := setup(t)
 	for range 4 {
 		publishJob(t, q, 42) // four copies, two consumers taking them at once
 	}
 	mail := NewOutbox()
-	drain(t, q, worker(t, store, q, mail, idem.WithOwner("a")), worker(t, store, q, mail, idem.WithOwner("b")))
+	drain(t, q, worker(t, st, q, mail, idem.WithOwner("a")), worker(t, st, q, mail, idem.WithOwner("b")))
 	if sent := mail.Sent(); len(sent) != 1 {
 		t.Fatalf("sent %d emails, want 1", len(sent))
 	}
@@ -151,15 +152,15 @@ func TestTwoConsumersOneEmail(t *testing.T) {
 
 // A job that is not JSON is dead-lettered at once, not retried.
 func TestUndecodableJobDeadLettered(t *testing.T) {
-	store, q := setup(t)
+	st, q := setup(t)
 	if _, err := q.Publish(context.Background(), queue.Outgoing{Body: []byte("{not json")}); err != nil {
 		t.Fatal(err)
 	}
 	mail := NewOutbox()
-	drain(t, q, worker(t, store, q, mail))
-	st, err := q.Stats(context.Background())
-	if err != nil || st.DeadLettered != 1 || len(mail.Sent()) != 0 {
-		t.Fatalf("stats %+v (%v), sent %d; want one dead letter and no email", st, err, len(mail.Sent()))
+	drain(t, q, worker(t, st, q, mail))
+	stats, err := q.Stats(context.Background())
+	if err != nil || stats.DeadLettered != 1 || len(mail.Sent()) != 0 {
+		t.Fatalf("stats %+v (%v), sent %d; want one dead letter and no email", stats, err, len(mail.Sent()))
 	}
 }
 

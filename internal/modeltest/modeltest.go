@@ -1,5 +1,5 @@
 // Package modeltest runs random operations against a store and against
-// internal/transition (the rules every store implements) and compares every
+// the store package (the rules every store implements) and compares every
 // answer and every record: a differential test for the stores that
 // re-implement the rules in their backend (SQL, Lua, DynamoDB conditions).
 package modeltest
@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // Config describes the store under test.
 type Config struct {
-	Store idem.Store
+	Store store.Store
 	// Advance moves the store's clock forward by d.
 	Advance func(d time.Duration)
 	// Exact: the store's clock is the test's (it does not run on by
@@ -61,8 +61,8 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 		}
 		return 1
 	}
-	claimReq := func(key string, step int) idem.ClaimRequest {
-		req := idem.ClaimRequest{
+	claimReq := func(key string, step int) store.ClaimRequest {
+		req := store.ClaimRequest{
 			Key: key, Owner: fmt.Sprintf("w%d", r.IntN(3)), Correlation: fmt.Sprintf("c%d", step),
 			Policy: idem.Policy(r.IntN(2)), TakeLapsed: r.IntN(4) == 0,
 			Lease:     pick(time.Minute, 2*time.Minute, 10*time.Minute),
@@ -96,29 +96,29 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 			}
 			ret := pick(time.Minute, time.Hour)
 			what = fmt.Sprintf("Complete(%s, %d, %v)", key, fence, ret)
-			m.finish(what, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: res, Retention: ret},
+			m.finish(what, key, fence, store.Ending{Status: idem.StatusCompleted, Result: res, Retention: ret},
 				s.Complete(ctx, key, fence, res, ret))
 		case 4:
 			ret := pick(time.Minute, time.Hour)
 			rs := reason("failed")
 			what = fmt.Sprintf("Fail(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: rs, Retention: ret},
+			m.finish(what, key, fence, store.Ending{Status: idem.StatusFailed, Reason: rs, Retention: ret},
 				s.Fail(ctx, key, fence, rs, ret))
 		case 5:
 			rs := reason("released")
 			what = fmt.Sprintf("Release(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: rs},
+			m.finish(what, key, fence, store.Ending{Status: idem.StatusReleased, Reason: rs},
 				s.Release(ctx, key, fence, rs))
 		case 6:
 			rs := reason("abandoned")
 			what = fmt.Sprintf("Abandon(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: rs},
+			m.finish(what, key, fence, store.Ending{Status: idem.StatusInProgress, Reason: rs},
 				s.Abandon(ctx, key, fence, rs))
 		case 7:
 			lease := pick(time.Minute, 3*time.Minute, 2*time.Hour)
 			what = fmt.Sprintf("Extend(%s, %d, %v)", key, fence, lease)
 			until, err := s.Extend(ctx, key, fence, lease)
-			next, merr := transition.Extend(m.records[key], fence, lease, m.now)
+			next, merr := store.ApplyExtend(m.records[key], fence, lease, m.now)
 			m.sameErr(what, err, merr)
 			if next != nil {
 				m.records[key] = next
@@ -127,7 +127,7 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				m.sameTime(what+" lease", until, next.LeaseUntil)
 			}
 		case 8:
-			res := idem.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: reason("op says"), By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0}
+			res := store.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: reason("op says"), By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0}
 			if r.IntN(2) == 0 {
 				res.Retention = 10 * time.Minute
 			}
@@ -140,7 +140,7 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 			}
 			what = fmt.Sprintf("Resolve(%s, %d, %+v)", key, f, res)
 			got, err := s.Resolve(ctx, key, f, res)
-			next, merr := transition.Resolve(m.records[key], f, res, m.now)
+			next, merr := store.ApplyResolve(m.records[key], f, res, m.now)
 			m.sameErr(what, err, merr)
 			if merr == nil {
 				m.records[key] = next
@@ -162,12 +162,12 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 			c.Advance(d)
 			m.now = m.now.Add(d)
 		case 10:
-			bc, ok := s.(idem.BatchClaimer)
+			bc, ok := s.(store.BatchClaimer)
 			if !ok {
 				continue
 			}
 			n := 1 + r.IntN(4)
-			reqs := make([]idem.ClaimRequest, n)
+			reqs := make([]store.ClaimRequest, n)
 			for i := range reqs {
 				reqs[i] = claimReq(keys[r.IntN(len(keys))], step)
 			}
@@ -186,15 +186,15 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				m.claimed(fmt.Sprintf("%s [%d]", what, i), req, out[i])
 			}
 		case 11:
-			bc, ok := s.(idem.BatchCompleter)
+			bc, ok := s.(store.BatchCompleter)
 			if !ok {
 				continue
 			}
 			n := 1 + r.IntN(4)
-			cs := make([]idem.Completion, n)
+			cs := make([]store.Completion, n)
 			for i := range cs {
 				k := keys[r.IntN(len(keys))]
-				cs[i] = idem.Completion{Key: k, Fence: fenceOf(k), Result: []byte(fmt.Sprint("batch-", step, "-", i)), Retention: pick(time.Minute, time.Hour)}
+				cs[i] = store.Completion{Key: k, Fence: fenceOf(k), Result: []byte(fmt.Sprint("batch-", step, "-", i)), Retention: pick(time.Minute, time.Hour)}
 			}
 			what = fmt.Sprintf("CompleteBatch(%+v)", cs)
 			errs, err := bc.CompleteBatch(ctx, cs)
@@ -205,9 +205,9 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				t.Fatalf("%s: %d errors", what, len(errs))
 			}
 			for i, c := range cs {
-				next, merr := transition.Finish(m.records[c.Key], c.Fence, transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}, m.now)
+				next, merr := store.ApplyFinish(m.records[c.Key], c.Fence, store.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}, m.now)
 				got := errs[i]
-				if errors.Is(got, idem.ErrNotFound) {
+				if errors.Is(got, store.ErrNotFound) {
 					got = idem.ErrLeaseLost // BatchCompleter allows either
 				}
 				m.sameErr(fmt.Sprintf("%s [%d]", what, i), got, merr)
@@ -221,7 +221,7 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 			rec := m.records[key]
 			var merr error
 			if rec == nil || rec.Expired(m.now) {
-				merr = idem.ErrNotFound
+				merr = store.ErrNotFound
 			} else {
 				delete(m.records, key)
 			}
@@ -246,7 +246,7 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				t.Fatalf("Sweep deleted %d, model %d", n, want)
 			}
 		case 14:
-			q := idem.ListQuery{}
+			q := store.ListQuery{}
 			switch r.IntN(4) {
 			case 1:
 				q.Stuck = true
@@ -285,9 +285,9 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 	}
 }
 
-func (m *model) claimed(what string, req idem.ClaimRequest, cr idem.ClaimResult) {
+func (m *model) claimed(what string, req store.ClaimRequest, cr store.ClaimResult) {
 	m.t.Helper()
-	next, want := transition.Claim(m.records[req.Key], req, m.now)
+	next, want := store.ApplyClaim(m.records[req.Key], req, m.now)
 	if next != nil {
 		m.records[req.Key] = next
 	}
@@ -300,9 +300,9 @@ func (m *model) claimed(what string, req idem.ClaimRequest, cr idem.ClaimResult)
 	}
 }
 
-func (m *model) finish(what, key string, fence int64, end transition.Ending, err error) {
+func (m *model) finish(what, key string, fence int64, end store.Ending, err error) {
 	m.t.Helper()
-	next, merr := transition.Finish(m.records[key], fence, end, m.now)
+	next, merr := store.ApplyFinish(m.records[key], fence, end, m.now)
 	m.sameErr(what, err, merr)
 	if next != nil {
 		m.records[key] = next
@@ -321,7 +321,7 @@ func (m *model) check(what, key string) {
 	got, err := m.c.Store.Get(context.Background(), key)
 	want := m.records[key]
 	if want == nil || want.Expired(m.now) {
-		if !errors.Is(err, idem.ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
 			m.t.Fatalf("after %s: Get(%s) = %v, %v; model: absent", what, key, got.Status, err)
 		}
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue/queuetest"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -48,7 +49,7 @@ func Open(tb testing.TB, url string) *redisstore.Store {
 // redisstore, and redisstore with calls coalesced (idem.WithCoalescing).
 // The benchmark that opens one is skipped without IDEM_TEST_REDIS.
 func Ledgers() []queuetest.Ledger {
-	open := func(b *testing.B) idem.Store {
+	open := func(b *testing.B) store.Store {
 		return Open(b, testenv.Require(b, testenv.Redis, "the benchmark with the ledger on Redis"))
 	}
 	return []queuetest.Ledger{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -20,7 +21,7 @@ import (
 type Ledger struct {
 	Name string
 	// Open returns a fresh store (cleaned up with b).
-	Open func(b *testing.B) idem.Store
+	Open func(b *testing.B) store.Store
 	// Options are given to the ledger made on the store (the benchmark
 	// adds a quiet logger and a 10-minute retention first).
 	Options []idem.Option
@@ -31,7 +32,7 @@ func (lg Ledger) ledger(b *testing.B) *idem.Ledger {
 	return idem.New(lg.Open(b), opts...)
 }
 
-func memoryLedger(b *testing.B) idem.Store {
+func memoryLedger(b *testing.B) store.Store {
 	s := memstore.New()
 	b.Cleanup(func() { s.Close() })
 	return s

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 )
 
 var policies = []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce}
@@ -48,11 +49,11 @@ func testSeed(t *testing.T, h Harness) {
 		t.Run("throw_after_send/"+p.String(), func(t *testing.T) {
 			t.Parallel()
 			src, pub := h.New(t, 30*time.Second)
-			store := h.store(t)
+			st := h.store(t)
 			var fx effects
 			var lg logs
 			obs := observe(src)
-			l := idem.New(store, idem.WithPolicy(p), idem.WithLogger(lg.logger()))
+			l := idem.New(st, idem.WithPolicy(p), idem.WithLogger(lg.logger()))
 			c := newConsumer(t, obs, l, func(_ context.Context, m queue.Message) ([]byte, error) {
 				fx.do("receipt:order-1")
 				if fx.of("receipt:order-1") == 1 {
@@ -73,7 +74,7 @@ func testSeed(t *testing.T, h Harness) {
 				if n := obs.count("ack"); n != 0 {
 					t.Fatalf("AtMostOnce: %d acks of a message whose effect is unknown, want 0", n)
 				}
-				stuck, err := store.List(context.Background(), idem.ListQuery{Stuck: true})
+				stuck, err := st.List(context.Background(), store.ListQuery{Stuck: true})
 				if err != nil {
 					t.Fatalf("List(stuck): %v", err)
 				}
@@ -122,7 +123,7 @@ func testSeed(t *testing.T, h Harness) {
 		t.Run("two_consumers_at_once/"+p.String(), func(t *testing.T) {
 			t.Parallel()
 			src, pub := h.New(t, 30*time.Second)
-			store := h.store(t)
+			st := h.store(t)
 			var fx effects
 			var lg logs
 			obs := observe(src)
@@ -131,8 +132,8 @@ func testSeed(t *testing.T, h Harness) {
 				fx.do("receipt:order-1")
 				return []byte("sent"), nil
 			}
-			a := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, fast(&lg)...)
-			b := newConsumer(t, obs, idem.New(store, idem.WithPolicy(p), idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, fast(&lg)...)
+			a := newConsumer(t, obs, idem.New(st, idem.WithPolicy(p), idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, fast(&lg)...)
+			b := newConsumer(t, obs, idem.New(st, idem.WithPolicy(p), idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, fast(&lg)...)
 			// Two copies of one message (a producer retry, an SQS standard
 			// duplicate) held by two consumers at the same time.
 			publish(t, pub, queue.Outgoing{Body: []byte("order-1 alice@example.com")})
@@ -166,7 +167,7 @@ func testSeed(t *testing.T, h Harness) {
 		if src.Visibility() == 0 {
 			t.Skip("the broker has no visibility timeout: it never hands a held message to a second consumer")
 		}
-		store := h.store(t)
+		st := h.store(t)
 		var fx effects
 		var lg logs
 		obs := observe(src)
@@ -181,8 +182,8 @@ func testSeed(t *testing.T, h Harness) {
 		opts := append(fast(&lg), queue.WithHandlerTimeout(src.Visibility()), queue.WithExtendEvery(time.Hour))
 		// A short lease (seedLease): B's retry of the busy key comes soon
 		// after A ends.
-		a := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, opts...)
-		b := newConsumer(t, obs, idem.New(store, idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, opts...)
+		a := newConsumer(t, obs, idem.New(st, idem.WithOwner("consumer-a"), idem.WithLease(seedLease)), handler, opts...)
+		b := newConsumer(t, obs, idem.New(st, idem.WithOwner("consumer-b"), idem.WithLease(seedLease)), handler, opts...)
 		publish(t, pub, queue.Outgoing{Body: []byte("order-1 alice@example.com")})
 		d1 := receiveOne(t, obs, 10*time.Second)
 		done := make(chan struct{})

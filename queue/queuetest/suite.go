@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -34,7 +34,7 @@ type Harness struct {
 	DeadLetters func(t *testing.T, src queue.Source) []DeadLetter
 	// Store returns the ledger store for the consumer checks (default: a
 	// fresh memstore per test).
-	Store func(t *testing.T) idem.Store
+	Store func(t *testing.T) store.Store
 	// Features says what the broker can do.
 	Features Features
 }
@@ -92,7 +92,7 @@ func RunSeed(t *testing.T, h Harness) {
 	testSeed(t, h)
 }
 
-func (h Harness) store(t *testing.T) idem.Store {
+func (h Harness) store(t *testing.T) store.Store {
 	if h.Store != nil {
 		return h.Store(t)
 	}

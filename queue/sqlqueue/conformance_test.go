@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
@@ -72,7 +72,7 @@ func conformanceSQLite(t *testing.T, gc bool) {
 			return q, q
 		},
 		DeadLetters: deadLetters,
-		Store: func(t *testing.T) idem.Store {
+		Store: func(t *testing.T) store.Store {
 			if e := cur.Load(); e != nil {
 				return e.store
 			}
@@ -101,7 +101,7 @@ func TestConformancePostgres(t *testing.T) {
 			return q, q
 		},
 		DeadLetters: deadLetters,
-		Store: func(t *testing.T) idem.Store { // a table of the test's own
+		Store: func(t *testing.T) store.Store { // a table of the test's own
 			st, err := pgstore.New(context.Background(), pool, pgstore.WithSchema(schema), pgstore.WithTable(fmt.Sprint("ledger_", n.Add(1))))
 			if err != nil {
 				t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/internal/testproc"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 )
 
 // The environment of TestConsumerKilledMidHandler's child.
@@ -114,7 +115,7 @@ func TestConsumerKilledMidHandler(t *testing.T) {
 				t.Fatalf("%s: %d effects after the restart, want %d; log:\n%s", tc.name, n, tc.effects, lg.String())
 			}
 			st, _ := q.Stats(context.Background())
-			stuck, err := e.store.List(context.Background(), idem.ListQuery{Stuck: true})
+			stuck, err := e.store.List(context.Background(), store.ListQuery{Stuck: true})
 			if err != nil {
 				t.Fatal(err)
 			}

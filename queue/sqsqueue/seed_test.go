@@ -9,11 +9,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/queue/sqsqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/dynamostore"
 )
 
@@ -29,7 +29,7 @@ func TestSeed000(t *testing.T) {
 		})})
 	// A table per check, as the seed's one "email-sends" table: each check
 	// starts from an empty ledger.
-	newTable := func(t *testing.T) idem.Store {
+	newTable := func(t *testing.T) store.Store {
 		table := "email-sends-" + randomID()
 		if err := dynamostore.CreateTable(context.Background(), ddb, table); err != nil && !errors.Is(err, dynamostore.ErrTTLUnsupported) {
 			t.Fatal(err)

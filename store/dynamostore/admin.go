@@ -10,19 +10,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
-// List implements idem.Store with a Scan of the whole table (consistent
+// List implements store.Store with a Scan of the whole table (consistent
 // reads, filtered in DynamoDB by status, lapsed lease, cursor and expiry),
 // sorted by key in the store: DynamoDB keeps no order across partition
 // keys, so every List reads every item, whatever q.Limit. It is an
 // operator's call (the idem command's ls), not one for a hot path: on a
 // large table, each call costs the table's size in read capacity. A
-// record that cannot be decoded fails the call with a *idem.CorruptError
+// record that cannot be decoded fails the call with a *store.CorruptError
 // naming its key (Delete removes it).
-func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -37,13 +36,13 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 		conds = append(conds, e.n(attrStatus)+" = "+e.v(str(string(q.Status))))
 	}
 	if q.Stuck {
-		conds = append(conds, e.n(attrStatus)+" = "+e.v(str(string(idem.StatusInProgress))),
+		conds = append(conds, e.n(attrStatus)+" = "+e.v(str(string(store.StatusInProgress))),
 			e.n(attrLeaseUntil)+" <= "+e.v(nanos(now)))
 	}
 	if q.After != "" {
 		conds = append(conds, e.n(AttrKey)+" > "+e.v(str(q.After)))
 	}
-	var out []idem.Record
+	var out []store.Record
 	err := s.scan(ctx, e, strings.Join(conds, " AND "), "", func(it map[string]types.AttributeValue) (bool, error) {
 		key := ""
 		if k, ok := it[AttrKey].(*types.AttributeValueMemberS); ok {
@@ -63,7 +62,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	if err != nil {
 		return nil, wrap("list", "", err)
 	}
-	slices.SortFunc(out, func(a, b idem.Record) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b store.Record) int { return strings.Compare(a.Key, b.Key) })
 	if len(out) > limit {
 		out = out[:limit]
 	}
@@ -99,30 +98,30 @@ func (s *Store) scan(ctx context.Context, e *expr, filter, projection string, f 
 	return nil
 }
 
-// Resolve implements idem.Store: a consistent read, then the decided
+// Resolve implements store.Store: a consistent read, then the decided
 // record written with a PutItem conditioned on the item being the one
 // read (read again and decided again if another write came first).
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	if r.Done && len(r.Result) > MaxResultSize {
-		return idem.Record{}, wrap("resolve", key, fmt.Errorf("%w: a result of %d bytes (at most %d)", ErrItemTooLarge, len(r.Result), MaxResultSize))
+		return store.Record{}, wrap("resolve", key, fmt.Errorf("%w: a result of %d bytes (at most %d)", ErrItemTooLarge, len(r.Result), MaxResultSize))
 	}
 	r.Reason = capReason(r.Reason)
 	call := newCall()
-	var pending *idem.Record
+	var pending *store.Record
 	rec, found, err := s.get(ctx, key)
 	for range maxRounds {
 		if err != nil {
-			return idem.Record{}, wrap("resolve", key, err)
+			return store.Record{}, wrap("resolve", key, err)
 		}
 		if rec != nil && pending != nil && found == call {
 			return *pending, nil
 		}
-		next, rerr := transition.Resolve(rec, fence, r, s.now())
+		next, rerr := store.ApplyResolve(rec, fence, r, s.now())
 		if rerr != nil {
-			return idem.Record{}, rerr
+			return store.Record{}, rerr
 		}
 		pending = next
 		var ok bool
@@ -131,13 +130,13 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 			return *next, nil
 		}
 	}
-	return idem.Record{}, wrap("resolve", key, ErrContention)
+	return store.Record{}, wrap("resolve", key, ErrContention)
 }
 
-// Delete implements idem.Store: one DeleteItem, conditioned on the record
+// Delete implements store.Store: one DeleteItem, conditioned on the record
 // existing unexpired. A corrupt record is deleted too. (If the answer to
 // a delete that DynamoDB made is lost and the client retries it, the
-// retry finds nothing and reports idem.ErrNotFound.)
+// retry finds nothing and reports store.ErrNotFound.)
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -153,12 +152,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	})
 	var cf *types.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return wrap("delete", key, err)
 }
 
-// Sweep implements idem.Store: a Scan (consistent reads) for items whose
+// Sweep implements store.Store: a Scan (consistent reads) for items whose
 // retention has passed, each deleted by a DeleteItem conditioned on the
 // item being the one the scan saw, until limit are deleted or the table
 // ends. Each call reads the table from its start: with TTL enabled on

@@ -6,15 +6,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // batchWorkers bounds the claims of one [Store.ClaimBatch] in flight.
 const batchWorkers = 16
 
-var _ idem.BatchClaimer = (*Store)(nil)
+var _ store.BatchClaimer = (*Store)(nil)
 
-// ClaimBatch implements idem.BatchClaimer. DynamoDB has no batch write that
+// ClaimBatch implements store.BatchClaimer. DynamoDB has no batch write that
 // is conditional per item (BatchWriteItem has no conditions;
 // TransactWriteItems fails as a whole when one condition fails), so the
 // batch is not one round trip: the claims of distinct keys run
@@ -25,7 +25,7 @@ var _ idem.BatchClaimer = (*Store)(nil)
 //
 // A failure of one key alone, after which nothing was written for it, is
 // that key's ClaimResult.Err, and the batch's other keys have their
-// outcomes: a record that cannot be decoded ([idem.ErrCorrupt]), one that
+// outcomes: a record that cannot be decoded ([store.ErrCorrupt]), one that
 // would be too large ([ErrItemTooLarge]), one that kept changing under
 // the claim ([ErrContention]), or a request DynamoDB still throttled
 // after the client's retries (ProvisionedThroughputExceededException,
@@ -34,12 +34,12 @@ var _ idem.BatchClaimer = (*Store)(nil)
 // no more claims, waits for those in flight, undoes the claims they
 // acquired (best effort: a claim of a free key is released, a takeover
 // abandoned, left lapsed at once as after a crash; both as not run, see
-// [idem.NotRunReason]), and returns the error.
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+// [store.NotRunReason]), and returns the error.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]idem.ClaimResult, len(reqs))
+	out := make([]store.ClaimResult, len(reqs))
 	// The requests of each key, in order.
 	var order []string
 	byKey := map[string][]int{}
@@ -75,7 +75,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 				}
 				res, err := s.Claim(ctx, reqs[i])
 				if err != nil && keyAlone(err) {
-					out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: err}
+					out[i] = store.ClaimResult{Record: store.Record{Key: reqs[i].Key}, Err: err}
 					continue
 				}
 				if err != nil {
@@ -101,7 +101,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 // keyAlone reports whether err, from a claim, is a failure of its key
 // alone after which nothing was written for the key.
 func keyAlone(err error) bool {
-	return errors.Is(err, idem.ErrCorrupt) || errors.Is(err, ErrItemTooLarge) ||
+	return errors.Is(err, store.ErrCorrupt) || errors.Is(err, ErrItemTooLarge) ||
 		errors.Is(err, ErrContention) || throttled(err)
 }
 
@@ -120,10 +120,10 @@ func throttled(err error) bool {
 }
 
 // releaseBatch undoes the claims of a failed batch that were acquired
-// ([idem.UndoClaim]): their callers get the batch's error and never run
+// ([store.UndoClaim]): their callers get the batch's error and never run
 // them. Left to lapse, an AtMostOnce key would become indeterminate though
 // nothing ran. Best effort: errors are dropped, the key then lapses.
-func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
+func (s *Store) releaseBatch(ctx context.Context, out []store.ClaimResult) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func (s *Store) releaseBatch(ctx context.Context, out []idem.ClaimResult) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_ = idem.UndoClaim(ctx, s, r, "the claim batch failed before its results reached the caller")
+			_ = store.UndoClaim(ctx, s, r, "the claim batch failed before its results reached the caller")
 		})
 	}
 	wg.Wait()

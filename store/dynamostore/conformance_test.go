@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 )
 
 func isTTLUnsupported(err error) bool { return errors.Is(err, ErrTTLUnsupported) }
@@ -23,7 +23,7 @@ func harness(t testing.TB) idemtest.Harness {
 	testEndpoint(t)
 	clocks := new(idemtest.Clocks)
 	return idemtest.Harness{
-		New: func(t testing.TB) idem.Store {
+		New: func(t testing.TB) store.Store {
 			// dynalite does not return the item with a failed condition,
 			// so a claim that writes first costs a duplicate two requests
 			// there (the failed PutItem and a GetItem). The suite's
@@ -36,11 +36,11 @@ func harness(t testing.TB) idemtest.Harness {
 		},
 		Advance: clocks.Advance,
 		Locator: func(t testing.TB) string { return newTable(t) },
-		Open: func(table string) (idem.Store, error) {
+		Open: func(table string) (store.Store, error) {
 			return New(newClient(testEndpointEnv()), table), nil
 		},
-		Corrupt: func(t testing.TB, s idem.Store, key string) { corrupt(t, s.(*Store), key) },
-		Unreachable: func(t testing.TB) idem.Store {
+		Corrupt: func(t testing.TB, s store.Store, key string) { corrupt(t, s.(*Store), key) },
+		Unreachable: func(t testing.TB) store.Store {
 			// Nothing listens on port 1.
 			return New(newClient("http://127.0.0.1:1", func(o *dynamodb.Options) { o.RetryMaxAttempts = 2 }), "unreachable")
 		},
@@ -81,7 +81,7 @@ func TestRealClock(t *testing.T) {
 	ctx := context.Background()
 	// The second claim must come within the lease: dynalite took more
 	// than a second to answer on a loaded machine.
-	r := idem.ClaimRequest{Key: "k", Owner: "a", Lease: 3 * time.Second, Retention: time.Hour}
+	r := store.ClaimRequest{Key: "k", Owner: "a", Lease: 3 * time.Second, Retention: time.Hour}
 	before := time.Now()
 	cr, err := s.Claim(ctx, r)
 	if err != nil || !cr.Acquired {

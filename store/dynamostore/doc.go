@@ -1,4 +1,4 @@
-// Package dynamostore is an idem.Store kept in one DynamoDB table
+// Package dynamostore is an store.Store kept in one DynamoDB table
 // (aws-sdk-go-v2): one item per key; every write a conditional PutItem,
 // UpdateItem or DeleteItem on one item, those that end or extend an
 // attempt with its fence in the condition; expiry checked in code on every
@@ -17,11 +17,11 @@
 // stores must not share a table: [Store.List] and [Store.Sweep] read every
 // item in it.
 //
-// An item's attributes are named after the [idem.Record] fields (status,
+// An item's attributes are named after the [store.Record] fields (status,
 // policy, fence, attempt, owner, fingerprint, result, reason, lease_until,
 // expires_at, created_at, updated_at), times as numbers of unix
 // nanoseconds; "journal" is a map from each attempt's fence to its
-// [idem.JournalEntry] (the entry's JSON names), and "call" is the id of
+// [store.JournalEntry] (the entry's JSON names), and "call" is the id of
 // the call that wrote the item last (see Retries).
 //
 // # Calls
@@ -44,7 +44,7 @@
 // conditioned on the record being in_progress under the caller's fence,
 // unexpired, with its journal entry (and, for Extend, on the lease staying
 // within ExpiresAt). Unlike Powertools, whose completion and deletion are
-// unconditional, a stale holder is refused ([idem.ErrLeaseLost]); the item
+// unconditional, a stale holder is refused ([store.ErrLeaseLost]); the item
 // found then is read as for a claim, and the stale attempt's journal entry
 // is marked with LateFinish by a conditioned PutItem. An extension past
 // ExpiresAt takes the same path.
@@ -83,7 +83,7 @@
 // happen twice; under AtMostOnce the key is reported indeterminate early);
 // one whose clock lags waits longer than the lease. The fence still
 // refuses the overtaken holder's writes: its completion gets
-// [idem.ErrLeaseLost]. Retention is skewed the same way. Keep the clocks
+// [store.ErrLeaseLost]. Retention is skewed the same way. Keep the clocks
 // synchronized (NTP; Amazon Time Sync on AWS keeps them within about a
 // millisecond) and leases long compared to the skew.
 //
@@ -107,7 +107,7 @@
 // been answered. A call whose retries run out, or whose context ends,
 // returns an error: a store error, never an outcome, and the key is left
 // to its lease and policy. (A Delete whose answer was lost reports
-// [idem.ErrNotFound] on the retry.)
+// [store.ErrNotFound] on the retry.)
 //
 // # Size limit
 //

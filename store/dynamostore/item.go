@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Attribute names of a record's item. Times are numbers: unix nanoseconds
@@ -35,7 +35,7 @@ const (
 	AttrTTL = "ttl"
 )
 
-// Journal entry fields: the JSON names of idem.JournalEntry.
+// Journal entry fields: the JSON names of store.JournalEntry.
 const (
 	jAttempt     = "a"
 	jFence       = "f"
@@ -118,7 +118,7 @@ func capReason(r string) string {
 }
 
 // encode returns the item of rec, written by call.
-func encode(rec *idem.Record, call string, keep time.Duration) map[string]types.AttributeValue {
+func encode(rec *store.Record, call string, keep time.Duration) map[string]types.AttributeValue {
 	it := map[string]types.AttributeValue{
 		AttrKey:       str(rec.Key),
 		attrStatus:    str(string(rec.Status)),
@@ -151,7 +151,7 @@ func encode(rec *idem.Record, call string, keep time.Duration) map[string]types.
 	return it
 }
 
-func encodeEntry(e *idem.JournalEntry) types.AttributeValue {
+func encodeEntry(e *store.JournalEntry) types.AttributeValue {
 	m := map[string]types.AttributeValue{
 		jAttempt: num(int64(e.Attempt)),
 		jFence:   num(e.Fence),
@@ -261,10 +261,10 @@ func (d *decoder) b(name string) bool {
 }
 
 // decode reads a record's item and the id of the call that wrote it last.
-// A problem is an *idem.CorruptError.
-func decode(key string, it map[string]types.AttributeValue) (idem.Record, string, error) {
+// A problem is an *store.CorruptError.
+func decode(key string, it map[string]types.AttributeValue) (store.Record, string, error) {
 	d := decoder{m: it}
-	var r idem.Record
+	var r store.Record
 	r.Key = d.s(AttrKey, true)
 	if d.err == nil && r.Key != key {
 		d.fail("the item of %q names the key %q", key, r.Key)
@@ -272,14 +272,14 @@ func decode(key string, it map[string]types.AttributeValue) (idem.Record, string
 	st := d.s(attrStatus, true)
 	if d.err == nil {
 		var err error
-		if r.Status, err = idem.ParseStatus(st); err != nil {
+		if r.Status, err = store.ParseStatus(st); err != nil {
 			d.fail("%v", err)
 		}
 	}
 	pol := d.s(attrPolicy, true)
 	if d.err == nil {
 		var err error
-		if r.Policy, err = idem.ParsePolicy(pol); err != nil {
+		if r.Policy, err = store.ParsePolicy(pol); err != nil {
 			d.fail("%v", err)
 		}
 	}
@@ -310,13 +310,13 @@ func decode(key string, it map[string]types.AttributeValue) (idem.Record, string
 		}
 	}
 	if d.err != nil {
-		return idem.Record{}, "", &idem.CorruptError{Key: key, Detail: "dynamostore: " + d.err.Error()}
+		return store.Record{}, "", &store.CorruptError{Key: key, Detail: "dynamostore: " + d.err.Error()}
 	}
 	return r, call, nil
 }
 
-func decodeJournal(d *decoder, m map[string]types.AttributeValue) []idem.JournalEntry {
-	j := make([]idem.JournalEntry, 0, len(m))
+func decodeJournal(d *decoder, m map[string]types.AttributeValue) []store.JournalEntry {
+	j := make([]store.JournalEntry, 0, len(m))
 	for name, v := range m {
 		em, ok := v.(*types.AttributeValueMemberM)
 		if !ok {
@@ -324,7 +324,7 @@ func decodeJournal(d *decoder, m map[string]types.AttributeValue) []idem.Journal
 			return nil
 		}
 		ed := decoder{m: em.Value}
-		e := idem.JournalEntry{
+		e := store.JournalEntry{
 			Attempt:     int(ed.n(jAttempt, true)),
 			Fence:       ed.n(jFence, true),
 			Owner:       ed.s(jOwner, false),

@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // DefaultKeepExpired is how long after its retention (ExpiresAt) a record
@@ -37,7 +36,7 @@ var (
 // maxRounds bounds the read-and-compare-and-set rounds of one call.
 const maxRounds = 32
 
-// Store is an [idem.Store] kept in one DynamoDB table, with one item per
+// Store is an [store.Store] kept in one DynamoDB table, with one item per
 // key. Make one with [New]; it is safe for concurrent use by many
 // goroutines, and any number of processes may share the table.
 type Store struct {
@@ -51,7 +50,7 @@ type Store struct {
 	readFirst bool
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Option configures a [Store].
 type Option func(*Store)
@@ -117,14 +116,14 @@ func (s *Store) Table() string { return *s.table }
 // Client returns the store's client.
 func (s *Store) Client() *dynamodb.Client { return s.client }
 
-// Close marks the store closed: later calls return [idem.ErrClosed]. The
+// Close marks the store closed: later calls return [store.ErrClosed]. The
 // client is left as it is.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
 }
 
-var errClosed = fmt.Errorf("dynamostore: %w", idem.ErrClosed)
+var errClosed = fmt.Errorf("dynamostore: %w", store.ErrClosed)
 
 func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
@@ -176,7 +175,7 @@ func (s *Store) keyOf(key string) map[string]types.AttributeValue {
 
 // get reads key's item with a consistent read: the record, the call that
 // wrote it, and whether it exists.
-func (s *Store) get(ctx context.Context, key string) (*idem.Record, string, error) {
+func (s *Store) get(ctx context.Context, key string) (*store.Record, string, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      s.table,
 		Key:            s.keyOf(key),
@@ -199,7 +198,7 @@ func (s *Store) get(ctx context.Context, key string) (*idem.Record, string, erro
 // wrote ("" for no item): the compare-and-set of the paths that read. It
 // reports whether it wrote; if not, it returns the item found instead
 // (nil if none), with the call that wrote it.
-func (s *Store) put(ctx context.Context, rec *idem.Record, call, prev string) (*idem.Record, string, bool, error) {
+func (s *Store) put(ctx context.Context, rec *store.Record, call, prev string) (*store.Record, string, bool, error) {
 	it := encode(rec, call, s.keep)
 	if n := itemSize(it); n > MaxItemSize {
 		return nil, "", false, fmt.Errorf("%w: the record would take %d bytes", ErrItemTooLarge, n)
@@ -234,7 +233,7 @@ func (s *Store) put(ctx context.Context, rec *idem.Record, call, prev string) (*
 
 // item is a record as found, with the call that wrote it.
 type item struct {
-	rec  *idem.Record
+	rec  *store.Record
 	call string
 }
 
@@ -258,7 +257,7 @@ func (s *Store) found(ctx context.Context, key string, err error) (item, error) 
 	return item{r, c}, err
 }
 
-// Claim implements idem.Store. A claim is first one PutItem conditioned
+// Claim implements store.Store. A claim is first one PutItem conditioned
 // on the key having no item (attribute_not_exists), which is the whole
 // claim of a new key. When the condition fails, the item is what DynamoDB
 // returns with the failure (ReturnValuesOnConditionCheckFailure ALL_OLD),
@@ -267,46 +266,46 @@ func (s *Store) found(ctx context.Context, key string, err error) (item, error) 
 // be taken (released, expired, a lapsed lease), the new record is written
 // with a PutItem conditioned on the item being exactly the one found (by
 // its call id), and the claim decides again if another write came first.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	call := newCall()
 	var (
-		rec     *idem.Record
+		rec     *store.Record
 		found   string
 		ok      bool
 		err     error
-		pending idem.ClaimResult // what the last write sent means, should the claim find it
+		pending store.ClaimResult // what the last write sent means, should the claim find it
 	)
 	if s.readFirst {
 		rec, found, err = s.get(ctx, req.Key)
 	} else {
-		var next *idem.Record
-		next, pending = transition.Claim(nil, req, s.now())
+		var next *store.Record
+		next, pending = store.ApplyClaim(nil, req, s.now())
 		rec, found, ok, err = s.put(ctx, next, call, "")
 	}
 	for range maxRounds {
 		if err != nil {
-			return idem.ClaimResult{}, wrap("claim", req.Key, err)
+			return store.ClaimResult{}, wrap("claim", req.Key, err)
 		}
 		if ok || rec != nil && found == call {
 			return pending, nil
 		}
-		next, res := transition.Claim(rec, req, s.now())
+		next, res := store.ApplyClaim(rec, req, s.now())
 		if next == nil {
 			return res, nil
 		}
 		pending = res
 		rec, found, ok, err = s.put(ctx, next, call, found)
 	}
-	return idem.ClaimResult{}, wrap("claim", req.Key, ErrContention)
+	return store.ClaimResult{}, wrap("claim", req.Key, ErrContention)
 }
 
 // ending is a finishing call: how the attempt ends, or a heartbeat.
 type ending struct {
 	op     string
-	end    transition.Ending
+	end    store.Ending
 	extend time.Duration // extend: the lease asked for
 }
 
@@ -314,7 +313,7 @@ type ending struct {
 // UpdateItem whose condition holds the fence (the record is in_progress
 // under fence, unexpired, with its journal entry). When the condition
 // fails the call reads the item to tell why: a stale holder gets
-// idem.ErrLeaseLost, and its journal entry is marked with LateFinish by a
+// store.ErrLeaseLost, and its journal entry is marked with LateFinish by a
 // compare-and-set write; the rare case the fast condition is too strict
 // for (an extension past the record's ExpiresAt) is written the same way.
 func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (time.Time, error) {
@@ -330,7 +329,7 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 	until := now.Add(f.extend)
 	e := newExpr()
 	jf := strconv.FormatInt(fence, 10)
-	cond := e.n(attrStatus) + " = " + e.v(str(string(idem.StatusInProgress))) +
+	cond := e.n(attrStatus) + " = " + e.v(str(string(store.StatusInProgress))) +
 		" AND " + e.n(attrFence) + " = " + e.v(num(fence)) +
 		" AND " + e.n(attrExpiresAt) + " > " + e.v(nanos(now)) +
 		" AND attribute_exists(" + e.n(attrJournal, jf) + ")"
@@ -346,29 +345,29 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 		outcome := ""
 		e.Set(nanos(now), attrLeaseUntil)
 		switch f.end.Status {
-		case idem.StatusCompleted:
-			outcome = idem.OutcomeCompleted
+		case store.StatusCompleted:
+			outcome = store.OutcomeCompleted
 			if len(f.end.Result) > 0 {
 				e.Set(&types.AttributeValueMemberB{Value: f.end.Result}, attrResult)
 			} else {
 				e.Remove(attrResult)
 			}
-		case idem.StatusFailed:
-			outcome = idem.OutcomeFailed
+		case store.StatusFailed:
+			outcome = store.OutcomeFailed
 			e.SetS(f.end.Reason, attrReason)
-		case idem.StatusReleased:
-			outcome = idem.OutcomeReleased
+		case store.StatusReleased:
+			outcome = store.OutcomeReleased
 			e.SetS(f.end.Reason, attrReason)
-		case idem.StatusInProgress:
-			outcome = idem.OutcomeAbandoned
+		case store.StatusInProgress:
+			outcome = store.OutcomeAbandoned
 			e.SetS(f.end.Reason, attrReason)
 		}
-		if f.end.Status == idem.StatusCompleted || f.end.Status == idem.StatusFailed {
+		if f.end.Status == store.StatusCompleted || f.end.Status == store.StatusFailed {
 			exp := now.Add(f.end.Retention)
 			e.Set(nanos(exp), attrExpiresAt)
 			e.Set(ttlSeconds(exp, s.keep), AttrTTL)
 		}
-		if f.end.Status != idem.StatusInProgress {
+		if f.end.Status != store.StatusInProgress {
 			e.Set(str(string(f.end.Status)), attrStatus)
 		}
 		e.Set(nanos(now), attrJournal, jf, jEnded)
@@ -412,13 +411,13 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 		}
 		now := s.now()
 		var (
-			next    *idem.Record
+			next    *store.Record
 			outcome error
 		)
 		if f.op == "extend" {
-			next, outcome = transition.Extend(it.rec, fence, f.extend, now)
+			next, outcome = store.ApplyExtend(it.rec, fence, f.extend, now)
 		} else {
-			next, outcome = transition.Finish(it.rec, fence, f.end, now)
+			next, outcome = store.ApplyFinish(it.rec, fence, f.end, now)
 		}
 		if next == nil {
 			return time.Time{}, outcome
@@ -436,54 +435,54 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 	return time.Time{}, wrap(f.op, key, ErrContention)
 }
 
-// Complete implements idem.Store. A result larger than [MaxResultSize] is
+// Complete implements store.Store. A result larger than [MaxResultSize] is
 // refused with an error wrapping [ErrItemTooLarge] before anything is
 // sent.
 func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "complete", end: transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention}})
+	_, err := s.finish(ctx, key, fence, ending{op: "complete", end: store.Ending{Status: store.StatusCompleted, Result: result, Retention: retention}})
 	return err
 }
 
-// Fail implements idem.Store. A reason longer than [MaxReasonLen] bytes is
+// Fail implements store.Store. A reason longer than [MaxReasonLen] bytes is
 // cut.
 func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "fail", end: transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention}})
+	_, err := s.finish(ctx, key, fence, ending{op: "fail", end: store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention}})
 	return err
 }
 
-// Release implements idem.Store.
+// Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "release", end: transition.Ending{Status: idem.StatusReleased, Reason: reason}})
+	_, err := s.finish(ctx, key, fence, ending{op: "release", end: store.Ending{Status: store.StatusReleased, Reason: reason}})
 	return err
 }
 
-// Abandon implements idem.Store.
+// Abandon implements store.Store.
 func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "abandon", end: transition.Ending{Status: idem.StatusInProgress, Reason: reason}})
+	_, err := s.finish(ctx, key, fence, ending{op: "abandon", end: store.Ending{Status: store.StatusInProgress, Reason: reason}})
 	return err
 }
 
-// Extend implements idem.Store.
+// Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
 	return s.finish(ctx, key, fence, ending{op: "extend", extend: lease})
 }
 
-// Get implements idem.Store with a consistent GetItem.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+// Get implements store.Store with a consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	rec, _, err := s.get(ctx, key)
 	if err != nil {
-		return idem.Record{}, wrap("get", key, err)
+		return store.Record{}, wrap("get", key, err)
 	}
 	if rec == nil || rec.Expired(s.now()) {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	return *rec, nil
 }
 
-// Now implements idem.Store: the store's clock (the client's, see
+// Now implements store.Store: the store's clock (the client's, see
 // [WithClock]).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := s.check(ctx); err != nil {

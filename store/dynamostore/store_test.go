@@ -16,10 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 )
 
-func claimReq(key string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Owner: "w1", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+func claimReq(key string) store.ClaimRequest {
+	return store.ClaimRequest{Key: key, Owner: "w1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 }
 
 // TestCreateTable: CreateTable makes a table the store works on, a second
@@ -85,19 +86,19 @@ func TestItemLayout(t *testing.T) {
 	if !rec.ExpiresAt.Equal(exp) || !rec.CreatedAt.Equal(clock.Now()) {
 		t.Fatalf("ExpiresAt %v, CreatedAt %v; want %v, %v to the nanosecond", rec.ExpiresAt, rec.CreatedAt, exp, clock.Now())
 	}
-	if len(rec.Journal) != 1 || rec.Journal[0].Outcome != idem.OutcomeCompleted || rec.Owner != "w1" {
+	if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted || rec.Owner != "w1" {
 		t.Fatalf("record %+v, want one completed journal entry by w1", rec)
 	}
 }
 
 // TestJournalOrder: the journal (a map by fence in the item) reads back
 // oldest first, numbered past 9 (so not in string order), and keeps the
-// newest idem.MaxJournal attempts.
+// newest store.MaxJournal attempts.
 func TestJournalOrder(t *testing.T) {
 	clock := idemtest.NewClock(idemtest.ClockStart)
 	s := New(testClient(t), newTable(t), WithClock(clock.Now))
 	ctx := context.Background()
-	const n = idem.MaxJournal + 4
+	const n = store.MaxJournal + 4
 	for i := 1; i <= n; i++ {
 		cr, err := s.Claim(ctx, claimReq("k"))
 		if err != nil || !cr.Acquired {
@@ -111,11 +112,11 @@ func TestJournalOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Journal) != idem.MaxJournal {
-		t.Fatalf("journal has %d entries, want %d", len(rec.Journal), idem.MaxJournal)
+	if len(rec.Journal) != store.MaxJournal {
+		t.Fatalf("journal has %d entries, want %d", len(rec.Journal), store.MaxJournal)
 	}
 	for i, e := range rec.Journal {
-		if want := int64(n - idem.MaxJournal + 1 + i); e.Fence != want || e.Reason != "again "+strconv.FormatInt(want, 10) {
+		if want := int64(n - store.MaxJournal + 1 + i); e.Fence != want || e.Reason != "again "+strconv.FormatInt(want, 10) {
 			t.Fatalf("entry %d: fence %d reason %q, want fence %d", i, e.Fence, e.Reason, want)
 		}
 	}
@@ -136,7 +137,7 @@ func TestTooLarge(t *testing.T) {
 	if !errors.Is(err, ErrItemTooLarge) {
 		t.Fatalf("Complete with %d bytes = %v, want ErrItemTooLarge", MaxResultSize+1, err)
 	}
-	if rec, _ := s.Get(ctx, "big"); rec.Status != idem.StatusInProgress {
+	if rec, _ := s.Get(ctx, "big"); rec.Status != store.StatusInProgress {
 		t.Fatalf("after a refused completion: %s, want in_progress", rec.Status)
 	}
 	near := bytes.Repeat([]byte("x"), MaxResultSize)
@@ -209,11 +210,11 @@ func TestLostAnswer(t *testing.T) {
 		t.Fatalf("Complete whose answer was lost: %v", err)
 	}
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r" {
+	if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "r" {
 		t.Fatalf("after: %+v, %v", rec, err)
 	}
 	// A second completion is still refused: it is not the same write.
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
 	}
 
@@ -243,17 +244,17 @@ func TestAllOld(t *testing.T) {
 		t.Fatal(cr, err)
 	}
 	busy, err := s.Claim(ctx, claimReq("k"))
-	if err != nil || busy.Acquired || busy.Record.Fence != 1 || busy.Record.Status != idem.StatusInProgress {
+	if err != nil || busy.Acquired || busy.Record.Fence != 1 || busy.Record.Status != store.StatusInProgress {
 		t.Fatalf("claim of a held key = %+v, %v; want not acquired, in_progress fence 1", busy, err)
 	}
 	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
 	}
 	dup, err := s.Claim(ctx, claimReq("k"))
-	if err != nil || dup.Acquired || dup.Record.Status != idem.StatusCompleted || string(dup.Record.Result) != "r" {
+	if err != nil || dup.Acquired || dup.Record.Status != store.StatusCompleted || string(dup.Record.Result) != "r" {
 		t.Fatalf("claim of a done key = %+v, %v", dup, err)
 	}
 	// A released key is taken from the returned item with one more
@@ -280,7 +281,7 @@ func TestAllOld(t *testing.T) {
 	}
 	// A corrupt item returned with the failure is corrupt, not absent.
 	corrupt(t, s, "k")
-	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, idem.ErrCorrupt) {
+	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("claim of a corrupt record = %v, want ErrCorrupt", err)
 	}
 }
@@ -297,7 +298,7 @@ func TestEndpointGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetDown(true)
-	outcomes := []error{idem.ErrInProgress, idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt}
+	outcomes := []error{idem.ErrInProgress, store.ErrLeaseLost, store.ErrNotFound, store.ErrCorrupt}
 	notOutcome := func(what string, err error) {
 		t.Helper()
 		if err == nil {
@@ -318,9 +319,9 @@ func TestEndpointGoesAway(t *testing.T) {
 	_, err = s.Get(ctx, "held")
 	notOutcome("Get", err)
 	notOutcome("Delete", s.Delete(ctx, "held"))
-	_, err = s.Resolve(ctx, "held", 0, idem.Resolution{Done: true})
+	_, err = s.Resolve(ctx, "held", 0, store.Resolution{Done: true})
 	notOutcome("Resolve", err)
-	_, err = s.List(ctx, idem.ListQuery{})
+	_, err = s.List(ctx, store.ListQuery{})
 	notOutcome("List", err)
 	_, err = s.Sweep(ctx, 10)
 	notOutcome("Sweep", err)
@@ -333,7 +334,7 @@ func TestEndpointGoesAway(t *testing.T) {
 	// Back again: nothing was decided while it was away.
 	p.SetDown(false)
 	rec, err := s.Get(ctx, "held")
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 1 {
+	if err != nil || rec.Status != store.StatusInProgress || rec.Fence != 1 {
 		t.Fatalf("after the endpoint came back: %+v, %v; want in_progress, fence 1", rec, err)
 	}
 }
@@ -356,7 +357,7 @@ func TestClockSkew(t *testing.T) {
 		t.Fatalf("claim by a clock 2 minutes ahead of a 1-minute lease = %+v, %v; want a takeover", cr, err)
 	}
 	// The fence still refuses the first holder.
-	if err := a.Complete(ctx, "k", 1, nil, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := a.Complete(ctx, "k", 1, nil, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("first holder's Complete after the skewed takeover = %v, want ErrLeaseLost", err)
 	}
 }
@@ -365,7 +366,7 @@ func TestClockSkew(t *testing.T) {
 // claims each key once, in request order.
 func TestBatchRepeats(t *testing.T) {
 	s := New(testClient(t), newTable(t))
-	var reqs []idem.ClaimRequest
+	var reqs []store.ClaimRequest
 	for i := range 40 {
 		reqs = append(reqs, claimReq("k"+strconv.Itoa(i%20)))
 	}
@@ -379,7 +380,7 @@ func TestBatchRepeats(t *testing.T) {
 		}
 	}
 	s.Close()
-	if _, err := s.ClaimBatch(context.Background(), reqs); !errors.Is(err, idem.ErrClosed) {
+	if _, err := s.ClaimBatch(context.Background(), reqs); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("ClaimBatch after Close = %v, want ErrClosed", err)
 	}
 }
@@ -433,7 +434,7 @@ func TestBatchKeyFailures(t *testing.T) {
 	})
 	big := claimReq("big")
 	big.Correlation = strings.Repeat("c", MaxItemSize)
-	reqs := []idem.ClaimRequest{claimReq("a"), big, claimReq("hot"), claimReq("churn"), claimReq("b"), claimReq("a")}
+	reqs := []store.ClaimRequest{claimReq("a"), big, claimReq("hot"), claimReq("churn"), claimReq("b"), claimReq("a")}
 	res, err := s.ClaimBatch(ctx, reqs)
 	if err != nil {
 		t.Fatalf("ClaimBatch with keys that fail alone = %v, want their failures in their results", err)
@@ -458,11 +459,11 @@ func TestBatchKeyFailures(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"big", "hot"} {
-		if _, err := raw.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := raw.Get(ctx, k); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Get(%s) after its failed claim = %v, want ErrNotFound", k, err)
 		}
 	}
-	if rec, err := raw.Get(ctx, "churn"); err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 {
+	if rec, err := raw.Get(ctx, "churn"); err != nil || rec.Status != store.StatusReleased || rec.Fence != 1 {
 		t.Errorf("churn after its failed claim: %s at fence %d, %v; want released at fence 1", rec.Status, rec.Fence, err)
 	}
 }
@@ -482,9 +483,9 @@ func TestBatchStoreError(t *testing.T) {
 	table := newTable(t)
 	s := New(newClient(p.URL(), noRetries), table, WithClock(clock.Now))
 	ctx := context.Background()
-	most := func(k string) idem.ClaimRequest {
+	most := func(k string) store.ClaimRequest {
 		r := claimReq(k)
-		r.Policy = idem.AtMostOnce
+		r.Policy = store.AtMostOnce
 		return r
 	}
 	// A lapsed AtLeastOnce attempt, which the batch takes over.
@@ -499,7 +500,7 @@ func TestBatchStoreError(t *testing.T) {
 		}
 		return 0, nil, false
 	})
-	reqs := []idem.ClaimRequest{claimReq("t")}
+	reqs := []store.ClaimRequest{claimReq("t")}
 	for i := range 8 {
 		reqs = append(reqs, most("g"+strconv.Itoa(i)))
 	}
@@ -509,7 +510,7 @@ func TestBatchStoreError(t *testing.T) {
 		t.Fatalf("ClaimBatch whose endpoint hung up on one key = %d results, %v; want an error", len(res), err)
 	}
 	p.SetIntercept(nil)
-	if _, err := s.Get(ctx, "down"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "down"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get(down) = %v, want ErrNotFound", err)
 	}
 	var fresh []string
@@ -582,12 +583,12 @@ func TestReadFirst(t *testing.T) {
 		}
 	})
 	cr, err = s.Claim(ctx, claimReq("race"))
-	if err != nil || cr.Acquired || cr.Record.Fence != 1 || cr.Record.Status != idem.StatusInProgress {
+	if err != nil || cr.Acquired || cr.Record.Fence != 1 || cr.Record.Status != store.StatusInProgress {
 		t.Fatalf("claim that lost the race after its read: %+v, %v; want busy at fence 1", cr, err)
 	}
 	// A corrupt record is never read as absent.
 	corrupt(t, s, "k")
-	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, idem.ErrCorrupt) {
+	if _, err := s.Claim(ctx, claimReq("k")); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("claim of a corrupt record = %v, want ErrCorrupt", err)
 	}
 }
@@ -637,7 +638,7 @@ func TestInvalidPathIsAFailedCondition(t *testing.T) {
 	clock := idemtest.NewClock(idemtest.ClockStart)
 	s := New(newClient(p.URL()), newTable(t), WithClock(clock.Now))
 	ctx := context.Background()
-	if err := s.Complete(ctx, "absent", 1, nil, time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "absent", 1, nil, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete of an absent key = %v, want ErrLeaseLost", err)
 	}
 	if _, err := s.Claim(ctx, claimReq("k")); err != nil {
@@ -647,11 +648,11 @@ func TestInvalidPathIsAFailedCondition(t *testing.T) {
 	if cr, err := s.Claim(ctx, claimReq("k")); err != nil || !cr.Takeover {
 		t.Fatalf("takeover: %+v, %v", cr, err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "k", 1, []byte("late"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
 	}
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Journal[0].LateFinish.IsZero() || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+	if err != nil || rec.Journal[0].LateFinish.IsZero() || rec.Status != store.StatusInProgress || rec.Fence != 2 {
 		t.Fatalf("after the stale Complete: %+v, %v; want fence 2 in_progress, the first entry marked LateFinish", rec, err)
 	}
 	if err := s.Complete(ctx, "k", 2, []byte("r"), time.Hour); err != nil {
@@ -669,7 +670,7 @@ func TestForeverRetention(t *testing.T) {
 	s := New(testClient(t), newTable(t))
 	ctx := context.Background()
 	forever := time.Duration(math.MaxInt64)
-	cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
 	if err != nil || !cr.Acquired {
 		t.Fatalf("Claim: acquired %v, %v", cr.Acquired, err)
 	}
@@ -680,7 +681,7 @@ func TestForeverRetention(t *testing.T) {
 		t.Fatalf("Complete with retention %v: %v", forever, err)
 	}
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusCompleted {
+	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("Get after Complete with retention %v = %v, %v; want completed", forever, rec.Status, err)
 	}
 	if again, err := s.Claim(ctx, claimReq("k")); err != nil || again.Acquired {

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func deepCopy(r idem.Record) idem.Record {
+func deepCopy(r store.Record) store.Record {
 	r.Result = append([]byte(nil), r.Result...)
-	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	r.Journal = append([]store.JournalEntry(nil), r.Journal...)
 	return r
 }
 
@@ -26,15 +26,15 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 	ctx := context.Background()
 	clock := idemtest.NewClock(idemtest.ClockStart)
 	s := memstore.New(memstore.WithClock(clock.Now))
-	var kept []idem.Record
-	var want []idem.Record
-	keep := func(r idem.Record) {
+	var kept []store.Record
+	var want []store.Record
+	keep := func(r store.Record) {
 		kept = append(kept, r)
 		want = append(want, deepCopy(r))
 	}
-	claim := func(owner string) idem.ClaimResult {
+	claim := func(owner string) store.ClaimResult {
 		t.Helper()
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: owner, Lease: time.Second, Retention: time.Hour})
+		res, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: owner, Lease: time.Second, Retention: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 	if !taken.Acquired || !taken.Takeover {
 		t.Fatalf("takeover: %+v", taken)
 	}
-	if _, err := s.Extend(ctx, "k", 1, time.Second); err != idem.ErrLeaseLost { // late: LateFinish on fence 1
+	if _, err := s.Extend(ctx, "k", 1, time.Second); err != store.ErrLeaseLost { // late: LateFinish on fence 1
 		t.Fatalf("stale Extend: %v", err)
 	}
 	result := []byte("result")
@@ -80,10 +80,10 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 		t.Fatalf("stored result %q after the caller changed a replayed one, want %q", got.Result, "result")
 	}
 	replay.Record.Result[0] = 'r'
-	list, err := s.List(ctx, idem.ListQuery{})
+	list, err := s.List(ctx, store.ListQuery{})
 	must(err)
 	keep(list[0])
-	resolution := idem.Resolution{Done: true, Result: []byte("fixed"), By: "op"}
+	resolution := store.Resolution{Done: true, Result: []byte("fixed"), By: "op"}
 	rec, err := s.Resolve(ctx, "k", 0, resolution)
 	must(err)
 	keep(rec)
@@ -115,10 +115,10 @@ func TestDroppedRecordsReusedSafely(t *testing.T) {
 	ctx := context.Background()
 	clock := idemtest.NewClock(idemtest.ClockStart)
 	s := memstore.New(memstore.WithClock(clock.Now))
-	var kept, want []idem.Record
+	var kept, want []store.Record
 	for i := range 200 {
 		key := fmt.Sprint("k", i)
-		res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "w", Lease: time.Second, Retention: time.Second})
+		res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "w", Lease: time.Second, Retention: time.Second})
 		if err != nil || !res.Acquired {
 			t.Fatalf("claim %s: %v %+v", key, err, res)
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -30,7 +30,7 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 		}
 		return clock.Now()
 	}))
-	first := idem.ClaimRequest{Key: "t", Owner: "first", Correlation: "c1", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	first := store.ClaimRequest{Key: "t", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 	if cr, err := s.Claim(ctx, first); err != nil || !cr.Acquired {
 		t.Fatalf("Claim: %+v, %v", cr, err)
 	}
@@ -38,16 +38,16 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 
 	// The takeover of t and the claim of fresh are made; ctx ends during
 	// the second, so the third fails.
-	req := func(k string) idem.ClaimRequest {
-		return idem.ClaimRequest{Key: k, Owner: "second", Correlation: "c2", Policy: idem.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	req := func(k string) store.ClaimRequest {
+		return store.ClaimRequest{Key: k, Owner: "second", Correlation: "c2", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
 	}
 	t2 := req("t")
-	t2.Policy, t2.TakeLapsed = idem.AtLeastOnce, true
+	t2.Policy, t2.TakeLapsed = store.AtLeastOnce, true
 	cancelAt.Store(reads.Load() + 2)
-	if _, err := s.ClaimBatch(bctx, []idem.ClaimRequest{t2, req("fresh"), req("late")}); !errors.Is(err, context.Canceled) {
+	if _, err := s.ClaimBatch(bctx, []store.ClaimRequest{t2, req("fresh"), req("late")}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimBatch whose ctx ended midway = %v, want context.Canceled", err)
 	}
-	if _, err := s.Get(ctx, "late"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "late"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get(late) = %v, want ErrNotFound", err)
 	}
 	idemtest.CheckUndone(t, s, []string{"fresh"}, "t", first)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -29,7 +29,7 @@ func BenchmarkSteadyState(b *testing.B) {
 		for pb.Next() {
 			buf = strconv.AppendInt(append(buf[:0], "receipt:"...), next.Add(1), 10)
 			key := string(buf)
-			res, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Owner: "bench", Lease: time.Minute})
+			res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "bench", Lease: time.Minute})
 			if err != nil || !res.Acquired {
 				b.Fatalf("claim %s: %v %+v", key, err, res)
 			}

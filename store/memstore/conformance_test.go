@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -13,7 +13,7 @@ import (
 func harness() idemtest.Harness {
 	var clocks idemtest.Clocks
 	return idemtest.Harness{
-		New: func(t testing.TB) idem.Store {
+		New: func(t testing.TB) store.Store {
 			return memstore.New(memstore.WithClock(clocks.Get(t).Now))
 		},
 		Advance: clocks.Advance,
@@ -32,7 +32,7 @@ func TestConformanceRealClock(t *testing.T) {
 	// fired 200 ms late under CI's load (-race, every package at once)
 	// and slow_fn_keeps_its_key saw its lease lapse.
 	idemtest.TestStore(t, idemtest.Harness{
-		New:            func(testing.TB) idem.Store { return memstore.New() },
+		New:            func(testing.TB) store.Store { return memstore.New() },
 		HeartbeatLease: time.Second,
 	})
 }
@@ -40,5 +40,5 @@ func TestConformanceRealClock(t *testing.T) {
 // BenchmarkConformance measures memstore on the real clock (the benchmarks
 // never need time to pass).
 func BenchmarkConformance(b *testing.B) {
-	idemtest.BenchmarkStore(b, idemtest.Harness{New: func(testing.TB) idem.Store { return memstore.New() }})
+	idemtest.BenchmarkStore(b, idemtest.Harness{New: func(testing.TB) store.Store { return memstore.New() }})
 }

@@ -1,10 +1,10 @@
-// Package memstore is an idem.Store that keeps records in process memory:
+// Package memstore is an store.Store that keeps records in process memory:
 // for tests, and for a single process that accepts forgetting everything when
 // it exits. It passes the same conformance suite as the durable stores.
 //
 // Records are sharded by key hash so that concurrent calls on different keys
 // rarely contend. Each record is changed in place under its shard's lock
-// (internal/transition: the same rules as every other store), never while a
+// (the store package: the same rules as every other store), never while a
 // caller can see it: records handed out are snapshots. The memory of deleted
 // and swept records is reused for new keys. The clock is time.Now unless
 // [WithClock] says otherwise.
@@ -19,13 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 const shards = 64
 
-// Store is an in-memory idem.Store. The zero value is not usable; call [New].
+// Store is an in-memory store.Store. The zero value is not usable; call [New].
 type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -35,7 +34,7 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	records map[string]*transition.Slot
+	records map[string]*store.Slot
 	_       [40]byte // keep shards on separate cache lines
 }
 
@@ -53,14 +52,14 @@ func New(opts ...Option) *Store {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].records = make(map[string]*transition.Slot)
+		s.shards[i].records = make(map[string]*store.Slot)
 	}
 	return s
 }
 
 var (
-	_ idem.Store        = (*Store)(nil)
-	_ idem.BatchClaimer = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.BatchClaimer = (*Store)(nil)
 )
 
 func (s *Store) shard(key string) *shard {
@@ -70,7 +69,7 @@ func (s *Store) shard(key string) *shard {
 // with runs f on key's shard under its lock.
 func (s *Store) with(ctx context.Context, key string, f func(sh *shard, now time.Time) error) error {
 	if s.closed.Load() {
-		return idem.ErrClosed
+		return store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -81,8 +80,8 @@ func (s *Store) with(ctx context.Context, key string, f func(sh *shard, now time
 	return f(sh, s.now())
 }
 
-// Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.ClaimResult, err error) {
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (res store.ClaimResult, err error) {
 	err = s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
 		if slot := sh.records[req.Key]; slot != nil {
 			res = slot.Claim(req, now)
@@ -92,21 +91,21 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (res idem.Clai
 			res.Record.Result = append([]byte(nil), res.Record.Result...)
 			return nil
 		}
-		sh.records[req.Key], res = transition.NewSlot(req, now)
+		sh.records[req.Key], res = store.NewSlot(req, now)
 		return nil
 	})
 	return res, err
 }
 
-// ClaimBatch implements idem.BatchClaimer: the claims are made in order,
+// ClaimBatch implements store.BatchClaimer: the claims are made in order,
 // each as [Store.Claim] makes it. If one fails (ctx ended, or the store
 // was closed, during the batch), ClaimBatch undoes the claims it had made
 // and returns the error: a claim of a free key is released, a takeover is
 // abandoned (left lapsed at once, as after a crash, so that the attempt it
-// took over is met again), both with a reason made by [idem.NotRunReason],
+// took over is met again), both with a reason made by [store.NotRunReason],
 // as the Ledger does for a claim whose caller left.
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
-	out := make([]idem.ClaimResult, len(reqs))
+func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	out := make([]store.ClaimResult, len(reqs))
 	for i, r := range reqs {
 		res, err := s.Claim(ctx, r)
 		if err != nil {
@@ -119,41 +118,41 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 }
 
 // undo ends the attempts of the claims of a failed batch: their callers
-// never run them ([idem.UndoClaim]). Errors are dropped (a closed store
+// never run them ([store.UndoClaim]). Errors are dropped (a closed store
 // keeps nothing).
-func (s *Store) undo(out []idem.ClaimResult) {
+func (s *Store) undo(out []store.ClaimResult) {
 	for _, r := range out {
-		_ = idem.UndoClaim(context.Background(), s, r, "the claim batch failed before its results reached the caller")
+		_ = store.UndoClaim(context.Background(), s, r, "the claim batch failed before its results reached the caller")
 	}
 }
 
-func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+func (s *Store) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
 	return s.with(ctx, key, func(sh *shard, now time.Time) error {
 		return sh.records[key].Finish(fence, end, now)
 	})
 }
 
-// Complete implements idem.Store.
+// Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: append([]byte(nil), result...), Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusCompleted, Result: append([]byte(nil), result...), Retention: retention})
 }
 
-// Fail implements idem.Store.
+// Fail implements store.Store.
 func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention})
 }
 
-// Release implements idem.Store.
+// Release implements store.Store.
 func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusReleased, Reason: reason})
 }
 
-// Abandon implements idem.Store.
+// Abandon implements store.Store.
 func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusInProgress, Reason: reason})
 }
 
-// Extend implements idem.Store.
+// Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
 		until, err = sh.records[key].Extend(fence, lease, now)
@@ -162,12 +161,12 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 	return until, err
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, key string) (rec idem.Record, err error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, key string) (rec store.Record, err error) {
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
 		slot := sh.records[key]
 		if slot == nil || slot.Peek().Expired(now) {
-			return idem.ErrNotFound
+			return store.ErrNotFound
 		}
 		rec = slot.Copy()
 		return nil
@@ -175,10 +174,10 @@ func (s *Store) Get(ctx context.Context, key string) (rec idem.Record, err error
 	return rec, err
 }
 
-// List implements idem.Store.
-func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if s.closed.Load() {
-		return nil, idem.ErrClosed
+		return nil, store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -188,7 +187,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 		limit = 100
 	}
 	now := s.now()
-	var out []idem.Record
+	var out []store.Record
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -214,8 +213,8 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	return out, nil
 }
 
-// Resolve implements idem.Store.
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (rec idem.Record, err error) {
+// Resolve implements store.Store.
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (rec store.Record, err error) {
 	r.Result = append([]byte(nil), r.Result...) // the caller keeps its slice
 	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
 		slot := sh.records[key]
@@ -228,12 +227,12 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 	return rec, err
 }
 
-// Delete implements idem.Store.
+// Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.with(ctx, key, func(sh *shard, now time.Time) error {
 		slot := sh.records[key]
 		if slot == nil || slot.Peek().Expired(now) {
-			return idem.ErrNotFound
+			return store.ErrNotFound
 		}
 		delete(sh.records, key)
 		slot.Free()
@@ -241,10 +240,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	})
 }
 
-// Sweep implements idem.Store.
+// Sweep implements store.Store.
 func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	if s.closed.Load() {
-		return 0, idem.ErrClosed
+		return 0, store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -269,15 +268,15 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-// Now implements idem.Store.
+// Now implements store.Store.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if s.closed.Load() {
-		return time.Time{}, idem.ErrClosed
+		return time.Time{}, store.ErrClosed
 	}
 	return s.now(), nil
 }
 
-// Close implements idem.Store. Records are dropped.
+// Close implements store.Store. Records are dropped.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil

@@ -7,33 +7,34 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgtext"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
-// Get implements [idem.Store].
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+// Get implements [store.Store].
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	var raw rawRecord
 	err := s.queryRow(ctx, s.pool, s.q.get, key).Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	if err != nil {
-		return idem.Record{}, s.wrap("get", err)
+		return store.Record{}, s.wrap("get", err)
 	}
 	return raw.record()
 }
 
-// List implements [idem.Store]. Records come in key order, compared byte by
+// List implements [store.Store]. Records come in key order, compared byte by
 // byte. A record that cannot be decoded fails the whole call with a
-// *idem.CorruptError naming its key.
+// *store.CorruptError naming its key.
 //
 // List(Stuck) reads the partial index of in_progress rows, so it stays
 // cheap on a large table: its cost grows with the number of running and
 // lapsed attempts, not with the number of records.
-func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -60,7 +61,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 		return nil, s.wrap("list", err)
 	}
 	defer rows.Close()
-	var out []idem.Record
+	var out []store.Record
 	for rows.Next() {
 		var raw rawRecord
 		if err := rows.Scan(raw.dest()...); err != nil {
@@ -78,13 +79,13 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	return out, nil
 }
 
-// Resolve implements [idem.Store]: one UPDATE that bumps the fence and
+// Resolve implements [store.Store]: one UPDATE that bumps the fence and
 // either annotates the journal entry of the attempt it decides or appends
 // an entry for the resolution. When it updates nothing, a second statement
-// (on this path only) tells [idem.ErrNotFound] from [idem.ErrLeaseLost].
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
+// (on this path only) tells [store.ErrNotFound] from [store.ErrLeaseLost].
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	var result []byte
 	if r.Done {
@@ -99,20 +100,20 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
 		if err := s.queryRow(ctx, s.pool, s.q.exists, key).Scan(&exists); err != nil {
-			return idem.Record{}, s.wrap("resolve", err)
+			return store.Record{}, s.wrap("resolve", err)
 		}
 		if exists {
-			return idem.Record{}, idem.ErrLeaseLost
+			return store.Record{}, store.ErrLeaseLost
 		}
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	if err != nil {
-		return idem.Record{}, s.wrap("resolve", err)
+		return store.Record{}, s.wrap("resolve", err)
 	}
 	return raw.record()
 }
 
-// Delete implements [idem.Store].
+// Delete implements [store.Store].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -122,12 +123,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.wrap("delete", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }
 
-// Sweep implements [idem.Store]: one DELETE of at most limit expired rows,
+// Sweep implements [store.Store]: one DELETE of at most limit expired rows,
 // oldest first, found through the index on expires_at and locked with FOR
 // UPDATE SKIP LOCKED, so that concurrent sweepers share the work without
 // waiting for each other and a sweep never waits for a claim. Each call is
@@ -147,7 +148,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// Now implements [idem.Store]: the server's clock (statement_timestamp()).
+// Now implements [store.Store]: the server's clock (statement_timestamp()).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -127,7 +128,7 @@ func BenchmarkClaimBatch10(b *testing.B) {
 				s := benchStore(b, n)
 				ctx := context.Background()
 				runCallers(b, n, size, func(pb *testing.PB, keys *keyGen) {
-					reqs := make([]idem.ClaimRequest, size)
+					reqs := make([]store.ClaimRequest, size)
 					cs := make([]Completion, size)
 					for i := range reqs {
 						reqs[i] = benchRequest()
@@ -231,12 +232,12 @@ func BenchmarkClaim(b *testing.B) {
 // BenchmarkConformance runs idemtest's benchmarks on the store.
 func BenchmarkConformance(b *testing.B) {
 	h := harness(b)
-	h.New = func(t testing.TB) idem.Store { return benchStore(t.(*testing.B), 16) }
+	h.New = func(t testing.TB) store.Store { return benchStore(t.(*testing.B), 16) }
 	idemtest.BenchmarkStore(b, h)
 }
 
-func benchRequest() idem.ClaimRequest {
-	return idem.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+func benchRequest() store.ClaimRequest {
+	return store.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 }
 
 // keyGen makes keys no other goroutine makes.
@@ -267,8 +268,8 @@ func (g *keyGen) next() string {
 // record deleted.
 func BenchmarkSweep(b *testing.B) {
 	s := benchStore(b, 4)
-	fill(b, s, "old-", b.N, idem.StatusCompleted, -time.Hour, -time.Hour)
-	fill(b, s, "live-", 1000, idem.StatusCompleted, time.Hour, 0)
+	fill(b, s, "old-", b.N, store.StatusCompleted, -time.Hour, -time.Hour)
+	fill(b, s, "live-", 1000, store.StatusCompleted, time.Hour, 0)
 	ctx := context.Background()
 	b.ResetTimer()
 	total := 0

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgtext"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -20,40 +20,40 @@ const maxClaimRuns = 32
 
 var errContended = errors.New("pgstore: the key kept changing under the claim")
 
-// Claim implements [idem.Store]: one INSERT ... ON CONFLICT DO UPDATE ...
+// Claim implements [store.Store]: one INSERT ... ON CONFLICT DO UPDATE ...
 // WHERE <claimable> statement (see the package doc).
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	res, err := s.claimOne(ctx, s.pool, req)
 	if err != nil {
-		return idem.ClaimResult{}, s.wrap("claim", err)
+		return store.ClaimResult{}, s.wrap("claim", err)
 	}
 	return res, nil
 }
 
-func checkPolicy(p idem.Policy) error {
-	if p != idem.AtLeastOnce && p != idem.AtMostOnce {
+func checkPolicy(p store.Policy) error {
+	if p != store.AtLeastOnce && p != store.AtMostOnce {
 		return fmt.Errorf("pgstore: claim with unknown policy %v", p)
 	}
 	return nil
 }
 
 // claimOne claims req on q.
-func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) claimOne(ctx context.Context, q querier, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := checkPolicy(req.Policy); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	args := []any{req.Key, pgtext.Storable(req.Owner), pgtext.Storable(req.Correlation), req.Policy.String(),
 		micros(req.Lease), micros(req.Retention), pgtext.Storable(req.Fingerprint), req.TakeLapsed}
 	for range maxClaimRuns {
 		rows, err := s.query(ctx, q, s.q.claim, args...)
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
 		var (
-			res   idem.ClaimResult
+			res   store.ClaimResult
 			found bool
 			again bool
 		)
@@ -61,19 +61,19 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 			r, stale, _, err := scanClaim(rows)
 			if err != nil {
 				rows.Close()
-				return idem.ClaimResult{}, err
+				return store.ClaimResult{}, err
 			}
 			res, found, again = r, true, stale
 		}
 		if err := rows.Err(); err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
 		if found && !again {
 			return res, nil
 		}
 		s.reruns.Add(1)
 	}
-	return idem.ClaimResult{}, errContended
+	return store.ClaimResult{}, errContended
 }
 
 // scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
@@ -81,7 +81,7 @@ func (s *Store) claimOne(ctx context.Context, q querier, req idem.ClaimRequest) 
 // claimable: the claim must run again; inserted, a row the statement
 // inserted (the key had none). The caller checks that the row's key is
 // one it asked for.
-func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err error) {
+func scanClaim(rows pgx.Rows) (res store.ClaimResult, stale, inserted bool, err error) {
 	var (
 		raw                 rawRecord
 		acquired, claimable bool
@@ -101,7 +101,7 @@ func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err e
 		res.Record.Key = raw.key // the caller can charge the failure to this key
 		return res, false, false, err
 	}
-	res = idem.ClaimResult{Acquired: acquired, Record: rec, Now: now.UTC()}
+	res = store.ClaimResult{Acquired: acquired, Record: rec, Now: now.UTC()}
 	if acquired && len(rec.Journal) > 0 {
 		// The statement marked the new entry when it took over.
 		res.Takeover = rec.Journal[len(rec.Journal)-1].Takeover
@@ -109,7 +109,7 @@ func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err e
 	return res, false, inserted, nil
 }
 
-// ClaimBatch implements [idem.BatchClaimer]: the requests are claimed with
+// ClaimBatch implements [store.BatchClaimer]: the requests are claimed with
 // the same rules as [Store.Claim], in one statement (one round trip),
 // except when most recent batches had only new keys and this one has a
 // key with a row: then in two (see the package doc).
@@ -120,9 +120,9 @@ func scanClaim(rows pgx.Rows) (res idem.ClaimResult, stale, inserted bool, err e
 // statement fails (or ctx ends between statements), ClaimBatch returns
 // the error and undoes the claims it had acquired before it (a claim of
 // a free key is released, a takeover abandoned, left lapsed at once; both
-// as not run, see [idem.NotRunReason]); a key it cannot undo (the
+// as not run, see [store.NotRunReason]); a key it cannot undo (the
 // database gone) stays claimed until its lease passes.
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -133,8 +133,8 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	return out, nil
 }
 
-func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
-	out := make([]idem.ClaimResult, len(reqs))
+func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	out := make([]store.ClaimResult, len(reqs))
 	if len(reqs) == 1 {
 		res, err := s.claimOne(ctx, q, reqs[0])
 		if err != nil {
@@ -172,15 +172,15 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []idem.ClaimRequ
 // releasing it would forget the lapsed attempt it took over, which may
 // have done the effect, and the next claim would be a fresh one, not a
 // takeover. Either way the reason marks the attempt as not run
-// (idem.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it (the rule of idem.UndoClaim, here on the
+// (store.NotRunReason), so a later Reconcile hook is asked about the
+// attempt before it (the rule of store.UndoClaim, here on the
 // batch's own connection pool with a storable reason). It runs even
 // when ctx is done (the most common failure), bounded by releaseTimeout.
 // A key it cannot undo stays claimed until its lease passes.
-func (s *Store) releaseAcquired(ctx context.Context, out []idem.ClaimResult, cause error) {
+func (s *Store) releaseAcquired(ctx context.Context, out []store.ClaimResult, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	reason := pgtext.Storable(idem.NotRunReason("the batch claim failed before it returned: " + cause.Error()))
+	reason := pgtext.Storable(store.NotRunReason("the batch claim failed before it returned: " + cause.Error()))
 	for _, r := range out {
 		if !r.Acquired {
 			continue
@@ -235,7 +235,7 @@ func inRounds(n int, key func(i int) string, round func(idx []int) error) error 
 // trips, which cost more than the full claim alone (9 new keys and one
 // completed: 9 – 20% slower), so while more than a quarter of recent
 // batches had such a key, batches start with the full claim.
-func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult, newKeys bool) error {
+func (s *Store) claimRound(ctx context.Context, q querier, reqs []store.ClaimRequest, round []int, out []store.ClaimResult, newKeys bool) error {
 	// Keys in byte order: concurrent batches lock their rows in the same
 	// order and cannot deadlock.
 	slices.SortFunc(round, func(a, b int) int {
@@ -272,11 +272,11 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		done := make(map[string]bool, n)
 		for rows.Next() {
 			res, stale, inserted, err := scanClaim(rows)
-			if i, ok := index[res.Record.Key]; ok && err != nil && errors.Is(err, idem.ErrCorrupt) && !done[res.Record.Key] {
+			if i, ok := index[res.Record.Key]; ok && err != nil && errors.Is(err, store.ErrCorrupt) && !done[res.Record.Key] {
 				// This key alone: its record cannot be read. (If the
 				// statement acquired it, the claim lapses with its lease.)
 				done[res.Record.Key] = true
-				out[i] = idem.ClaimResult{Record: idem.Record{Key: res.Record.Key}, Err: err}
+				out[i] = store.ClaimResult{Record: store.Record{Key: res.Record.Key}, Err: err}
 				continue
 			}
 			if err != nil {
@@ -319,7 +319,7 @@ type batchArgs struct {
 	index                              map[string]int
 }
 
-func newBatchArgs(reqs []idem.ClaimRequest, round []int) batchArgs {
+func newBatchArgs(reqs []store.ClaimRequest, round []int) batchArgs {
 	n := len(round)
 	a := batchArgs{
 		keys: make([]string, n), owners: make([]string, n), corrs: make([]string, n), policies: make([]string, n), fps: make([]string, n),
@@ -338,7 +338,7 @@ func newBatchArgs(reqs []idem.ClaimRequest, round []int) batchArgs {
 // claimNew runs claimNewSQL for the requests of round and sets out[i] for
 // each key it inserted: acquired, the record a claim gives a new key. It
 // returns the keys inserted.
-func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimRequest, round []int, out []idem.ClaimResult) (map[string]bool, error) {
+func (s *Store) claimNew(ctx context.Context, q querier, reqs []store.ClaimRequest, round []int, out []store.ClaimResult) (map[string]bool, error) {
 	a := newBatchArgs(reqs, round)
 	rows, err := s.query(ctx, q, s.q.claimNew, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps)
 	if err != nil {
@@ -356,7 +356,7 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 			return nil, fmt.Errorf("pgstore: claim batch inserted an unexpected row for %q", raw.key)
 		}
 		req := &reqs[i]
-		raw.status, raw.policy, raw.fence, raw.attempt = string(idem.StatusInProgress), req.Policy.String(), 1, 1
+		raw.status, raw.policy, raw.fence, raw.attempt = string(store.StatusInProgress), req.Policy.String(), 1, 1
 		raw.owner, raw.fingerprint, raw.updatedAt = pgtext.Storable(req.Owner), pgtext.Storable(req.Fingerprint), raw.createdAt
 		raw.correlation = pgtext.Storable(req.Correlation) // journal nil: the implicit entry, which is what the row holds, implicit or written out
 		rec, err := raw.record()
@@ -364,7 +364,7 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 			return nil, err
 		}
 		inserted[raw.key] = true
-		out[i] = idem.ClaimResult{Acquired: true, Record: rec, Now: rec.CreatedAt}
+		out[i] = store.ClaimResult{Acquired: true, Record: rec, Now: rec.CreatedAt}
 	}
 	return inserted, rows.Err()
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -36,7 +36,7 @@ func TestClaimBatchStarts(t *testing.T) {
 	ctx := context.Background()
 	type outcome struct {
 		Acquired, Takeover bool
-		Status             idem.Status
+		Status             store.Status
 		Fence              int64
 		Attempt, Journal   int
 		Result             string
@@ -73,7 +73,7 @@ func TestClaimBatchStarts(t *testing.T) {
 				t.Fatalf("the store's estimate says keys often exist: %v, want %v", was, n == 1)
 			}
 			keys := []string{"new-b", "completed", "lapsed", "new-a", "released", "busy", "expired"}
-			reqs := make([]idem.ClaimRequest, len(keys))
+			reqs := make([]store.ClaimRequest, len(keys))
 			for i, k := range keys {
 				reqs[i] = req(k)
 			}
@@ -102,13 +102,13 @@ func TestClaimBatchStarts(t *testing.T) {
 				}
 			}
 			want := map[string]outcome{
-				"new-a":     {Acquired: true, Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"new-b":     {Acquired: true, Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"completed": {Status: idem.StatusCompleted, Fence: 1, Attempt: 1, Journal: 1, Result: "r"},
-				"busy":      {Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"released":  {Acquired: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
-				"lapsed":    {Acquired: true, Takeover: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
-				"expired":   {Acquired: true, Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"new-a":     {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"new-b":     {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"completed": {Status: store.StatusCompleted, Fence: 1, Attempt: 1, Journal: 1, Result: "r"},
+				"busy":      {Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
+				"released":  {Acquired: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"lapsed":    {Acquired: true, Takeover: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"expired":   {Acquired: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
 			}
 			if !reflect.DeepEqual(got[n], want) {
 				t.Errorf("outcomes\n%v\nwant\n%v", fmt.Sprint(got[n]), fmt.Sprint(want))
@@ -152,7 +152,7 @@ func TestClaimBatchStartFollowsBatches(t *testing.T) {
 	for b := range 12 {
 		// Nine new keys and one with a row: a tenth of the keys, in
 		// every batch.
-		var reqs []idem.ClaimRequest
+		var reqs []store.ClaimRequest
 		for k := range 9 {
 			reqs = append(reqs, req(fmt.Sprintf("mixed-%d-%d", b, k)))
 		}
@@ -194,9 +194,9 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 	if s.dupes.Often() {
 		t.Fatal("a new store starts batches with the full claim")
 	}
-	reqs := []idem.ClaimRequest{req("fresh-1"), req("done"), req("fresh-2")}
+	reqs := []store.ClaimRequest{req("fresh-1"), req("done"), req("fresh-2")}
 	for i := range reqs {
-		reqs[i].Policy = idem.AtMostOnce
+		reqs[i].Policy = store.AtMostOnce
 	}
 	q := &countQueries{querier: s.pool, failAfter: 1}
 	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
@@ -210,11 +210,11 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Get %q: %v", k, err)
 		}
-		if rec.Status != idem.StatusReleased {
+		if rec.Status != store.StatusReleased {
 			t.Fatalf("%q after the failed batch: %s, want released", k, rec.Status)
 		}
 		r := req(k)
-		r.Policy = idem.AtMostOnce
+		r.Policy = store.AtMostOnce
 		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 			t.Fatalf("a retry of %q: acquired %v, %v; want acquired", k, cr.Acquired, err)
 		}
@@ -242,7 +242,7 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 	}
 	// Round one: the new key's insert, then the full claim (the takeover);
 	// round two (t again) fails.
-	reqs := []idem.ClaimRequest{req("t"), req("fresh"), req("t")}
+	reqs := []store.ClaimRequest{req("t"), req("fresh"), req("t")}
 	q := &countQueries{querier: s.pool, failAfter: 2}
 	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
 		t.Fatalf("claimBatch = %v, want the third statement's error", err)

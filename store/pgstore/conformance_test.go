@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 )
 
 // harness runs the conformance suite on stores in schemas of their own on
@@ -16,7 +16,7 @@ func harness(t testing.TB) idemtest.Harness {
 	u := testURL(t)
 	clocks := new(testClocks)
 	return idemtest.Harness{
-		New: func(t testing.TB) idem.Store {
+		New: func(t testing.TB) store.Store {
 			s := newTestStore(t, clocks)
 			return s
 		},
@@ -31,14 +31,14 @@ func harness(t testing.TB) idemtest.Harness {
 			s.Close()
 			return loc
 		},
-		Open: func(loc string) (idem.Store, error) { return Open(context.Background(), loc) },
-		Corrupt: func(t testing.TB, s idem.Store, key string) {
+		Open: func(loc string) (store.Store, error) { return Open(context.Background(), loc) },
+		Corrupt: func(t testing.TB, s store.Store, key string) {
 			ps := s.(*Store)
 			if _, err := testPool(t).Exec(context.Background(), "UPDATE "+ps.Table()+" SET status = 'bogus' WHERE key = $1", key); err != nil {
 				t.Fatalf("corrupting %q: %v", key, err)
 			}
 		},
-		Unreachable: func(t testing.TB) idem.Store {
+		Unreachable: func(t testing.TB) store.Store {
 			s, err := Open(context.Background(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", WithMigrate(false))
 			if err != nil {
 				t.Fatalf("Open: %v", err)
@@ -69,7 +69,7 @@ func TestConformanceCachedPlans(t *testing.T) {
 	}
 	h := harness(t)
 	clocks := new(testClocks)
-	h.New = func(t testing.TB) idem.Store {
+	h.New = func(t testing.TB) store.Store {
 		s := newTestStore(t, clocks)
 		s.warm.Store(true)
 		return s

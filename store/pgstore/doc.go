@@ -1,4 +1,4 @@
-// Package pgstore is an [idem.Store] kept in a PostgreSQL table, through
+// Package pgstore is an [store.Store] kept in a PostgreSQL table, through
 // pgx v5: one row per key, every call one SQL statement and one round
 // trip, leases and retention on the server's clock.
 //
@@ -36,7 +36,7 @@
 //	fence bigint, attempt integer
 //	owner, fingerprint, reason text, result bytea
 //	lease_until, expires_at, created_at, updated_at timestamptz
-//	journal jsonb                          []idem.JournalEntry, its json names;
+//	journal jsonb                          []store.JournalEntry, its json names;
 //	                                       NULL: implicit (below)
 //	correlation text                       the latest attempt's correlation id
 //	index (expires_at)                     Sweep
@@ -136,33 +136,33 @@
 // When it matches nothing the attempt lost the key: a second statement, on
 // this path only, marks the stale attempt's journal entry with LateFinish
 // (it was still running while a later attempt ran), and the call returns
-// [idem.ErrLeaseLost]. [Store.CompleteBatch] completes many attempts in
+// [store.ErrLeaseLost]. [Store.CompleteBatch] completes many attempts in
 // one statement.
 //
 // # Transactions
 //
-// [Store.InTx] implements [idem.TxStore] for [pgx.Tx]: the claim, fn's
+// [Store.InTx] implements [store.TxStore] for [pgx.Tx]: the claim, fn's
 // writes through the transaction, and the completion commit together
 // (see [idem.DoTx]). For database/sql code, [SQL] returns a [SQLStore],
-// which implements idem.TxStore for *sql.Tx over the same pool through
+// which implements store.TxStore for *sql.Tx over the same pool through
 // pgx's stdlib driver. (One Go type cannot have both InTx methods, hence
 // the second type.) The claimed row stays locked until the transaction
 // ends, so a concurrent claim of the key waits for it.
 //
 // # Errors
 //
-// Every error that is not [idem.ErrLeaseLost], [idem.ErrNotFound] or a
-// [*idem.CorruptError] means the store could not answer, and callers
+// Every error that is not [store.ErrLeaseLost], [store.ErrNotFound] or a
+// [*store.CorruptError] means the store could not answer, and callers
 // never read it as an outcome: a statement whose connection was lost, or
 // whose context was cancelled, may or may not have committed. pgx cancels
 // the statement on the server when the context is cancelled, but one that
 // completed first stands: the key is then claimed (or completed) by a
 // caller that saw an error, exactly as if it had crashed, and its lease
 // and policy decide what happens next. Calls on a closed store return an
-// error wrapping [idem.ErrClosed].
+// error wrapping [store.ErrClosed].
 //
 // A row whose status, policy or journal cannot be decoded is reported as a
-// [*idem.CorruptError] by every call that reads it (List fails as a
+// [*store.CorruptError] by every call that reads it (List fails as a
 // whole), and claims never overwrite it until it expires. Owners,
 // correlation ids, fingerprints, reasons and Resolve's by that PostgreSQL
 // text cannot hold (NUL bytes, bytes that are not UTF-8) are stored with

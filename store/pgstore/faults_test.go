@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -104,7 +105,7 @@ func (f *faultStore) killWaiting(t *testing.T) {
 	}
 }
 
-func faultLedger(s idem.Store, p idem.Policy) *idem.Ledger {
+func faultLedger(s store.Store, p store.Policy) *idem.Ledger {
 	return idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOwner("fault"),
 		idem.WithPolicy(p), idem.WithLease(30*time.Second))
 }
@@ -117,7 +118,7 @@ func wantStoreError(t *testing.T, what string, err error) {
 		t.Fatalf("%s: no error, want a store error", what)
 	}
 	for _, outcome := range []error{idem.ErrInProgress, idem.ErrIndeterminate, idem.ErrMismatch, idem.ErrFailed,
-		idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt} {
+		store.ErrLeaseLost, store.ErrNotFound, store.ErrCorrupt} {
 		if errors.Is(err, outcome) {
 			t.Fatalf("%s: err = %v reads as the outcome %v, want a store error", what, err, outcome)
 		}
@@ -134,7 +135,7 @@ func wantStoreError(t *testing.T, what string, err error) {
 // a store error and neither the hook nor fn runs; the record is as it was,
 // and the next claim behaves by the policy.
 func TestKillMidClaim(t *testing.T) {
-	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+	for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Parallel()
 			f := newFaultStore(t)
@@ -143,7 +144,7 @@ func TestKillMidClaim(t *testing.T) {
 			key := idem.Key("kill", "claim")
 
 			// An attempt that never finished, lapsed.
-			first, err := f.Claim(ctx, idem.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: p, Lease: time.Second, Retention: time.Hour})
+			first, err := f.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: p, Lease: time.Second, Retention: time.Hour})
 			if err != nil || !first.Acquired {
 				t.Fatalf("first claim: %+v, %v", first, err)
 			}
@@ -156,7 +157,7 @@ func TestKillMidClaim(t *testing.T) {
 			// lapsed attempt over (a claim with TakeLapsed); a claim that
 			// cannot take the key writes nothing and waits for nothing.
 			var opts []idem.CallOption
-			if p == idem.AtMostOnce {
+			if p == store.AtMostOnce {
 				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
 					return nil, false, nil
 				}))
@@ -177,17 +178,17 @@ func TestKillMidClaim(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Get after the kill: %v", err)
 			}
-			if rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Owner != "crashed" || len(rec.Journal) != 1 {
+			if rec.Status != store.StatusInProgress || rec.Fence != 1 || rec.Owner != "crashed" || len(rec.Journal) != 1 {
 				t.Fatalf("after the kill: {%s, fence %d, owner %q, %d entries}, want the lapsed attempt untouched",
 					rec.Status, rec.Fence, rec.Owner, len(rec.Journal))
 			}
 			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("second"), nil })
 			switch p {
-			case idem.AtLeastOnce:
+			case store.AtLeastOnce:
 				if err != nil || !res.Takeover || res.Fence != 2 || ran.Load() != 1 {
 					t.Fatalf("Do after the kill: %+v, %v (fn ran %d); want a takeover at fence 2", res, err, ran.Load())
 				}
-			case idem.AtMostOnce:
+			case store.AtMostOnce:
 				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 0 {
 					t.Fatalf("Do after the kill: %v (fn ran %d); want ErrIndeterminate", err, ran.Load())
 				}
@@ -201,7 +202,7 @@ func TestKillMidClaim(t *testing.T) {
 // (not a success), the record stays in_progress, duplicates are busy, and
 // once the lease passes the policy decides.
 func TestKillMidComplete(t *testing.T) {
-	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+	for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Parallel()
 			f := newFaultStore(t)
@@ -234,7 +235,7 @@ func TestKillMidComplete(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Get after the kill: %v", err)
 			}
-			if rec.Status != idem.StatusInProgress || rec.Fence != 1 || len(rec.Result) != 0 {
+			if rec.Status != store.StatusInProgress || rec.Fence != 1 || len(rec.Result) != 0 {
 				t.Fatalf("after the kill: {%s, fence %d, result %q}, want in_progress at fence 1, nothing recorded", rec.Status, rec.Fence, rec.Result)
 			}
 			_, err = l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return nil, nil })
@@ -244,11 +245,11 @@ func TestKillMidComplete(t *testing.T) {
 			f.clocks.advance(t, time.Minute)
 			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("again"), nil })
 			switch p {
-			case idem.AtLeastOnce:
+			case store.AtLeastOnce:
 				if err != nil || !res.Takeover || res.Attempt != 2 || ran.Load() != 2 {
 					t.Fatalf("Do after the lease passed: %+v, %v (fn ran %d); want a takeover, attempt 2", res, err, ran.Load())
 				}
-			case idem.AtMostOnce:
+			case store.AtMostOnce:
 				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 1 {
 					t.Fatalf("Do after the lease passed: %v (fn ran %d); want ErrIndeterminate", err, ran.Load())
 				}
@@ -264,7 +265,7 @@ func TestContextCancelledMidClaim(t *testing.T) {
 	t.Parallel()
 	f := newFaultStore(t)
 	ctx := context.Background()
-	r := idem.ClaimRequest{Key: "k", Owner: "first", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
+	r := store.ClaimRequest{Key: "k", Owner: "first", Policy: store.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
 	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired {
 		t.Fatalf("first claim: %+v, %v", cr, err)
 	}
@@ -320,7 +321,7 @@ func TestContextCancelledMidClaim(t *testing.T) {
 	}
 	release()
 	rec, err := f.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 {
+	if err != nil || rec.Status != store.StatusReleased || rec.Fence != 1 {
 		t.Fatalf("after the cancelled claim: %+v, %v; want the released record at fence 1", rec, err)
 	}
 	// An already cancelled context does not reach the database.
@@ -333,7 +334,7 @@ func TestContextCancelledMidClaim(t *testing.T) {
 }
 
 // TestClosed checks that every call of a closed store, including InTx and
-// the database/sql adapter's, returns an error wrapping idem.ErrClosed.
+// the database/sql adapter's, returns an error wrapping store.ErrClosed.
 func TestClosed(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
@@ -345,10 +346,10 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	ctx := context.Background()
-	r := idem.ClaimRequest{Key: "k", Policy: idem.AtLeastOnce, Lease: time.Second}
+	r := store.ClaimRequest{Key: "k", Policy: store.AtLeastOnce, Lease: time.Second}
 	calls := map[string]error{}
 	_, calls["Claim"] = s.Claim(ctx, r)
-	_, calls["ClaimBatch"] = s.ClaimBatch(ctx, []idem.ClaimRequest{r, r})
+	_, calls["ClaimBatch"] = s.ClaimBatch(ctx, []store.ClaimRequest{r, r})
 	calls["Complete"] = s.Complete(ctx, "k", 1, nil, time.Hour)
 	_, calls["CompleteBatch"] = s.CompleteBatch(ctx, []Completion{{Key: "k", Fence: 1}})
 	calls["Fail"] = s.Fail(ctx, "k", 1, "", time.Hour)
@@ -356,8 +357,8 @@ func TestClosed(t *testing.T) {
 	calls["Abandon"] = s.Abandon(ctx, "k", 1, "")
 	_, calls["Extend"] = s.Extend(ctx, "k", 1, time.Hour)
 	_, calls["Get"] = s.Get(ctx, "k")
-	_, calls["List"] = s.List(ctx, idem.ListQuery{})
-	_, calls["Resolve"] = s.Resolve(ctx, "k", 0, idem.Resolution{})
+	_, calls["List"] = s.List(ctx, store.ListQuery{})
+	_, calls["Resolve"] = s.Resolve(ctx, "k", 0, store.Resolution{})
 	calls["Delete"] = s.Delete(ctx, "k")
 	_, calls["Sweep"] = s.Sweep(ctx, 10)
 	_, calls["Now"] = s.Now(ctx)
@@ -365,7 +366,7 @@ func TestClosed(t *testing.T) {
 	_, _, calls["InTx"] = s.InTx(ctx, r, time.Hour, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
 	_, _, calls["SQL.InTx"] = sq.InTx(ctx, r, time.Hour, nil)
 	for name, err := range calls {
-		if !errors.Is(err, idem.ErrClosed) {
+		if !errors.Is(err, store.ErrClosed) {
 			t.Errorf("%s on a closed store: %v, want ErrClosed", name, err)
 		}
 	}

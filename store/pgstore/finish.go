@@ -7,12 +7,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgtext"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
-// Complete implements [idem.Store]: one UPDATE conditioned on the fence; a
+// Complete implements [store.Store]: one UPDATE conditioned on the fence; a
 // refused (stale) holder's journal entry is annotated with its late finish
 // in the same statement.
 func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
@@ -22,7 +22,7 @@ func (s *Store) Complete(ctx context.Context, key string, fence int64, result []
 	return s.wrap("complete", s.finish(ctx, s.pool, s.q.complete, key, fence, result, micros(retention)))
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -30,7 +30,7 @@ func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string
 	return s.wrap("fail", s.finish(ctx, s.pool, s.q.fail, key, fence, pgtext.Storable(reason), micros(retention)))
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -38,7 +38,7 @@ func (s *Store) Release(ctx context.Context, key string, fence int64, reason str
 	return s.wrap("release", s.finish(ctx, s.pool, s.q.release, key, fence, pgtext.Storable(reason)))
 }
 
-// Abandon implements [idem.Store].
+// Abandon implements [store.Store].
 func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -61,17 +61,17 @@ func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence in
 }
 
 // late annotates the journal entry of fence, which no longer holds key,
-// and returns idem.ErrLeaseLost (or the error that prevented the
+// and returns store.ErrLeaseLost (or the error that prevented the
 // annotation: the caller learns of the lost lease either way, as a store
 // error at worst).
 func (s *Store) late(ctx context.Context, q querier, key string, fence int64) error {
 	if _, err := s.exec(ctx, q, s.q.late, key, fence); err != nil {
-		return fmt.Errorf("%w (annotating the late finish failed: %w)", idem.ErrLeaseLost, err)
+		return fmt.Errorf("%w (annotating the late finish failed: %w)", store.ErrLeaseLost, err)
 	}
-	return idem.ErrLeaseLost
+	return store.ErrLeaseLost
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
@@ -88,13 +88,13 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 }
 
 // Completion is one attempt's result for [Store.CompleteBatch].
-type Completion = idem.Completion
+type Completion = store.Completion
 
-// CompleteBatch implements [idem.BatchCompleter]: it does what
+// CompleteBatch implements [store.BatchCompleter]: it does what
 // [Store.Complete] does for each of cs, in one
 // statement: one round trip and one commit for the whole batch, for
 // consumers that claimed a batch with [Store.ClaimBatch]. errs[i] is nil
-// when cs[i] was recorded and [idem.ErrLeaseLost] when its attempt no
+// when cs[i] was recorded and [store.ErrLeaseLost] when its attempt no
 // longer held the key (its journal entry is then annotated with the late
 // finish, as Complete does). err is a store failure: then nothing was
 // recorded, unless a key appears more than once in cs (each repetition
@@ -148,7 +148,7 @@ func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int,
 	}
 	for _, i := range round {
 		if !done[cs[i].Key] {
-			errs[i] = idem.ErrLeaseLost
+			errs[i] = store.ErrLeaseLost
 		}
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // TestImplicitJournal: the calls on a key's first attempt (a claim, single
@@ -15,7 +15,7 @@ import (
 // correlation id in its column; the others (an abandon, a takeover, a
 // claim of a released key, a resolution) write it out. Either way every
 // call's record is what Get reads back (the model test holds the journals
-// themselves to internal/transition).
+// themselves to the store package).
 func TestImplicitJournal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -33,7 +33,7 @@ func TestImplicitJournal(t *testing.T) {
 		}
 		return isNull
 	}
-	claim := func(key string, lease time.Duration) idem.ClaimResult {
+	claim := func(key string, lease time.Duration) store.ClaimResult {
 		t.Helper()
 		r := req(key)
 		r.Correlation, r.Lease = "msg-"+key, lease
@@ -81,13 +81,13 @@ func TestImplicitJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("abandoned", false)
-	if _, err := s.Resolve(ctx, "resolved", 1, idem.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "ops"}); err != nil {
+	if _, err := s.Resolve(ctx, "resolved", 1, store.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	want("resolved", false)
 	for _, start := range batchStarts {
 		start.prime(s)
-		reqs := []idem.ClaimRequest{req("batch-a-" + start.name), req("batch-b-" + start.name)}
+		reqs := []store.ClaimRequest{req("batch-a-" + start.name), req("batch-b-" + start.name)}
 		res, err := s.ClaimBatch(ctx, reqs)
 		if err != nil || !res[0].Acquired || !res[1].Acquired {
 			t.Fatalf("ClaimBatch (%s): %+v, %v", start.name, res, err)
@@ -104,13 +104,13 @@ func TestImplicitJournal(t *testing.T) {
 	// over a lapsed one (a takeover).
 	cr := claim("released", time.Minute)
 	want("released", false)
-	if len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != idem.OutcomeReleased || cr.Record.Journal[0].Reason != "try later" {
+	if len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != store.OutcomeReleased || cr.Record.Journal[0].Reason != "try later" {
 		t.Fatalf("the released key's journal after a second claim: %+v", cr.Record.Journal)
 	}
 	clocks.advance(t, 2*time.Minute)
 	cr = claim("lapsed", time.Minute)
 	want("lapsed", false)
-	if !cr.Takeover || len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != idem.OutcomeLapsed || cr.Record.Journal[0].Correlation != "msg-lapsed" {
+	if !cr.Takeover || len(cr.Record.Journal) != 2 || cr.Record.Journal[0].Outcome != store.OutcomeLapsed || cr.Record.Journal[0].Correlation != "msg-lapsed" {
 		t.Fatalf("the lapsed key's journal after a takeover: %+v", cr.Record.Journal)
 	}
 }
@@ -138,7 +138,7 @@ func TestImplicitJournalOff(t *testing.T) {
 		}
 		return isNull
 	}
-	same := func(key string) idem.Record {
+	same := func(key string) store.Record {
 		t.Helper()
 		a, errA := on.Get(ctx, key)
 		b, errB := off.Get(ctx, key)
@@ -163,7 +163,7 @@ func TestImplicitJournalOff(t *testing.T) {
 	if journalNull("a") {
 		t.Fatal("the completion of a written-out journal made it implicit")
 	}
-	if r := same("a"); len(r.Journal) != 1 || r.Journal[0].Outcome != idem.OutcomeCompleted || r.Journal[0].Correlation != "c" {
+	if r := same("a"); len(r.Journal) != 1 || r.Journal[0].Outcome != store.OutcomeCompleted || r.Journal[0].Correlation != "c" {
 		t.Fatalf("a's journal: %+v", r.Journal)
 	}
 	// Claimed and ended by the store that writes journals out, alone and
@@ -171,7 +171,7 @@ func TestImplicitJournalOff(t *testing.T) {
 	if _, err := off.Claim(ctx, req("b")); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := off.ClaimBatch(ctx, []idem.ClaimRequest{req("c"), req("d")}); err != nil || !res[0].Acquired || !res[1].Acquired {
+	if res, err := off.ClaimBatch(ctx, []store.ClaimRequest{req("c"), req("d")}); err != nil || !res[0].Acquired || !res[1].Acquired {
 		t.Fatalf("ClaimBatch: %+v %v", res, err)
 	}
 	if err := off.Fail(ctx, "b", 1, "declined", time.Hour); err != nil {

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
-func claimNew(t *testing.T, s idem.Store, key string) idem.ClaimResult {
+func claimNew(t *testing.T, s store.Store, key string) store.ClaimResult {
 	t.Helper()
-	cr, err := s.Claim(context.Background(), idem.ClaimRequest{Key: key, Owner: "o", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
+	cr, err := s.Claim(context.Background(), store.ClaimRequest{Key: key, Owner: "o", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -70,11 +70,11 @@ func TestMigrateOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Policy: idem.AtLeastOnce, Lease: time.Minute})
+	_, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Policy: store.AtLeastOnce, Lease: time.Minute})
 	if !errors.Is(err, ErrNoTable) || !strings.Contains(err.Error(), schema) {
 		t.Fatalf("Claim on a missing table: %v, want an error naming the table", err)
 	}
-	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "k"); err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get on a missing table: %v, want an error that is not ErrNotFound", err)
 	}
 	if err := s.Migrate(ctx); err != nil {
@@ -190,7 +190,7 @@ func TestMigrateUpgrade(t *testing.T) {
 	// Implicit journals of each kind: completed, released with a reason,
 	// in progress.
 	for _, k := range []string{"k", "r", "p"} {
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "o", Correlation: "msg-" + k, Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
+		if _, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: "o", Correlation: "msg-" + k, Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestMigrateUpgrade(t *testing.T) {
 	if err := s.Release(ctx, "r", 1, "try later"); err != nil {
 		t.Fatal(err)
 	}
-	before := map[string]idem.Record{}
+	before := map[string]store.Record{}
 	for _, k := range []string{"k", "r", "p"} {
 		if before[k], err = s.Get(ctx, k); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/idemkit/idem/internal/modeltest"
 )
 
-// TestModel compares the store with internal/transition on random
+// TestModel compares the store with the store package's state machine on random
 // operations (see internal/modeltest).
 //
 // With WithImplicitJournal(false) as well: the store then leaves no

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // rawRecord is a row as scanned, before it is checked.
@@ -17,7 +16,7 @@ type rawRecord struct {
 	attempt                                         int32
 	result                                          []byte
 	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
-	journal                                         []byte // nil: implicit (transition.ImplicitEntry)
+	journal                                         []byte // nil: implicit (store.ImplicitEntry)
 	correlation                                     string
 }
 
@@ -28,34 +27,34 @@ func (r *rawRecord) dest(extra ...any) []any {
 		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal, &r.correlation}, extra...)
 }
 
-// record checks the row and returns it as an idem.Record, or an
-// *idem.CorruptError: a damaged row is never read as absent.
-func (r *rawRecord) record() (idem.Record, error) {
+// record checks the row and returns it as an store.Record, or an
+// *store.CorruptError: a damaged row is never read as absent.
+func (r *rawRecord) record() (store.Record, error) {
 	corrupt := func(format string, args ...any) error {
-		return &idem.CorruptError{Key: r.key, Detail: fmt.Sprintf(format, args...)}
+		return &store.CorruptError{Key: r.key, Detail: fmt.Sprintf(format, args...)}
 	}
-	status, err := idem.ParseStatus(r.status)
+	status, err := store.ParseStatus(r.status)
 	if err != nil {
-		return idem.Record{}, corrupt("status %q is not one of in_progress, completed, failed, released", r.status)
+		return store.Record{}, corrupt("status %q is not one of in_progress, completed, failed, released", r.status)
 	}
-	policy, err := idem.ParsePolicy(r.policy)
+	policy, err := store.ParsePolicy(r.policy)
 	if err != nil {
-		return idem.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
+		return store.Record{}, corrupt("policy %q is not at_least_once or at_most_once", r.policy)
 	}
-	var journal []idem.JournalEntry
+	var journal []store.JournalEntry
 	if r.journal != nil {
 		if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
-			return idem.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
+			return store.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
 		}
 		if err := json.Unmarshal(r.journal, &journal); err != nil {
-			return idem.Record{}, corrupt("journal: %v", err)
+			return store.Record{}, corrupt("journal: %v", err)
 		}
 		for i := range journal {
 			e := &journal[i]
 			e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
 		}
 	}
-	rec := idem.Record{
+	rec := store.Record{
 		Key:         r.key,
 		Status:      status,
 		Policy:      policy,
@@ -74,7 +73,7 @@ func (r *rawRecord) record() (idem.Record, error) {
 	if r.journal == nil {
 		// Implicit: the entry the columns say, as implicitJournalSQL
 		// (sql.go) writes it out.
-		rec.Journal = []idem.JournalEntry{transition.ImplicitEntry(&rec, r.correlation)}
+		rec.Journal = []store.JournalEntry{store.ImplicitEntry(&rec, r.correlation)}
 	}
 	return rec, nil
 }

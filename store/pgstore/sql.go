@@ -5,12 +5,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // The store's SQL. Every call is one statement (a refused finish takes a
 // second one to annotate the journal); the state machine of
-// internal/transition is written here in SQL, over the columns of one row:
+// the store package (store.ApplyClaim and its kin) is written here in SQL, over the columns of one row:
 //
 //   - The clock is statement_timestamp() (plus a test offset, see
 //     withClockTable): now() for a statement of its own, and the
@@ -23,7 +23,7 @@ import (
 //     interval '1 microsecond'.
 //   - The journal is jsonb, manipulated with jsonb_set, ||, - and
 //     jsonb_path_query_array; its entries keep the json field names of
-//     idem.JournalEntry, so records decode with encoding/json. It is NULL
+//     store.JournalEntry, so records decode with encoding/json. It is NULL
 //     (implicit) while it is the one entry the row's columns say: a key's
 //     first attempt (see implicitJournalSQL). The statements on the hot
 //     path keep it NULL; the others write it out before they change it.
@@ -60,7 +60,7 @@ func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 
 // implicitJournalSQL is the journal of the row t written out: t.journal,
 // or when it is NULL the one entry t's columns say, as
-// transition.ImplicitEntry builds it when record.go reads the row: the
+// store.ImplicitEntry builds it when record.go reads the row: the
 // attempt t.attempt with fence t.fence, owner and correlation id t's,
 // started at t.created_at with t's policy and lease, and once t is no
 // longer in_progress, t's status as its outcome, ended at t.updated_at,
@@ -85,12 +85,12 @@ func keepImplicit(t string, implicit bool, patch func(j string) string) string {
 	return "CASE WHEN " + t + ".journal IS NULL THEN NULL ELSE " + patch(t+".journal") + " END"
 }
 
-// trimJournal keeps the newest idem.MaxJournal entries of the array j.
+// trimJournal keeps the newest store.MaxJournal entries of the array j.
 func trimJournal(j string) string {
-	return fmt.Sprintf("jsonb_path_query_array(%s, '$[last - %d to last]')", j, idem.MaxJournal-1)
+	return fmt.Sprintf("jsonb_path_query_array(%s, '$[last - %d to last]')", j, store.MaxJournal-1)
 }
 
-// claimable is the claim condition on the row t at now (transition.Claim)
+// claimable is the claim condition on the row t at now (store.ApplyClaim)
 // for a request with fingerprint fp: expired (absent), or released, or
 // in_progress with a lapsed lease that may be taken over (at_least_once, or
 // take and at_most_once) by this request (t's fingerprint or fp is empty,
@@ -184,7 +184,7 @@ func onConflict(in claimIn) string {
 					AND `+j+` -> -1 -> 'f' = to_jsonb(t.fence)
 					AND jsonb_typeof(`+j+` -> -1) = 'object'
 					AND coalesce(`+j+` -> -1 ->> 'x', '') = ''
-				THEN jsonb_set(`+j+`, '{-1,x}', '"`+idem.OutcomeLapsed+`"')
+				THEN jsonb_set(`+j+`, '{-1,x}', '"`+store.OutcomeLapsed+`"')
 				ELSE `+j+`
 			END || (jsonb_strip_nulls(jsonb_build_object('o', nullif(excluded.owner, ''), 'c', nullif(excluded.correlation, ''),
 					's', `+now+`, 'l', excluded.lease_until, 'p', excluded.policy)) ||
@@ -304,24 +304,24 @@ RETURNING t.key, t.lease_until, t.expires_at, t.created_at`
 
 // ending is how finishSQL ends an attempt.
 type ending struct {
-	status  idem.Status
+	status  store.Status
 	outcome string
 	set     func(now string) string // more assignments, with $3 (result or reason) and $4 (retention, µs)
 	reason  string                  // the journal entry's reason
 }
 
 var (
-	endComplete = ending{idem.StatusCompleted, idem.OutcomeCompleted,
+	endComplete = ending{store.StatusCompleted, store.OutcomeCompleted,
 		func(now string) string { return "result = $3::bytea, expires_at = " + now + " + $4::bigint * " + us }, "''"}
-	endFail = ending{idem.StatusFailed, idem.OutcomeFailed,
+	endFail = ending{store.StatusFailed, store.OutcomeFailed,
 		func(now string) string { return "reason = $3::text, expires_at = " + now + " + $4::bigint * " + us }, "$3::text"}
-	endRelease = ending{idem.StatusReleased, idem.OutcomeReleased,
+	endRelease = ending{store.StatusReleased, store.OutcomeReleased,
 		func(string) string { return "reason = $3::text" }, "$3::text"}
-	endAbandon = ending{idem.StatusInProgress, idem.OutcomeAbandoned,
+	endAbandon = ending{store.StatusInProgress, store.OutcomeAbandoned,
 		func(string) string { return "reason = $3::text" }, "$3::text"}
 )
 
-// finishSQL ends the attempt holding fence $2 of key $1 (transition.Finish):
+// finishSQL ends the attempt holding fence $2 of key $1 (store.ApplyFinish):
 // one UPDATE conditioned on the fence, the status and the expiry, that
 // also records the outcome in the attempt's journal entry. It updates no
 // row when the attempt no longer holds the key; lateSQL then annotates
@@ -343,7 +343,7 @@ func finishSQL(table, now string, e ending, implicit bool) string {
 		})
 	}
 	journal := keepImplicit("t", implicit, patch)
-	if e.status == idem.StatusInProgress {
+	if e.status == store.StatusInProgress {
 		journal = patch(implicitJournalSQL("t"))
 	}
 	return `UPDATE ` + table + ` AS t SET
@@ -401,7 +401,7 @@ fin AS (
 		result = ` + at("$3::bytea[]") + `, expires_at = c.now + ` + at("$4::bigint[]") + ` * ` + us + `,
 		journal = ` + keepImplicit("t", implicit, func(j string) string {
 		return patchFenceEntry(j, fence, func(x string) string {
-			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, idem.OutcomeCompleted)
+			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, store.OutcomeCompleted)
 		})
 	}) + `
 	FROM c, k
@@ -425,7 +425,7 @@ SELECT key FROM fin`
 }
 
 // extendSQL renews the lease of fence $2 of key $1 to now + $3 µs
-// (transition.Extend) and returns the new LeaseUntil; no row when the
+// (store.ApplyExtend) and returns the new LeaseUntil; no row when the
 // attempt no longer holds the key (lateSQL then annotates its entry: a
 // refused heartbeat proves the attempt was still running).
 func extendSQL(table, now string, implicit bool) string {
@@ -443,14 +443,14 @@ WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now)
 RETURNING t.lease_until`
 }
 
-// resolveSQL applies an operator's decision (transition.Resolve): $1 key,
+// resolveSQL applies an operator's decision (store.ApplyResolve): $1 key,
 // $2 fence (0: any), $3 done, $4 result, $5 reason, $6 retention (µs), $7
-// by, $8 in progress only (idem.Resolution.InProgress: the status must be
+// by, $8 in progress only (store.Resolution.InProgress: the status must be
 // in_progress, whatever the lease). It returns the record; no row means
 // absent, expired, another fence or not in progress (the caller tells
 // which with the exists statement).
 func resolveSQL(table, now string) string {
-	outcome := `CASE WHEN $3::boolean THEN '` + idem.OutcomeResolvedDone + `' ELSE '` + idem.OutcomeResolvedNotDone + `' END`
+	outcome := `CASE WHEN $3::boolean THEN '` + store.OutcomeResolvedDone + `' ELSE '` + store.OutcomeResolvedNotDone + `' END`
 	// A decision is never implicit: the journal is written out.
 	j := implicitJournalSQL("t")
 	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(` + j + `) WITH ORDINALITY AS j(e, o)

@@ -7,15 +7,15 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dupshare"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Store is an [idem.Store] kept in one PostgreSQL table. It also
-// implements [idem.BatchClaimer] and [idem.TxStore] for [pgx.Tx]; see [SQL]
+// Store is an [store.Store] kept in one PostgreSQL table. It also
+// implements [store.BatchClaimer] and [store.TxStore] for [pgx.Tx]; see [SQL]
 // for *sql.Tx. Make one with [Open] or [New]; it is safe for concurrent use
 // by many goroutines, and any number of processes may use the same table.
 type Store struct {
@@ -37,9 +37,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store           = (*Store)(nil)
-	_ idem.BatchClaimer    = (*Store)(nil)
-	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
+	_ store.Store           = (*Store)(nil)
+	_ store.BatchClaimer    = (*Store)(nil)
+	_ store.TxStore[pgx.Tx] = (*Store)(nil)
 )
 
 // URL parameters read by [Open] (and removed before the URL is handed to
@@ -139,7 +139,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 func (s *Store) Table() string { return s.names.qtable }
 
 // Close marks the store closed: later calls return an error wrapping
-// [idem.ErrClosed]. A store from [Open] also closes its pool, waiting for
+// [store.ErrClosed]. A store from [Open] also closes its pool, waiting for
 // the calls in flight to return their connections. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -151,7 +151,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var errClosed = fmt.Errorf("pgstore: %w", idem.ErrClosed)
+var errClosed = fmt.Errorf("pgstore: %w", store.ErrClosed)
 
 // check returns the error a call must return before reaching the database.
 func (s *Store) check(ctx context.Context) error {
@@ -172,12 +172,12 @@ func (s *Store) wrap(op string, err error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	var ce *idem.CorruptError
-	if errors.As(err, &ce) || errors.Is(err, idem.ErrNotFound) {
+	var ce *store.CorruptError
+	if errors.As(err, &ce) || errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if errors.Is(err, idem.ErrLeaseLost) {
-		if err != idem.ErrLeaseLost {
+	if errors.Is(err, store.ErrLeaseLost) {
+		if err != store.ErrLeaseLost {
 			return fmt.Errorf("pgstore: %s: %w", op, err)
 		}
 		return err

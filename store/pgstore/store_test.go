@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func req(key string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Owner: "o", Correlation: "c", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+func req(key string) store.ClaimRequest {
+	return store.ClaimRequest{Key: key, Owner: "o", Correlation: "c", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 }
 
 // TestCorruptRows: a row whose status, policy or journal cannot be decoded
@@ -47,22 +48,22 @@ func TestCorruptRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			clocks.advance(t, 2*time.Minute) // "lapsed" is lapsed, still not expired
-			var ce *idem.CorruptError
+			var ce *store.CorruptError
 			for _, key := range []string{"k", "lapsed"} {
 				_, err := s.Get(ctx, key)
 				if !errors.As(err, &ce) || ce.Key != key {
 					t.Fatalf("Get(%q) of a corrupt row: %v, want a *CorruptError for it", key, err)
 				}
 				_, err = s.Claim(ctx, req(key))
-				if !errors.Is(err, idem.ErrCorrupt) {
+				if !errors.Is(err, store.ErrCorrupt) {
 					t.Fatalf("Claim(%q) of a corrupt row: %v, want ErrCorrupt", key, err)
 				}
-				res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req(key), req("other-" + key)})
-				if err != nil || len(res) != 2 || !errors.Is(res[0].Err, idem.ErrCorrupt) || res[1].Err != nil || !res[1].Acquired {
+				res, err := s.ClaimBatch(ctx, []store.ClaimRequest{req(key), req("other-" + key)})
+				if err != nil || len(res) != 2 || !errors.Is(res[0].Err, store.ErrCorrupt) || res[1].Err != nil || !res[1].Acquired {
 					t.Fatalf("ClaimBatch with a corrupt row: %+v, %v; want ErrCorrupt for %q alone, the other key acquired", res, err, key)
 				}
 			}
-			if _, err := s.List(ctx, idem.ListQuery{}); !errors.Is(err, idem.ErrCorrupt) {
+			if _, err := s.List(ctx, store.ListQuery{}); !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("List over a corrupt row: %v, want ErrCorrupt", err)
 			}
 			var n int
@@ -107,7 +108,7 @@ func TestClaimRace(t *testing.T) {
 					t.Errorf("Claim: %v", err)
 					return
 				}
-				if !cr.Acquired && (cr.Record.Key != r.Key || cr.Record.Status != idem.StatusInProgress || cr.Record.Fence != 1) {
+				if !cr.Acquired && (cr.Record.Key != r.Key || cr.Record.Status != store.StatusInProgress || cr.Record.Fence != 1) {
 					t.Errorf("Claim not acquired found %+v, want the winner's in_progress record", cr.Record)
 				}
 				if cr.Acquired {
@@ -132,7 +133,7 @@ func TestClaimRace(t *testing.T) {
 // takes it over, and the journal says so once.
 func TestTakeoverRace(t *testing.T) {
 	t.Parallel()
-	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+	for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Parallel()
 			clocks := new(testClocks)
@@ -141,7 +142,7 @@ func TestTakeoverRace(t *testing.T) {
 			r := req("k")
 			r.Policy = p
 			claimNew(t, s, "k")
-			if p == idem.AtMostOnce {
+			if p == store.AtMostOnce {
 				if _, err := s.Pool().Exec(ctx, "UPDATE "+s.Table()+" SET policy = 'at_most_once'"); err != nil {
 					t.Fatal(err)
 				}
@@ -177,7 +178,7 @@ func TestTakeoverRace(t *testing.T) {
 				t.Fatalf("%d claims took the lapsed attempt over, want 1", winners)
 			}
 			rec, err := s.Get(ctx, "k")
-			if err != nil || len(rec.Journal) != 2 || rec.Journal[0].Outcome != idem.OutcomeLapsed || !rec.Journal[1].Takeover {
+			if err != nil || len(rec.Journal) != 2 || rec.Journal[0].Outcome != store.OutcomeLapsed || !rec.Journal[1].Takeover {
 				t.Fatalf("journal after the race: %+v, %v", rec.Journal, err)
 			}
 		})
@@ -210,7 +211,7 @@ func claimBatchRace(t *testing.T, prime func(*Store)) {
 	)
 	for range goroutines {
 		wg.Go(func() {
-			var reqs []idem.ClaimRequest
+			var reqs []store.ClaimRequest
 			for _, i := range rand.Perm(keys) {
 				reqs = append(reqs, req(fmt.Sprintf("batch-%d", i)))
 			}
@@ -227,7 +228,7 @@ func claimBatchRace(t *testing.T, prime func(*Store)) {
 				}
 				if r.Acquired {
 					acquired[r.Record.Key]++
-				} else if r.Record.Status != idem.StatusInProgress {
+				} else if r.Record.Status != store.StatusInProgress {
 					t.Errorf("not acquired, found %s", r.Record.Status)
 				}
 			}
@@ -267,7 +268,7 @@ func TestCompleteBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []error{nil, idem.ErrLeaseLost, idem.ErrLeaseLost, nil, idem.ErrLeaseLost}
+	want := []error{nil, store.ErrLeaseLost, store.ErrLeaseLost, nil, store.ErrLeaseLost}
 	for i := range want {
 		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
 			t.Fatalf("errs[%d] = %v, want %v", i, errs[i], want[i])
@@ -276,7 +277,7 @@ func TestCompleteBatch(t *testing.T) {
 	now, _ := s.Now(ctx)
 	for key, res := range map[string]string{"a": "ra", "b": "rb"} {
 		rec, err := s.Get(ctx, key)
-		if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != res || rec.Journal[0].Outcome != idem.OutcomeCompleted {
+		if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != res || rec.Journal[0].Outcome != store.OutcomeCompleted {
 			t.Fatalf("%q after CompleteBatch: %+v, %v", key, rec, err)
 		}
 		if key == "b" && rec.ExpiresAt.Sub(now) < 119*time.Minute {
@@ -284,7 +285,7 @@ func TestCompleteBatch(t *testing.T) {
 		}
 	}
 	rec, _ := s.Get(ctx, "stale")
-	if rec.Status != idem.StatusInProgress || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
+	if rec.Status != store.StatusInProgress || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
 		t.Fatalf("stale key after CompleteBatch: %+v", rec)
 	}
 	// The holder of the takeover completes in a batch: its entry (the
@@ -297,8 +298,8 @@ func TestCompleteBatch(t *testing.T) {
 		t.Fatalf("second CompleteBatch = %v, %v; want lease lost for b only", errs, err)
 	}
 	rec, _ = s.Get(ctx, "stale")
-	if rec.Status != idem.StatusCompleted || string(rec.Result) != "taken" || len(rec.Journal) != 2 ||
-		rec.Journal[0].Outcome != idem.OutcomeLapsed || rec.Journal[1].Outcome != idem.OutcomeCompleted {
+	if rec.Status != store.StatusCompleted || string(rec.Result) != "taken" || len(rec.Journal) != 2 ||
+		rec.Journal[0].Outcome != store.OutcomeLapsed || rec.Journal[1].Outcome != store.OutcomeCompleted {
 		t.Fatalf("taken-over key after CompleteBatch: %+v", rec)
 	}
 	if errs, err := s.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
@@ -327,7 +328,7 @@ func TestCompleteBatchKeyOrder(t *testing.T) {
 	now, _ := s.Now(ctx)
 	for i, k := range keys {
 		rec, err := s.Get(ctx, k)
-		if errs[i] != nil || err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "result of "+k {
+		if errs[i] != nil || err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "result of "+k {
 			t.Fatalf("%q: batch error %v; after it %+v, %v", k, errs[i], rec, err)
 		}
 		if d := rec.ExpiresAt.Sub(now); d < time.Duration(i+1)*time.Hour-time.Minute || d > time.Duration(i+1)*time.Hour {
@@ -379,18 +380,18 @@ func TestCompleteBatchEncoding(t *testing.T) {
 	}
 	for i, k := range keys {
 		rec, err := s.Get(ctx, k)
-		if errs[i] != nil || err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "result of "+k {
+		if errs[i] != nil || err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "result of "+k {
 			t.Fatalf("%q: batch error %v; after it %+v, %v", k, errs[i], rec, err)
 		}
 	}
 }
 
-// TestJournalTrim: the journal keeps the newest idem.MaxJournal attempts.
+// TestJournalTrim: the journal keeps the newest store.MaxJournal attempts.
 func TestJournalTrim(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
-	const attempts = idem.MaxJournal + 5
+	const attempts = store.MaxJournal + 5
 	for i := 1; i <= attempts; i++ {
 		cr := claimNew(t, s, "k")
 		if !cr.Acquired || cr.Record.Attempt != i {
@@ -404,12 +405,12 @@ func TestJournalTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Journal) != idem.MaxJournal || rec.Journal[0].Attempt != attempts-idem.MaxJournal+1 || rec.Journal[idem.MaxJournal-1].Attempt != attempts {
+	if len(rec.Journal) != store.MaxJournal || rec.Journal[0].Attempt != attempts-store.MaxJournal+1 || rec.Journal[store.MaxJournal-1].Attempt != attempts {
 		t.Fatalf("journal of %d entries from attempt %d to %d, want the newest %d", len(rec.Journal),
-			rec.Journal[0].Attempt, rec.Journal[len(rec.Journal)-1].Attempt, idem.MaxJournal)
+			rec.Journal[0].Attempt, rec.Journal[len(rec.Journal)-1].Attempt, store.MaxJournal)
 	}
 	for _, e := range rec.Journal {
-		if e.Outcome != idem.OutcomeReleased || e.Reason != fmt.Sprint("try ", e.Attempt) || e.Policy != "at_least_once" {
+		if e.Outcome != store.OutcomeReleased || e.Reason != fmt.Sprint("try ", e.Attempt) || e.Policy != "at_least_once" {
 			t.Fatalf("entry %+v", e)
 		}
 	}
@@ -448,7 +449,7 @@ func TestResolveDefaultRetention(t *testing.T) {
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	claimNew(t, s, "k")
-	rec, err := s.Resolve(ctx, "k", 0, idem.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "alice"})
+	rec, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,11 +457,11 @@ func TestResolveDefaultRetention(t *testing.T) {
 	if d := rec.ExpiresAt.Sub(now); d < idem.DefaultRetention-time.Minute || d > idem.DefaultRetention {
 		t.Fatalf("ExpiresAt in %v, want %v", d, idem.DefaultRetention)
 	}
-	if j := rec.Journal[0]; j.Outcome != idem.OutcomeResolvedDone || j.ResolvedBy != "alice" || j.Reason != "checked" {
+	if j := rec.Journal[0]; j.Outcome != store.OutcomeResolvedDone || j.ResolvedBy != "alice" || j.Reason != "checked" {
 		t.Fatalf("journal %+v", rec.Journal)
 	}
 	// A second decision gets an entry of its own.
-	rec, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: false, Reason: "undo", By: "bob"})
+	rec, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: false, Reason: "undo", By: "bob"})
 	if err != nil || len(rec.Journal) != 2 || !rec.Journal[1].Decision || rec.Journal[1].ResolvedBy != "bob" || rec.Journal[1].Fence != 3 {
 		t.Fatalf("second Resolve: %+v, %v", rec.Journal, err)
 	}
@@ -491,13 +492,13 @@ func TestServerClock(t *testing.T) {
 
 // TestForeverRetention: the longest durations (time.Duration(math.MaxInt64),
 // the usual "keep it forever") keep the record that long, as
-// internal/transition does, instead of overflowing into an expiry in the
+// the store package does, instead of overflowing into an expiry in the
 // past that makes a completed key run again.
 func TestForeverRetention(t *testing.T) {
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	forever := time.Duration(math.MaxInt64)
-	cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,10 +509,10 @@ func TestForeverRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusCompleted {
+	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("Get after Complete with retention %v = %v, %v; want completed", forever, rec.Status, err)
 	}
-	again, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	again, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || again.Acquired {
 		t.Fatalf("claim of a key completed with retention %v: acquired %v, %v; want a duplicate", forever, again.Acquired, err)
 	}

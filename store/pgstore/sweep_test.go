@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // fill inserts n rows of prefix directly, with status and an expiry
 // relative to the server's clock.
-func fill(t testing.TB, s *Store, prefix string, n int, status idem.Status, expiresIn, leaseIn time.Duration) {
+func fill(t testing.TB, s *Store, prefix string, n int, status store.Status, expiresIn, leaseIn time.Duration) {
 	t.Helper()
 	_, err := s.Pool().Exec(context.Background(), `INSERT INTO `+s.Table()+` (`+strings.Join(recordColumns, ", ")+`)
 		SELECT $1 || i, $2, 'at_least_once', 1, 1, 'filler', '', 'r', '',
@@ -41,10 +41,10 @@ func TestSweepBatches(t *testing.T) {
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	const expired = 5000
-	fill(t, s, "old-completed-", expired-200, idem.StatusCompleted, -time.Hour, -time.Hour)
-	fill(t, s, "old-in-progress-", 200, idem.StatusInProgress, -time.Minute, -time.Hour)
-	fill(t, s, "live-completed-", 300, idem.StatusCompleted, time.Hour, 0)
-	fill(t, s, "lapsed-not-expired-", 50, idem.StatusInProgress, time.Hour, -time.Minute)
+	fill(t, s, "old-completed-", expired-200, store.StatusCompleted, -time.Hour, -time.Hour)
+	fill(t, s, "old-in-progress-", 200, store.StatusInProgress, -time.Minute, -time.Hour)
+	fill(t, s, "live-completed-", 300, store.StatusCompleted, time.Hour, 0)
+	fill(t, s, "lapsed-not-expired-", 50, store.StatusInProgress, time.Hour, -time.Minute)
 	total, calls := 0, 0
 	for {
 		n, err := s.Sweep(ctx, 1000)
@@ -80,7 +80,7 @@ func TestSweepSkipsLocked(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
-	fill(t, s, "old-", 10, idem.StatusCompleted, -time.Hour, -time.Hour)
+	fill(t, s, "old-", 10, store.StatusCompleted, -time.Hour, -time.Hour)
 	tx, err := testPool(t).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +108,8 @@ func TestSweepConcurrent(t *testing.T) {
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	const rows = 20000
-	fill(t, s, "old-", rows, idem.StatusCompleted, -time.Hour, -time.Hour)
-	fill(t, s, "live-", 100, idem.StatusCompleted, time.Hour, 0)
+	fill(t, s, "old-", rows, store.StatusCompleted, -time.Hour, -time.Hour)
+	fill(t, s, "live-", 100, store.StatusCompleted, time.Hour, 0)
 	var (
 		total atomic.Int64
 		wg    sync.WaitGroup
@@ -169,7 +169,7 @@ func TestSweepKeepsUp(t *testing.T) {
 	const keys = 1000
 	for i := range keys {
 		k := fmt.Sprintf("k-%d", i)
-		cr, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Policy: idem.AtLeastOnce, Lease: time.Second, Retention: time.Second})
+		cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Policy: store.AtLeastOnce, Lease: time.Second, Retention: time.Second})
 		if err != nil || !cr.Acquired {
 			t.Fatalf("Claim(%q): %+v, %v", k, cr, err)
 		}
@@ -238,10 +238,10 @@ func explain(t *testing.T, s *Store, sql, params, args string) string {
 func TestPlans(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
-	fill(t, s, "done-", 50000, idem.StatusCompleted, time.Hour, 0)
-	fill(t, s, "old-", 2000, idem.StatusCompleted, -time.Hour, -time.Hour)
-	fill(t, s, "stuck-", 20, idem.StatusInProgress, time.Hour, -time.Minute)
-	fill(t, s, "running-", 20, idem.StatusInProgress, time.Hour, time.Minute)
+	fill(t, s, "done-", 50000, store.StatusCompleted, time.Hour, 0)
+	fill(t, s, "old-", 2000, store.StatusCompleted, -time.Hour, -time.Hour)
+	fill(t, s, "stuck-", 20, store.StatusInProgress, time.Hour, -time.Minute)
+	fill(t, s, "running-", 20, store.StatusInProgress, time.Hour, time.Minute)
 	if _, err := s.Pool().Exec(context.Background(), "ANALYZE "+s.Table()); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestPlans(t *testing.T) {
 
 	// With stale statistics (a burst of new rows since ANALYZE) the hot
 	// statements still look keys up by primary key alone.
-	fill(t, s, "burst-", 30000, idem.StatusInProgress, time.Hour, time.Minute)
+	fill(t, s, "burst-", 30000, store.StatusInProgress, time.Hour, time.Minute)
 	plan = explain(t, s, s.q.complete, "text, bigint, bytea, bigint", "'burst-5', 1, 'r', 1000000")
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) || strings.Contains(plan, "Bitmap") {
 		t.Errorf("Complete does not look the key up by key alone:\n%s", plan)
@@ -308,7 +308,7 @@ func TestWarmPlans(t *testing.T) {
 	if s.warm.Load() {
 		t.Fatal("a new table is warm")
 	}
-	fill(t, s, "bulk-", 10000, idem.StatusCompleted, time.Hour, 0)
+	fill(t, s, "bulk-", 10000, store.StatusCompleted, time.Hour, 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for !s.warm.Load() {
 		if time.Now().After(deadline) {

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// InTx implements [idem.TxStore] for [pgx.Tx] (see [idem.DoTx]). It begins
+// InTx implements [store.TxStore] for [pgx.Tx] (see [idem.DoTx]). It begins
 // a READ COMMITTED transaction on the store's pool and claims req in it.
 // If the claim is not acquired, the transaction rolls back and InTx
 // returns the claim's result without calling fn. Otherwise it calls fn
@@ -29,14 +29,14 @@ import (
 //
 // The claim's clock is the statement's (statement_timestamp()), so the
 // completion records the time fn ended.
-func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
-	fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (idem.ClaimResult, []byte, error) {
+func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
+	fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (store.ClaimResult, []byte, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.ClaimResult{}, nil, err
+		return store.ClaimResult{}, nil, err
 	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return idem.ClaimResult{}, nil, s.wrap("begin", err)
+		return store.ClaimResult{}, nil, s.wrap("begin", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // after Commit, a no-op
 	return s.runTx(ctx, req, retention,
@@ -48,15 +48,15 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 // runTx is InTx on a transaction already begun: on runs the store's
 // statements in it, fn is the caller's function, commit commits it. The
 // caller rolls the transaction back unless commit was called.
-func (s *Store) runTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
-	on func(op func(q querier) error) error, fn func(ctx context.Context) ([]byte, error), commit func() error) (idem.ClaimResult, []byte, error) {
-	var res idem.ClaimResult
+func (s *Store) runTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
+	on func(op func(q querier) error) error, fn func(ctx context.Context) ([]byte, error), commit func() error) (store.ClaimResult, []byte, error) {
+	var res store.ClaimResult
 	err := on(func(q querier) (err error) {
 		res, err = s.claimOne(ctx, q, req)
 		return err
 	})
 	if err != nil {
-		return idem.ClaimResult{}, nil, s.wrap("claim", err)
+		return store.ClaimResult{}, nil, s.wrap("claim", err)
 	}
 	if !res.Acquired {
 		return res, nil, nil
@@ -80,11 +80,11 @@ func (s *Store) runTx(ctx context.Context, req idem.ClaimRequest, retention time
 }
 
 // SQLStore is a [Store] for database/sql users: it implements
-// [idem.TxStore] for *sql.Tx, so [idem.DoTx] can run the caller's
+// [store.TxStore] for *sql.Tx, so [idem.DoTx] can run the caller's
 // database/sql code in the transaction of the claim. Make one with [SQL].
 //
 // A Go type has one InTx method, so one type cannot implement
-// idem.TxStore for both pgx.Tx and *sql.Tx: Store does the former,
+// store.TxStore for both pgx.Tx and *sql.Tx: Store does the former,
 // SQLStore (which embeds it) the latter.
 type SQLStore struct {
 	*Store
@@ -92,7 +92,7 @@ type SQLStore struct {
 	db   *sql.DB
 }
 
-var _ idem.TxStore[*sql.Tx] = (*SQLStore)(nil)
+var _ store.TxStore[*sql.Tx] = (*SQLStore)(nil)
 
 // SQL returns s for database/sql users. Its transactions run on a *sql.DB
 // (pgx's stdlib driver) over s's pool, so they share the pool's
@@ -115,22 +115,22 @@ func (s *SQLStore) Close() error {
 	return s.Store.Close()
 }
 
-// InTx implements [idem.TxStore] for *sql.Tx: what [Store.InTx] does, on a
+// InTx implements [store.TxStore] for *sql.Tx: what [Store.InTx] does, on a
 // database/sql transaction. The store's own statements run through pgx on
 // the transaction's connection (sql.Conn.Raw), inside the transaction.
-func (s *SQLStore) InTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
-	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (idem.ClaimResult, []byte, error) {
+func (s *SQLStore) InTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
+	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (store.ClaimResult, []byte, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.ClaimResult{}, nil, err
+		return store.ClaimResult{}, nil, err
 	}
 	conn, err := s.DB().Conn(ctx)
 	if err != nil {
-		return idem.ClaimResult{}, nil, s.wrap("begin", err)
+		return store.ClaimResult{}, nil, s.wrap("begin", err)
 	}
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return idem.ClaimResult{}, nil, s.wrap("begin", err)
+		return store.ClaimResult{}, nil, s.wrap("begin", err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
 	return s.runTx(ctx, req, retention,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -18,7 +19,7 @@ import (
 type txFlavor struct {
 	name string
 	// store wraps s as the ledger's store.
-	store func(t *testing.T, s *Store) idem.Store
+	store func(t *testing.T, s *Store) store.Store
 	// do runs DoTx on key; fn's body increments the counter, then calls
 	// after (if set) and returns its error.
 	do func(ctx context.Context, l *idem.Ledger, key idem.OperationKey, table string, after func() error) (idem.Result, error)
@@ -27,7 +28,7 @@ type txFlavor struct {
 var txFlavors = []txFlavor{
 	{
 		name:  "pgx",
-		store: func(_ *testing.T, s *Store) idem.Store { return s },
+		store: func(_ *testing.T, s *Store) store.Store { return s },
 		do: func(ctx context.Context, l *idem.Ledger, key idem.OperationKey, table string, after func() error) (idem.Result, error) {
 			return idem.DoTx(ctx, l, key, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 				if _, err := tx.Exec(ctx, "UPDATE "+table+" SET n = n + 1 WHERE id = 1"); err != nil {
@@ -44,7 +45,7 @@ var txFlavors = []txFlavor{
 	},
 	{
 		name: "database/sql",
-		store: func(t *testing.T, s *Store) idem.Store {
+		store: func(t *testing.T, s *Store) store.Store {
 			q := SQL(s)
 			t.Cleanup(func() { q.Close() })
 			return q
@@ -84,7 +85,7 @@ func counterTable(t *testing.T, s *Store) (string, func() int) {
 	}
 }
 
-func txLedger(s idem.Store) *idem.Ledger {
+func txLedger(s store.Store) *idem.Ledger {
 	return idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOwner("tx"))
 }
 
@@ -134,10 +135,10 @@ func TestDoTxExactlyOnce(t *testing.T) {
 				t.Fatalf("counter = %d after %d concurrent DoTx calls, want 1", n, calls)
 			}
 			rec, err := s.Get(context.Background(), key.String())
-			if err != nil || rec.Status != idem.StatusCompleted || rec.Fence != 1 || string(rec.Result) != "done" {
+			if err != nil || rec.Status != store.StatusCompleted || rec.Fence != 1 || string(rec.Result) != "done" {
 				t.Fatalf("record %+v, %v; want completed at fence 1 with the result", rec, err)
 			}
-			if j := rec.Journal; len(j) != 1 || j[0].Outcome != idem.OutcomeCompleted || j[0].Ended.IsZero() {
+			if j := rec.Journal; len(j) != 1 || j[0].Outcome != store.OutcomeCompleted || j[0].Ended.IsZero() {
 				t.Fatalf("journal %+v, want one completed entry", j)
 			}
 		})
@@ -164,7 +165,7 @@ func TestDoTxRollback(t *testing.T) {
 			if n := counter(); n != 0 {
 				t.Fatalf("counter = %d after a rolled back DoTx, want 0", n)
 			}
-			if _, err := s.Get(ctx, key.String()); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctx, key.String()); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("Get after a rolled back DoTx: %v, want ErrNotFound (the claim rolled back too)", err)
 			}
 
@@ -212,20 +213,20 @@ func TestInTxNotAcquired(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
-	r := idem.ClaimRequest{Key: "k", Owner: "holder", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	r := store.ClaimRequest{Key: "k", Owner: "holder", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 	if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 		t.Fatal(cr, err)
 	}
 	sq := SQL(s)
 	t.Cleanup(func() { sq.Close() })
-	for _, ts := range []func() (idem.ClaimResult, []byte, error){
-		func() (idem.ClaimResult, []byte, error) {
+	for _, ts := range []func() (store.ClaimResult, []byte, error){
+		func() (store.ClaimResult, []byte, error) {
 			return s.InTx(ctx, r, time.Hour, func(context.Context, pgx.Tx) ([]byte, error) {
 				t.Error("fn called on a held key")
 				return nil, nil
 			})
 		},
-		func() (idem.ClaimResult, []byte, error) {
+		func() (store.ClaimResult, []byte, error) {
 			return sq.InTx(ctx, r, time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
 				t.Error("fn called on a held key")
 				return nil, nil

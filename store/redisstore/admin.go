@@ -10,46 +10,47 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// Get implements [idem.Store]: one script that reads the hash and the
-// server's clock. An expired record is [idem.ErrNotFound], whether or not
+// Get implements [store.Store]: one script that reads the hash and the
+// server's clock. An expired record is [store.ErrNotFound], whether or not
 // Redis has dropped it yet.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	v, err := scriptGet.Run(ctx, s.client, []string{s.rkey(key)}, s.readArgs()...).Result()
 	if err != nil {
-		return idem.Record{}, s.wrap("get", key, err)
+		return store.Record{}, s.wrap("get", key, err)
 	}
 	a, ok := v.([]any)
 	if !ok || len(a) != 2 {
-		return idem.Record{}, s.wrap("get", key, fmt.Errorf("unexpected reply %v", v))
+		return store.Record{}, s.wrap("get", key, fmt.Errorf("unexpected reply %v", v))
 	}
 	now, err := replyTime(a, 0)
 	if err != nil {
-		return idem.Record{}, s.wrap("get", key, err)
+		return store.Record{}, s.wrap("get", key, err)
 	}
 	h, err := replyHash(a, 1)
 	if err != nil {
-		return idem.Record{}, s.wrap("get", key, err)
+		return store.Record{}, s.wrap("get", key, err)
 	}
 	if len(h) == 0 {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	rec, err := decode(key, h)
 	if err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	if rec.Expired(now) {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	return rec, nil
 }
 
-// Now implements [idem.Store]: the server's clock (Redis TIME).
+// Now implements [store.Store]: the server's clock (Redis TIME).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
@@ -61,12 +62,12 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return fromMicros(t.UnixMicro() + s.offset()), nil
 }
 
-// Resolve implements [idem.Store]: one script that bumps the fence and
+// Resolve implements [store.Store]: one script that bumps the fence and
 // records the decision, checking the fence when it is not zero and the
 // status when r.InProgress.
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	done, inProgress := "0", "0"
 	if r.InProgress {
@@ -81,37 +82,37 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Res
 	}
 	v, err := s.eval(ctx, scriptResolve, key, s.args(fence, done, r.Result, r.Reason, micros(ret), r.By, inProgress))
 	if v == nil {
-		return idem.Record{}, s.wrap("resolve", key, err)
+		return store.Record{}, s.wrap("resolve", key, err)
 	}
 	a, code, rerr := reply(v)
 	switch {
 	case rerr != nil:
-		return idem.Record{}, s.wrap("resolve", key, rerr)
+		return store.Record{}, s.wrap("resolve", key, rerr)
 	case code == -1:
-		return idem.Record{}, replyCorrupt(key, a)
+		return store.Record{}, replyCorrupt(key, a)
 	case code == 0:
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	case code == 2:
-		return idem.Record{}, idem.ErrLeaseLost
+		return store.Record{}, store.ErrLeaseLost
 	case code != 1:
-		return idem.Record{}, s.wrap("resolve", key, fmt.Errorf("unexpected reply %v", v))
+		return store.Record{}, s.wrap("resolve", key, fmt.Errorf("unexpected reply %v", v))
 	}
 	h, herr := replyHash(a, 2)
 	if herr != nil {
-		return idem.Record{}, s.wrap("resolve", key, herr)
+		return store.Record{}, s.wrap("resolve", key, herr)
 	}
 	rec, derr := decode(key, h)
 	if derr != nil {
-		return idem.Record{}, derr
+		return store.Record{}, derr
 	}
 	if err != nil {
-		return idem.Record{}, s.wrap("resolve", key, err) // not replicated
+		return store.Record{}, s.wrap("resolve", key, err) // not replicated
 	}
 	return rec, nil
 }
 
-// Delete implements [idem.Store]: one script that deletes the hash unless
-// it is absent or expired ([idem.ErrNotFound]). A record that cannot be
+// Delete implements [store.Store]: one script that deletes the hash unless
+// it is absent or expired ([store.ErrNotFound]). A record that cannot be
 // decoded is deleted too: that is how an operator gets rid of one.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx); err != nil {
@@ -122,7 +123,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.wrap("delete", key, err)
 	}
 	if n, ok := v.(int64); ok && n == 0 {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return s.wrap("delete", key, err)
 }
@@ -131,7 +132,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // size of their pipelines.
 const scanCount = 1000
 
-// List implements [idem.Store]. Redis has no index of the store's keys:
+// List implements [store.Store]. Redis has no index of the store's keys:
 // List SCANs every key of the database that matches the prefix (on every
 // master of a cluster), keeps those after q.After, sorts them byte-wise,
 // and then reads records in that order, in pipelines of 1000, until it
@@ -139,12 +140,12 @@ const scanCount = 1000
 // with the number of records under the prefix (about a second per million
 // on one server, and memory for their keys), whatever the query: it is
 // for operators (`idem ls`), not for a hot path. A record that cannot be
-// decoded fails the call with a *idem.CorruptError naming its key.
+// decoded fails the call with a *store.CorruptError naming its key.
 //
 // (A sorted set of keys would make List cheap, but keeping it in the same
 // atomic step as each record's script would put every key in one slot of
 // a cluster; the store keeps its single-key scripts instead.)
-func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -170,7 +171,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys) // SCAN may return a key twice
-	var out []idem.Record
+	var out []store.Record
 	for len(keys) > 0 && len(out) < limit {
 		n := min(len(keys), scanCount, 2*(limit-len(out))+16)
 		batch := keys[:n]
@@ -208,7 +209,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	return out, nil
 }
 
-// Sweep implements [idem.Store]. Redis drops a record by itself once its
+// Sweep implements [store.Store]. Redis drops a record by itself once its
 // retention and the keep-expired period ([WithKeepExpired]) have passed;
 // Sweep deletes records whose retention has passed before that. It SCANs
 // the prefix (on every master of a cluster), reads the expiry of each key

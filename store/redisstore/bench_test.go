@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -183,8 +184,8 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchRequest() idem.ClaimRequest {
-	return idem.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+func benchRequest() store.ClaimRequest {
+	return store.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 }
 
 // BenchmarkClaim: Claim of a new key, one script, one round trip.
@@ -261,7 +262,7 @@ func BenchmarkClaimBatch10(b *testing.B) {
 	s := benchStore(b)
 	ctx := context.Background()
 	runCallers(b, size, func(pb *testing.PB, keys *keyGen) {
-		reqs := make([]idem.ClaimRequest, size)
+		reqs := make([]store.ClaimRequest, size)
 		for i := range reqs {
 			reqs[i] = benchRequest()
 		}
@@ -303,7 +304,7 @@ func BenchmarkRawSetNX(b *testing.B) {
 // BenchmarkConformance runs idemtest's benchmarks on the store.
 func BenchmarkConformance(b *testing.B) {
 	h := harness(b, nil)
-	h.New = func(t testing.TB) idem.Store { return benchStore(t.(*testing.B)) }
+	h.New = func(t testing.TB) store.Store { return benchStore(t.(*testing.B)) }
 	idemtest.BenchmarkStore(b, h)
 }
 

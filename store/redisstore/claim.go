@@ -6,34 +6,34 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// Claim implements [idem.Store]: one script (one round trip) that reads
+// Claim implements [store.Store]: one script (one round trip) that reads
 // the key's hash and writes it only if the key is claimable. A new key
 // costs the script an EXISTS and an HSET; it sends back only the server's
 // time, and the store builds the record it wrote.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	if err := checkPolicy(req.Policy); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	v, err := s.eval(ctx, scriptClaim, req.Key, s.claimArgs(req))
 	if err != nil && v == nil {
-		return idem.ClaimResult{}, s.wrap("claim", req.Key, err)
+		return store.ClaimResult{}, s.wrap("claim", req.Key, err)
 	}
 	res, derr := claimResult(req, v)
 	if err != nil { // not replicated
 		if derr == nil {
 			s.undo(res)
 		}
-		return idem.ClaimResult{}, s.wrap("claim", req.Key, err)
+		return store.ClaimResult{}, s.wrap("claim", req.Key, err)
 	}
 	if derr != nil {
-		return idem.ClaimResult{}, s.wrap("claim", req.Key, derr)
+		return store.ClaimResult{}, s.wrap("claim", req.Key, derr)
 	}
 	return res, nil
 }
@@ -46,18 +46,18 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimRes
 // have done the effect, and the next claim would be a fresh one, not a
 // takeover, so an AtMostOnce key would run again instead of being
 // indeterminate. Either way the reason marks the attempt as not run
-// (idem.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it: the rule of idem.UndoClaim, here by the finishing
+// (store.NotRunReason), so a later Reconcile hook is asked about the
+// attempt before it: the rule of store.UndoClaim, here by the finishing
 // script directly, with no WAIT of its own.
 // Best effort: its errors are dropped, and the undo may itself not reach
 // the replicas.
-func (s *Store) undo(res idem.ClaimResult) {
+func (s *Store) undo(res store.ClaimResult) {
 	if !res.Acquired {
 		return
 	}
-	st := idem.StatusReleased
+	st := store.StatusReleased
 	if res.Takeover {
-		st = idem.StatusInProgress // abandoned: lapsed at once
+		st = store.StatusInProgress // abandoned: lapsed at once
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -66,16 +66,16 @@ func (s *Store) undo(res idem.ClaimResult) {
 }
 
 // undoReason is the reason undo records.
-var undoReason = idem.NotRunReason("the claim was not acknowledged by enough replicas")
+var undoReason = store.NotRunReason("the claim was not acknowledged by enough replicas")
 
-func checkPolicy(p idem.Policy) error {
-	if p != idem.AtLeastOnce && p != idem.AtMostOnce {
+func checkPolicy(p store.Policy) error {
+	if p != store.AtLeastOnce && p != store.AtMostOnce {
 		return fmt.Errorf("redisstore: claim with unknown policy %v", p)
 	}
 	return nil
 }
 
-func (s *Store) claimArgs(req idem.ClaimRequest) []any {
+func (s *Store) claimArgs(req store.ClaimRequest) []any {
 	take := argTake[0]
 	if req.TakeLapsed {
 		take = argTake[1]
@@ -85,16 +85,16 @@ func (s *Store) claimArgs(req idem.ClaimRequest) []any {
 }
 
 // claimResult reads the claim script's answer.
-func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
+func claimResult(req store.ClaimRequest, v any) (store.ClaimResult, error) {
 	a, code, err := reply(v)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	now, err := replyTime(a, 1)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
-	res := idem.ClaimResult{Now: now}
+	res := store.ClaimResult{Now: now}
 	switch code {
 	case 1:
 		// A new record, made of the request: what the script wrote.
@@ -102,9 +102,9 @@ func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
 		ret := time.Duration(micros(req.Retention)) * time.Microsecond
 		lu := now.Add(lease)
 		res.Acquired = true
-		res.Record = idem.Record{
+		res.Record = store.Record{
 			Key:         req.Key,
-			Status:      idem.StatusInProgress,
+			Status:      store.StatusInProgress,
 			Policy:      req.Policy,
 			Fence:       1,
 			Attempt:     1,
@@ -114,7 +114,7 @@ func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
 			ExpiresAt:   now.Add(max(lease, ret)),
 			CreatedAt:   now,
 			UpdatedAt:   now,
-			Journal: []idem.JournalEntry{{
+			Journal: []store.JournalEntry{{
 				Attempt: 1, Fence: 1, Owner: req.Owner, Correlation: req.Correlation,
 				Started: now, LeaseUntil: lu, Policy: req.Policy.String(),
 			}},
@@ -123,21 +123,21 @@ func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
 	case 0, 2, 3:
 		h, err := replyHash(a, 2)
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
 		if res.Record, err = decode(req.Key, h); err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
 		res.Acquired = code != 0
 		res.Takeover = code == 3
 		return res, nil
 	case -1:
-		return idem.ClaimResult{}, replyCorrupt(req.Key, a)
+		return store.ClaimResult{}, replyCorrupt(req.Key, a)
 	}
-	return idem.ClaimResult{}, fmt.Errorf("redisstore: unexpected claim reply %v", v)
+	return store.ClaimResult{}, fmt.Errorf("redisstore: unexpected claim reply %v", v)
 }
 
-// ClaimBatch implements [idem.BatchClaimer]: the claims are pipelined, one
+// ClaimBatch implements [store.BatchClaimer]: the claims are pipelined, one
 // script per request, all sent in one round trip (one per cluster node
 // with [WithWait] on Redis Cluster). Results are in request order. Each
 // claim is atomic on its own, with the same rules as [Store.Claim]; a key
@@ -145,7 +145,7 @@ func claimResult(req idem.ClaimRequest, v any) (idem.ClaimResult, error) {
 // first's claim. If the connection fails mid-batch, ClaimBatch returns the
 // error, and the keys acquired before it stay claimed until their leases
 // pass.
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 			return nil, err
 		}
 	}
-	out := make([]idem.ClaimResult, len(reqs))
+	out := make([]store.ClaimResult, len(reqs))
 	if len(reqs) == 0 {
 		return out, nil
 	}
@@ -213,7 +213,7 @@ func (s *Store) batchGroups(ctx context.Context, n int, key func(i int) string) 
 }
 
 // claimGroup pipelines the claims idx of reqs on c and fills out.
-func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimRequest, idx []int, args [][]any, out []idem.ClaimResult) error {
+func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []store.ClaimRequest, idx []int, args [][]any, out []store.ClaimResult) error {
 	return s.pipeline(ctx, c, scriptClaim, idx, func(i int) (string, []any) { return s.rkey(reqs[i].Key), args[i] },
 		func(i int, v any, rerr error) error {
 			if rerr == nil {
@@ -225,7 +225,7 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []idem.ClaimReq
 			}
 			// This key alone (a record it cannot read, a reply error of its
 			// script): the batch's other claims stand.
-			out[i] = idem.ClaimResult{Record: idem.Record{Key: reqs[i].Key}, Err: rerr}
+			out[i] = store.ClaimResult{Record: store.Record{Key: reqs[i].Key}, Err: rerr}
 			return nil
 		})
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,14 +16,14 @@ import (
 func harness(t testing.TB, clocks *testClocks) idemtest.Harness {
 	testURL(t)
 	h := idemtest.Harness{
-		New: func(t testing.TB) idem.Store { return newTestStore(t, clocks) },
-		Corrupt: func(t testing.TB, s idem.Store, key string) {
+		New: func(t testing.TB) store.Store { return newTestStore(t, clocks) },
+		Corrupt: func(t testing.TB, s store.Store, key string) {
 			rs := s.(*Store)
 			if err := testClient(t).HSet(context.Background(), rs.rkey(key), "st", "bogus").Err(); err != nil {
 				t.Fatalf("corrupting %q: %v", key, err)
 			}
 		},
-		Unreachable: func(t testing.TB) idem.Store {
+		Unreachable: func(t testing.TB) store.Store {
 			s := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, DialTimeout: time.Second}))
 			s.own = true
 			return s
@@ -37,7 +37,7 @@ func harness(t testing.TB, clocks *testClocks) idemtest.Harness {
 	if clocks != nil {
 		h.Advance = clocks.advance
 		h.Locator = func(t testing.TB) string { return withPrefixURL(t, newPrefix(t)) }
-		h.Open = func(loc string) (idem.Store, error) { return Open(context.Background(), loc) }
+		h.Open = func(loc string) (store.Store, error) { return Open(context.Background(), loc) }
 	}
 	return h
 }

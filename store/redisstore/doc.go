@@ -1,4 +1,4 @@
-// Package redisstore is an idem.Store kept in Redis 7 (go-redis v9): one
+// Package redisstore is an store.Store kept in Redis 7 (go-redis v9): one
 // hash per key, every call one Lua script (one round trip), leases and
 // retention on the server's clock.
 //
@@ -8,9 +8,9 @@
 // # Layout
 //
 // The record of key k is the hash named prefix+k ([WithPrefix], default
-// "idem:"), with one field per [idem.Record] field; times are unix
+// "idem:"), with one field per [store.Record] field; times are unix
 // microseconds of the server's clock. The journal is a JSON array in one
-// field, with the JSON names of [idem.JournalEntry] and its times as RFC
+// field, with the JSON names of [store.JournalEntry] and its times as RFC
 // 3339 strings in UTC, exactly as encoding/json writes a time.Time, so
 // json.Unmarshal reads it as it is (the scripts format them; the tests
 // check the round trip). A record whose history is a single attempt of a
@@ -29,7 +29,7 @@
 // Every call that writes is one Lua script, run with EVALSHA (loaded once
 // per server; go-redis falls back to EVAL if the server forgot it). A
 // script reads the hash, decides by the same rules as the other stores
-// (internal/transition), and writes in the same atomic step: Redis runs
+// (the store package), and writes in the same atomic step: Redis runs
 // one script at a time, so no other write can slip between the read and
 // the write. The clock is Redis TIME, read inside the script (Redis 7
 // replicates scripts by their effects), so workers with skewed clocks
@@ -63,7 +63,7 @@
 // remains: if another client writes the key between the first run and the
 // retry, which a Release or an Abandon allows at once and a claim's lease
 // only once it has passed, the retry answers by the record it finds: an
-// [idem.ErrLeaseLost] for a release that happened, a busy key for a claim
+// [store.ErrLeaseLost] for a release that happened, a busy key for a claim
 // whose lease ran out meanwhile.) A call whose context
 // ends, or whose retries run out, returns an error: a store error, never
 // an outcome, and the key is left to its lease and policy.
@@ -131,7 +131,7 @@
 //
 // Claim, Complete, Fail, Release, Abandon, Extend, Get, Resolve and
 // Delete are each one script on one key: O(1), plus the journal (at most
-// [idem.MaxJournal] entries) for the scripts that edit it. A claim of a new
+// [store.MaxJournal] entries) for the scripts that edit it. A claim of a new
 // key costs Redis TIME, EXISTS, one HSET of 12 fields and a PEXPIREAT;
 // a completion TIME, one HMGET, one HSET and a PEXPIREAT. List and Sweep
 // SCAN the keys under the prefix (see [Store.List]): their cost grows with

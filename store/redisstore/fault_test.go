@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idem/internal/tcprelay"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/tcprelay"
+	"github.com/idemkit/idem/store"
 
 	"github.com/idemkit/idem"
 	"github.com/redis/go-redis/v9"
@@ -88,7 +90,7 @@ func newFaultRig(t *testing.T, retries, relay bool) *faultRig {
 // pipeline pool's connection; it fails t unless the relay cut them.
 func (f *faultRig) cutBatch(t *testing.T, n int, call func()) {
 	t.Helper()
-	if _, err := f.s.ClaimBatch(context.Background(), []idem.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
+	if _, err := f.s.ClaimBatch(context.Background(), []store.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	f.px.CutAnswersAfter(n)
@@ -121,7 +123,7 @@ func wantStoreErr(t *testing.T, what string, err error) {
 		t.Fatalf("%s: no error, want a store error", what)
 	}
 	for _, outcome := range []error{idem.ErrInProgress, idem.ErrIndeterminate, idem.ErrMismatch, idem.ErrFailed,
-		idem.ErrLeaseLost, idem.ErrNotFound, idem.ErrCorrupt} {
+		store.ErrLeaseLost, store.ErrNotFound, store.ErrCorrupt} {
 		if errors.Is(err, outcome) {
 			t.Fatalf("%s: err = %v reads as the outcome %v", what, err, outcome)
 		}
@@ -192,15 +194,15 @@ func TestFaultClientKill(t *testing.T) {
 		t.Run(name+"/claim", func(t *testing.T) {
 			f := newFaultRig(t, retries, false)
 			s, check := f.s, f.check
-			var cr idem.ClaimResult
+			var cr store.ClaimResult
 			err := killDuringCall(t, s, func() (err error) {
-				cr, err = s.Claim(context.Background(), idem.ClaimRequest{Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour})
+				cr, err = s.Claim(context.Background(), store.ClaimRequest{Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour})
 				return err
 			})
 			if !retries {
 				wantStoreErr(t, "Claim whose connection was killed", err)
 				// Killed before it ran: the key is as it was.
-				if _, err := check.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+				if _, err := check.Get(context.Background(), "k"); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("after the killed claim: Get = %v, want ErrNotFound", err)
 				}
 				var n atomic.Int32
@@ -218,12 +220,12 @@ func TestFaultClientKill(t *testing.T) {
 				t.Fatalf("after the retried claim: %+v, %v", brief(rec), err)
 			}
 		})
-		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
 				f := newFaultRig(t, retries, false)
 				s, check := f.s, f.check
 				ctx := context.Background()
-				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
@@ -232,7 +234,7 @@ func TestFaultClientKill(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Complete retried after its connection was killed: %v", err)
 					}
-					if rec, err := check.Get(ctx, "k"); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "sent" {
+					if rec, err := check.Get(ctx, "k"); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "sent" {
 						t.Fatalf("after the retried completion: %+v, %v", brief(rec), err)
 					}
 					return
@@ -247,11 +249,11 @@ func TestFaultClientKill(t *testing.T) {
 // followsPolicy checks the record of "k" after a completion that did not
 // happen: in progress under its lease, busy until it lapses, then taken
 // over (AtLeastOnce) or indeterminate (AtMostOnce).
-func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p idem.Policy, held idem.Record) {
+func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p store.Policy, held store.Record) {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != held.Fence || len(rec.Result) != 0 {
+	if err != nil || rec.Status != store.StatusInProgress || rec.Fence != held.Fence || len(rec.Result) != 0 {
 		t.Fatalf("after the failed completion: %+v, %v; want the claim as it was", brief(rec), err)
 	}
 	l := idem.New(s, idem.WithLogger(quiet), idem.WithPolicy(p), idem.WithOwner("next"))
@@ -263,11 +265,11 @@ func followsPolicy(t *testing.T, clocks *testClocks, s *Store, p idem.Policy, he
 	clocks.advance(t, time.Until(rec.LeaseUntil)+time.Minute)
 	res, err := l.Do(ctx, idem.Key("k"), fn)
 	switch p {
-	case idem.AtLeastOnce:
+	case store.AtLeastOnce:
 		if err != nil || !res.Takeover || res.Fence != held.Fence+1 || n.Load() != 1 {
 			t.Fatalf("Do after the lease passed: %+v, %v; want a takeover with fence %d", res, err, held.Fence+1)
 		}
-	case idem.AtMostOnce:
+	case store.AtMostOnce:
 		if !errors.Is(err, idem.ErrIndeterminate) || n.Load() != 0 {
 			t.Fatalf("Do after the lease passed: %v (fn ran %d times), want ErrIndeterminate", err, n.Load())
 		}
@@ -278,14 +280,14 @@ func TestFaultAnswerLost(t *testing.T) {
 	testURL(t)
 	for _, mode := range retryModes {
 		name, retries := mode.name, mode.retries
-		for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
+		for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 			t.Run(name+"/claim/"+p.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFaultRig(t, retries, true)
 				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
 				px.DropAnswers(1)
-				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if retries {
 					if err != nil || !cr.Acquired || cr.Takeover || cr.Record.Fence != 1 || cr.Record.Owner != "lost" {
 						t.Fatalf("Claim whose first answer was lost, retried: %+v, %v; want acquired, fence 1", cr, err)
@@ -294,14 +296,14 @@ func TestFaultAnswerLost(t *testing.T) {
 				}
 				wantStoreErr(t, "Claim whose answer was lost", err)
 				// It ran: the claim holds the key, and nobody runs it.
-				followsPolicy(t, f.clocks, check, p, idem.Record{Fence: 1})
+				followsPolicy(t, f.clocks, check, p, store.Record{Fence: 1})
 			})
 			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFaultRig(t, retries, true)
 				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
-				cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
@@ -328,7 +330,7 @@ func TestFaultAnswerLost(t *testing.T) {
 			f := newFaultRig(t, retries, true)
 			s, px := f.s, f.px
 			ctx := context.Background()
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
 			if err != nil || !cr.Acquired {
 				t.Fatal(cr, err)
 			}
@@ -350,7 +352,7 @@ func TestFaultAnswerLost(t *testing.T) {
 				wantStoreErr(t, "Release whose answer was lost", err)
 			}
 			rec, err := s.Get(ctx, "k")
-			if err != nil || rec.Status != idem.StatusReleased || rec.Reason != "retry" {
+			if err != nil || rec.Status != store.StatusReleased || rec.Reason != "retry" {
 				t.Fatalf("after the release: %+v, %v", brief(rec), err)
 			}
 		})
@@ -358,7 +360,7 @@ func TestFaultAnswerLost(t *testing.T) {
 }
 
 // brief is r without its journal, for messages.
-func brief(r idem.Record) idem.Record {
+func brief(r store.Record) store.Record {
 	r.Journal = nil
 	return r
 }
@@ -381,12 +383,12 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 			f := newFaultRig(t, retries, true)
 			s, check := f.s, f.check
 			ctx := context.Background()
-			reqs := make([]idem.ClaimRequest, len(keys))
+			reqs := make([]store.ClaimRequest, len(keys))
 			for i, k := range keys {
-				reqs[i] = idem.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
+				reqs[i] = store.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
 			}
 			var (
-				res []idem.ClaimResult
+				res []store.ClaimResult
 				err error
 			)
 			f.cutBatch(t, 70, func() { res, err = s.ClaimBatch(ctx, reqs) }) // about two and a half claim replies
@@ -407,7 +409,7 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 			}
 			// Redis ran every claim: each key is held by it.
 			for _, k := range keys {
-				if rec, err := check.Get(ctx, k); err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Owner != "cut" {
+				if rec, err := check.Get(ctx, k); err != nil || rec.Status != store.StatusInProgress || rec.Fence != 1 || rec.Owner != "cut" {
 					t.Fatalf("%q after the cut batch: %+v, %v", k, brief(rec), err)
 				}
 			}
@@ -417,13 +419,13 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 			f := newFaultRig(t, retries, true)
 			s, check := f.s, f.check
 			ctx := context.Background()
-			cs := make([]idem.Completion, len(keys))
+			cs := make([]store.Completion, len(keys))
 			for i, k := range keys {
-				cr, err := check.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour})
+				cr, err := check.Claim(ctx, store.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
-				cs[i] = idem.Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("r" + k), Retention: time.Hour}
+				cs[i] = store.Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("r" + k), Retention: time.Hour}
 			}
 			var (
 				errs []error
@@ -446,7 +448,7 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 				}
 			}
 			for _, k := range keys {
-				if rec, err := check.Get(ctx, k); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+k {
+				if rec, err := check.Get(ctx, k); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "r"+k {
 					t.Fatalf("%q after the cut batch: %+v, %v", k, brief(rec), err)
 				}
 			}

@@ -5,38 +5,38 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, "complete", key, fence, idem.StatusCompleted, result, retention)
+	return s.finish(ctx, "complete", key, fence, store.StatusCompleted, result, retention)
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, "fail", key, fence, idem.StatusFailed, reason, retention)
+	return s.finish(ctx, "fail", key, fence, store.StatusFailed, reason, retention)
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, "release", key, fence, idem.StatusReleased, reason, 0)
+	return s.finish(ctx, "release", key, fence, store.StatusReleased, reason, 0)
 }
 
-// Abandon implements [idem.Store].
+// Abandon implements [store.Store].
 func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, "abandon", key, fence, idem.StatusInProgress, reason, 0)
+	return s.finish(ctx, "abandon", key, fence, store.StatusInProgress, reason, 0)
 }
 
-// CompleteBatch implements [idem.BatchCompleter]: the completions are
+// CompleteBatch implements [store.BatchCompleter]: the completions are
 // pipelined, one script per completion, all sent in one round trip (one per
 // cluster node with [WithWait] on Redis Cluster). Each is atomic on its own,
-// with the same rules as [Store.Complete]: errs[i] is [idem.ErrLeaseLost]
-// when cs[i]'s attempt no longer held the key, and wraps [idem.ErrCorrupt]
+// with the same rules as [Store.Complete]: errs[i] is [store.ErrLeaseLost]
+// when cs[i]'s attempt no longer held the key, and wraps [store.ErrCorrupt]
 // when its record cannot be decoded. When err is not nil (the
 // connection failed mid-batch, or WithWait's replicas did not acknowledge),
 // some completions may have been recorded.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs []error, err error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []store.Completion) (errs []error, err error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs [
 	for c, idx := range groups {
 		err := s.pipeline(ctx, c, scriptFinish, idx,
 			func(i int) (string, []any) {
-				return s.rkey(cs[i].Key), s.args(cs[i].Fence, string(idem.StatusCompleted), cs[i].Result, micros(cs[i].Retention))
+				return s.rkey(cs[i].Key), s.args(cs[i].Fence, string(store.StatusCompleted), cs[i].Result, micros(cs[i].Retention))
 			},
 			func(i int, v any, err error) error {
 				if err != nil {
@@ -65,7 +65,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs [
 				case code == -1:
 					errs[i] = replyCorrupt(cs[i].Key, a)
 				case code == 0:
-					errs[i] = idem.ErrLeaseLost
+					errs[i] = store.ErrLeaseLost
 				case code != 1 && code != 2:
 					return fmt.Errorf("unexpected reply %v", v)
 				}
@@ -81,8 +81,8 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) (errs [
 // finish runs the script that ends the attempt holding fence: one round
 // trip. A refused call (another fence, another status) marks the stale
 // attempt's journal entry with its late finish and returns
-// idem.ErrLeaseLost.
-func (s *Store) finish(ctx context.Context, op, key string, fence int64, st idem.Status, payload any, retention time.Duration) error {
+// store.ErrLeaseLost.
+func (s *Store) finish(ctx context.Context, op, key string, fence int64, st store.Status, payload any, retention time.Duration) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -97,14 +97,14 @@ func (s *Store) finish(ctx context.Context, op, key string, fence int64, st idem
 	case code == -1:
 		return replyCorrupt(key, a)
 	case code == 0:
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	case code != 1 && code != 2:
 		return s.wrap(op, key, fmt.Errorf("unexpected reply %v", v))
 	}
 	return s.wrap(op, key, err) // nil, or not replicated
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
@@ -120,7 +120,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 	case code == -1:
 		return time.Time{}, replyCorrupt(key, a)
 	case code == 0:
-		return time.Time{}, idem.ErrLeaseLost
+		return time.Time{}, store.ErrLeaseLost
 	case code != 1 && code != 2:
 		return time.Time{}, s.wrap("extend", key, fmt.Errorf("unexpected reply %v", v))
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -78,7 +78,7 @@ return encode(journalOf(h))
 // checkJournal checks that key's journal reads the same through the store
 // (Go builds an implicit journal) and through the scripts, and that an
 // explicit journal's JSON is what encoding/json writes for it.
-func checkJournal(t *testing.T, s *Store, key string) idem.Record {
+func checkJournal(t *testing.T, s *Store, key string) store.Record {
 	t.Helper()
 	ctx := context.Background()
 	rec, err := s.Get(ctx, key)
@@ -89,7 +89,7 @@ func checkJournal(t *testing.T, s *Store, key string) idem.Record {
 	if err != nil {
 		t.Fatalf("journal of %q: %v", key, err)
 	}
-	var lua []idem.JournalEntry
+	var lua []store.JournalEntry
 	if err := json.Unmarshal([]byte(raw), &lua); err != nil {
 		t.Fatalf("the scripts' journal of %q does not decode: %v\n%s", key, err, raw)
 	}
@@ -115,8 +115,8 @@ func TestJournalForms(t *testing.T) {
 	clocks := new(testClocks)
 	s := newTestStore(t, clocks)
 	ctx := context.Background()
-	req := func(key string) idem.ClaimRequest {
-		return idem.ClaimRequest{Key: key, Owner: "w/1 \"q\" é", Correlation: "msg-1 </>&", Policy: idem.AtMostOnce,
+	req := func(key string) store.ClaimRequest {
+		return store.ClaimRequest{Key: key, Owner: "w/1 \"q\" é", Correlation: "msg-1 </>&", Policy: store.AtMostOnce,
 			Lease: time.Minute + 123456*time.Microsecond, Retention: time.Hour, Fingerprint: "fp"}
 	}
 	hasJ := func(key string) bool {
@@ -126,7 +126,7 @@ func TestJournalForms(t *testing.T) {
 		}
 		return n
 	}
-	claim := func(key string) idem.ClaimResult {
+	claim := func(key string) store.ClaimResult {
 		cr, err := s.Claim(ctx, req(key))
 		if err != nil || !cr.Acquired {
 			t.Fatalf("Claim(%q): %v, acquired %v", key, err, cr.Acquired)
@@ -171,7 +171,7 @@ func TestJournalForms(t *testing.T) {
 		}
 		want(key, false)
 		// A stale write is refused without a trace to leave.
-		if err := s.Complete(ctx, key, cr.Record.Fence+1, nil, time.Hour); err != idem.ErrLeaseLost {
+		if err := s.Complete(ctx, key, cr.Record.Fence+1, nil, time.Hour); err != store.ErrLeaseLost {
 			t.Fatalf("stale Complete: %v", err)
 		}
 		want(key, false)
@@ -212,16 +212,16 @@ func TestJournalForms(t *testing.T) {
 		t.Fatalf("takeover: %v %+v", err, cr2)
 	}
 	want("takeover", true)
-	if _, err := s.Extend(ctx, "takeover", cr.Record.Fence, time.Minute); err != idem.ErrLeaseLost {
+	if _, err := s.Extend(ctx, "takeover", cr.Record.Fence, time.Minute); err != store.ErrLeaseLost {
 		t.Fatalf("stale Extend: %v", err)
 	}
-	if rec := checkJournal(t, s, "takeover"); rec.Journal[0].LateFinish.IsZero() || rec.Journal[0].Outcome != idem.OutcomeLapsed {
+	if rec := checkJournal(t, s, "takeover"); rec.Journal[0].LateFinish.IsZero() || rec.Journal[0].Outcome != store.OutcomeLapsed {
 		t.Fatalf("stale attempt's entry %+v, want lapsed and late", rec.Journal[0])
 	}
 
 	// Resolved from the implicit form.
 	cr = claim("resolve")
-	if _, err := s.Resolve(ctx, "resolve", cr.Record.Fence, idem.Resolution{Done: true, Result: []byte("r"), Reason: "found", By: "op"}); err != nil {
+	if _, err := s.Resolve(ctx, "resolve", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("r"), Reason: "found", By: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	want("resolve", true)
@@ -238,12 +238,12 @@ func TestJournalForms(t *testing.T) {
 	}
 }
 
-// TestJournalTrim holds the journal to idem.MaxJournal entries.
+// TestJournalTrim holds the journal to store.MaxJournal entries.
 func TestJournalTrim(t *testing.T) {
 	s := newTestStore(t, nil)
 	ctx := context.Background()
-	r := idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
-	for i := range idem.MaxJournal + 5 {
+	r := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	for i := range store.MaxJournal + 5 {
 		cr, err := s.Claim(ctx, r)
 		if err != nil || !cr.Acquired {
 			t.Fatalf("claim %d: %v %v", i, err, cr.Acquired)
@@ -253,8 +253,8 @@ func TestJournalTrim(t *testing.T) {
 		}
 	}
 	rec := checkJournal(t, s, "k")
-	if len(rec.Journal) != idem.MaxJournal || rec.Journal[0].Attempt != 6 || rec.Journal[idem.MaxJournal-1].Attempt != idem.MaxJournal+5 {
+	if len(rec.Journal) != store.MaxJournal || rec.Journal[0].Attempt != 6 || rec.Journal[store.MaxJournal-1].Attempt != store.MaxJournal+5 {
 		t.Fatalf("journal of %d entries from attempt %d to %d, want %d from 6 to %d",
-			len(rec.Journal), rec.Journal[0].Attempt, rec.Journal[len(rec.Journal)-1].Attempt, idem.MaxJournal, idem.MaxJournal+5)
+			len(rec.Journal), rec.Journal[0].Attempt, rec.Journal[len(rec.Journal)-1].Attempt, store.MaxJournal, store.MaxJournal+5)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/idemkit/idem/internal/modeltest"
 )
 
-// TestModelOps compares the store with internal/transition on random
+// TestModelOps compares the store with the store package's state machine on random
 // operations, batches, deletes, sweeps and lists included (see
 // internal/modeltest).
 func TestModelOps(t *testing.T) {

@@ -1,6 +1,8 @@
 package redisstore
 
-import "time"
+import (
+	"time"
+)
 
 // DefaultPrefix is the prefix of the store's Redis keys unless
 // [WithPrefix] says otherwise.
@@ -67,7 +69,7 @@ func WithKeepExpired(d time.Duration) Option {
 // that the next claim is again a takeover (and, under AtMostOnce without
 // TakeLapsed, finds the key indeterminate): the lapsed attempt may have
 // done the effect. Either way the undone attempt's reason is made by
-// [idem.NotRunReason], so a Reconcile hook is asked about the attempt
+// [store.NotRunReason], so a Reconcile hook is asked about the attempt
 // before it.
 //
 // WAIT makes a write survive the failover of the primary to an

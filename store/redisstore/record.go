@@ -6,19 +6,19 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // decode reads the flat HGETALL answer of key's hash. A hash it cannot read
-// is an *idem.CorruptError: never absent, never an outcome.
-func decode(key string, flat []any) (idem.Record, error) {
-	corrupt := func(format string, args ...any) (idem.Record, error) {
-		return idem.Record{}, &idem.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
+// is an *store.CorruptError: never absent, never an outcome.
+func decode(key string, flat []any) (store.Record, error) {
+	corrupt := func(format string, args ...any) (store.Record, error) {
+		return store.Record{}, &store.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
 	if len(flat)%2 != 0 {
 		return corrupt("odd hash reply")
 	}
-	rec := idem.Record{Key: key}
+	rec := store.Record{Key: key}
 	var (
 		have               int
 		st, po, js, cr, jx string
@@ -101,14 +101,14 @@ func decode(key string, flat []any) (idem.Record, error) {
 		return corrupt("fields missing from the hash (%d fields)", len(flat)/2)
 	}
 	var err error
-	if rec.Status, err = idem.ParseStatus(st); err != nil {
+	if rec.Status, err = store.ParseStatus(st); err != nil {
 		return corrupt("status %q is not one of in_progress, completed, failed, released", st)
 	}
-	if rec.Policy, err = idem.ParsePolicy(po); err != nil {
+	if rec.Policy, err = store.ParsePolicy(po); err != nil {
 		return corrupt("policy %q is not at_least_once or at_most_once", po)
 	}
 	if have&hJ == 0 {
-		rec.Journal = []idem.JournalEntry{implicitEntry(&rec, po, cr, jx)}
+		rec.Journal = []store.JournalEntry{implicitEntry(&rec, po, cr, jx)}
 		return rec, nil
 	}
 	if len(js) == 0 || js[0] != '[' {
@@ -123,17 +123,17 @@ func decode(key string, flat []any) (idem.Record, error) {
 // implicitEntry is the one journal entry of a record whose hash has no
 // journal field: the entry its other fields say (see scripts.go). Its
 // outcome is the jx field, or else the status unless in_progress.
-func implicitEntry(rec *idem.Record, policy, corr, outcome string) idem.JournalEntry {
-	e := idem.JournalEntry{
+func implicitEntry(rec *store.Record, policy, corr, outcome string) store.JournalEntry {
+	e := store.JournalEntry{
 		Attempt: rec.Attempt, Fence: rec.Fence, Owner: rec.Owner, Correlation: corr,
 		Started: rec.CreatedAt, LeaseUntil: rec.LeaseUntil, Policy: policy,
 	}
-	if outcome == "" && rec.Status != idem.StatusInProgress {
+	if outcome == "" && rec.Status != store.StatusInProgress {
 		outcome = string(rec.Status)
 	}
 	if outcome != "" {
 		e.Outcome, e.Ended = outcome, rec.UpdatedAt
-		if outcome != idem.OutcomeCompleted {
+		if outcome != store.OutcomeCompleted {
 			e.Reason = rec.Reason
 		}
 	}
@@ -193,5 +193,5 @@ func replyCorrupt(key string, a []any) error {
 			why = s
 		}
 	}
-	return &idem.CorruptError{Key: key, Detail: why}
+	return &store.CorruptError{Key: key, Detail: why}
 }

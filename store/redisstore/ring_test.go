@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -104,9 +104,9 @@ func TestRingScripts(t *testing.T) {
 		}
 	}
 
-	var reqs []idem.ClaimRequest
+	var reqs []store.ClaimRequest
 	for i := range 20 {
-		reqs = append(reqs, idem.ClaimRequest{Key: fmt.Sprint("k", i), Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		reqs = append(reqs, store.ClaimRequest{Key: fmt.Sprint("k", i), Owner: "o", Lease: time.Minute, Retention: time.Hour})
 	}
 	// A new server has no scripts: the batch loads its script on both shards.
 	flush()
@@ -131,9 +131,9 @@ func TestRingScripts(t *testing.T) {
 	}
 
 	flush()
-	cs := make([]idem.Completion, len(res))
+	cs := make([]store.Completion, len(res))
 	for i, r := range res {
-		cs[i] = idem.Completion{Key: r.Record.Key, Fence: r.Record.Fence, Result: []byte("done"), Retention: time.Hour}
+		cs[i] = store.Completion{Key: r.Record.Key, Fence: r.Record.Fence, Result: []byte("done"), Retention: time.Hour}
 	}
 	errs, err := s.CompleteBatch(ctx, cs)
 	if err != nil {
@@ -145,7 +145,7 @@ func TestRingScripts(t *testing.T) {
 		}
 	}
 	for _, r := range reqs {
-		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != idem.StatusCompleted {
+		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != store.StatusCompleted {
 			t.Fatalf("%s after CompleteBatch: %+v, %v", r.Key, brief(rec), err)
 		}
 	}

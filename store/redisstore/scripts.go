@@ -1,6 +1,8 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+)
 
 // The record of a key is one hash. Its fields (short, since every record
 // carries them):
@@ -18,7 +20,7 @@ import "github.com/redis/go-redis/v9"
 //	c   created at, unix microseconds
 //	u   updated at, unix microseconds
 //	n   the call id of the last write (see below)
-//	j   journal: a JSON array of idem.JournalEntry, with its JSON names
+//	j   journal: a JSON array of store.JournalEntry, with its JSON names
 //	    and its times as RFC 3339 strings in UTC (what encoding/json makes
 //	    of a time.Time), so json.Unmarshal reads it as it is
 //
@@ -223,7 +225,7 @@ end
 //	AtMostOnce attempt
 //
 // A lapsed attempt is taken over only when its fingerprint or [9] is
-// empty, or they are equal (transition.Claim).
+// empty, or they are equal (store.ApplyClaim).
 //
 // Returns {1, now} when it made a new record (the caller knows it whole),
 // {2, now, hash} when it acquired an existing record, {3, now, hash} when
@@ -432,7 +434,7 @@ return {1, lu}
 //
 //	ARGV[3] call id, [4] fence (0: any), [5] "1" done, [6] result,
 //	[7] reason, [8] retention µs (done), [9] by, [10] "1" in progress
-//	only (idem.Resolution.InProgress: the status must be in_progress,
+//	only (store.Resolution.InProgress: the status must be in_progress,
 //	whatever the lease)
 //
 // Returns {1, now, hash} resolved, {0} not found, {2} lease lost (another

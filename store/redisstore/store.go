@@ -12,12 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// Store is an [idem.Store] kept in Redis, one hash per key. It also
-// implements [idem.BatchClaimer]. Make one with [Open] or [New]; it is safe
+// Store is an [store.Store] kept in Redis, one hash per key. It also
+// implements [store.BatchClaimer]. Make one with [Open] or [New]; it is safe
 // for concurrent use by many goroutines, and any number of processes may
 // share a prefix.
 type Store struct {
@@ -36,8 +36,8 @@ type Store struct {
 }
 
 var (
-	_ idem.Store        = (*Store)(nil)
-	_ idem.BatchClaimer = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.BatchClaimer = (*Store)(nil)
 )
 
 // URL parameters read by [Open] (and removed before the URL is handed to
@@ -212,7 +212,7 @@ func load(ctx context.Context, c scripter, sc *redis.Script) error {
 }
 
 // Close marks the store closed: later calls return an error wrapping
-// [idem.ErrClosed]. A store from [Open] also closes its client. Close is
+// [store.ErrClosed]. A store from [Open] also closes its client. Close is
 // idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -224,7 +224,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-var errClosed = fmt.Errorf("redisstore: %w", idem.ErrClosed)
+var errClosed = fmt.Errorf("redisstore: %w", store.ErrClosed)
 
 // check returns the error a call must return before reaching Redis.
 func (s *Store) check(ctx context.Context) error {
@@ -295,7 +295,7 @@ func (s *Store) clockArgs() (off, extra any) {
 var (
 	argZero   any = int64(0)
 	argTake       = [2]any{"0", "1"}
-	argPolicy     = [2]any{idem.AtLeastOnce.String(), idem.AtMostOnce.String()}
+	argPolicy     = [2]any{store.AtLeastOnce.String(), store.AtMostOnce.String()}
 )
 
 // callID returns an id no other call of any store makes.

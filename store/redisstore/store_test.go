@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,7 +46,7 @@ func TestOpen(t *testing.T) {
 	}
 	noErr(t, s2.Close())
 	noErr(t, s2.Close()) // idempotent
-	if _, err := s2.Get(ctx, "k"); !errors.Is(err, idem.ErrClosed) {
+	if _, err := s2.Get(ctx, "k"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 
@@ -64,7 +65,7 @@ func TestOpen(t *testing.T) {
 	if s, err := Open(ctx, "redis://127.0.0.1:1/0?dial_timeout=200ms"); err == nil {
 		s.Close()
 		t.Error("Open of an unreachable server succeeded")
-	} else if errors.Is(err, idem.ErrNotFound) {
+	} else if errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Open of an unreachable server: %v", err)
 	}
 }
@@ -77,7 +78,7 @@ func noErr(t *testing.T, err error) {
 }
 
 // TestCorrupt damages each part of a hash the store reads: every call on
-// the key reports an *idem.CorruptError and writes nothing, but Delete,
+// the key reports an *store.CorruptError and writes nothing, but Delete,
 // which is how an operator removes it.
 func TestCorrupt(t *testing.T) {
 	testURL(t)
@@ -101,7 +102,7 @@ func TestCorrupt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newTestStore(t, nil)
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if tc.name == "journal_bad_time" || strings.HasPrefix(tc.name, "journal") {
 				// Give the record an explicit journal first, then damage it.
@@ -118,18 +119,18 @@ func TestCorrupt(t *testing.T) {
 			before, _ := c.HGetAll(ctx, s.rkey("k")).Result()
 			wantCorrupt := func(what string, err error) {
 				t.Helper()
-				var ce *idem.CorruptError
+				var ce *store.CorruptError
 				if !errors.As(err, &ce) || ce.Key != "k" {
-					t.Fatalf("%s of a record with a damaged %s: %v, want *idem.CorruptError for k", what, tc.name, err)
+					t.Fatalf("%s of a record with a damaged %s: %v, want *store.CorruptError for k", what, tc.name, err)
 				}
 			}
 			_, err = s.Get(ctx, "k")
 			wantCorrupt("Get", err)
-			_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour, TakeLapsed: true})
+			_, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour, TakeLapsed: true})
 			wantCorrupt("Claim", err)
-			_, err = s.List(ctx, idem.ListQuery{})
+			_, err = s.List(ctx, store.ListQuery{})
 			wantCorrupt("List", err)
-			_, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: true})
+			_, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: true})
 			wantCorrupt("Resolve", err)
 			switch tc.name {
 			case "policy", "lease", "journal_bad_time":
@@ -145,7 +146,7 @@ func TestCorrupt(t *testing.T) {
 				}
 			}
 			noErr(t, s.Delete(ctx, "k"))
-			if _, err := s.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("Get after deleting the damaged record: %v", err)
 			}
 		})
@@ -153,8 +154,8 @@ func TestCorrupt(t *testing.T) {
 	t.Run("wrong_type", func(t *testing.T) {
 		s := newTestStore(t, nil)
 		noErr(t, testClient(t).Set(ctx, s.rkey("k"), "a string", time.Hour).Err())
-		_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
-		if err == nil || errors.Is(err, idem.ErrNotFound) {
+		_, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		if err == nil || errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Claim of a key that is not a hash: %v, want an error", err)
 		}
 	})
@@ -166,7 +167,7 @@ func TestCallID(t *testing.T) {
 	s := newTestStore(t, nil)
 	ctx := context.Background()
 	keys := []string{s.rkey("k")}
-	req := idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
 	args := s.claimArgs(req)
 	for i := range 2 {
 		v, err := scriptClaim.Run(ctx, s.client, keys, args...).Result()
@@ -176,7 +177,7 @@ func TestCallID(t *testing.T) {
 			t.Fatalf("claim run %d: %+v, %v; want acquired, fence 1", i, cr, err)
 		}
 	}
-	fargs := s.args(int64(1), string(idem.StatusCompleted), []byte("r"), micros(time.Hour))
+	fargs := s.args(int64(1), string(store.StatusCompleted), []byte("r"), micros(time.Hour))
 	for i := range 2 {
 		v, err := scriptFinish.Run(ctx, s.client, keys, fargs...).Result()
 		noErr(t, err)
@@ -185,7 +186,7 @@ func TestCallID(t *testing.T) {
 		}
 	}
 	// Another call with the same fence is refused.
-	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("a second completion: %v, want ErrLeaseLost", err)
 	}
 }
@@ -198,7 +199,7 @@ func TestKeepExpired(t *testing.T) {
 	for _, keep := range []time.Duration{0, time.Hour} {
 		t.Run(keep.String(), func(t *testing.T) {
 			s := newTestStore(t, nil, WithKeepExpired(keep))
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			const ret = 50 * time.Millisecond
 			before := time.Now()
@@ -216,12 +217,12 @@ func TestKeepExpired(t *testing.T) {
 				t.Fatalf("PTTL after a completion with %v retention: %v, want between %v and %v", ret, ttl, lo, hi)
 			}
 			time.Sleep(100 * time.Millisecond)
-			if _, err := s.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("Get after the retention: %v, want ErrNotFound", err)
 			}
 			exists, err := c.Exists(ctx, s.rkey("k")).Result()
 			noErr(t, err)
-			cr, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			cr, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if keep == 0 {
 				if exists != 0 || cr.Record.Fence != 1 {
@@ -249,7 +250,7 @@ func TestWait(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	req := idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
 	_, err = s.Claim(ctx, req)
 	var nr *NotReplicatedError
 	if !errors.As(err, &nr) || nr.Want != 1 || nr.Got != 0 {
@@ -257,14 +258,14 @@ func TestWait(t *testing.T) {
 	}
 	wantStoreErr(t, "Claim not replicated", err)
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Status != idem.StatusReleased {
+	if err != nil || rec.Status != store.StatusReleased {
 		t.Fatalf("after an unconfirmed claim: %+v, %v; want it released", brief(rec), err)
 	}
-	_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req, {Key: "k2", Lease: time.Minute, Retention: time.Hour}})
+	_, err = s.ClaimBatch(ctx, []store.ClaimRequest{req, {Key: "k2", Lease: time.Minute, Retention: time.Hour}})
 	if !errors.As(err, &nr) {
 		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v", err)
 	}
-	if rec, err := s.Get(ctx, "k2"); err != nil || rec.Status != idem.StatusReleased {
+	if rec, err := s.Get(ctx, "k2"); err != nil || rec.Status != store.StatusReleased {
 		t.Fatalf("after an unconfirmed batch claim: %+v, %v; want it released", brief(rec), err)
 	}
 
@@ -278,7 +279,7 @@ func TestWait(t *testing.T) {
 	if !errors.As(err, &nr) {
 		t.Fatalf("Complete with WAIT 1 and no replica: %v", err)
 	}
-	if rec, _ := s.Get(ctx, "k"); rec.Status != idem.StatusCompleted {
+	if rec, _ := s.Get(ctx, "k"); rec.Status != store.StatusCompleted {
 		t.Fatalf("the unconfirmed completion is on the primary: %s", rec.Status)
 	}
 }
@@ -304,9 +305,9 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	most := idem.ClaimRequest{Key: "most", Owner: "first", Correlation: "c1", Policy: idem.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
-	least := idem.ClaimRequest{Key: "least", Owner: "first", Correlation: "c1", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
-	for _, r := range []idem.ClaimRequest{most, least} {
+	most := store.ClaimRequest{Key: "most", Owner: "first", Correlation: "c1", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	least := store.ClaimRequest{Key: "least", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	for _, r := range []store.ClaimRequest{most, least} {
 		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 			t.Fatalf("first claim of %s: %+v, %v", r.Key, cr, err)
 		}
@@ -325,21 +326,21 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 	}
 	again := least
 	again.Owner, again.Correlation = "second", "c2"
-	free := idem.ClaimRequest{Key: "free", Owner: "second", Lease: time.Minute, Retention: time.Hour}
-	if _, err := sw.ClaimBatch(ctx, []idem.ClaimRequest{again, free}); !errors.As(err, &nr) {
+	free := store.ClaimRequest{Key: "free", Owner: "second", Lease: time.Minute, Retention: time.Hour}
+	if _, err := sw.ClaimBatch(ctx, []store.ClaimRequest{again, free}); !errors.As(err, &nr) {
 		t.Fatalf("batch takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	for _, k := range []string{"most", "least"} {
 		rec, err := s.Get(ctx, k)
-		if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 {
+		if err != nil || rec.Status != store.StatusInProgress || rec.Fence != 2 {
 			t.Fatalf("%s after an unconfirmed takeover: %+v, %v; want in_progress at fence 2", k, brief(rec), err)
 		}
 		last := rec.Journal[len(rec.Journal)-1]
-		if last.Outcome != idem.OutcomeAbandoned || !last.NotRun() {
+		if last.Outcome != store.OutcomeAbandoned || !last.NotRun() {
 			t.Fatalf("%s's unconfirmed takeover: journal entry %+v; want abandoned, not run", k, last)
 		}
 	}
-	if rec, err := s.Get(ctx, "free"); err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
+	if rec, err := s.Get(ctx, "free"); err != nil || rec.Status != store.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
 		t.Fatalf("free key after an unconfirmed batch claim: %+v, %v; want it released, not run", brief(rec), err)
 	}
 
@@ -383,19 +384,19 @@ func TestWaitReleaseNotRun(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	req := idem.ClaimRequest{Key: "one", Owner: "first", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{Key: "one", Owner: "first", Lease: time.Minute, Retention: time.Hour}
 	var nr *NotReplicatedError
 	if _, err := sw.Claim(ctx, req); !errors.As(err, &nr) {
 		t.Fatalf("Claim with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	req.Key = "batch"
-	if _, err := sw.ClaimBatch(ctx, []idem.ClaimRequest{req}); !errors.As(err, &nr) {
+	if _, err := sw.ClaimBatch(ctx, []store.ClaimRequest{req}); !errors.As(err, &nr) {
 		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	l := idem.New(s, idem.WithOwner("second"), idem.WithLogger(slog.New(slog.DiscardHandler)))
 	for _, k := range []string{"one", "batch"} {
 		rec, err := s.Get(ctx, k)
-		if err != nil || rec.Status != idem.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
+		if err != nil || rec.Status != store.StatusReleased || !rec.Journal[len(rec.Journal)-1].NotRun() {
 			t.Fatalf("%s after an unconfirmed claim: %+v, %v; want released, not run", k, brief(rec), err)
 		}
 		var asked []idem.Lapsed
@@ -471,9 +472,9 @@ func TestRoundTrips(t *testing.T) {
 	s := New(client, WithPrefix(newPrefix(t)))
 	ctx := context.Background()
 	noErr(t, s.Ping(ctx))
-	reqs := make([]idem.ClaimRequest, 10)
+	reqs := make([]store.ClaimRequest, 10)
 	for i := range reqs {
-		reqs[i] = idem.ClaimRequest{Key: fmt.Sprint("warm", i), Lease: time.Minute, Retention: time.Hour}
+		reqs[i] = store.ClaimRequest{Key: fmt.Sprint("warm", i), Lease: time.Minute, Retention: time.Hour}
 	}
 	_, err = s.ClaimBatch(ctx, reqs) // connects the pipeline pool's connection
 	noErr(t, err)
@@ -490,18 +491,18 @@ func TestRoundTrips(t *testing.T) {
 	h.pipelines.Store(0)
 	for _, call := range []func() error{
 		func() error {
-			_, err := s.Claim(ctx, idem.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour})
+			_, err := s.Claim(ctx, store.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour})
 			return err
 		},
 		func() error { _, err := s.Extend(ctx, "k0", res[0].Record.Fence, time.Minute); return err },
 		func() error { return s.Complete(ctx, "k0", res[0].Record.Fence, []byte("r"), time.Hour) },
 		func() error { return s.Release(ctx, "k1", res[1].Record.Fence, "") },
 		func() error {
-			_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour})
+			_, err := s.Claim(ctx, store.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour})
 			return err
 		},
 		func() error { _, err := s.Get(ctx, "k0"); return err },
-		func() error { _, err := s.Resolve(ctx, "k2", 0, idem.Resolution{}); return err },
+		func() error { _, err := s.Resolve(ctx, "k2", 0, store.Resolution{}); return err },
 		func() error { return s.Delete(ctx, "k3") },
 	} {
 		h.single.Store(0)
@@ -520,14 +521,14 @@ func TestPrefixes(t *testing.T) {
 	b := New(testClient(t), WithPrefix(newPrefix(t)+"*?[x]\\"))
 	for _, s := range []*Store{a, b} {
 		for _, k := range []string{"k", "*", "a:b"} {
-			cr, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: s.Prefix(), Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: s.Prefix(), Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if s == b {
 				noErr(t, s.Complete(ctx, k, cr.Record.Fence, nil, time.Millisecond))
 			}
 		}
 	}
-	recs, err := a.List(ctx, idem.ListQuery{})
+	recs, err := a.List(ctx, store.ListQuery{})
 	noErr(t, err)
 	if len(recs) != 3 {
 		t.Fatalf("List under %q: %d records, want 3", a.Prefix(), len(recs))
@@ -552,11 +553,11 @@ func TestContext(t *testing.T) {
 	s := newTestStore(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	_, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a cancelled context: %v", err)
 	}
-	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the cancelled claim reached the server: %v", err)
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Nanosecond)
@@ -577,7 +578,7 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 	c := testClient(t)
 	fences := map[string]int64{}
 	for _, k := range []string{"a", "bad", "b"} {
-		cr, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: "o", Lease: time.Minute, Retention: time.Hour})
 		noErr(t, err)
 		fences[k] = cr.Record.Fence
 	}
@@ -586,11 +587,11 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 	keys := []string{"a", "bad", "str", "b", "new"}
 	wantBad := func(what string, i int, err error) {
 		t.Helper()
-		var ce *idem.CorruptError
+		var ce *store.CorruptError
 		switch keys[i] {
 		case "bad":
 			if !errors.As(err, &ce) || ce.Key != "bad" {
-				t.Fatalf("%s of the corrupt key: %v, want *idem.CorruptError for it", what, err)
+				t.Fatalf("%s of the corrupt key: %v, want *store.CorruptError for it", what, err)
 			}
 		case "str":
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
@@ -598,9 +599,9 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 			}
 		}
 	}
-	reqs := make([]idem.ClaimRequest, len(keys))
+	reqs := make([]store.ClaimRequest, len(keys))
 	for i, k := range keys {
-		reqs[i] = idem.ClaimRequest{Key: k, Owner: "o2", Lease: time.Minute, Retention: time.Hour}
+		reqs[i] = store.ClaimRequest{Key: k, Owner: "o2", Lease: time.Minute, Retention: time.Hour}
 	}
 	res, err := s.ClaimBatch(ctx, reqs)
 	noErr(t, err)
@@ -622,9 +623,9 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 			}
 		}
 	}
-	cs := make([]idem.Completion, len(keys))
+	cs := make([]store.Completion, len(keys))
 	for i, k := range keys {
-		cs[i] = idem.Completion{Key: k, Fence: max(fences[k], 1), Result: []byte("r" + k), Retention: time.Hour}
+		cs[i] = store.Completion{Key: k, Fence: max(fences[k], 1), Result: []byte("r" + k), Retention: time.Hour}
 	}
 	errs, err := s.CompleteBatch(ctx, cs)
 	noErr(t, err)
@@ -634,7 +635,7 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 			continue
 		}
 		noErr(t, e)
-		if rec, err := s.Get(ctx, keys[i]); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+keys[i] {
+		if rec, err := s.Get(ctx, keys[i]); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "r"+keys[i] {
 			t.Fatalf("%q after CompleteBatch beside bad keys: %+v, %v", keys[i], brief(rec), err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Run with:
@@ -82,8 +83,8 @@ func benchClaimComplete(b *testing.B, callers int, key func() string) {
 }
 
 func claimComplete(b *testing.B, s *Store, ctx context.Context, key string, result []byte) {
-	res, err := s.Claim(ctx, idem.ClaimRequest{
-		Key: key, Owner: "bench", Policy: idem.AtLeastOnce,
+	res, err := s.Claim(ctx, store.ClaimRequest{
+		Key: key, Owner: "bench", Policy: store.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: 24 * time.Hour,
 	})
 	if err != nil || !res.Acquired {
@@ -165,14 +166,14 @@ func BenchmarkReplay(b *testing.B) {
 	for i := range keys {
 		claimComplete(b, s, ctx, "receipt:"+strconv.Itoa(i), []byte(`{"id":"msg_0123456789"}`))
 	}
-	r := idem.ClaimRequest{Owner: "bench", Lease: 30 * time.Second, Retention: 24 * time.Hour}
+	r := store.ClaimRequest{Owner: "bench", Lease: 30 * time.Second, Retention: 24 * time.Hour}
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			r := r
 			r.Key = "receipt:" + strconv.Itoa(i%keys)
 			res, err := s.Claim(ctx, r)
-			if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+			if err != nil || res.Acquired || res.Record.Status != store.StatusCompleted {
 				b.Fatalf("replay: %v %+v", err, res)
 			}
 		}
@@ -185,7 +186,7 @@ func BenchmarkReplay(b *testing.B) {
 				r := r
 				r.Key = "receipt:" + strconv.FormatInt(n.Add(1)%keys, 10)
 				res, err := s.Claim(ctx, r)
-				if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+				if err != nil || res.Acquired || res.Record.Status != store.StatusCompleted {
 					b.Errorf("replay: %v %+v", err, res)
 					return
 				}
@@ -213,12 +214,12 @@ func BenchmarkBatch(b *testing.B) {
 	errs := make(chan error, callers)
 	for range callers {
 		go func() {
-			reqs := make([]idem.ClaimRequest, size)
-			cs := make([]idem.Completion, size)
+			reqs := make([]store.ClaimRequest, size)
+			cs := make([]store.Completion, size)
 			for round.Add(1) <= int64(rounds) {
 				for i := range reqs {
-					reqs[i] = idem.ClaimRequest{Key: "receipt:" + strconv.FormatInt(next.Add(1), 10),
-						Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+					reqs[i] = store.ClaimRequest{Key: "receipt:" + strconv.FormatInt(next.Add(1), 10),
+						Owner: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 				}
 				res, err := s.ClaimBatch(ctx, reqs)
 				if err != nil {
@@ -230,7 +231,7 @@ func BenchmarkBatch(b *testing.B) {
 						errs <- fmt.Errorf("%s not acquired", reqs[i].Key)
 						return
 					}
-					cs[i] = idem.Completion{Key: reqs[i].Key, Fence: r.Record.Fence, Result: []byte("ok"), Retention: time.Hour}
+					cs[i] = store.Completion{Key: reqs[i].Key, Fence: r.Record.Fence, Result: []byte("ok"), Retention: time.Hour}
 				}
 				failed, err := s.CompleteBatch(ctx, cs)
 				if err == nil {

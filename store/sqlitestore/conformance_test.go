@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/store"
 )
 
 func TestConformance(t *testing.T) { idemtest.TestStore(t, harness()) }
@@ -19,9 +19,9 @@ func BenchmarkConformance(b *testing.B) { idemtest.BenchmarkStore(b, harness()) 
 
 func harness() idemtest.Harness {
 	var clocks idemtest.Clocks
-	open := func(path string) (idem.Store, error) { return Open(context.Background(), path) }
+	open := func(path string) (store.Store, error) { return Open(context.Background(), path) }
 	return idemtest.Harness{
-		New: func(t testing.TB) idem.Store {
+		New: func(t testing.TB) store.Store {
 			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), WithClock(clocks.Get(t).Now))
 			if err != nil {
 				t.Fatal(err)
@@ -31,12 +31,12 @@ func harness() idemtest.Harness {
 		Advance: clocks.Advance,
 		Locator: func(t testing.TB) string { return filepath.Join(t.TempDir(), "shared.db") },
 		Open:    open,
-		Corrupt: func(t testing.TB, s idem.Store, key string) {
+		Corrupt: func(t testing.TB, s store.Store, key string) {
 			if _, err := s.(*Store).DB().Exec(`UPDATE idem_records SET status = 'garbled' WHERE key = ?`, key); err != nil {
 				t.Fatal(err)
 			}
 		},
-		Unreachable: func(t testing.TB) idem.Store {
+		Unreachable: func(t testing.TB) store.Store {
 			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"),
 				WithClock(clocks.Get(t).Now), WithBusyTimeout(100*time.Millisecond))
 			if err != nil {

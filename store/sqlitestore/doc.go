@@ -1,4 +1,4 @@
-// Package sqlitestore is idem's embedded default [idem.Store]: the records
+// Package sqlitestore is idem's embedded default [store.Store]: the records
 // live in one SQLite database file, through modernc.org/sqlite (pure Go, no
 // cgo). It needs nothing to run beside the program.
 //
@@ -7,8 +7,8 @@
 //	defer store.Close()
 //	l := idem.New(store)
 //
-// A [*Store] also implements [idem.BatchClaimer] (ClaimBatch: many claims in
-// one transaction) and [idem.TxStore] for *sql.Tx, so [idem.DoTx] can run
+// A [*Store] also implements [store.BatchClaimer] (ClaimBatch: many claims in
+// one transaction) and [store.TxStore] for *sql.Tx, so [idem.DoTx] can run
 // the caller's own writes in the same transaction as the claim and the
 // completion (see below). [Store.DB] gives access to the database, for
 // tables of the program's own in the same file.

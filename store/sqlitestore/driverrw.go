@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // driverRW is rw on the driver's own prepared statements, for the writer,
@@ -155,7 +155,7 @@ func (w *driverRW) control(st driver.Stmt) error {
 	return err
 }
 
-func (w *driverRW) load(key string) (*idem.Record, int64, error) {
+func (w *driverRW) load(key string) (*store.Record, int64, error) {
 	found, err := w.queryRow(w.loadS, w.bind(key), numColumns+1)
 	if err != nil {
 		return nil, 0, &stmtError{"load", err}
@@ -172,7 +172,7 @@ func (w *driverRW) load(key string) (*idem.Record, int64, error) {
 	return r, ver, err
 }
 
-func (w *driverRW) encode(r *idem.Record) ([]any, error) { return encodeRecord(r, w.implicit) }
+func (w *driverRW) encode(r *store.Record) ([]any, error) { return encodeRecord(r, w.implicit) }
 
 func (w *driverRW) insert(args []any, version int64) (bool, error) {
 	n, err := w.exec(w.insertS, w.bind(append(args[:numColumns], version)...))

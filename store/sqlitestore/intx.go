@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // WriteTx runs fn inside the group-commit writer's next write transaction,
@@ -53,7 +52,7 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	return s.w.doUnit(ctx, fn)
 }
 
-// InTx implements [idem.TxStore] for *sql.Tx (see [idem.DoTx]). It runs as
+// InTx implements [store.TxStore] for *sql.Tx (see [idem.DoTx]). It runs as
 // one unit of work of the group-commit writer (see [Store.WriteTx]): the
 // claim of req, fn and the completion share the writer's transaction with
 // the other operations of its batch, inside a savepoint of their own. If
@@ -71,13 +70,13 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 // it) again (with fn's ctx that returns [ErrOnWriter]; with another context
 // it deadlocks until that context ends); in the rare case that the whole batch
 // is rolled back by a failed statement, fn may be called again.
-func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.Duration,
-	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (idem.ClaimResult, []byte, error) {
+func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
+	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (store.ClaimResult, []byte, error) {
 	if s.closed.Load() {
-		return idem.ClaimResult{}, nil, errClosed
+		return store.ClaimResult{}, nil, errClosed
 	}
 	var (
-		res     idem.ClaimResult
+		res     store.ClaimResult
 		val     []byte
 		storeOp string // the store's step that failed, if one did
 		fnErr   error  // fn's error, if it returned one
@@ -85,14 +84,14 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 	)
 	s.stats.ops.Add(2)
 	err := s.w.doUnit(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, val, storeOp, fnErr, ran = idem.ClaimResult{}, nil, "", nil, true
+		res, val, storeOp, fnErr, ran = store.ClaimResult{}, nil, "", nil, true
 		// The claim and the completion are decided in memory and written
 		// once, after fn: inside the unit nothing else writes the key, and
 		// the savepoint undoes fn's writes when it fails, so the claim
 		// would be undone with them. One read and one write instead of two
 		// of each: the writer is what every capture waits for.
 		var (
-			rec *idem.Record
+			rec *store.Record
 			ver int64
 			err error
 		)
@@ -112,7 +111,7 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 			fnErr = err
 			return err
 		}
-		end := transition.Ending{Status: idem.StatusCompleted, Result: val, Retention: retention}
+		end := store.Ending{Status: store.StatusCompleted, Result: val, Retention: retention}
 		// ErrLeaseLost only if the clock passed the claim's expiry while
 		// fn ran: a lapsed lease alone does not refuse it, as nothing
 		// could take the key over inside the unit.
@@ -133,9 +132,9 @@ func (s *Store) InTx(ctx context.Context, req idem.ClaimRequest, retention time.
 	case err == nil:
 		return res, val, nil
 	case !ran:
-		return idem.ClaimResult{}, nil, err // ctx's, ErrClosed, or BEGIN's
+		return store.ClaimResult{}, nil, err // ctx's, ErrClosed, or BEGIN's
 	case storeOp != "":
-		return idem.ClaimResult{}, nil, s.txErr(storeOp, err)
+		return store.ClaimResult{}, nil, s.txErr(storeOp, err)
 	case fnErr != nil && err == fnErr:
 		return res, nil, err // unchanged, as idem.DoTx expects
 	}
@@ -148,7 +147,7 @@ func (s *Store) txErr(op string, err error) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	var ce *idem.CorruptError
+	var ce *store.CorruptError
 	if errors.As(err, &ce) || isStmtError(err) {
 		return err
 	}

@@ -1,9 +1,7 @@
 package sqlitestore
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -15,81 +13,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
-
-// TestMarshalJournalMatchesEncodingJSON holds marshalJournal to
-// json.Marshal on random journals. The fields are filled by reflection, by
-// type, so a field added to idem.JournalEntry is covered too.
-func TestMarshalJournalMatchesEncodingJSON(t *testing.T) {
-	if !fastJournal {
-		t.Fatal("idem.JournalEntry changed: update journalFields and appendEntry (meanwhile encoding/json encodes journals)")
-	}
-	strs := []string{"", "w1", "owner-7", `quo"te`, `back\slash`, "<html>&", "tab\there", "ünïcode", "\u2028", "bad\xffutf8", "nul\x00"}
-	times := []time.Time{
-		{},
-		time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
-		time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC),
-		time.Date(2030, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)),
-		time.UnixMicro(1).UTC(),
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	fill := func(e *idem.JournalEntry) {
-		v := reflect.ValueOf(e).Elem()
-		for i := range v.NumField() {
-			f := v.Field(i)
-			switch f.Interface().(type) {
-			case string:
-				f.SetString(strs[rng.IntN(len(strs))])
-			case int, int64:
-				f.SetInt(rng.Int64N(2000) - 1000)
-			case bool:
-				f.SetBool(rng.IntN(2) == 0)
-			case time.Time:
-				f.Set(reflect.ValueOf(times[rng.IntN(len(times))]))
-			default:
-				t.Fatalf("JournalEntry.%s has a type the test does not fill", v.Type().Field(i).Name)
-			}
-		}
-	}
-	for range 3000 {
-		n := rng.IntN(4)
-		j := make([]idem.JournalEntry, n)
-		for i := range j {
-			fill(&j[i])
-		}
-		if n == 0 && rng.IntN(2) == 0 {
-			j = nil
-		}
-		want, err := json.Marshal(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := marshalJournal(j)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("marshalJournal(%+v)\n got %s %v\nwant %s", j, got, err, want)
-		}
-	}
-	// A year encoding/json refuses is refused too.
-	if _, err := marshalJournal([]idem.JournalEntry{{Started: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}); err == nil {
-		t.Fatal("marshalJournal accepted the year 10000")
-	}
-}
-
-func BenchmarkMarshalJournal(b *testing.B) {
-	now := time.Now().UTC()
-	j := []idem.JournalEntry{{Attempt: 1, Fence: 1, Owner: "bench", Correlation: "corr-123", Started: now, LeaseUntil: now, Ended: now, Outcome: "completed", Policy: "at_least_once"}}
-	b.Run("append", func(b *testing.B) {
-		for b.Loop() {
-			marshalJournal(j)
-		}
-	})
-	b.Run("encoding/json", func(b *testing.B) {
-		for b.Loop() {
-			json.Marshal(j)
-		}
-	})
-}
 
 // TestImplicitJournal runs random histories of a key through the state
 // machine and writes each record it reaches into a real table and reads it
@@ -110,7 +35,7 @@ func TestImplicitJournal(t *testing.T) {
 
 	// roundTrip writes r as WithImplicitJournal(on) would and reads it
 	// back; it reports whether the journal was stored implicitly.
-	roundTrip := func(name string, r *idem.Record, on bool) (implicit bool) {
+	roundTrip := func(name string, r *store.Record, on bool) (implicit bool) {
 		t.Helper()
 		args, err := encodeRecord(r, on)
 		if err != nil {
@@ -148,20 +73,20 @@ func TestImplicitJournal(t *testing.T) {
 
 	var implicit, explicit, nearMisses int
 	for i := range 2000 {
-		var rec *idem.Record
+		var rec *store.Record
 		now := base.Add(time.Duration(rng.Int64N(int64(time.Hour))).Truncate(time.Microsecond))
 		var fence int64
 		for step := range 1 + rng.IntN(5) {
 			now = now.Add(time.Duration(rng.Int64N(int64(2 * time.Minute))).Truncate(time.Microsecond))
-			var next *idem.Record
+			var next *store.Record
 			switch op := rng.IntN(6); {
 			case op <= 1 || rec == nil:
-				policy := idem.AtLeastOnce
+				policy := store.AtLeastOnce
 				if rng.IntN(3) == 0 {
-					policy = idem.AtMostOnce
+					policy = store.AtMostOnce
 				}
-				var res idem.ClaimResult
-				next, res = transition.Claim(rec, idem.ClaimRequest{
+				var res store.ClaimResult
+				next, res = store.ApplyClaim(rec, store.ClaimRequest{
 					Key: "k" + strconv.Itoa(i), Owner: owners[rng.IntN(len(owners))],
 					Correlation: corrs[rng.IntN(len(corrs))], Policy: policy, TakeLapsed: rng.IntN(2) == 0,
 					Lease: time.Duration(1+rng.IntN(90)) * time.Second, Retention: time.Duration(1+rng.IntN(10)) * time.Minute,
@@ -170,15 +95,15 @@ func TestImplicitJournal(t *testing.T) {
 					fence = res.Record.Fence
 				}
 			case op == 2:
-				next, _ = transition.Extend(rec, fence, 30*time.Second, now)
+				next, _ = store.ApplyExtend(rec, fence, 30*time.Second, now)
 			case op == 3 || op == 4:
-				status := []idem.Status{idem.StatusCompleted, idem.StatusFailed, idem.StatusReleased, idem.StatusInProgress}[rng.IntN(4)]
-				next, _ = transition.Finish(rec, fence-int64(rng.IntN(2)), transition.Ending{
+				status := []store.Status{store.StatusCompleted, store.StatusFailed, store.StatusReleased, store.StatusInProgress}[rng.IntN(4)]
+				next, _ = store.ApplyFinish(rec, fence-int64(rng.IntN(2)), store.Ending{
 					Status: status, Result: []byte(`{"id":"` + strconv.Itoa(step) + `"}`),
 					Reason: reasons[rng.IntN(len(reasons))], Retention: time.Hour,
 				}, now)
 			default:
-				next, _ = transition.Resolve(rec, 0, idem.Resolution{Done: rng.IntN(2) == 0, Result: []byte("r"), Reason: "operator", By: "ops", Retention: time.Hour}, now)
+				next, _ = store.ApplyResolve(rec, 0, store.Resolution{Done: rng.IntN(2) == 0, Result: []byte("r"), Reason: "operator", By: "ops", Retention: time.Hour}, now)
 			}
 			if next != nil {
 				rec = next
@@ -255,7 +180,7 @@ func TestMigrationToImplicitJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := marshalJournal(before.Journal)
+	j, err := store.MarshalJournal(before.Journal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +241,7 @@ func TestImplicitJournalOff(t *testing.T) {
 		}
 	}
 	// A claim by the implicit store, completed by the other.
-	cr, err := on.Claim(ctx, idem.ClaimRequest{Key: "c", Owner: "w", Correlation: "msg-c", Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
+	cr, err := on.Claim(ctx, store.ClaimRequest{Key: "c", Owner: "w", Correlation: "msg-c", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired {
 		t.Fatalf("claim: %+v %v", cr, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // fileState is what WithMigrate(false) must leave as it found: the tables
@@ -126,7 +126,7 @@ func TestWithMigrateFalse(t *testing.T) {
 		t.Fatalf("Open(WithMigrate(false)) on a current store: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "w", Lease: time.Minute, Retention: time.Hour}); err != nil {
+	if _, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w", Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, "k"); err != nil {

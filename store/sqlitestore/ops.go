@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dupshare"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // A mutation decides, from a key's stored record (nil if absent; expired or
@@ -19,7 +18,7 @@ import (
 // stored (the late-finish note of a stale holder). It is a pure function of
 // its arguments (the transition package), so it can run again on a newer
 // record; it also keeps what its caller needs to answer.
-type mutation func(rec *idem.Record, now time.Time) (next *idem.Record, err error)
+type mutation func(rec *store.Record, now time.Time) (next *store.Record, err error)
 
 // start says where apply gets the record its first decision is made on.
 type start int
@@ -101,12 +100,12 @@ type keyOp struct {
 	// or its record's corruption.
 	err error
 
-	rec     *idem.Record // decided on before the writer; nil: absent
+	rec     *store.Record // decided on before the writer; nil: absent
 	ver     int64
-	next    *idem.Record
+	next    *store.Record
 	merr    error
 	args    []any
-	written *idem.Record
+	written *store.Record
 	wver    int64
 	// redecided: m ran inside the writer (its answer replaced the one
 	// decided before it), in this run or one the writer rolled back.
@@ -184,7 +183,7 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt):
+	case errors.Is(err, store.ErrLeaseLost), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
 		it.err = err // this key's alone; nothing was written for a corrupt one
 	default:
 		return err
@@ -195,7 +194,7 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 // remember keeps the in_progress record it wrote, for the holder's next
 // write (fromHeld), or forgets the key.
 func (s *Store) remember(it *keyOp, err error) {
-	if err == nil && it.err == nil && it.written != nil && it.written.Status == idem.StatusInProgress {
+	if err == nil && it.err == nil && it.written != nil && it.written.Status == store.StatusInProgress {
 		s.held.put(it.key, it.written, it.wver)
 	} else {
 		s.held.forget(it.key)
@@ -252,7 +251,7 @@ func asStmtError(err error) error {
 // decideIn runs m on rec, key's record (nil if absent) of version ver
 // loaded in the same write transaction, and stores the result. It returns
 // the record it wrote (nil if none) and its version.
-func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now time.Time) (*idem.Record, int64, error) {
+func decideIn(w rw, key string, rec *store.Record, ver int64, m mutation, now time.Time) (*store.Record, int64, error) {
 	next, merr := m(rec, now)
 	if next == nil {
 		return nil, 0, merr
@@ -268,7 +267,7 @@ func decideIn(w rw, key string, rec *idem.Record, ver int64, m mutation, now tim
 // transaction: an insert when the key had no row (absent), else an update
 // of the version ver that was loaded in the same transaction. It returns
 // the version written.
-func storeIn(w rw, key string, absent bool, next *idem.Record, ver int64) (int64, error) {
+func storeIn(w rw, key string, absent bool, next *store.Record, ver int64) (int64, error) {
 	args, err := w.encode(next)
 	if err != nil {
 		return 0, err
@@ -314,9 +313,9 @@ func write(w rw, insert bool, args []any, ver int64) (bool, error) {
 // to the stored precision, so that what a call returns equals what a later
 // read returns.
 
-func claimM(req idem.ClaimRequest, res *idem.ClaimResult) mutation {
-	return func(rec *idem.Record, now time.Time) (*idem.Record, error) {
-		next, r := transition.Claim(rec, req, now)
+func claimM(req store.ClaimRequest, res *store.ClaimResult) mutation {
+	return func(rec *store.Record, now time.Time) (*store.Record, error) {
+		next, r := store.ApplyClaim(rec, req, now)
 		if next != nil {
 			normalize(next)
 			r.Record = *next
@@ -326,9 +325,9 @@ func claimM(req idem.ClaimRequest, res *idem.ClaimResult) mutation {
 	}
 }
 
-func finishM(fence int64, end transition.Ending) mutation {
-	return func(rec *idem.Record, now time.Time) (*idem.Record, error) {
-		next, err := transition.Finish(rec, fence, end, now)
+func finishM(fence int64, end store.Ending) mutation {
+	return func(rec *store.Record, now time.Time) (*store.Record, error) {
+		next, err := store.ApplyFinish(rec, fence, end, now)
 		if next != nil {
 			normalize(next)
 		}
@@ -337,8 +336,8 @@ func finishM(fence int64, end transition.Ending) mutation {
 }
 
 func extendM(fence int64, lease time.Duration, until *time.Time) mutation {
-	return func(rec *idem.Record, now time.Time) (*idem.Record, error) {
-		next, err := transition.Extend(rec, fence, lease, now)
+	return func(rec *store.Record, now time.Time) (*store.Record, error) {
+		next, err := store.ApplyExtend(rec, fence, lease, now)
 		if next != nil {
 			normalize(next)
 			*until = next.LeaseUntil
@@ -347,9 +346,9 @@ func extendM(fence int64, lease time.Duration, until *time.Time) mutation {
 	}
 }
 
-func resolveM(fence int64, r idem.Resolution, out *idem.Record) mutation {
-	return func(rec *idem.Record, now time.Time) (*idem.Record, error) {
-		next, err := transition.Resolve(rec, fence, r, now)
+func resolveM(fence int64, r store.Resolution, out *store.Record) mutation {
+	return func(rec *store.Record, now time.Time) (*store.Record, error) {
+		next, err := store.ApplyResolve(rec, fence, r, now)
 		if next != nil {
 			normalize(next)
 			*out = *next
@@ -369,7 +368,7 @@ type heldRecords struct {
 }
 
 type heldRecord struct {
-	rec *idem.Record // never modified: mutations copy
+	rec *store.Record // never modified: mutations copy
 	ver int64
 }
 
@@ -382,7 +381,7 @@ func (h *heldRecords) get(key string) (heldRecord, bool) {
 	return r, ok
 }
 
-func (h *heldRecords) put(key string, rec *idem.Record, ver int64) {
+func (h *heldRecords) put(key string, rec *store.Record, ver int64) {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = make(map[string]heldRecord)
@@ -412,7 +411,7 @@ func remove(w rw, key string, now time.Time) error {
 		return err
 	}
 	if !ok {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }

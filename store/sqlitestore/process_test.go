@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // The environment of TestTwoProcesses's children.
@@ -85,7 +85,7 @@ func TestTwoProcesses(t *testing.T) {
 	defer s.Close()
 	for i := range processKeys {
 		rec, err := s.Get(ctx, processKey(i))
-		if err != nil || rec.Status != idem.StatusCompleted || rec.Fence != 1 {
+		if err != nil || rec.Status != store.StatusCompleted || rec.Fence != 1 {
 			t.Fatalf("%s: %+v %v", processKey(i), rec, err)
 		}
 	}
@@ -125,8 +125,8 @@ func processChild(t *testing.T) {
 		var busy []int
 		for _, i := range order {
 			key := processKey(i)
-			res, err := s.Claim(ctx, idem.ClaimRequest{
-				Key: key, Owner: name, Policy: idem.AtLeastOnce,
+			res, err := s.Claim(ctx, store.ClaimRequest{
+				Key: key, Owner: name, Policy: store.AtLeastOnce,
 				Lease: 20 * time.Second, Retention: time.Hour,
 			})
 			switch {
@@ -139,7 +139,7 @@ func processChild(t *testing.T) {
 				if err := s.Complete(ctx, key, res.Record.Fence, []byte(name), time.Hour); err != nil {
 					t.Fatalf("complete %s: %v", key, err)
 				}
-			case res.Record.Status == idem.StatusInProgress:
+			case res.Record.Status == store.StatusInProgress:
 				busy = append(busy, i) // the other process holds it: ask again
 			}
 		}

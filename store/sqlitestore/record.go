@@ -6,8 +6,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 )
 
 // The record table's columns, in the order every statement binds and scans
@@ -62,7 +61,7 @@ func truncate(t time.Time) time.Time {
 }
 
 // normalize truncates every time in r to the stored precision.
-func normalize(r *idem.Record) {
+func normalize(r *store.Record) {
 	r.LeaseUntil = truncate(r.LeaseUntil)
 	r.ExpiresAt = truncate(r.ExpiresAt)
 	r.CreatedAt = truncate(r.CreatedAt)
@@ -80,7 +79,7 @@ func normalize(r *idem.Record) {
 // room for one more argument (the expected version of an update). With
 // implicit (WithImplicitJournal), a journal that the columns say is
 // stored as an empty column.
-func encodeRecord(r *idem.Record, implicit bool) ([]any, error) {
+func encodeRecord(r *store.Record, implicit bool) ([]any, error) {
 	journal, correlation := "[]", ""
 	for i := len(r.Journal) - 1; i >= 0; i-- {
 		if !r.Journal[i].Decision { // the latest attempt's, not a resolution's
@@ -88,14 +87,14 @@ func encodeRecord(r *idem.Record, implicit bool) ([]any, error) {
 			break
 		}
 	}
-	// The journal implicit (transition.IsImplicit): an empty column, no
+	// The journal implicit (store.IsImplicit): an empty column, no
 	// JSON written or read, and a row less than half the size (129 bytes
 	// against 304 for a Ledger.Do's completed key), so a commit writes
 	// fewer pages to the log.
-	if implicit && transition.IsImplicit(r) {
+	if implicit && store.IsImplicit(r) {
 		journal = ""
 	} else if len(r.Journal) > 0 {
-		b, err := marshalJournal(r.Journal)
+		b, err := store.MarshalJournal(r.Journal)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: encoding the journal of %q: %w", r.Key, err)
 		}
@@ -125,37 +124,37 @@ func encodeRecord(r *idem.Record, implicit bool) ([]any, error) {
 }
 
 // decodeVersioned decodes the columns of sqlLoad: a record and its version.
-func decodeVersioned(v []any) (*idem.Record, int64, error) {
+func decodeVersioned(v []any) (*store.Record, int64, error) {
 	r, err := decodeRecord(v[:numColumns])
 	if err != nil {
 		return nil, 0, err
 	}
 	ver, ok := v[numColumns].(int64)
 	if !ok {
-		return nil, 0, &idem.CorruptError{Key: r.Key, Detail: fmt.Sprintf("version is %T, not an integer", v[numColumns])}
+		return nil, 0, &store.CorruptError{Key: r.Key, Detail: fmt.Sprintf("version is %T, not an integer", v[numColumns])}
 	}
 	return r, ver, nil
 }
 
 // decodeRecord builds a record from the column values of one row (driver
 // values: int64, string, []byte or nil). A value it cannot read makes a
-// *idem.CorruptError: a damaged row is never read as absent.
-func decodeRecord(v []any) (*idem.Record, error) {
-	var r idem.Record
+// *store.CorruptError: a damaged row is never read as absent.
+func decodeRecord(v []any) (*store.Record, error) {
+	var r store.Record
 	key, ok := text(v[14])
 	if !ok {
-		return nil, &idem.CorruptError{Key: fmt.Sprint(v[14]), Detail: "key is not text"}
+		return nil, &store.CorruptError{Key: fmt.Sprint(v[14]), Detail: "key is not text"}
 	}
 	r.Key = key
 	corrupt := func(format string, args ...any) error {
-		return &idem.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
+		return &store.CorruptError{Key: key, Detail: fmt.Sprintf(format, args...)}
 	}
 
 	s, ok := text(v[0])
 	if !ok {
 		return nil, corrupt("status is %T, not text", v[0])
 	}
-	st, err := idem.ParseStatus(s)
+	st, err := store.ParseStatus(s)
 	if err != nil {
 		return nil, corrupt("unknown status %q", s)
 	}
@@ -165,7 +164,7 @@ func decodeRecord(v []any) (*idem.Record, error) {
 	if !ok {
 		return nil, corrupt("policy is %T, not text", v[1])
 	}
-	p, err := idem.ParsePolicy(s)
+	p, err := store.ParsePolicy(s)
 	if err != nil {
 		return nil, corrupt("unknown policy %q", s)
 	}
@@ -225,7 +224,7 @@ func decodeRecord(v []any) (*idem.Record, error) {
 		return nil, corrupt("journal is %T, not JSON text", v[12])
 	}
 	if len(j) == 0 {
-		r.Journal = []idem.JournalEntry{transition.ImplicitEntry(&r, correlation)}
+		r.Journal = []store.JournalEntry{store.ImplicitEntry(&r, correlation)}
 		return &r, nil
 	}
 	if err := json.Unmarshal(j, &r.Journal); err != nil {

@@ -3,7 +3,7 @@ package sqlitestore
 import (
 	"errors"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // rw reads and writes records inside the writer's transaction (the store's
@@ -14,10 +14,10 @@ import (
 type rw interface {
 	// encode returns r's column values as the store writes them (see
 	// encodeRecord and WithImplicitJournal), for insert and update.
-	encode(r *idem.Record) ([]any, error)
+	encode(r *store.Record) ([]any, error)
 	// load returns the stored record of key, expired or not, and its
 	// version; nil if there is none.
-	load(key string) (*idem.Record, int64, error)
+	load(key string) (*store.Record, int64, error)
 	// insert writes a record (args from encodeRecord) with the given
 	// version if its key is absent, and reports whether it did.
 	insert(args []any, version int64) (bool, error)

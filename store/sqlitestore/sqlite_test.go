@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	embedded "github.com/idemkit/idem/internal/migrations"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	embedded "github.com/idemkit/idem/internal/migrations"
+	"github.com/idemkit/idem/store"
 
 	"github.com/idemkit/idem"
 )
@@ -142,7 +144,7 @@ func TestGroupCommit(t *testing.T) {
 		for i := range per {
 			key := fmt.Sprintf("g%d:%d", g, i)
 			rec, err := s.Get(ctx, key)
-			if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != key {
+			if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != key {
 				t.Fatalf("%s: %+v %v", key, rec, err)
 			}
 		}
@@ -225,13 +227,13 @@ func TestBatchIsolation(t *testing.T) {
 	wg.Wait()
 	st := s.Stats()
 
-	if err := results["boom"]; err == nil || errors.Is(err, idem.ErrCorrupt) || errors.Is(err, idem.ErrClosed) {
+	if err := results["boom"]; err == nil || errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrClosed) {
 		t.Fatalf("claim of boom: %v, want the statement's error", err)
 	}
 	if err := results["new"]; err != nil {
 		t.Fatalf("claim of new: %v", err)
 	}
-	if err := results["stale"]; !errors.Is(err, idem.ErrLeaseLost) {
+	if err := results["stale"]; !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale complete: %v, want ErrLeaseLost", err)
 	}
 	if err := results["c"]; err != nil {
@@ -240,17 +242,17 @@ func TestBatchIsolation(t *testing.T) {
 	if st.Rollbacks-before.Rollbacks != 1 || st.Batches-before.Batches != 2 {
 		t.Fatalf("stats before %+v after %+v: want one rolled back and one committed batch after the held one", before, st)
 	}
-	if rec, err := s.Get(ctx, "new"); err != nil || rec.Status != idem.StatusInProgress {
+	if rec, err := s.Get(ctx, "new"); err != nil || rec.Status != store.StatusInProgress {
 		t.Fatalf("new: %+v %v", rec, err)
 	}
-	if rec, err := s.Get(ctx, "c"); err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "done" {
+	if rec, err := s.Get(ctx, "c"); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "done" {
 		t.Fatalf("c: %+v %v", rec, err)
 	}
-	if _, err := s.Get(ctx, "boom"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "boom"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("boom: %v", err)
 	}
 	rec, _ := s.Get(ctx, "stale")
-	if rec.Fence != 2 || rec.Status != idem.StatusInProgress || rec.Journal[0].LateFinish.IsZero() {
+	if rec.Fence != 2 || rec.Status != store.StatusInProgress || rec.Journal[0].LateFinish.IsZero() {
 		t.Fatalf("stale: %+v, want the takeover's record with the late finish noted", rec)
 	}
 }
@@ -262,12 +264,12 @@ func TestClaimBatch(t *testing.T) {
 	if err := s.Complete(ctx, "done", done.Record.Fence, []byte("r"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("a"), req("done"), req("a"), req("b")})
+	res, err := s.ClaimBatch(ctx, []store.ClaimRequest{req("a"), req("done"), req("a"), req("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 4 || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != idem.StatusCompleted ||
-		res[2].Acquired || res[2].Record.Fence != 1 || res[2].Record.Status != idem.StatusInProgress || !res[3].Acquired {
+	if len(res) != 4 || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != store.StatusCompleted ||
+		res[2].Acquired || res[2].Record.Fence != 1 || res[2].Record.Status != store.StatusInProgress || !res[3].Acquired {
 		t.Fatalf("ClaimBatch: %+v", res)
 	}
 	if st := s.Stats(); st.Ops != 2+4 {
@@ -282,11 +284,11 @@ func TestClaimBatch(t *testing.T) {
 	if _, err := s.DB().Exec(`UPDATE idem_records SET journal = '{' WHERE key = 'b'`); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req("c"), req("b")})
-	if err != nil || !res[0].Acquired || res[0].Err != nil || !errors.Is(res[1].Err, idem.ErrCorrupt) {
+	res, err = s.ClaimBatch(ctx, []store.ClaimRequest{req("c"), req("b")})
+	if err != nil || !res[0].Acquired || res[0].Err != nil || !errors.Is(res[1].Err, store.ErrCorrupt) {
 		t.Fatalf("ClaimBatch over a corrupt record: %+v, %v; want c acquired, b ErrCorrupt", res, err)
 	}
-	if _, err := s.Get(ctx, "b"); !errors.Is(err, idem.ErrCorrupt) {
+	if _, err := s.Get(ctx, "b"); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("b after the batch: %v, want it still corrupt", err)
 	}
 }
@@ -309,9 +311,9 @@ func TestCorrupt(t *testing.T) {
 			}
 			check := func(what string, err error) {
 				t.Helper()
-				var ce *idem.CorruptError
-				if !errors.As(err, &ce) || ce.Key != "k" || !errors.Is(err, idem.ErrCorrupt) {
-					t.Fatalf("%s: %v, want a *idem.CorruptError for k", what, err)
+				var ce *store.CorruptError
+				if !errors.As(err, &ce) || ce.Key != "k" || !errors.Is(err, store.ErrCorrupt) {
+					t.Fatalf("%s: %v, want a *store.CorruptError for k", what, err)
 				}
 			}
 			_, err := s.Get(ctx, "k")
@@ -321,9 +323,9 @@ func TestCorrupt(t *testing.T) {
 			check("Complete", s.Complete(ctx, "k", c.Record.Fence, nil, time.Hour))
 			_, err = s.Extend(ctx, "k", c.Record.Fence, time.Minute)
 			check("Extend", err)
-			_, err = s.Resolve(ctx, "k", 0, idem.Resolution{Done: true})
+			_, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: true})
 			check("Resolve", err)
-			_, err = s.List(ctx, idem.ListQuery{})
+			_, err = s.List(ctx, store.ListQuery{})
 			check("List", err)
 			_, _, err = s.InTx(ctx, req("k"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
 				t.Fatal("fn ran over a corrupt record")
@@ -350,13 +352,13 @@ func TestClosed(t *testing.T) {
 	}
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, idem.ErrClosed) {
+		if !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("%s after Close: %v, want ErrClosed", what, err)
 		}
 	}
 	_, err := s.Claim(ctx, req("k"))
 	check("Claim", err)
-	_, err = s.ClaimBatch(ctx, []idem.ClaimRequest{req("k")})
+	_, err = s.ClaimBatch(ctx, []store.ClaimRequest{req("k")})
 	check("ClaimBatch", err)
 	_, err = s.ClaimBatch(ctx, nil)
 	check("empty ClaimBatch", err)
@@ -368,9 +370,9 @@ func TestClosed(t *testing.T) {
 	check("Extend", err)
 	_, err = s.Get(ctx, "k")
 	check("Get", err)
-	_, err = s.List(ctx, idem.ListQuery{})
+	_, err = s.List(ctx, store.ListQuery{})
 	check("List", err)
-	_, err = s.Resolve(ctx, "k", 0, idem.Resolution{})
+	_, err = s.Resolve(ctx, "k", 0, store.Resolution{})
 	check("Resolve", err)
 	check("Delete", s.Delete(ctx, "k"))
 	_, err = s.Sweep(ctx, 10)
@@ -403,7 +405,7 @@ func TestCloseWhileBusy(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil && !errors.Is(err, idem.ErrClosed) {
+		if err != nil && !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 	}
@@ -490,10 +492,10 @@ func TestHeldRecordStale(t *testing.T) {
 	if !cb.Takeover || cb.Record.Fence != 2 {
 		t.Fatalf("takeover by b: %+v", cb)
 	}
-	if _, err := a.Extend(ctx, "k", ca.Record.Fence, time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
+	if _, err := a.Extend(ctx, "k", ca.Record.Fence, time.Minute); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale extend by a: %v", err)
 	}
-	if err := a.Complete(ctx, "k", ca.Record.Fence, []byte("a"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := a.Complete(ctx, "k", ca.Record.Fence, []byte("a"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale complete by a: %v", err)
 	}
 	if err := b.Complete(ctx, "k", cb.Record.Fence, []byte("b"), time.Hour); err != nil {
@@ -539,7 +541,7 @@ func TestInTx(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Fatalf("counter after the rolled back fn: %d", n)
 	}
-	if _, err := s.Get(ctx, "inc"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "inc"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("key after the rolled back fn: %v, want ErrNotFound", err)
 	}
 
@@ -561,7 +563,7 @@ func TestInTx(t *testing.T) {
 				if string(val) != "counted" || res.Record.Fence != 1 {
 					t.Errorf("acquired InTx: %+v %q", res, val)
 				}
-			} else if res.Record.Status != idem.StatusCompleted || string(res.Record.Result) != "counted" {
+			} else if res.Record.Status != store.StatusCompleted || string(res.Record.Result) != "counted" {
 				t.Errorf("second InTx: %+v", res)
 			}
 		})
@@ -572,7 +574,7 @@ func TestInTx(t *testing.T) {
 			t.Fatal("fn ran for a completed key")
 			return nil, nil
 		})
-		if err != nil || res.Acquired || res.Record.Status != idem.StatusCompleted {
+		if err != nil || res.Acquired || res.Record.Status != store.StatusCompleted {
 			t.Fatalf("repeated InTx: %+v %v", res, err)
 		}
 	}
@@ -580,7 +582,7 @@ func TestInTx(t *testing.T) {
 		t.Fatalf("acquired %d times, counter %d; want 1 and 1", acquired, count())
 	}
 	rec, err := s.Get(ctx, "inc")
-	if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != "counted" || rec.Journal[0].Outcome != idem.OutcomeCompleted {
+	if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "counted" || rec.Journal[0].Outcome != store.OutcomeCompleted {
 		t.Fatalf("record after InTx: %+v %v", rec, err)
 	}
 
@@ -602,7 +604,7 @@ func TestInTx(t *testing.T) {
 		t.Fatal("fn ran for a busy key")
 		return nil, nil
 	})
-	if err != nil || res.Acquired || res.Record.Status != idem.StatusInProgress {
+	if err != nil || res.Acquired || res.Record.Status != store.StatusInProgress {
 		t.Fatalf("InTx on a busy key: %+v %v", res, err)
 	}
 }
@@ -626,9 +628,9 @@ func TestInTxTakeoverAndLeaseLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != idem.StatusCompleted || rec.Fence != 2 || rec.Attempt != 2 || string(rec.Result) != "second" ||
-		len(rec.Journal) != 2 || rec.Journal[0].Outcome != idem.OutcomeLapsed ||
-		!rec.Journal[1].Takeover || rec.Journal[1].Outcome != idem.OutcomeCompleted {
+	if rec.Status != store.StatusCompleted || rec.Fence != 2 || rec.Attempt != 2 || string(rec.Result) != "second" ||
+		len(rec.Journal) != 2 || rec.Journal[0].Outcome != store.OutcomeLapsed ||
+		!rec.Journal[1].Takeover || rec.Journal[1].Outcome != store.OutcomeCompleted {
 		t.Fatalf("record after the takeover: %+v", rec)
 	}
 
@@ -638,10 +640,10 @@ func TestInTxTakeoverAndLeaseLost(t *testing.T) {
 		clk.Advance(2 * time.Second) // fn outlives its claim's record
 		return []byte("late"), nil
 	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	if !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("InTx whose fn outlived its claim's expiry: %v, want ErrLeaseLost", err)
 	}
-	if _, err := s.Get(ctx, "late"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "late"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("key after the lease was lost: %v, want ErrNotFound (the unit rolled back)", err)
 	}
 }
@@ -672,7 +674,7 @@ func TestInTxAndWriter(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("200 mixed writes took %v", d)
 	}
-	recs, err := s.List(ctx, idem.ListQuery{Limit: 1000})
+	recs, err := s.List(ctx, store.ListQuery{Limit: 1000})
 	if err != nil || len(recs) != 200 {
 		t.Fatalf("List: %d %v", len(recs), err)
 	}
@@ -692,7 +694,7 @@ func TestContextCanceled(t *testing.T) {
 		t.Fatalf("canceled claim: %v", err)
 	}
 	release()
-	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the canceled claim ran: %v", err)
 	}
 }
@@ -760,7 +762,7 @@ func TestClaimStart(t *testing.T) {
 	before := s.Stats()
 	for i := range 200 {
 		res := mustClaim(t, s, req(fmt.Sprint("k", i%20)))
-		if res.Acquired || res.Record.Status != idem.StatusCompleted || string(res.Record.Result) != "r" {
+		if res.Acquired || res.Record.Status != store.StatusCompleted || string(res.Record.Result) != "r" {
 			t.Fatalf("duplicate claim: %+v", res)
 		}
 	}
@@ -800,7 +802,7 @@ func TestClaimRetriedBatch(t *testing.T) {
 			go s.w.do(ctx, false, func(w rw, now time.Time) error {
 				runs++
 				if runs == 1 {
-					var r idem.ClaimResult
+					var r store.ClaimResult
 					rec, ver, err := w.load("k")
 					if err == nil {
 						_, _, err = decideIn(w, "k", rec, ver, claimM(other, &r), now)
@@ -811,13 +813,13 @@ func TestClaimRetriedBatch(t *testing.T) {
 			})
 			waitQueued(t, s, 1)
 			type answer struct {
-				res idem.ClaimResult
+				res store.ClaimResult
 				err error
 			}
 			got := make(chan answer, 1)
 			go func() {
 				if batch {
-					res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("k")})
+					res, err := s.ClaimBatch(ctx, []store.ClaimRequest{req("k")})
 					if err == nil {
 						err = res[0].Err
 						got <- answer{res[0], err}
@@ -852,7 +854,7 @@ func TestClaimRetriedBatch(t *testing.T) {
 			if runs != 2 {
 				t.Fatalf("the first operation ran %d times, want 2 (one rollback)", runs)
 			}
-			if rec.Owner != "w1" || rec.Status != idem.StatusInProgress {
+			if rec.Owner != "w1" || rec.Status != store.StatusInProgress {
 				t.Fatalf("record: %+v, want w1's claim", rec)
 			}
 			if !a.res.Acquired || a.res.Record.Owner != "w1" || a.res.Record.Fence != rec.Fence {
@@ -869,9 +871,9 @@ func TestClaimRetriedBatch(t *testing.T) {
 func TestClaimBatchStart(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t)
-	batch := func(prefix string, n int) []idem.ClaimResult {
+	batch := func(prefix string, n int) []store.ClaimResult {
 		t.Helper()
-		reqs := make([]idem.ClaimRequest, n)
+		reqs := make([]store.ClaimRequest, n)
 		for i := range reqs {
 			reqs[i] = req(fmt.Sprint(prefix, i))
 		}

@@ -12,16 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dupshare"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 
 	"modernc.org/sqlite" // registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// Store is an [idem.Store] kept in one SQLite database file. It also
-// implements [idem.BatchClaimer] and [idem.TxStore] for *sql.Tx. Open one
+// Store is an [store.Store] kept in one SQLite database file. It also
+// implements [store.BatchClaimer] and [store.TxStore] for *sql.Tx. Open one
 // with [Open]; it is safe for concurrent use by many goroutines, and any
 // number of processes may open the same file.
 type Store struct {
@@ -215,9 +214,9 @@ func (s *Store) closeDBs() error {
 }
 
 // Close stops the writer, waits for the batch it is running, fails the
-// operations still queued with an error wrapping [idem.ErrClosed], and
+// operations still queued with an error wrapping [store.ErrClosed], and
 // closes the database. Every later call returns an error wrapping
-// idem.ErrClosed. Closing a closed store does nothing and returns nil.
+// store.ErrClosed. Closing a closed store does nothing and returns nil.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -288,7 +287,7 @@ func (s *Store) LockWrites(ctx context.Context) (unlock func()) { return s.lockW
 // now reads the clock at the precision the store keeps.
 func (s *Store) now() time.Time { return truncate(s.cfg.clock()) }
 
-var errClosed = fmt.Errorf("sqlitestore: %w", idem.ErrClosed)
+var errClosed = fmt.Errorf("sqlitestore: %w", store.ErrClosed)
 
 // readErr wraps an error of the read pool, as ErrClosed if the store was
 // closed meanwhile.
@@ -299,38 +298,38 @@ func (s *Store) readErr(op string, err error) error {
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
 
-// Claim implements [idem.Store]. A claim of a new key is one INSERT ... ON
+// Claim implements [store.Store]. A claim of a new key is one INSERT ... ON
 // CONFLICT DO NOTHING in the writer's next transaction, shared with the
 // other operations queued meanwhile; if the key has a record, the writer
 // reads it and decides in the same transaction. While many claims find
 // their key's record (a flood of duplicates), Claim reads first instead,
 // and answers a duplicate or a busy key from that read without the writer.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
-	var res idem.ClaimResult
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	var res store.ClaimResult
 	from := fromAbsent
 	if s.dupes.Often() {
 		from = fromRead
 	}
 	if err := s.apply(ctx, req.Key, from, &s.dupes, claimM(req, &res)); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return res, nil
 }
 
-// ClaimBatch implements [idem.BatchClaimer]: the claims run in order in one
+// ClaimBatch implements [store.BatchClaimer]: the claims run in order in one
 // write operation, so a later request for a key sees an earlier one, and
 // each is decided as [Store.Claim] decides it (new keys are inserted
 // without a read when keys are mostly new). A corrupt record fails its own
 // key (ClaimResult.Err); if a claim fails otherwise (a store error), none
 // of the batch is written and the error is returned.
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.ClaimResult, error) {
+func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	if len(reqs) == 0 {
 		if s.closed.Load() {
 			return nil, errClosed
 		}
-		return []idem.ClaimResult{}, nil
+		return []store.ClaimResult{}, nil
 	}
-	out := make([]idem.ClaimResult, len(reqs))
+	out := make([]store.ClaimResult, len(reqs))
 	from := fromAbsent
 	if s.dupes.Often() {
 		from = fromRead
@@ -344,22 +343,22 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	for i, it := range items {
 		if it.err != nil {
-			out[i] = idem.ClaimResult{Record: idem.Record{Key: it.key}, Err: it.err}
+			out[i] = store.ClaimResult{Record: store.Record{Key: it.key}, Err: it.err}
 		}
 	}
 	return out, nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter]: the completions run in
+// CompleteBatch implements [store.BatchCompleter]: the completions run in
 // order in one write operation, each as [Store.Complete] runs it (an
 // attempt this process claimed is completed without a read). errs[i] is
 // ErrLeaseLost or ErrNotFound when cs[i]'s attempt no longer holds its key,
 // or the error of a record that cannot be read; a store error writes none
 // of them and is returned.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
 	items := make([]keyOp, len(cs))
 	for i, c := range cs {
-		end := transition.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}
+		end := store.Ending{Status: store.StatusCompleted, Result: c.Result, Retention: c.Retention}
 		items[i] = keyOp{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
@@ -372,31 +371,31 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	return errs, nil
 }
 
-func (s *Store) finish(ctx context.Context, key string, fence int64, end transition.Ending) error {
+func (s *Store) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
 	return s.apply(ctx, key, fromHeld, nil, finishM(fence, end))
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusCompleted, Result: result, Retention: retention})
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention})
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusReleased, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusReleased, Reason: reason})
 }
 
-// Abandon implements [idem.Store].
+// Abandon implements [store.Store].
 func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, transition.Ending{Status: idem.StatusInProgress, Reason: reason})
+	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusInProgress, Reason: reason})
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
 	var until time.Time
 	if err := s.apply(ctx, key, fromHeld, nil, extendM(fence, lease, &until)); err != nil {
@@ -405,16 +404,16 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 	return until, nil
 }
 
-// Resolve implements [idem.Store].
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r idem.Resolution) (idem.Record, error) {
-	var rec idem.Record
+// Resolve implements [store.Store].
+func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
+	var rec store.Record
 	if err := s.apply(ctx, key, fromRead, nil, resolveM(fence, r, &rec)); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	return rec, nil
 }
 
-// Delete implements [idem.Store]. An expired record counts as absent
+// Delete implements [store.Store]. An expired record counts as absent
 // (ErrNotFound) and stays until Sweep deletes it.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if s.closed.Load() {
@@ -427,7 +426,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	})
 }
 
-// Sweep implements [idem.Store]. Deleting expired records is housekeeping
+// Sweep implements [store.Store]. Deleting expired records is housekeeping
 // only: an expired record behaves as absent whether or not it was swept.
 func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	if s.closed.Load() {
@@ -445,7 +444,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	return n, err
 }
 
-// Now implements [idem.Store]: the clock given to [WithClock], at
+// Now implements [store.Store]: the clock given to [WithClock], at
 // microsecond precision.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if s.closed.Load() {
@@ -457,25 +456,25 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return s.now(), nil
 }
 
-// Get implements [idem.Store]. It reads on the read-only pool, concurrently
+// Get implements [store.Store]. It reads on the read-only pool, concurrently
 // with the writer.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	if s.closed.Load() {
-		return idem.Record{}, errClosed
+		return store.Record{}, errClosed
 	}
 	rec, _, err := s.read(ctx, key)
 	if err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	if rec == nil || rec.Expired(s.now()) {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	return *rec, nil
 }
 
 // read reads key's row and its version on the read pool, expired or not;
 // nil if there is none.
-func (s *Store) read(ctx context.Context, key string) (*idem.Record, int64, error) {
+func (s *Store) read(ctx context.Context, key string) (*store.Record, int64, error) {
 	var vals [numColumns + 1]any
 	var ptrs [numColumns + 1]any
 	for i := range vals {
@@ -491,10 +490,10 @@ func (s *Store) read(ctx context.Context, key string) (*idem.Record, int64, erro
 	return decodeVersioned(vals[:])
 }
 
-// List implements [idem.Store]. Expired records are never listed. A record
-// that cannot be decoded fails the whole call with a *idem.CorruptError
+// List implements [store.Store]. Expired records are never listed. A record
+// that cannot be decoded fails the whole call with a *store.CorruptError
 // naming its key (so an operator can Delete it).
-func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, error) {
+func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
@@ -531,7 +530,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
-	var out []idem.Record
+	var out []store.Record
 	for rows.Next() {
 		if err := rows.Scan(ptrs[:]...); err != nil {
 			return nil, s.readErr("list", err)
@@ -549,7 +548,7 @@ func (s *Store) List(ctx context.Context, q idem.ListQuery) ([]idem.Record, erro
 }
 
 var (
-	_ idem.Store            = (*Store)(nil)
-	_ idem.BatchClaimer     = (*Store)(nil)
-	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.BatchClaimer     = (*Store)(nil)
+	_ store.TxStore[*sql.Tx] = (*Store)(nil)
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // fakeClock is a clock that moves only when told to.
@@ -46,14 +46,14 @@ func openTest(t testing.TB, opts ...Option) (*Store, *fakeClock) {
 	return s, clk
 }
 
-func req(key string) idem.ClaimRequest {
-	return idem.ClaimRequest{
-		Key: key, Owner: "w1", Correlation: "msg-1", Policy: idem.AtLeastOnce,
+func req(key string) store.ClaimRequest {
+	return store.ClaimRequest{
+		Key: key, Owner: "w1", Correlation: "msg-1", Policy: store.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: time.Hour,
 	}
 }
 
-func mustClaim(t testing.TB, s *Store, r idem.ClaimRequest) idem.ClaimResult {
+func mustClaim(t testing.TB, s *Store, r store.ClaimRequest) store.ClaimResult {
 	t.Helper()
 	res, err := s.Claim(context.Background(), r)
 	if err != nil {
@@ -68,7 +68,7 @@ func TestLifecycle(t *testing.T) {
 
 	res := mustClaim(t, s, req("k"))
 	if !res.Acquired || res.Takeover || res.Record.Fence != 1 || res.Record.Attempt != 1 ||
-		res.Record.Status != idem.StatusInProgress || !res.Now.Equal(clk.Now()) ||
+		res.Record.Status != store.StatusInProgress || !res.Now.Equal(clk.Now()) ||
 		!res.Record.LeaseUntil.Equal(clk.Now().Add(30*time.Second)) ||
 		!res.Record.ExpiresAt.Equal(clk.Now().Add(time.Hour)) || len(res.Record.Journal) != 1 {
 		t.Fatalf("first claim: %+v", res)
@@ -89,16 +89,16 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Complete(ctx, "k", 1, []byte("ok"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second complete: %v", err)
 	}
 	dup := mustClaim(t, s, req("k"))
-	if dup.Acquired || dup.Record.Status != idem.StatusCompleted || string(dup.Record.Result) != "ok" {
+	if dup.Acquired || dup.Record.Status != store.StatusCompleted || string(dup.Record.Result) != "ok" {
 		t.Fatalf("duplicate: %+v", dup)
 	}
 
 	clk.Advance(time.Hour)
-	if _, err := s.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after retention: %v", err)
 	}
 	again := mustClaim(t, s, req("k"))
@@ -112,7 +112,7 @@ func TestLifecycle(t *testing.T) {
 	if !to.Acquired || !to.Takeover || to.Record.Fence != 3 || to.Record.Attempt != 3 {
 		t.Fatalf("takeover: %+v", to)
 	}
-	if err := s.Release(ctx, "k", 2, "late"); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Release(ctx, "k", 2, "late"); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale release: %v", err)
 	}
 	rec, _ := s.Get(ctx, "k")
@@ -141,53 +141,53 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := mustClaim(t, s, req("k"))
-	if f.Acquired || f.Record.Status != idem.StatusFailed || f.Record.Reason != "boom" {
+	if f.Acquired || f.Record.Status != store.StatusFailed || f.Record.Reason != "boom" {
 		t.Fatalf("failed: %+v", f)
 	}
 
 	// AtMostOnce: abandon, then indeterminate until resolved.
 	amo := req("m")
-	amo.Policy = idem.AtMostOnce
+	amo.Policy = store.AtMostOnce
 	c := mustClaim(t, s, amo)
 	if err := s.Abandon(ctx, "m", c.Record.Fence, "crashed"); err != nil {
 		t.Fatal(err)
 	}
 	ind := mustClaim(t, s, amo)
-	if ind.Acquired || ind.Record.Status != idem.StatusInProgress || !ind.Record.Lapsed(ind.Now) {
+	if ind.Acquired || ind.Record.Status != store.StatusInProgress || !ind.Record.Lapsed(ind.Now) {
 		t.Fatalf("indeterminate: %+v", ind)
 	}
-	stuck, err := s.List(ctx, idem.ListQuery{Stuck: true})
+	stuck, err := s.List(ctx, store.ListQuery{Stuck: true})
 	if err != nil || len(stuck) != 1 || stuck[0].Key != "m" {
 		t.Fatalf("stuck: %v %+v", err, stuck)
 	}
-	if _, err := s.Resolve(ctx, "m", 99, idem.Resolution{Done: true}); !errors.Is(err, idem.ErrLeaseLost) {
+	if _, err := s.Resolve(ctx, "m", 99, store.Resolution{Done: true}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("resolve with a wrong fence: %v", err)
 	}
-	r, err := s.Resolve(ctx, "m", c.Record.Fence, idem.Resolution{Done: true, Result: []byte("sent"), Retention: time.Hour, By: "op"})
-	if err != nil || r.Status != idem.StatusCompleted || r.Fence != c.Record.Fence+1 {
+	r, err := s.Resolve(ctx, "m", c.Record.Fence, store.Resolution{Done: true, Result: []byte("sent"), Retention: time.Hour, By: "op"})
+	if err != nil || r.Status != store.StatusCompleted || r.Fence != c.Record.Fence+1 {
 		t.Fatalf("resolve: %+v %v", r, err)
 	}
-	if _, err := s.Resolve(ctx, "nope", 0, idem.Resolution{}); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Resolve(ctx, "nope", 0, store.Resolution{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("resolve absent: %v", err)
 	}
 
 	if err := s.Delete(ctx, "m"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, "m"); !errors.Is(err, idem.ErrNotFound) {
+	if err := s.Delete(ctx, "m"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete twice: %v", err)
 	}
-	if _, err := s.Get(ctx, "m"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "m"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("get deleted: %v", err)
 	}
 }
 
-func recordsEqual(a, b idem.Record) bool {
+func recordsEqual(a, b store.Record) bool {
 	return fmt.Sprintf("%#v", normalized(a)) == fmt.Sprintf("%#v", normalized(b))
 }
 
-func normalized(r idem.Record) idem.Record {
-	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+func normalized(r store.Record) store.Record {
+	r.Journal = append([]store.JournalEntry(nil), r.Journal...)
 	normalize(&r)
 	if len(r.Result) == 0 {
 		r.Result = nil
@@ -208,27 +208,27 @@ func TestListAndSweep(t *testing.T) {
 			}
 		}
 	}
-	all, err := s.List(ctx, idem.ListQuery{Limit: 4})
+	all, err := s.List(ctx, store.ListQuery{Limit: 4})
 	if err != nil || len(all) != 4 || all[0].Key != "k00" || all[3].Key != "k03" {
 		t.Fatalf("list: %v %d", err, len(all))
 	}
-	next, err := s.List(ctx, idem.ListQuery{After: all[3].Key})
+	next, err := s.List(ctx, store.ListQuery{After: all[3].Key})
 	if err != nil || len(next) != 6 || next[0].Key != "k04" {
 		t.Fatalf("list after: %v %d", err, len(next))
 	}
-	done, err := s.List(ctx, idem.ListQuery{Status: idem.StatusCompleted})
+	done, err := s.List(ctx, store.ListQuery{Status: store.StatusCompleted})
 	if err != nil || len(done) != 5 {
 		t.Fatalf("list completed: %v %d", err, len(done))
 	}
-	if stuck, _ := s.List(ctx, idem.ListQuery{Stuck: true}); len(stuck) != 0 {
+	if stuck, _ := s.List(ctx, store.ListQuery{Stuck: true}); len(stuck) != 0 {
 		t.Fatalf("stuck before the leases pass: %d", len(stuck))
 	}
 	clk.Advance(45 * time.Second) // leases (30 s) passed, nothing expired
-	if stuck, _ := s.List(ctx, idem.ListQuery{Stuck: true}); len(stuck) != 5 {
+	if stuck, _ := s.List(ctx, store.ListQuery{Stuck: true}); len(stuck) != 5 {
 		t.Fatalf("stuck: %d", len(stuck))
 	}
 	clk.Advance(4 * time.Minute) // k00..k03 expired (retention 1..4 min; in_progress ones max(lease, retention))
-	rest, _ := s.List(ctx, idem.ListQuery{})
+	rest, _ := s.List(ctx, store.ListQuery{})
 	if len(rest) != 6 || rest[0].Key != "k04" {
 		t.Fatalf("after expiry: %d", len(rest))
 	}

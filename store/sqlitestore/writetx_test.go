@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // unitTable makes the table the units of these tests write.
@@ -153,7 +153,7 @@ func TestWriteTxIsolation(t *testing.T) {
 		}
 		return true
 	})
-	if rec, err := s.Get(ctx, "k"); err != nil || rec.Status != idem.StatusInProgress {
+	if rec, err := s.Get(ctx, "k"); err != nil || rec.Status != store.StatusInProgress {
 		t.Errorf("claimed key: %+v %v", rec, err)
 	}
 	if st.Batches-before.Batches != 2 || st.Rollbacks != before.Rollbacks {
@@ -207,7 +207,7 @@ func TestWriteTxLostTransaction(t *testing.T) {
 	if got := unitRows(t, s); len(got) != 1 || !got["a"] {
 		t.Fatalf("committed rows %v, want a", got)
 	}
-	if rec, err := s.Get(ctx, "k"); err != nil || rec.Status != idem.StatusInProgress {
+	if rec, err := s.Get(ctx, "k"); err != nil || rec.Status != store.StatusInProgress {
 		t.Fatalf("claimed key: %+v %v", rec, err)
 	}
 	// The batch order is the goroutines' arrival order, so the lost unit
@@ -308,14 +308,14 @@ func TestWriteTxClose(t *testing.T) {
 		t.Fatalf("the running unit: %v", err)
 	}
 	for range cap(queued) {
-		if err := <-queued; !errors.Is(err, idem.ErrClosed) {
+		if err := <-queued; !errors.Is(err, store.ErrClosed) {
 			t.Fatalf("a queued unit: %v, want ErrClosed", err)
 		}
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if err := s.WriteTx(ctx, insertUnit("late")); !errors.Is(err, idem.ErrClosed) {
+	if err := s.WriteTx(ctx, insertUnit("late")); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("WriteTx after Close: %v", err)
 	}
 	// Nothing queued was written.
@@ -338,14 +338,14 @@ func TestWriteTxStoreCalledFromInside(t *testing.T) {
 	unitTable(t, s)
 	var inner error
 	err := s.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, inner = s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		_, inner = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 		return insertUnit("a")(ctx, tx)
 	})
 	if err != nil || !errors.Is(inner, ErrOnWriter) {
 		t.Fatalf("WriteTx = %v, inner Claim = %v; want nil and ErrOnWriter", err, inner)
 	}
 	var nested error
-	_, _, err = s.InTx(ctx, idem.ClaimRequest{Key: "outer", Owner: "o", Lease: time.Minute, Retention: time.Hour}, time.Hour,
+	_, _, err = s.InTx(ctx, store.ClaimRequest{Key: "outer", Owner: "o", Lease: time.Minute, Retention: time.Hour}, time.Hour,
 		func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 			nested = s.WriteTx(ctx, insertUnit("b"))
 			return nil, nil

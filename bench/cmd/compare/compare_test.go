@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/store"
+
 	"github.com/hibiken/asynq"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
@@ -65,7 +67,7 @@ func TestPostgresSidesRefuseTheSameDuplicate(t *testing.T) {
 			t.Fatalf("claim %d of k1: acquired %v, %v; want acquired %v", i+1, r.Acquired, err, want)
 		}
 	}
-	res, err := s.ClaimBatch(ctx, []idem.ClaimRequest{claimRequest("k1"), claimRequest("k2")})
+	res, err := s.ClaimBatch(ctx, []store.ClaimRequest{claimRequest("k1"), claimRequest("k2")})
 	if err != nil || res[0].Acquired || !res[1].Acquired {
 		t.Fatalf("ClaimBatch(k1, k2) = %+v, %v; want k1 refused, k2 acquired", res, err)
 	}

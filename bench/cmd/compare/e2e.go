@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/store"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -91,7 +93,7 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // queue.Consumer on a ledger over store whose handler is a no-op: each
 // message is claimed, run and completed in the ledger, then acked.
 // coalesce is the ledger's idem.WithCoalescing (0: off).
-func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n, coalesce int) (e2eResult, error) {
+func idemE2E(ctx context.Context, cfg *config, st store.Store, q idemQueue, n, coalesce int) (e2eResult, error) {
 	res := e2eResult{n: n}
 	cpu0 := cpuTime()
 	start := time.Now()
@@ -109,7 +111,7 @@ func idemE2E(ctx context.Context, cfg *config, store idem.Store, q idemQueue, n,
 
 	src := &countingSource{Source: q.src, done: make(chan struct{}), want: int64(n)}
 	var handled atomic.Int64
-	c, err := queue.NewConsumer(src, idem.New(store, idem.WithLogger(cfg.log), idem.WithCoalescing(coalesce)), queue.MessageIDKey("bench"),
+	c, err := queue.NewConsumer(src, idem.New(st, idem.WithLogger(cfg.log), idem.WithCoalescing(coalesce)), queue.MessageIDKey("bench"),
 		func(context.Context, queue.Message) ([]byte, error) {
 			handled.Add(1)
 			return nil, nil

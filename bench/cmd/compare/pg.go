@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idem/store"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -39,8 +41,8 @@ var uniqueByArgs = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 
 // claimRequest is the claim idem makes for every key: the defaults of
 // idem.Ledger.Do (at-least-once, 30 s lease), kept for an hour.
-func claimRequest(key string) idem.ClaimRequest {
-	return idem.ClaimRequest{Key: key, Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce,
+func claimRequest(key string) store.ClaimRequest {
+	return store.ClaimRequest{Key: key, Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: time.Hour}
 }
 
@@ -209,7 +211,7 @@ func comparePG(ctx context.Context, cfg *config, rep *report) error {
 								return 1, err
 							}
 						}
-						reqs := make([]idem.ClaimRequest, batch)
+						reqs := make([]store.ClaimRequest, batch)
 						return func(ctx context.Context) (int, error) {
 							for i := range reqs {
 								reqs[i] = claimRequest(ks.next())
@@ -306,7 +308,7 @@ func prefillPG(ctx context.Context, cfg *config, table string, n int) error {
 	defer rpool.Close()
 	ks := newKeys("prefill")
 	for done := 0; done < n; done += 500 {
-		reqs := make([]idem.ClaimRequest, min(500, n-done))
+		reqs := make([]store.ClaimRequest, min(500, n-done))
 		params := make([]river.InsertManyParams, len(reqs))
 		for i := range reqs {
 			reqs[i] = claimRequest(ks.next())

@@ -36,12 +36,13 @@ import (
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 // Config is one run of the demo.
 type Config struct {
-	Store idem.Store
+	Store store.Store
 	// Orders is how many receipt jobs (at least 7; default 20).
 	Orders int
 	// Seed makes the upstream's re-enqueues (default 1): the same seed
@@ -352,7 +353,7 @@ func receiptKey(m queue.Message) (idem.OperationKey, error) {
 // freeOrderBase picks the first order id so that none of the run's keys
 // exists in the store yet (a store given with --store may hold an earlier
 // run's records).
-func freeOrderBase(ctx context.Context, s idem.Store, users []int, timeout time.Duration) (int, error) {
+func freeOrderBase(ctx context.Context, s store.Store, users []int, timeout time.Duration) (int, error) {
 	for base := 1001; base < 1001+100*1000; base += 100 {
 		free := true
 		for i, u := range users {
@@ -363,7 +364,7 @@ func freeOrderBase(ctx context.Context, s idem.Store, users []int, timeout time.
 				free = false
 				break
 			}
-			if !errors.Is(err, idem.ErrNotFound) {
+			if !errors.Is(err, store.ErrNotFound) {
 				return 0, fmt.Errorf("demo: reading the store: %w", err)
 			}
 		}
@@ -491,7 +492,7 @@ func (w *world) crashes(ctx context.Context, jobs ...job) error {
 // dyingStore is a store seen from a process that dies: once dead, no write
 // reaches the store.
 type dyingStore struct {
-	idem.Store
+	store.Store
 	dead atomic.Bool
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
@@ -60,7 +61,7 @@ func TestRun(t *testing.T) {
 					t.Errorf("%s: %s %s", k, r.Status, r.Policy)
 				}
 			case sum.CrashedAtLeastOnce:
-				if r.Status != idem.StatusCompleted || r.Attempt != 2 || !r.Journal[1].Takeover || r.Journal[0].Outcome != idem.OutcomeLapsed {
+				if r.Status != idem.StatusCompleted || r.Attempt != 2 || !r.Journal[1].Takeover || r.Journal[0].Outcome != store.OutcomeLapsed {
 					t.Errorf("%s: %+v", k, r)
 				}
 			default:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Verdict codes: the leaf of the decision tree a record reaches.
@@ -91,7 +92,7 @@ type Explanation struct {
 	// Attempts is how many attempts the journal shows (operator decisions
 	// are events, not attempts).
 	Attempts int `json:"attempts"`
-	// Truncated: the journal keeps the newest idem.MaxJournal entries and
+	// Truncated: the journal keeps the newest store.MaxJournal entries and
 	// older attempts are missing from the story.
 	Truncated bool    `json:"truncated,omitempty"`
 	Story     []Event `json:"story"`
@@ -104,30 +105,30 @@ type Explanation struct {
 // attempt is a journal entry that is an attempt (not an operator's
 // decision recorded as its own entry).
 type attempt struct {
-	idem.JournalEntry
+	store.JournalEntry
 	idx int // position in the journal
 }
 
 // isDecision reports whether e records a resolution of a key that had no
 // open attempt (an operator's decision, not an attempt): idem marks such
 // entries with Decision.
-func isDecision(e idem.JournalEntry) bool { return e.Decision }
+func isDecision(e store.JournalEntry) bool { return e.Decision }
 
 // isReconciled reports whether e is an attempt that took over a lapsed one
 // (or ran after one that returned an error under at_least_once) and whose
 // Reconcile hook found that attempt's effect done: the Ledger records that
 // as a resolution by "<owner> (reconcile)" instead of running fn.
-func isReconciled(e idem.JournalEntry) bool {
-	return e.Outcome == idem.OutcomeResolvedDone &&
+func isReconciled(e store.JournalEntry) bool {
+	return e.Outcome == store.OutcomeResolvedDone &&
 		(strings.HasSuffix(e.ResolvedBy, "(reconcile)") || strings.HasPrefix(e.Reason, "reconciled"))
 }
 
 // notRunDetail returns why e, an attempt that ended without running its
 // operation (e.NotRun()), did not run: its reason after the prefix
-// idem.NotRunReason puts before it, with a failed Reconcile hook's error
+// store.NotRunReason puts before it, with a failed Reconcile hook's error
 // (`idem: reconcile "KEY": ERR`, key quoted) worded as such.
-func notRunDetail(key string, e idem.JournalEntry) string {
-	d := strings.TrimPrefix(e.Reason, idem.NotRunReason(""))
+func notRunDetail(key string, e store.JournalEntry) string {
+	d := strings.TrimPrefix(e.Reason, store.NotRunReason(""))
 	if err, ok := strings.CutPrefix(d, "idem: reconcile "+strconv.Quote(key)+": "); ok {
 		return "the Reconcile hook failed: " + err
 	}
@@ -137,7 +138,7 @@ func notRunDetail(key string, e idem.JournalEntry) string {
 // reconciledText says what e, an attempt whose Reconcile hook found prev's
 // effect done, did: it took prev over (prev lapsed), or it ran after
 // prev's error under at_least_once (the Ledger asks the hook then too).
-func reconciledText(e idem.JournalEntry, prev string) string {
+func reconciledText(e store.JournalEntry, prev string) string {
 	if e.Takeover {
 		return fmt.Sprintf("attempt %d took over, its Reconcile hook found %s's effect done, nothing was repeated", e.Attempt, prev)
 	}
@@ -146,7 +147,7 @@ func reconciledText(e idem.JournalEntry, prev string) string {
 
 // policyOf returns the policy e was claimed under: its own, else (journals
 // of stores that do not keep it) the record's.
-func policyOf(rec *idem.Record, e idem.JournalEntry) string {
+func policyOf(rec *idem.Record, e store.JournalEntry) string {
 	if e.Policy != "" {
 		return e.Policy
 	}
@@ -154,7 +155,7 @@ func policyOf(rec *idem.Record, e idem.JournalEntry) string {
 }
 
 // resolvedBy says who recorded e's resolution, as " by NAME", or "".
-func resolvedBy(e idem.JournalEntry) string {
+func resolvedBy(e store.JournalEntry) string {
 	by := e.ResolvedBy
 	if by == "" && e.Decision {
 		by = e.Owner
@@ -204,7 +205,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 	}
 	for i, e := range j {
 		if isDecision(e) {
-			if e.Outcome == idem.OutcomeResolvedDone {
+			if e.Outcome == store.OutcomeResolvedDone {
 				add(e.Ended, 0, e.Fence, "resolve", "resolved as done%s%s: completed with the result given, replayed to duplicates", resolvedBy(e), because(e.Reason))
 			} else {
 				add(e.Ended, 0, e.Fence, "resolve", "resolved as not done%s%s: released, the next delivery runs it", resolvedBy(e), because(e.Reason))
@@ -247,7 +248,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 		add(e.Started, e.Attempt, e.Fence, "claim", "%s", b.String())
 
 		outcome := e.Outcome
-		if e.NotRun() && (outcome == idem.OutcomeReleased || outcome == idem.OutcomeAbandoned) {
+		if e.NotRun() && (outcome == store.OutcomeReleased || outcome == store.OutcomeAbandoned) {
 			outcome = outcomeNotRun
 		}
 		switch outcome {
@@ -255,29 +256,29 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 			// It ended without running its operation: no effect came from
 			// it, whatever the policy.
 			what := "it released the key"
-			if e.Outcome == idem.OutcomeAbandoned {
+			if e.Outcome == store.OutcomeAbandoned {
 				what = "it left the key lapsed"
 			}
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d did not run: %s; no effect came from it, and %s", e.Attempt, notRunDetail(rec.Key, e), what)
-		case "", idem.OutcomeLapsed:
-			if e.Outcome == idem.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
+		case "", store.OutcomeLapsed:
+			if e.Outcome == store.OutcomeLapsed || (rec.Status == idem.StatusInProgress && rec.Fence == e.Fence && rec.Lapsed(now)) {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
 					"attempt %d's lease ran out with no outcome recorded: it crashed, hung or lost the store%s",
 					e.Attempt, because(e.Reason))
 			}
-		case idem.OutcomeCompleted:
+		case store.OutcomeCompleted:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d completed after %s: result recorded, duplicates replay it", e.Attempt, dur(e.Ended.Sub(e.Started)))
-		case idem.OutcomeFailed:
+		case store.OutcomeFailed:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d failed permanently after %s%s: duplicates get the failure", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
-		case idem.OutcomeReleased:
+		case store.OutcomeReleased:
 			if policyOf(rec, e) == idem.AtMostOnce.String() {
 				add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned idem.NotDone after %s%s: under at_most_once that says its effect did not happen, and released the key for a retry", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
 				break
 			}
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d returned an error after %s and released the key for a retry%s", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
-		case idem.OutcomeAbandoned:
+		case store.OutcomeAbandoned:
 			add(e.Ended, e.Attempt, e.Fence, "end", "attempt %d ended after %s without an outcome%s: its effect may or may not have happened", e.Attempt, dur(e.Ended.Sub(e.Started)), because(e.Reason))
-		case idem.OutcomeResolvedDone, idem.OutcomeResolvedNotDone:
+		case store.OutcomeResolvedDone, store.OutcomeResolvedNotDone:
 			if e.LeaseUntil.Before(e.Ended) {
 				add(e.LeaseUntil, e.Attempt, e.Fence, "lapse",
 					"attempt %d's lease ran out with no outcome recorded: it crashed, hung or lost the store", e.Attempt)
@@ -285,7 +286,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 			switch {
 			case isReconciled(e):
 				add(e.Ended, e.Attempt, e.Fence, "resolve", "%s: completed with the hook's result (recorded%s)", reconciledText(e, prev), resolvedBy(e))
-			case e.Outcome == idem.OutcomeResolvedNotDone:
+			case e.Outcome == store.OutcomeResolvedNotDone:
 				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as not done%s%s: released, the next delivery runs it", e.Attempt, resolvedBy(e), because(e.Reason))
 			default:
 				add(e.Ended, e.Attempt, e.Fence, "resolve", "attempt %d was resolved as done%s%s: completed with the result given", e.Attempt, resolvedBy(e), because(e.Reason))
@@ -311,7 +312,7 @@ func story(rec *idem.Record, atts []attempt, now time.Time) []Event {
 
 // stillRunning says what e's LateFinish proves: a refused heartbeat or a
 // refused outcome, after later took over.
-func stillRunning(e idem.JournalEntry, later string) string {
+func stillRunning(e store.JournalEntry, later string) string {
 	return fmt.Sprintf("attempt %d was still running at %s (tried to extend its lease or record an outcome) after %s took over",
 		e.Attempt, stamp(e.LateFinish), later)
 }
@@ -403,7 +404,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 		}
 		for ix := range jx {
 			a := atts[ix]
-			if a.Outcome != idem.OutcomeCompleted && a.Outcome != idem.OutcomeResolvedDone || a.Ended.IsZero() || a.Ended.After(b.Started) {
+			if a.Outcome != store.OutcomeCompleted && a.Outcome != store.OutcomeResolvedDone || a.Ended.IsZero() || a.Ended.After(b.Started) {
 				continue
 			}
 			steps = append(steps, Step{q1, "yes", fmt.Sprintf("attempt %d's completion was recorded at %s, and attempt %d started after it at %s", a.Attempt, stamp(a.Ended), b.Attempt, stamp(b.Started))})
@@ -498,12 +499,12 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 		}
 		amo := policyOf(rec, a.JournalEntry) == idem.AtMostOnce.String()
 		switch a.Outcome {
-		case "", idem.OutcomeLapsed, idem.OutcomeAbandoned:
+		case "", store.OutcomeLapsed, store.OutcomeAbandoned:
 			if !b.Takeover {
 				continue
 			}
 			how := "lapsed without recording an outcome"
-			if a.Outcome == idem.OutcomeAbandoned {
+			if a.Outcome == store.OutcomeAbandoned {
 				how = "ended without recording an outcome" + because(a.Reason)
 			}
 			steps = append(steps, Step{q3, "yes", fmt.Sprintf("attempt %d %s, and attempt %d took it over at %s%s", a.Attempt, how, b.Attempt, stamp(b.Started), between)})
@@ -517,7 +518,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 					a.Attempt, how, b.Attempt, a.Attempt)
 			}
 			return steps, v
-		case idem.OutcomeReleased:
+		case store.OutcomeReleased:
 			if amo {
 				// Under AtMostOnce only idem.NotDone releases.
 				notes = append(notes, fmt.Sprintf("attempt %d returned idem.NotDone under at_most_once: its effect did not happen", a.Attempt))
@@ -527,7 +528,7 @@ func decide(rec *idem.Record, atts []attempt, now time.Time) ([]Step, Verdict) {
 			return steps, Verdict{Code: CodeRetriedAfterError, Cause: CauseCrash, Attempts: []int{a.Attempt, b.Attempt},
 				Text: fmt.Sprintf("Send succeeded, recording failed: attempt %d returned an error%s, which under AtLeastOnce releases the key, and attempt %d ran again; if attempt %d's effect happened before its error, it happened twice. Return an error only for failures before the effect, or use AtMostOnce (an error then leaves the key indeterminate unless wrapped in idem.NotDone).",
 					a.Attempt, because(a.Reason), b.Attempt, a.Attempt)}
-		case idem.OutcomeFailed:
+		case store.OutcomeFailed:
 			notes = append(notes, fmt.Sprintf("attempt %d failed permanently%s", a.Attempt, because(a.Reason)))
 		}
 	}
@@ -580,12 +581,12 @@ func afterExpiryBetween(atts []attempt, from, to int) bool {
 // releasedBetween returns the operator decision entry between journal
 // positions from and to that released the key (resolved as not done), or
 // nil.
-func releasedBetween(j []idem.JournalEntry, from, to int) *idem.JournalEntry {
-	if j[from].Outcome == idem.OutcomeResolvedNotDone {
+func releasedBetween(j []store.JournalEntry, from, to int) *store.JournalEntry {
+	if j[from].Outcome == store.OutcomeResolvedNotDone {
 		return &j[from]
 	}
 	for i := from + 1; i < to; i++ {
-		if isDecision(j[i]) && j[i].Outcome == idem.OutcomeResolvedNotDone {
+		if isDecision(j[i]) && j[i].Outcome == store.OutcomeResolvedNotDone {
 			return &j[i]
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/transition"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -40,8 +40,8 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "single attempt completed",
 			rec: idem.Record{Key: "receipt:1:7", Status: idem.StatusCompleted, Fence: 1, Attempt: 1,
 				LeaseUntil: at(20), ExpiresAt: at(1e6), CreatedAt: at(0),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(100), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{1}, state: StateCompleted,
 			answers: []string{"no"},
@@ -51,7 +51,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "single attempt lapsed at_least_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(300), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
+				Journal: []store.JournalEntry{
 					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300)},
 				}},
 			now: at(500), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{1}, state: StateLapsed,
@@ -62,7 +62,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "single attempt indeterminate at_most_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Policy: idem.AtMostOnce,
 				LeaseUntil: at(300), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
+				Journal: []store.JournalEntry{
 					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300)},
 				}},
 			now: at(500), code: CodeIndeterminate, cause: CauseNoIdemDup, attempts: []int{1}, state: StateIndeterminate,
@@ -73,7 +73,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "single attempt running",
 			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Policy: idem.AtMostOnce,
 				LeaseUntil: at(300), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
+				Journal: []store.JournalEntry{
 					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300)},
 				}},
 			now: at(100), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{1}, state: StateInProgress,
@@ -83,9 +83,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "takeover after a crash (verdict 3)",
 			rec: idem.Record{Key: "receipt:1003:7", Status: idem.StatusCompleted, Fence: 2, Attempt: 2,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "consumer-1", Correlation: "m3", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "consumer-2", Correlation: "m3", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "consumer-1", Correlation: "m3", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "consumer-2", Correlation: "m3", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -95,9 +95,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "at_most_once takeover by a Reconcile hook that did not find the effect",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(50), Ended: at(50), Outcome: idem.OutcomeAbandoned, Reason: "smtp: connection reset"},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(50), Ended: at(50), Outcome: store.OutcomeAbandoned, Reason: "smtp: connection reset"},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -108,9 +108,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "takeover of an at_least_once attempt under a record now at_most_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -121,9 +121,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "reconciled takeover: the hook found the effect done",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(410), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_most_once", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: store.OutcomeResolvedDone, Takeover: true,
 						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w2 (reconcile)"},
 				}},
 			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
@@ -137,9 +137,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "reconciled takeover while the lapsed attempt still ran (refused heartbeat)",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(410), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(500)},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed, LateFinish: at(500)},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: store.OutcomeResolvedDone, Takeover: true,
 						Reason: "reconciled: the lapsed attempt's effect was found done"},
 				}},
 			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
@@ -151,8 +151,8 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "reconciled takeover of an attempt the journal no longer holds",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 18, Attempt: 17, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(410), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 17, Fence: 17, Owner: "w2", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+				Journal: []store.JournalEntry{
+					{Attempt: 17, Fence: 17, Owner: "w2", Started: at(400), LeaseUntil: at(410), Ended: at(410), Outcome: store.OutcomeResolvedDone, Takeover: true,
 						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w2 (reconcile)"},
 				}},
 			now: at(1000), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{17}, state: StateCompleted,
@@ -163,9 +163,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "a refused heartbeat after a takeover is an overlap",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(900), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(450)},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_least_once", Started: at(400), LeaseUntil: at(900), Ended: at(900), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed, LateFinish: at(450)},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Policy: "at_least_once", Started: at(400), LeaseUntil: at(900), Ended: at(900), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeOverlap, cause: CauseRace, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "yes"},
@@ -175,9 +175,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "overlap: late finish after takeover (verdict 2)",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(600)},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed, LateFinish: at(600)},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeOverlap, cause: CauseRace, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "yes"},
@@ -187,9 +187,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "overlap: ended after the later attempt started",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2,
 				LeaseUntil: at(420), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(500), Ended: at(500), Outcome: idem.OutcomeReleased},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m", Started: at(0), LeaseUntil: at(500), Ended: at(500), Outcome: store.OutcomeReleased},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeOverlap, cause: CauseRace, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "yes"},
@@ -198,9 +198,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "completed record expired before the redelivery (verdict 1)",
 			rec: idem.Record{Key: "booking.confirmed:b-1", Status: idem.StatusCompleted, Fence: 2, Attempt: 2,
 				LeaseUntil: at(90_000_020), ExpiresAt: at(1e9),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m2", Started: at(90_000_000), LeaseUntil: at(90_000_020), Ended: at(90_000_020), Outcome: idem.OutcomeCompleted, AfterExpiry: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: store.OutcomeCompleted},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m2", Started: at(90_000_000), LeaseUntil: at(90_000_020), Ended: at(90_000_020), Outcome: store.OutcomeCompleted, AfterExpiry: true},
 				}},
 			now: at(90_000_100), code: CodeExpiredRerun, cause: CauseLifetime, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"yes"},
@@ -210,10 +210,10 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "operator released a completed key",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 2,
 				LeaseUntil: at(520), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
-					{Attempt: 1, Fence: 2, Owner: "alice", Started: at(100), LeaseUntil: at(100), Ended: at(100), Outcome: idem.OutcomeResolvedNotDone, Reason: "resend requested", ResolvedBy: "alice", Decision: true},
-					{Attempt: 2, Fence: 3, Owner: "w2", Correlation: "m2", Started: at(500), LeaseUntil: at(520), Ended: at(520), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: store.OutcomeCompleted},
+					{Attempt: 1, Fence: 2, Owner: "alice", Started: at(100), LeaseUntil: at(100), Ended: at(100), Outcome: store.OutcomeResolvedNotDone, Reason: "resend requested", ResolvedBy: "alice", Decision: true},
+					{Attempt: 2, Fence: 3, Owner: "w2", Correlation: "m2", Started: at(500), LeaseUntil: at(520), Ended: at(520), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeReleasedRerun, cause: CauseLifetime, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"yes"},
@@ -224,12 +224,12 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "only the Decision field makes a decision",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(700), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
 					// An attempt claimed without a correlation id, resolved
 					// by an operator at once: the shape the old guess took
 					// for a decision.
-					{Attempt: 2, Fence: 2, Owner: "w2", Policy: "at_most_once", Started: at(700), LeaseUntil: at(700), Ended: at(700), Outcome: idem.OutcomeResolvedDone, Takeover: true, ResolvedBy: "bob", Reason: "provider shows it sent"},
+					{Attempt: 2, Fence: 2, Owner: "w2", Policy: "at_most_once", Started: at(700), LeaseUntil: at(700), Ended: at(700), Outcome: store.OutcomeResolvedDone, Takeover: true, ResolvedBy: "bob", Reason: "provider shows it sent"},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -239,9 +239,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "error after the effect under at_least_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "writing the audit row: timeout"},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: store.OutcomeReleased, Reason: "writing the audit row: timeout"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeRetriedAfterError, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -251,9 +251,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "NotDone release under at_most_once (the record's policy)",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "dial tcp: connection refused"},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: store.OutcomeReleased, Reason: "dial tcp: connection refused"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
 			answers: []string{"no", "no", "no"},
@@ -263,9 +263,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "NotDone release under at_most_once, record now at_least_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "dial tcp: connection refused"},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: store.OutcomeReleased, Reason: "dial tcp: connection refused"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
 			answers: []string{"no", "no", "no"},
@@ -275,9 +275,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "error retry under at_least_once, record now at_most_once",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "writing the audit row: timeout"},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: store.OutcomeReleased, Reason: "writing the audit row: timeout"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeRetriedAfterError, cause: CauseCrash, attempts: []int{1, 2}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -288,8 +288,8 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "resolved not done, then indeterminate again",
 			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 3, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(900), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(400), Ended: at(400), Outcome: idem.OutcomeResolvedNotDone, Reason: "not in provider log"},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(400), Ended: at(400), Outcome: store.OutcomeResolvedNotDone, Reason: "not in provider log"},
 					{Attempt: 2, Fence: 3, Owner: "w2", Correlation: "m1", Started: at(600), LeaseUntil: at(900)},
 				}},
 			now: at(1000), code: CodeIndeterminate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateIndeterminate,
@@ -300,8 +300,8 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "attempt resolved as done by an operator",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 1, Policy: idem.AtMostOnce,
 				LeaseUntil: at(700), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300), Ended: at(700), Outcome: idem.OutcomeResolvedDone, Reason: "provider shows it sent"},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300), Ended: at(700), Outcome: store.OutcomeResolvedDone, Reason: "provider shows it sent"},
 				}},
 			now: at(1000), code: CodeSingle, cause: CauseNoIdemDup, attempts: []int{1}, state: StateCompleted,
 			answers: []string{"no"},
@@ -310,10 +310,10 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "orphaned claim of a fresh key, then a run",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(220), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(5), Ended: at(5), Outcome: idem.OutcomeReleased,
-						Reason: idem.NotRunReason("the caller left before its claim was answered")},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m2", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(5), Ended: at(5), Outcome: store.OutcomeReleased,
+						Reason: store.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m2", Policy: "at_least_once", Started: at(200), LeaseUntil: at(220), Ended: at(220), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(1000), code: CodeNoDuplicate, cause: CauseNoIdemDup, attempts: []int{2}, state: StateCompleted,
 			answers: []string{"no", "no", "no"},
@@ -327,11 +327,11 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "orphaned takeover, then a takeover",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(720), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: idem.OutcomeAbandoned, Takeover: true,
-						Reason: idem.NotRunReason("the caller left before its claim was answered")},
-					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(720), Ended: at(720), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: store.OutcomeAbandoned, Takeover: true,
+						Reason: store.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(720), Ended: at(720), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 3}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -347,13 +347,13 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "two attempts that did not run between a lapse and a takeover",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 4, Attempt: 4, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(920), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: idem.OutcomeAbandoned, Takeover: true,
-						Reason: idem.NotRunReason("the caller left before its claim was answered")},
-					{Attempt: 3, Fence: 3, Owner: "w3", Started: at(600), LeaseUntil: at(650), Ended: at(650), Outcome: idem.OutcomeAbandoned, Takeover: true,
-						Reason: idem.NotRunReason(`idem: reconcile "k": provider 503`)},
-					{Attempt: 4, Fence: 4, Owner: "w4", Started: at(900), LeaseUntil: at(920), Ended: at(920), Outcome: idem.OutcomeCompleted, Takeover: true},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Started: at(400), LeaseUntil: at(405), Ended: at(405), Outcome: store.OutcomeAbandoned, Takeover: true,
+						Reason: store.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w3", Started: at(600), LeaseUntil: at(650), Ended: at(650), Outcome: store.OutcomeAbandoned, Takeover: true,
+						Reason: store.NotRunReason(`idem: reconcile "k": provider 503`)},
+					{Attempt: 4, Fence: 4, Owner: "w4", Started: at(900), LeaseUntil: at(920), Ended: at(920), Outcome: store.OutcomeCompleted, Takeover: true},
 				}},
 			now: at(1000), code: CodeTakeover, cause: CauseCrash, attempts: []int{1, 4}, state: StateCompleted,
 			answers: []string{"no", "no", "yes"},
@@ -367,11 +367,11 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "a failed Reconcile hook, then a reconcile",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(710), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: idem.OutcomeAbandoned, Takeover: true,
-						Reason: idem.NotRunReason(`idem: reconcile "k": provider 503`)},
-					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(710), Ended: at(710), Outcome: idem.OutcomeResolvedDone, Takeover: true,
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_least_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: store.OutcomeAbandoned, Takeover: true,
+						Reason: store.NotRunReason(`idem: reconcile "k": provider 503`)},
+					{Attempt: 3, Fence: 3, Owner: "w3", Correlation: "m1", Policy: "at_least_once", Started: at(700), LeaseUntil: at(710), Ended: at(710), Outcome: store.OutcomeResolvedDone, Takeover: true,
 						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w3 (reconcile)"},
 				}},
 			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 3}, state: StateCompleted,
@@ -388,10 +388,10 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "a failed Reconcile hook under at_most_once leaves the key indeterminate about the attempt before it",
 			rec: idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 2, Attempt: 2, Policy: idem.AtMostOnce,
 				LeaseUntil: at(450), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_most_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: idem.OutcomeAbandoned, Takeover: true,
-						Reason: idem.NotRunReason("the Reconcile hook panicked: nil map")},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_most_once", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m1", Policy: "at_most_once", Started: at(400), LeaseUntil: at(450), Ended: at(450), Outcome: store.OutcomeAbandoned, Takeover: true,
+						Reason: store.NotRunReason("the Reconcile hook panicked: nil map")},
 				}},
 			now: at(1000), code: CodeIndeterminate, cause: CauseNoIdemDup, attempts: []int{1}, state: StateIndeterminate,
 			answers: []string{"no", "no", "no"},
@@ -403,11 +403,11 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "a claim after expiry that did not run, then a run",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 3, Attempt: 3, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(90_000_520), ExpiresAt: at(1e9),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: idem.OutcomeCompleted},
-					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m2", Started: at(90_000_000), LeaseUntil: at(90_000_005), Ended: at(90_000_005), Outcome: idem.OutcomeReleased, AfterExpiry: true,
-						Reason: idem.NotRunReason("the caller left before its claim was answered")},
-					{Attempt: 3, Fence: 3, Owner: "w2", Correlation: "m3", Started: at(90_000_500), LeaseUntil: at(90_000_520), Ended: at(90_000_520), Outcome: idem.OutcomeCompleted},
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(20), Ended: at(20), Outcome: store.OutcomeCompleted},
+					{Attempt: 2, Fence: 2, Owner: "w2", Correlation: "m2", Started: at(90_000_000), LeaseUntil: at(90_000_005), Ended: at(90_000_005), Outcome: store.OutcomeReleased, AfterExpiry: true,
+						Reason: store.NotRunReason("the caller left before its claim was answered")},
+					{Attempt: 3, Fence: 3, Owner: "w2", Correlation: "m3", Started: at(90_000_500), LeaseUntil: at(90_000_520), Ended: at(90_000_520), Outcome: store.OutcomeCompleted},
 				}},
 			now: at(90_000_600), code: CodeExpiredRerun, cause: CauseLifetime, attempts: []int{1, 3}, state: StateCompleted,
 			answers: []string{"yes"},
@@ -417,9 +417,9 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "an error under at_least_once, then a Reconcile hook that found the effect done",
 			rec: idem.Record{Key: "k", Status: idem.StatusCompleted, Fence: 2, Attempt: 2, Policy: idem.AtLeastOnce,
 				LeaseUntil: at(210), ExpiresAt: at(1e6),
-				Journal: []idem.JournalEntry{
-					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: idem.OutcomeReleased, Reason: "writing the audit row: timeout"},
-					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(210), Ended: at(210), Outcome: idem.OutcomeResolvedDone,
+				Journal: []store.JournalEntry{
+					{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(0), LeaseUntil: at(30), Ended: at(30), Outcome: store.OutcomeReleased, Reason: "writing the audit row: timeout"},
+					{Attempt: 2, Fence: 2, Owner: "w1", Correlation: "m1", Policy: "at_least_once", Started: at(200), LeaseUntil: at(210), Ended: at(210), Outcome: store.OutcomeResolvedDone,
 						Reason: "reconciled: the lapsed attempt's effect was found done", ResolvedBy: "w1 (reconcile)"},
 				}},
 			now: at(1000), code: CodeReconciled, cause: CauseNoIdemDup, attempts: []int{1, 2}, state: StateCompleted,
@@ -493,9 +493,9 @@ func TestExplainVerdicts(t *testing.T) {
 func TestStoryOrderAndWording(t *testing.T) {
 	rec := idem.Record{Key: "receipt:1003:7", Status: idem.StatusCompleted, Fence: 2, Attempt: 2,
 		LeaseUntil: at(420), ExpiresAt: at(1e6),
-		Journal: []idem.JournalEntry{
-			{Attempt: 1, Fence: 1, Owner: "consumer-1", Correlation: "m3", Started: at(0), LeaseUntil: at(300), Outcome: idem.OutcomeLapsed, LateFinish: at(450)},
-			{Attempt: 2, Fence: 2, Owner: "consumer-2", Correlation: "m3-b", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: idem.OutcomeCompleted, Takeover: true},
+		Journal: []store.JournalEntry{
+			{Attempt: 1, Fence: 1, Owner: "consumer-1", Correlation: "m3", Started: at(0), LeaseUntil: at(300), Outcome: store.OutcomeLapsed, LateFinish: at(450)},
+			{Attempt: 2, Fence: 2, Owner: "consumer-2", Correlation: "m3-b", Started: at(400), LeaseUntil: at(420), Ended: at(420), Outcome: store.OutcomeCompleted, Takeover: true},
 		}}
 	x := Explain(rec, at(1000))
 	var kinds []string
@@ -532,15 +532,15 @@ func TestJournalsFromTransitions(t *testing.T) {
 	const lease, retention = 300 * time.Millisecond, time.Hour
 	claim := func(rec *idem.Record, p idem.Policy, owner string, now time.Time) (*idem.Record, int64) {
 		t.Helper()
-		next, res := transition.Claim(rec, idem.ClaimRequest{Key: "k", Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: lease, Retention: retention}, now)
+		next, res := store.ApplyClaim(rec, store.ClaimRequest{Key: "k", Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: lease, Retention: retention}, now)
 		if !res.Acquired {
 			t.Fatalf("claim by %s at %v not acquired: %+v", owner, now, res.Record)
 		}
 		return next, res.Record.Fence
 	}
-	finish := func(rec *idem.Record, fence int64, end transition.Ending, now time.Time) *idem.Record {
+	finish := func(rec *idem.Record, fence int64, end store.Ending, now time.Time) *idem.Record {
 		t.Helper()
-		next, err := transition.Finish(rec, fence, end, now)
+		next, err := store.ApplyFinish(rec, fence, end, now)
 		if err != nil && next == nil {
 			t.Fatalf("finish fence %d: %v", fence, err)
 		}
@@ -549,7 +549,7 @@ func TestJournalsFromTransitions(t *testing.T) {
 		}
 		return next
 	}
-	done := transition.Ending{Status: idem.StatusCompleted, Result: []byte("ok"), Retention: retention}
+	done := store.Ending{Status: idem.StatusCompleted, Result: []byte("ok"), Retention: retention}
 
 	t.Run("crash then takeover", func(t *testing.T) {
 		r, _ := claim(nil, idem.AtLeastOnce, "a", at(0))
@@ -571,7 +571,7 @@ func TestJournalsFromTransitions(t *testing.T) {
 	t.Run("crash, takeover, refused heartbeat", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r, f2 := claim(r, idem.AtLeastOnce, "b", at(400))
-		next, err := transition.Extend(r, f1, lease, at(450))
+		next, err := store.ApplyExtend(r, f1, lease, at(450))
 		if !errors.Is(err, idem.ErrLeaseLost) || next == nil {
 			t.Fatalf("stale heartbeat: %v, %v", next, err)
 		}
@@ -586,11 +586,11 @@ func TestJournalsFromTransitions(t *testing.T) {
 	})
 	t.Run("reconciled takeover", func(t *testing.T) {
 		r, _ := claim(nil, idem.AtMostOnce, "a", at(0))
-		next, res := transition.Claim(r, idem.ClaimRequest{Key: "k", Owner: "b", Correlation: "msg-b", Policy: idem.AtMostOnce, Lease: lease, Retention: retention, TakeLapsed: true}, at(400))
+		next, res := store.ApplyClaim(r, store.ClaimRequest{Key: "k", Owner: "b", Correlation: "msg-b", Policy: idem.AtMostOnce, Lease: lease, Retention: retention, TakeLapsed: true}, at(400))
 		if !res.Acquired || !res.Takeover {
 			t.Fatalf("takeover: %+v", res)
 		}
-		r, err := transition.Resolve(next, res.Record.Fence, idem.Resolution{Done: true, Result: []byte("ses-1"), Retention: retention,
+		r, err := store.ApplyResolve(next, res.Record.Fence, store.Resolution{Done: true, Result: []byte("ses-1"), Retention: retention,
 			Reason: "reconciled: the lapsed attempt's effect was found done", By: "b (reconcile)"}, at(410))
 		if err != nil {
 			t.Fatal(err)
@@ -612,7 +612,7 @@ func TestJournalsFromTransitions(t *testing.T) {
 	t.Run("operator released a completed key", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r = finish(r, f1, done, at(20))
-		r, err := transition.Resolve(r, 0, idem.Resolution{Reason: "resend", By: "alice"}, at(100))
+		r, err := store.ApplyResolve(r, 0, store.Resolution{Reason: "resend", By: "alice"}, at(100))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,7 +628,7 @@ func TestJournalsFromTransitions(t *testing.T) {
 		if x := Explain(*r, at(500)); x.Verdict.Code != CodeIndeterminate || x.State != StateIndeterminate {
 			t.Fatalf("verdict %s, state %s", x.Verdict.Code, x.State)
 		}
-		r, err := transition.Resolve(r, r.Fence, idem.Resolution{Done: true, Result: []byte("id"), Reason: "sent per provider", Retention: retention, By: "bob"}, at(600))
+		r, err := store.ApplyResolve(r, r.Fence, store.Resolution{Done: true, Result: []byte("id"), Reason: "sent per provider", Retention: retention, By: "bob"}, at(600))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -656,7 +656,7 @@ func TestJournalsFromLedger(t *testing.T) {
 	s := memstore.New(memstore.WithClock(clock))
 	defer s.Close()
 	// A worker under at_most_once claims the key, sends and dies.
-	if res, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "consumer-1", Correlation: "m-1", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "consumer-1", Correlation: "m-1", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
 	advance(2 * time.Second)
@@ -689,12 +689,12 @@ func TestJournalsFromLedger(t *testing.T) {
 // leavingStore answers a claim after the caller's context has ended (the
 // caller left while its claim was on its way), while leave is set.
 type leavingStore struct {
-	idem.Store
+	store.Store
 	mu    sync.Mutex
 	leave context.CancelFunc
 }
 
-func (s *leavingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *leavingStore) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	res, err := s.Store.Claim(context.WithoutCancel(ctx), req)
 	s.mu.Lock()
 	if s.leave != nil {
@@ -722,8 +722,8 @@ func TestJournalsFromLedgerNotRun(t *testing.T) {
 		return s, l, clock, advance
 	}
 	// crash: attempt 1 claims the key and dies.
-	crash := func(t *testing.T, s idem.Store, p idem.Policy) {
-		if res, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Owner: "w1", Correlation: "m-1", Policy: p, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+	crash := func(t *testing.T, s store.Store, p idem.Policy) {
+		if res, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w1", Correlation: "m-1", Policy: p, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
 			t.Fatalf("claim: %v %+v", err, res)
 		}
 	}
@@ -742,7 +742,7 @@ func TestJournalsFromLedgerNotRun(t *testing.T) {
 			t.Fatalf("orphaned Do: %v, want context.Canceled", err)
 		}
 	}
-	explain := func(t *testing.T, s idem.Store, clock func() time.Time) Explanation {
+	explain := func(t *testing.T, s store.Store, clock func() time.Time) Explanation {
 		rec, err := s.Get(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
@@ -889,7 +889,7 @@ func TestDur(t *testing.T) {
 // A failed Reconcile hook's error is quoted whole, also for a key that
 // holds ": " (the ledger quotes the key in the reason).
 func TestNotRunDetailKeyWithColon(t *testing.T) {
-	e := idem.JournalEntry{Reason: idem.NotRunReason(`idem: reconcile "order: 5": provider down`)}
+	e := store.JournalEntry{Reason: store.NotRunReason(`idem: reconcile "order: 5": provider down`)}
 	if got, want := notRunDetail("order: 5", e), "the Reconcile hook failed: provider down"; got != want {
 		t.Fatalf("notRunDetail = %q, want %q", got, want)
 	}
@@ -903,7 +903,7 @@ func TestLapsedTakeoverNeedsTheSameRequest(t *testing.T) {
 	rec := func(fp string) idem.Record {
 		return idem.Record{Key: "receipt:8891:7", Status: idem.StatusInProgress, Fence: 1, Attempt: 1, Policy: idem.AtLeastOnce,
 			Owner: "w1", Fingerprint: fp, LeaseUntil: at(300), ExpiresAt: at(1e6), CreatedAt: at(0),
-			Journal: []idem.JournalEntry{
+			Journal: []store.JournalEntry{
 				{Attempt: 1, Fence: 1, Owner: "w1", Correlation: "m1", Started: at(0), LeaseUntil: at(300)},
 			}}
 	}

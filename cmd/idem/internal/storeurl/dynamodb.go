@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/dynamostore"
 )
 
@@ -27,7 +27,7 @@ import (
 // command on a mistyped table fails instead of reporting an empty store);
 // otherwise (the demo) it is created if missing, with TTL enabled where
 // the endpoint has TTL.
-func openDynamoDB(ctx context.Context, raw, rest string, o Options) (idem.Store, error) {
+func openDynamoDB(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	u, err := url.Parse(strings.ToLower(scheme) + ":" + rest)
 	if err != nil || !strings.HasPrefix(rest, "//") || u.Host == "" || (u.Path != "" && u.Path != "/") {

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/dynamostore"
 )
 
@@ -84,7 +84,7 @@ func TestOpenDynamoDB(t *testing.T) {
 	if r := ds.Client().Options().Region; r != "us-east-1" {
 		t.Errorf("region %q, want the URL's us-east-1", r)
 	}
-	cr, err := s.Claim(ctx, idem.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired {
 		t.Fatalf("claim: %v %+v", err, cr)
 	}
@@ -100,7 +100,7 @@ func TestOpenDynamoDB(t *testing.T) {
 		if err != nil || string(rec.Result) != "ses-1" {
 			t.Fatalf("%s: Get = %+v, %v", scheme, rec, err)
 		}
-		if _, err := s2.Get(ctx, "nope"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := s2.Get(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("%s: Get(nope) = %v", scheme, err)
 		}
 	}

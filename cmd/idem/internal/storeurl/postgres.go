@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -19,7 +19,7 @@ import (
 // on a mistyped database, schema or table fails instead of reporting an
 // empty store. Otherwise (the demo) the table is created if missing, unless
 // the URL says idem_migrate=false.
-func openPostgres(ctx context.Context, raw, rest string, o Options) (idem.Store, error) {
+func openPostgres(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	// pgx recognises the scheme in lower case only.
 	u := strings.ToLower(scheme) + ":" + rest

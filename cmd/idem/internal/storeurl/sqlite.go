@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
 
@@ -21,7 +21,7 @@ func SQLitePath(rest string) string {
 	return rest
 }
 
-func openSQLite(ctx context.Context, raw, rest string, o Options) (idem.Store, error) {
+func openSQLite(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	path := SQLitePath(rest)
 	if path == "" {
 		return nil, fmt.Errorf("store %q: no database file; write sqlite:PATH", raw)

@@ -1,4 +1,4 @@
-// Package storeurl opens an idem.Store named by a URL, the one place where
+// Package storeurl opens an store.Store named by a URL, the one place where
 // the idem command turns `--store` into a store. [New] returns the
 // [Openers] of the schemes built into the command; adding a backend
 // (a cloud store) is one more opener named in New.
@@ -22,7 +22,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Options say how a store is being opened.
@@ -36,7 +36,7 @@ type Options struct {
 // opener opens the store that rest names; rest is the URL after
 // "scheme:" (for "sqlite:///var/idem.db", "///var/idem.db"), and raw the
 // whole URL as given, for schemes that parse it themselves.
-type opener func(ctx context.Context, raw, rest string, o Options) (idem.Store, error)
+type opener func(ctx context.Context, raw, rest string, o Options) (store.Store, error)
 
 // Openers open the stores of the schemes built into the command. The
 // in-memory stores named "mem:NAME" live in it: one store per name for as
@@ -46,13 +46,13 @@ type Openers struct {
 	schemes map[string]opener
 
 	memMu    sync.Mutex
-	memNamed map[string]idem.Store
+	memNamed map[string]store.Store
 }
 
 // New returns the openers of the built-in schemes, with no named
 // in-memory store yet.
 func New() *Openers {
-	o := &Openers{memNamed: map[string]idem.Store{}}
+	o := &Openers{memNamed: map[string]store.Store{}}
 	o.schemes = map[string]opener{
 		"mem":        o.openMem,
 		"sqlite":     openSQLite,
@@ -84,7 +84,7 @@ var (
 )
 
 // Open opens the store raw names.
-func (o *Openers) Open(ctx context.Context, raw string, opts Options) (idem.Store, error) {
+func (o *Openers) Open(ctx context.Context, raw string, opts Options) (store.Store, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "/\\.") {
 		return nil, fmt.Errorf("store %q: %w; name a store as sqlite:PATH (e.g. sqlite:%s) or one of the schemes: %s",

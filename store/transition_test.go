@@ -1,4 +1,4 @@
-package transition
+package store
 
 import (
 	"errors"
@@ -7,21 +7,19 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
 // deep returns r with its own copies of the result and the journal.
-func deep(r idem.Record) idem.Record {
+func deep(r Record) Record {
 	r.Result = append([]byte(nil), r.Result...)
-	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	r.Journal = append([]JournalEntry(nil), r.Journal...)
 	return r
 }
 
 // handed is a record handed to a caller and what it was when handed out.
 type handed struct {
 	what      string
-	got, want idem.Record
+	got, want Record
 }
 
 // TestSlotMatchesCopyOnWrite runs random sequences of calls on a few keys
@@ -40,12 +38,12 @@ func TestSlotMatchesCopyOnWrite(t *testing.T) {
 func runDifferential(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	keys := []string{"a", "b"}
-	cow := map[string]*idem.Record{}
+	cow := map[string]*Record{}
 	slots := map[string]*Slot{}
 	var out []handed
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	dur := func(max int) time.Duration { return time.Duration(rng.IntN(max+1)) * time.Second }
-	fence := func(rec *idem.Record) int64 {
+	fence := func(rec *Record) int64 {
 		switch {
 		case rec == nil || rng.IntN(4) == 0:
 			return int64(rng.IntN(4))
@@ -54,8 +52,8 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 		}
 		return rec.Fence
 	}
-	cowCall := func(rec *idem.Record, f func() (*idem.Record, error)) (*idem.Record, error) {
-		var before idem.Record
+	cowCall := func(rec *Record, f func() (*Record, error)) (*Record, error) {
+		var before Record
 		if rec != nil {
 			before = deep(*rec)
 		}
@@ -74,16 +72,16 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			now = now.Add(dur(4))
 			what = "advance"
 		case 1, 2: // claim
-			req := idem.ClaimRequest{
+			req := ClaimRequest{
 				Key: key, Owner: fmt.Sprint("w", rng.IntN(3)), Correlation: fmt.Sprint("c", step),
-				Policy: idem.Policy(rng.IntN(2)), Lease: dur(3) + time.Second, Retention: dur(8),
+				Policy: Policy(rng.IntN(2)), Lease: dur(3) + time.Second, Retention: dur(8),
 				Fingerprint: fmt.Sprint(rng.IntN(2)), TakeLapsed: rng.IntN(4) == 0,
 			}
 			what = fmt.Sprintf("claim %+v", req)
-			var next *idem.Record
-			var want idem.ClaimResult
-			cowCall(rec, func() (*idem.Record, error) { next, want = Claim(rec, req, now); return next, nil })
-			var got idem.ClaimResult
+			var next *Record
+			var want ClaimResult
+			cowCall(rec, func() (*Record, error) { next, want = ApplyClaim(rec, req, now); return next, nil })
+			var got ClaimResult
 			if slot == nil {
 				slot, got = NewSlot(req, now)
 				slots[key] = slot
@@ -93,7 +91,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d %s:\nslot %+v\n cow %+v", step, what, got, want)
 			}
-			if got.Acquired && (got.Record.Result != nil || got.Record.Status != idem.StatusInProgress) {
+			if got.Acquired && (got.Record.Result != nil || got.Record.Status != StatusInProgress) {
 				t.Fatalf("step %d %s: acquired a record with status %s and result %q, want in_progress and none", step, what, got.Record.Status, got.Record.Result)
 			}
 			if next != nil {
@@ -102,10 +100,10 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			out = append(out, handed{what, got.Record, deep(got.Record)})
 		case 3, 4, 5: // an attempt ends
 			f := fence(rec)
-			end := Ending{Status: []idem.Status{idem.StatusCompleted, idem.StatusFailed, idem.StatusReleased, idem.StatusInProgress}[rng.IntN(4)],
+			end := Ending{Status: []Status{StatusCompleted, StatusFailed, StatusReleased, StatusInProgress}[rng.IntN(4)],
 				Result: []byte(fmt.Sprint("r", step)), Reason: fmt.Sprint("why", step), Retention: dur(8)}
 			what = fmt.Sprintf("finish fence %d %+v", f, end)
-			next, werr := cowCall(rec, func() (*idem.Record, error) { return Finish(rec, f, end, now) })
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyFinish(rec, f, end, now) })
 			gerr := slot.Finish(f, end, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)
@@ -116,7 +114,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 		case 6, 7: // heartbeat
 			f, lease := fence(rec), dur(3)+time.Second
 			what = fmt.Sprintf("extend fence %d by %v", f, lease)
-			next, werr := cowCall(rec, func() (*idem.Record, error) { return Extend(rec, f, lease, now) })
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyExtend(rec, f, lease, now) })
 			until, gerr := slot.Extend(f, lease, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)
@@ -132,9 +130,9 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			if rng.IntN(2) == 0 {
 				f = 0
 			}
-			r := idem.Resolution{Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op", Retention: dur(8), By: "alice", InProgress: rng.IntN(2) == 0}
+			r := Resolution{Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op", Retention: dur(8), By: "alice", InProgress: rng.IntN(2) == 0}
 			what = fmt.Sprintf("resolve fence %d %+v", f, r)
-			next, werr := cowCall(rec, func() (*idem.Record, error) { return Resolve(rec, f, r, now) })
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyResolve(rec, f, r, now) })
 			gerr := slot.Resolve(f, r, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)

@@ -1,7 +1,9 @@
-package idem
+package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -30,7 +32,7 @@ type Store interface {
 	// req.Fingerprint is empty, or they are equal). A lapsed attempt with
 	// another fingerprint is never taken over, whatever the policy and
 	// TakeLapsed: it may have done its own request's effect, and the Ledger
-	// answers the claim with [ErrMismatch]. A released record is claimable
+	// answers the claim with a mismatch. A released record is claimable
 	// with any fingerprint: its last attempt ended and gave the key back.
 	// On success the record is in_progress with fence+1, attempt+1, the new
 	// owner, fingerprint and policy, LeaseUntil = now+Lease, and ExpiresAt
@@ -130,7 +132,7 @@ type Resolution struct {
 	Done      bool          // the effect happened: completed with Result
 	Result    []byte        // Done: the result to replay to duplicates
 	Reason    string        // why, recorded in the journal and the record
-	Retention time.Duration // Done: keep the record this long from now; 0 means DefaultRetention
+	Retention time.Duration // Done: keep the record this long from now; 0 means [DefaultRetention]
 	By        string        // who resolved it (journal owner)
 	// InProgress refuses the resolution with ErrLeaseLost unless the record
 	// is still in_progress, its lease running or lapsed alike: with a
@@ -169,7 +171,7 @@ type BatchCompleter interface {
 
 // TxStore is implemented by stores that can run the caller's writes in the
 // same transaction as the claim and the completion, so an effect in the
-// store's own database happens exactly once. See [DoTx].
+// store's own database happens exactly once. See idem.DoTx.
 type TxStore[Tx any] interface {
 	Store
 	// InTx begins a transaction and claims req in it. If the claim is
@@ -180,4 +182,31 @@ type TxStore[Tx any] interface {
 	// back. The returned ClaimResult describes the claim.
 	InTx(ctx context.Context, req ClaimRequest, retention time.Duration,
 		fn func(ctx context.Context, tx Tx) ([]byte, error)) (ClaimResult, []byte, error)
+}
+
+// UndoClaim ends the attempt of an acquired claim whose operation will
+// never run (its caller left, a batch it was part of failed): a claim of a
+// free key is released, so the key is free at once whatever the policy; a
+// takeover is abandoned (left lapsed at once, as after a crash), so the
+// attempt it took over, which may have done the effect, is met again. The
+// reason is [NotRunReason](detail): a later Reconcile hook is asked about
+// the attempt before it. A claim not acquired is left as it is.
+func UndoClaim(ctx context.Context, s Store, cr ClaimResult, detail string) error {
+	switch {
+	case !cr.Acquired:
+		return nil
+	case cr.Takeover:
+		return s.Abandon(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
+	default:
+		return s.Release(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
+	}
+}
+
+// FingerprintOf is the fingerprint idem.Fingerprint records for request
+// (the hex SHA-256 of its bytes), for code that claims through a Store
+// itself ([ClaimRequest.Fingerprint]) and must agree with Ledger callers on
+// the same keys.
+func FingerprintOf(request []byte) string {
+	sum := sha256.Sum256(request)
+	return hex.EncodeToString(sum[:])
 }

@@ -1,17 +1,15 @@
-package sqlitestore
+package store
 
 import (
 	"encoding/json"
 	"reflect"
 	"strconv"
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
-// journalFields are the fields of idem.JournalEntry that appendEntry
+// journalFields are the fields of JournalEntry that appendEntry
 // writes, with their JSON tags, in order. If the type has changed (a field
-// added, renamed or retagged), fastJournal is false and marshalJournal
+// added, renamed or retagged), fastJournal is false and MarshalJournal
 // uses encoding/json, so the change costs speed, never data.
 var journalFields = []struct{ name, tag string }{
 	{"Attempt", "a"}, {"Fence", "f"}, {"Owner", "o,omitempty"}, {"Correlation", "c,omitempty"},
@@ -22,7 +20,7 @@ var journalFields = []struct{ name, tag string }{
 }
 
 var fastJournal = func() bool {
-	t := reflect.TypeFor[idem.JournalEntry]()
+	t := reflect.TypeFor[JournalEntry]()
 	if t.NumField() != len(journalFields) {
 		return false
 	}
@@ -35,10 +33,10 @@ var fastJournal = func() bool {
 	return true
 }()
 
-// marshalJournal returns the JSON of j: the bytes json.Marshal makes of it
+// MarshalJournal returns the JSON of j: the bytes json.Marshal makes of it
 // (the tests hold the two equal), made without reflection, because a
 // record's journal is encoded on every write.
-func marshalJournal(j []idem.JournalEntry) ([]byte, error) {
+func MarshalJournal(j []JournalEntry) ([]byte, error) {
 	if !fastJournal {
 		return json.Marshal(j)
 	}
@@ -57,7 +55,7 @@ func timeOK(t time.Time) bool {
 	return y >= 0 && y <= 9999
 }
 
-func appendJournal(dst []byte, j []idem.JournalEntry) []byte {
+func appendJournal(dst []byte, j []JournalEntry) []byte {
 	if j == nil {
 		return append(dst, "null"...)
 	}
@@ -71,7 +69,7 @@ func appendJournal(dst []byte, j []idem.JournalEntry) []byte {
 	return append(dst, ']')
 }
 
-func appendEntry(dst []byte, e *idem.JournalEntry) []byte {
+func appendEntry(dst []byte, e *JournalEntry) []byte {
 	dst = append(dst, `{"a":`...)
 	dst = strconv.AppendInt(dst, int64(e.Attempt), 10)
 	dst = append(dst, `,"f":`...)
@@ -144,7 +142,7 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // appendTime appends t as time.Time's MarshalJSON does (RFC 3339 with
-// nanoseconds); marshalJournal has checked the year.
+// nanoseconds); MarshalJournal has checked the year.
 func appendTime(dst []byte, t time.Time) []byte {
 	dst = append(dst, '"')
 	dst = t.AppendFormat(dst, time.RFC3339Nano)

@@ -1,4 +1,4 @@
-package idem
+package store
 
 import "fmt"
 
@@ -9,16 +9,16 @@ import "fmt"
 type Policy uint8
 
 const (
-	// AtLeastOnce (the default) runs a lapsed attempt again: the next claim
-	// takes the key over (Result.Takeover, fence+1). An effect that happened
-	// before the crash happens twice; the takeover is logged. An error from
-	// fn releases the key for a retry, unless it is [Permanent].
+	// AtLeastOnce (idem's default) runs a lapsed attempt again: the next
+	// claim takes the key over ([ClaimResult.Takeover], a new fence). An
+	// effect that happened before the crash happens twice. The Ledger
+	// releases the key when fn fails, unless the error is permanent.
 	AtLeastOnce Policy = iota
-	// AtMostOnce never runs a lapsed attempt again by itself: later calls get
-	// [ErrIndeterminate] until a Reconcile hook or an operator
-	// (`idem resolve`) decides. An error from fn leaves the key indeterminate
-	// too, because the effect may have happened before the error, unless fn
-	// wraps it in [NotDone] to say nothing happened.
+	// AtMostOnce never runs a lapsed attempt again by itself: a claim finds
+	// it (the Ledger answers "indeterminate") until a claim with
+	// [ClaimRequest.TakeLapsed] (a Reconcile hook) or a [Resolution]
+	// decides. The Ledger leaves the key so when fn fails, unless fn says
+	// nothing happened.
 	AtMostOnce
 )
 
@@ -41,5 +41,5 @@ func ParsePolicy(s string) (Policy, error) {
 	case "at_most_once":
 		return AtMostOnce, nil
 	}
-	return 0, fmt.Errorf("idem: unknown policy %q", s)
+	return 0, fmt.Errorf("store: unknown policy %q", s)
 }

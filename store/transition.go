@@ -8,27 +8,25 @@
 // write (Claim, Finish, Extend, Resolve: the record passed in is never
 // modified, for stores that decode a record, change it and encode it again),
 // and [Slot], a record changed in place under the store's lock (memstore).
-package transition
+package store
 
 import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
 // Claim applies req to rec (nil if absent) at now. When the claim is
 // acquired it returns the record to store; otherwise next is nil and nothing
 // must be written. rec is not modified.
-func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.Record, res idem.ClaimResult) {
+func ApplyClaim(rec *Record, req ClaimRequest, now time.Time) (next *Record, res ClaimResult) {
 	res.Now = now
 	take, takeover := claimable(rec, req, now)
 	if !take {
 		res.Record = *rec
 		return nil, res
 	}
-	var n *idem.Record
+	var n *Record
 	if rec == nil {
 		// A new key's record and its first journal entry share one
 		// allocation: the common case, on every store's hot path.
@@ -54,15 +52,15 @@ func Claim(rec *idem.Record, req idem.ClaimRequest, now time.Time) (next *idem.R
 // the record as it is, which the Ledger answers with a mismatch. A
 // released record is claimable by any request: its last attempt is known
 // not to have done its effect.
-func claimable(rec *idem.Record, req idem.ClaimRequest, now time.Time) (take, takeover bool) {
+func claimable(rec *Record, req ClaimRequest, now time.Time) (take, takeover bool) {
 	if rec == nil || rec.Expired(now) {
 		return true, false
 	}
 	switch rec.Status {
-	case idem.StatusReleased:
+	case StatusReleased:
 		return true, false
-	case idem.StatusInProgress:
-		if !rec.Lapsed(now) || (rec.Policy != idem.AtLeastOnce && !req.TakeLapsed) ||
+	case StatusInProgress:
+		if !rec.Lapsed(now) || (rec.Policy != AtLeastOnce && !req.TakeLapsed) ||
 			otherRequest(rec.Fingerprint, req.Fingerprint) {
 			return false, false
 		}
@@ -80,7 +78,7 @@ func otherRequest(stored, requested string) bool {
 
 // claim writes an acquired claim into n: the record as found when found
 // (claimable said yes), otherwise a zero record.
-func claim(n *idem.Record, found bool, req idem.ClaimRequest, now time.Time, takeover bool) {
+func claim(n *Record, found bool, req ClaimRequest, now time.Time, takeover bool) {
 	// Fence, attempt and reason carry over even across expiry, so a holder
 	// from before the expiry is still refused and numbering keeps growing.
 	afterExpiry := found && n.Expired(now)
@@ -90,11 +88,11 @@ func claim(n *idem.Record, found bool, req idem.ClaimRequest, now time.Time, tak
 	if takeover && len(n.Journal) > 0 {
 		last := &n.Journal[len(n.Journal)-1]
 		if last.Fence == n.Fence && last.Outcome == "" {
-			last.Outcome = idem.OutcomeLapsed
+			last.Outcome = OutcomeLapsed
 		}
 	}
 	n.Key = req.Key
-	n.Status = idem.StatusInProgress
+	n.Status = StatusInProgress
 	n.Policy = req.Policy
 	n.Fence++
 	n.Attempt++
@@ -104,7 +102,7 @@ func claim(n *idem.Record, found bool, req idem.ClaimRequest, now time.Time, tak
 	n.LeaseUntil = now.Add(req.Lease)
 	n.ExpiresAt = now.Add(max(req.Lease, req.Retention))
 	n.UpdatedAt = now
-	n.Journal = Append(n.Journal, idem.JournalEntry{
+	n.Journal = AppendJournal(n.Journal, JournalEntry{
 		Attempt:     n.Attempt,
 		Fence:       n.Fence,
 		Owner:       req.Owner,
@@ -117,10 +115,10 @@ func claim(n *idem.Record, found bool, req idem.ClaimRequest, now time.Time, tak
 	})
 }
 
-// Append adds e to the journal, keeping the newest idem.MaxJournal entries.
-func Append(j []idem.JournalEntry, e idem.JournalEntry) []idem.JournalEntry {
+// Append adds e to the journal, keeping the newest MaxJournal entries.
+func AppendJournal(j []JournalEntry, e JournalEntry) []JournalEntry {
 	j = append(j, e)
-	if over := len(j) - idem.MaxJournal; over > 0 {
+	if over := len(j) - MaxJournal; over > 0 {
 		j = append(j[:0:0], j[over:]...)
 	}
 	return j
@@ -128,22 +126,22 @@ func Append(j []idem.JournalEntry, e idem.JournalEntry) []idem.JournalEntry {
 
 // Ending is how an attempt ends.
 type Ending struct {
-	Status    idem.Status // completed, failed, released; in_progress for abandon
+	Status    Status // completed, failed, released; in_progress for abandon
 	Result    []byte
 	Reason    string
 	Retention time.Duration // completed and failed
 }
 
 // Finish ends the attempt holding fence. On success it returns the record to
-// store. On idem.ErrLeaseLost it may still return a record to store: the
+// store. On ErrLeaseLost it may still return a record to store: the
 // stale attempt's journal entry annotated with its late finish (nil when
 // there is nothing to annotate). rec is not modified.
-func Finish(rec *idem.Record, fence int64, end Ending, now time.Time) (*idem.Record, error) {
+func ApplyFinish(rec *Record, fence int64, end Ending, now time.Time) (*Record, error) {
 	if ok, late := held(rec, fence, now); !ok {
 		if late {
-			return annotateLate(rec, fence, now), idem.ErrLeaseLost
+			return annotateLate(rec, fence, now), ErrLeaseLost
 		}
-		return nil, idem.ErrLeaseLost
+		return nil, ErrLeaseLost
 	}
 	n := clone(rec)
 	finish(n, fence, end, now)
@@ -152,36 +150,36 @@ func Finish(rec *idem.Record, fence int64, end Ending, now time.Time) (*idem.Rec
 
 // held reports whether fence holds rec at now. When it does not, late
 // reports whether rec is there to record the stale attempt's late finish.
-func held(rec *idem.Record, fence int64, now time.Time) (ok, late bool) {
+func held(rec *Record, fence int64, now time.Time) (ok, late bool) {
 	if rec == nil || rec.Expired(now) {
 		return false, false
 	}
-	if rec.Fence != fence || rec.Status != idem.StatusInProgress {
+	if rec.Fence != fence || rec.Status != StatusInProgress {
 		return false, true
 	}
 	return true, false
 }
 
 // finish writes end into n, which fence holds.
-func finish(n *idem.Record, fence int64, end Ending, now time.Time) {
+func finish(n *Record, fence int64, end Ending, now time.Time) {
 	n.UpdatedAt = now
 	n.LeaseUntil = now
 	outcome := ""
 	switch end.Status {
-	case idem.StatusCompleted:
+	case StatusCompleted:
 		n.Result = end.Result
 		n.ExpiresAt = now.Add(end.Retention)
-		outcome = idem.OutcomeCompleted
-	case idem.StatusFailed:
+		outcome = OutcomeCompleted
+	case StatusFailed:
 		n.Reason = end.Reason
 		n.ExpiresAt = now.Add(end.Retention)
-		outcome = idem.OutcomeFailed
-	case idem.StatusReleased:
+		outcome = OutcomeFailed
+	case StatusReleased:
 		n.Reason = end.Reason
-		outcome = idem.OutcomeReleased
-	case idem.StatusInProgress:
+		outcome = OutcomeReleased
+	case StatusInProgress:
 		n.Reason = end.Reason
-		outcome = idem.OutcomeAbandoned
+		outcome = OutcomeAbandoned
 	}
 	n.Status = end.Status
 	if e := entry(n, fence); e != nil {
@@ -193,15 +191,15 @@ func finish(n *idem.Record, fence int64, end Ending, now time.Time) {
 }
 
 // Extend renews the lease of the attempt holding fence. Like Finish, on
-// idem.ErrLeaseLost it may return the stale attempt's journal entry annotated
+// ErrLeaseLost it may return the stale attempt's journal entry annotated
 // with LateFinish, to store: a refused heartbeat proves the attempt was still
 // running. rec is not modified.
-func Extend(rec *idem.Record, fence int64, lease time.Duration, now time.Time) (*idem.Record, error) {
+func ApplyExtend(rec *Record, fence int64, lease time.Duration, now time.Time) (*Record, error) {
 	if ok, late := held(rec, fence, now); !ok {
 		if late {
-			return annotateLate(rec, fence, now), idem.ErrLeaseLost
+			return annotateLate(rec, fence, now), ErrLeaseLost
 		}
-		return nil, idem.ErrLeaseLost
+		return nil, ErrLeaseLost
 	}
 	n := clone(rec)
 	extend(n, fence, lease, now)
@@ -209,7 +207,7 @@ func Extend(rec *idem.Record, fence int64, lease time.Duration, now time.Time) (
 }
 
 // extend renews the lease of n, which fence holds.
-func extend(n *idem.Record, fence int64, lease time.Duration, now time.Time) {
+func extend(n *Record, fence int64, lease time.Duration, now time.Time) {
 	n.LeaseUntil = now.Add(lease)
 	if n.ExpiresAt.Before(n.LeaseUntil) {
 		n.ExpiresAt = n.LeaseUntil
@@ -221,7 +219,7 @@ func extend(n *idem.Record, fence int64, lease time.Duration, now time.Time) {
 }
 
 // Resolve applies an operator's decision. rec is not modified.
-func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*idem.Record, error) {
+func ApplyResolve(rec *Record, fence int64, r Resolution, now time.Time) (*Record, error) {
 	if err := resolvable(rec, fence, r.InProgress, now); err != nil {
 		return nil, err
 	}
@@ -231,38 +229,38 @@ func Resolve(rec *idem.Record, fence int64, r idem.Resolution, now time.Time) (*
 }
 
 // resolvable reports whether a resolution at fence (0: any) may decide rec
-// (nil if absent) at now. inProgress (idem.Resolution.InProgress) asks for
+// (nil if absent) at now. inProgress (Resolution.InProgress) asks for
 // an in_progress record, as held does for a holder's writes: like held, it
 // does not look at the lease, so a lapsed attempt is still in progress.
-func resolvable(rec *idem.Record, fence int64, inProgress bool, now time.Time) error {
+func resolvable(rec *Record, fence int64, inProgress bool, now time.Time) error {
 	if rec == nil || rec.Expired(now) {
-		return idem.ErrNotFound
+		return ErrNotFound
 	}
-	if fence != 0 && rec.Fence != fence || inProgress && rec.Status != idem.StatusInProgress {
-		return idem.ErrLeaseLost
+	if fence != 0 && rec.Fence != fence || inProgress && rec.Status != StatusInProgress {
+		return ErrLeaseLost
 	}
 	return nil
 }
 
 // resolve writes r into n (resolvable said yes).
-func resolve(n *idem.Record, r idem.Resolution, now time.Time) {
+func resolve(n *Record, r Resolution, now time.Time) {
 	decided := n.Fence
 	n.Fence++
 	n.UpdatedAt = now
 	n.LeaseUntil = now
 	n.Reason = r.Reason
-	outcome := idem.OutcomeResolvedNotDone
+	outcome := OutcomeResolvedNotDone
 	if r.Done {
-		n.Status = idem.StatusCompleted
+		n.Status = StatusCompleted
 		n.Result = r.Result
 		ret := r.Retention
 		if ret <= 0 {
-			ret = idem.DefaultRetention
+			ret = DefaultRetention
 		}
 		n.ExpiresAt = now.Add(ret)
-		outcome = idem.OutcomeResolvedDone
+		outcome = OutcomeResolvedDone
 	} else {
-		n.Status = idem.StatusReleased
+		n.Status = StatusReleased
 		n.Result = nil
 	}
 	if e := entry(n, decided); e != nil && e.Outcome == "" {
@@ -274,7 +272,7 @@ func resolve(n *idem.Record, r idem.Resolution, now time.Time) {
 			e.LeaseUntil = now
 		}
 	} else {
-		n.Journal = Append(n.Journal, idem.JournalEntry{
+		n.Journal = AppendJournal(n.Journal, JournalEntry{
 			Attempt: n.Attempt, Fence: n.Fence, Owner: r.By,
 			Started: now, LeaseUntil: now, Ended: now,
 			Outcome: outcome, Reason: r.Reason, ResolvedBy: r.By, Decision: true,
@@ -284,7 +282,7 @@ func resolve(n *idem.Record, r idem.Resolution, now time.Time) {
 
 // annotateLate returns a copy of rec with the LateFinish of fence's open
 // journal entry set, or nil if there is no such entry.
-func annotateLate(rec *idem.Record, fence int64, now time.Time) *idem.Record {
+func annotateLate(rec *Record, fence int64, now time.Time) *Record {
 	i := lateEntry(rec, fence)
 	if i < 0 {
 		return nil
@@ -296,7 +294,7 @@ func annotateLate(rec *idem.Record, fence int64, now time.Time) *idem.Record {
 
 // lateEntry returns the index of fence's journal entry if it is still open
 // (no outcome, no late finish yet), else -1.
-func lateEntry(rec *idem.Record, fence int64) int {
+func lateEntry(rec *Record, fence int64) int {
 	for i := range rec.Journal {
 		if e := &rec.Journal[i]; e.Fence == fence && e.Ended.IsZero() && e.LateFinish.IsZero() {
 			return i
@@ -305,7 +303,7 @@ func lateEntry(rec *idem.Record, fence int64) int {
 	return -1
 }
 
-func entry(r *idem.Record, fence int64) *idem.JournalEntry {
+func entry(r *Record, fence int64) *JournalEntry {
 	for i := len(r.Journal) - 1; i >= 0; i-- {
 		if r.Journal[i].Fence == fence {
 			return &r.Journal[i]
@@ -314,7 +312,7 @@ func entry(r *idem.Record, fence int64) *idem.JournalEntry {
 	return nil
 }
 
-func clone(r *idem.Record) *idem.Record {
+func clone(r *Record) *Record {
 	if len(r.Journal) == 1 {
 		b := new(recordWithEntry)
 		b.rec = *r
@@ -326,17 +324,17 @@ func clone(r *idem.Record) *idem.Record {
 }
 
 // cloneGrow copies r and its journal, leaving room for extra more entries.
-func cloneGrow(r *idem.Record, extra int) *idem.Record {
+func cloneGrow(r *Record, extra int) *Record {
 	n := *r
-	n.Journal = make([]idem.JournalEntry, len(r.Journal), len(r.Journal)+extra)
+	n.Journal = make([]JournalEntry, len(r.Journal), len(r.Journal)+extra)
 	copy(n.Journal, r.Journal)
 	return &n
 }
 
 // recordWithEntry holds a record and a one-entry journal in one allocation.
 type recordWithEntry struct {
-	rec   idem.Record
-	entry [1]idem.JournalEntry
+	rec   Record
+	entry [1]JournalEntry
 }
 
 // Slot is a record that a store keeps as a Go value and changes in place
@@ -352,12 +350,12 @@ type recordWithEntry struct {
 // (a new result replaces the slice), but callers that hand a record to
 // users still copy it: users may write to it.
 type Slot struct {
-	rec  idem.Record
+	rec  Record
 	lent bool // rec.Journal's array is held by a caller: copy before writing
 	// pinned: some array of the slot's was lent, so the slot may not be
 	// reused (see Free).
 	pinned bool
-	first  [1]idem.JournalEntry // a new key's journal, in the slot's own allocation
+	first  [1]JournalEntry // a new key's journal, in the slot's own allocation
 }
 
 // free holds slots that stores dropped and nobody else can reach, for the
@@ -367,7 +365,7 @@ type Slot struct {
 var free sync.Pool
 
 // NewSlot claims an absent key: it returns the slot to keep and the result.
-func NewSlot(req idem.ClaimRequest, now time.Time) (*Slot, idem.ClaimResult) {
+func NewSlot(req ClaimRequest, now time.Time) (*Slot, ClaimResult) {
 	s, _ := free.Get().(*Slot)
 	if s == nil {
 		s = new(Slot)
@@ -378,13 +376,13 @@ func NewSlot(req idem.ClaimRequest, now time.Time) (*Slot, idem.ClaimResult) {
 }
 
 // Claim applies req to the slot's record at now, in place.
-func (s *Slot) Claim(req idem.ClaimRequest, now time.Time) idem.ClaimResult {
+func (s *Slot) Claim(req ClaimRequest, now time.Time) ClaimResult {
 	take, takeover := claimable(&s.rec, req, now)
 	if !take {
 		// Duplicates are the common case here: lend the journal rather
 		// than copy it on every one.
 		s.lent, s.pinned = true, true
-		return idem.ClaimResult{Record: s.rec, Now: now}
+		return ClaimResult{Record: s.rec, Now: now}
 	}
 	s.own()
 	claim(&s.rec, true, req, now, takeover)
@@ -394,8 +392,8 @@ func (s *Slot) Claim(req idem.ClaimRequest, now time.Time) idem.ClaimResult {
 // acquired is the result of an acquired claim. The caller gets its own copy
 // of the journal: the attempt's ending will write the slot's entry in place,
 // and copying it now keeps the slot's journal in the slot's allocation.
-func (s *Slot) acquired(now time.Time, takeover bool) idem.ClaimResult {
-	res := idem.ClaimResult{Acquired: true, Takeover: takeover, Record: s.rec, Now: now}
+func (s *Slot) acquired(now time.Time, takeover bool) ClaimResult {
+	res := ClaimResult{Acquired: true, Takeover: takeover, Record: s.rec, Now: now}
 	res.Record.Journal = slices.Clone(s.rec.Journal)
 	return res
 }
@@ -409,16 +407,16 @@ func (s *Slot) own() {
 }
 
 // Finish ends the attempt holding fence, like [Finish], in place. On
-// idem.ErrLeaseLost it records the stale attempt's late finish, if any.
+// ErrLeaseLost it records the stale attempt's late finish, if any.
 func (s *Slot) Finish(fence int64, end Ending, now time.Time) error {
 	if s == nil {
-		return idem.ErrLeaseLost
+		return ErrLeaseLost
 	}
 	if ok, late := held(&s.rec, fence, now); !ok {
 		if late {
 			s.annotateLate(fence, now)
 		}
-		return idem.ErrLeaseLost
+		return ErrLeaseLost
 	}
 	s.own()
 	finish(&s.rec, fence, end, now)
@@ -429,13 +427,13 @@ func (s *Slot) Finish(fence int64, end Ending, now time.Time) error {
 // place, and returns the new LeaseUntil.
 func (s *Slot) Extend(fence int64, lease time.Duration, now time.Time) (time.Time, error) {
 	if s == nil {
-		return time.Time{}, idem.ErrLeaseLost
+		return time.Time{}, ErrLeaseLost
 	}
 	if ok, late := held(&s.rec, fence, now); !ok {
 		if late {
 			s.annotateLate(fence, now)
 		}
-		return time.Time{}, idem.ErrLeaseLost
+		return time.Time{}, ErrLeaseLost
 	}
 	s.own()
 	extend(&s.rec, fence, lease, now)
@@ -443,9 +441,9 @@ func (s *Slot) Extend(fence int64, lease time.Duration, now time.Time) (time.Tim
 }
 
 // Resolve applies an operator's decision, like [Resolve], in place.
-func (s *Slot) Resolve(fence int64, r idem.Resolution, now time.Time) error {
+func (s *Slot) Resolve(fence int64, r Resolution, now time.Time) error {
 	if s == nil {
-		return idem.ErrNotFound
+		return ErrNotFound
 	}
 	if err := resolvable(&s.rec, fence, r.InProgress, now); err != nil {
 		return err
@@ -476,13 +474,13 @@ func (s *Slot) Free() {
 }
 
 // Peek returns the slot's record: read it, never modify it or keep it.
-func (s *Slot) Peek() *idem.Record { return &s.rec }
+func (s *Slot) Peek() *Record { return &s.rec }
 
 // Copy returns the slot's record with its own copies of the result and the
 // journal, for callers that may do what they like with it.
-func (s *Slot) Copy() idem.Record {
+func (s *Slot) Copy() Record {
 	r := s.rec
 	r.Result = append([]byte(nil), r.Result...)
-	r.Journal = append([]idem.JournalEntry(nil), r.Journal...)
+	r.Journal = append([]JournalEntry(nil), r.Journal...)
 	return r
 }

@@ -1,9 +1,7 @@
-package transition
+package store
 
 import (
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
 // A record's journal is implicit when it is the one entry that the
@@ -21,14 +19,14 @@ import (
 // update, with r's reason unless it completed. The transitions keep those
 // equalities for a first attempt: Claim of a new key, Extend, and Finish
 // with completed, failed or released.
-func ImplicitEntry(r *idem.Record, correlation string) idem.JournalEntry {
-	e := idem.JournalEntry{
+func ImplicitEntry(r *Record, correlation string) JournalEntry {
+	e := JournalEntry{
 		Attempt: r.Attempt, Fence: r.Fence, Owner: r.Owner, Correlation: correlation,
 		Started: r.CreatedAt, LeaseUntil: r.LeaseUntil, Policy: r.Policy.String(),
 	}
-	if r.Status != idem.StatusInProgress {
+	if r.Status != StatusInProgress {
 		e.Outcome, e.Ended = string(r.Status), r.UpdatedAt
-		if r.Status != idem.StatusCompleted {
+		if r.Status != StatusCompleted {
 			e.Reason = r.Reason
 		}
 	}
@@ -40,7 +38,7 @@ func ImplicitEntry(r *idem.Record, correlation string) idem.JournalEntry {
 // that a store can keep it implicit and read it back unchanged. It compares
 // field by field, without building the entry: stores call it on every
 // write.
-func IsImplicit(r *idem.Record) bool {
+func IsImplicit(r *Record) bool {
 	if len(r.Journal) != 1 {
 		return false
 	}
@@ -51,10 +49,10 @@ func IsImplicit(r *idem.Record) bool {
 		return false
 	}
 	switch r.Status {
-	case idem.StatusInProgress:
+	case StatusInProgress:
 		return e.Outcome == "" && e.Ended.IsZero() && e.Reason == ""
-	case idem.StatusCompleted:
-		return e.Outcome == idem.OutcomeCompleted && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == ""
+	case StatusCompleted:
+		return e.Outcome == OutcomeCompleted && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == ""
 	default:
 		return e.Outcome == string(r.Status) && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == r.Reason
 	}

@@ -1,10 +1,8 @@
-package transition
+package store
 
 import (
 	"testing"
 	"time"
-
-	"github.com/idemkit/idem"
 )
 
 // TestImplicit: a first attempt's journal stays implicit through its
@@ -13,10 +11,10 @@ import (
 // (The stores' tests run random histories through their tables.)
 func TestImplicit(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 123456000, time.UTC)
-	req := idem.ClaimRequest{Key: "k", Owner: "w1", Correlation: "msg-1", Policy: idem.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
-	claimed, _ := Claim(nil, req, now)
-	extended, _ := Extend(claimed, 1, time.Hour, now.Add(time.Second))
-	check := func(name string, r *idem.Record, want bool) {
+	req := ClaimRequest{Key: "k", Owner: "w1", Correlation: "msg-1", Policy: AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	claimed, _ := ApplyClaim(nil, req, now)
+	extended, _ := ApplyExtend(claimed, 1, time.Hour, now.Add(time.Second))
+	check := func(name string, r *Record, want bool) {
 		t.Helper()
 		if got := IsImplicit(r); got != want {
 			t.Fatalf("%s: IsImplicit %v, want %v (journal %+v)", name, got, want, r.Journal)
@@ -28,24 +26,24 @@ func TestImplicit(t *testing.T) {
 	check("claimed", claimed, true)
 	check("extended", extended, true)
 	for _, end := range []Ending{
-		{Status: idem.StatusCompleted, Result: []byte("ok"), Retention: time.Hour},
-		{Status: idem.StatusFailed, Reason: "declined", Retention: time.Hour},
-		{Status: idem.StatusReleased, Reason: "later"},
+		{Status: StatusCompleted, Result: []byte("ok"), Retention: time.Hour},
+		{Status: StatusFailed, Reason: "declined", Retention: time.Hour},
+		{Status: StatusReleased, Reason: "later"},
 	} {
-		done, err := Finish(extended, 1, end, now.Add(2*time.Second))
+		done, err := ApplyFinish(extended, 1, end, now.Add(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(string(end.Status), done, true)
 	}
-	abandoned, _ := Finish(extended, 1, Ending{Status: idem.StatusInProgress, Reason: "crashed"}, now.Add(2*time.Second))
+	abandoned, _ := ApplyFinish(extended, 1, Ending{Status: StatusInProgress, Reason: "crashed"}, now.Add(2*time.Second))
 	check("abandoned", abandoned, false)
-	released, _ := Finish(claimed, 1, Ending{Status: idem.StatusReleased}, now.Add(time.Second))
-	again, _ := Claim(released, req, now.Add(2*time.Second))
+	released, _ := ApplyFinish(claimed, 1, Ending{Status: StatusReleased}, now.Add(time.Second))
+	again, _ := ApplyClaim(released, req, now.Add(2*time.Second))
 	check("claimed again", again, false)
 	lapsed := *claimed
 	req.TakeLapsed = true
-	taken, res := Claim(&lapsed, req, now.Add(2*time.Minute))
+	taken, res := ApplyClaim(&lapsed, req, now.Add(2*time.Minute))
 	if !res.Takeover {
 		t.Fatalf("no takeover: %+v", res)
 	}

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestMarshalJournalMatchesEncodingJSON holds MarshalJournal to
+// json.Marshal on random journals. The fields are filled by reflection, by
+// type, so a field added to JournalEntry is covered too.
+func TestMarshalJournalMatchesEncodingJSON(t *testing.T) {
+	if !fastJournal {
+		t.Fatal("JournalEntry changed: update journalFields and appendEntry (meanwhile encoding/json encodes journals)")
+	}
+	strs := []string{"", "w1", "owner-7", `quo"te`, `back\slash`, "<html>&", "tab\there", "ünïcode", "\u2028", "bad\xffutf8", "nul\x00"}
+	times := []time.Time{
+		{},
+		time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC),
+		time.Date(2030, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)),
+		time.UnixMicro(1).UTC(),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	fill := func(e *JournalEntry) {
+		v := reflect.ValueOf(e).Elem()
+		for i := range v.NumField() {
+			f := v.Field(i)
+			switch f.Interface().(type) {
+			case string:
+				f.SetString(strs[rng.IntN(len(strs))])
+			case int, int64:
+				f.SetInt(rng.Int64N(2000) - 1000)
+			case bool:
+				f.SetBool(rng.IntN(2) == 0)
+			case time.Time:
+				f.Set(reflect.ValueOf(times[rng.IntN(len(times))]))
+			default:
+				t.Fatalf("JournalEntry.%s has a type the test does not fill", v.Type().Field(i).Name)
+			}
+		}
+	}
+	for range 3000 {
+		n := rng.IntN(4)
+		j := make([]JournalEntry, n)
+		for i := range j {
+			fill(&j[i])
+		}
+		if n == 0 && rng.IntN(2) == 0 {
+			j = nil
+		}
+		want, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MarshalJournal(j)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("MarshalJournal(%+v)\n got %s %v\nwant %s", j, got, err, want)
+		}
+	}
+	// A year encoding/json refuses is refused too.
+	if _, err := MarshalJournal([]JournalEntry{{Started: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}); err == nil {
+		t.Fatal("MarshalJournal accepted the year 10000")
+	}
+}
+
+func BenchmarkMarshalJournal(b *testing.B) {
+	now := time.Now().UTC()
+	j := []JournalEntry{{Attempt: 1, Fence: 1, Owner: "bench", Correlation: "corr-123", Started: now, LeaseUntil: now, Ended: now, Outcome: "completed", Policy: "at_least_once"}}
+	b.Run("append", func(b *testing.B) {
+		for b.Loop() {
+			MarshalJournal(j)
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			json.Marshal(j)
+		}
+	})
+}
