@@ -20,6 +20,9 @@ var (
 	ErrCorrupt = errors.New("idem: corrupt record")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("idem: store closed")
+	// ErrInvalid: the store refused a request before sending it: an empty
+	// key or attempt id, an unknown policy or outcome. Nothing was written.
+	ErrInvalid = errors.New("idem: invalid store request")
 )
 
 // CorruptError is returned (wrapping [ErrCorrupt]) by a store that cannot

@@ -13,7 +13,8 @@ import (
 // abandon, a late finish, a resolution) is stored in full.
 
 // ImplicitEntry is the journal entry that r's fields say, with the
-// correlation id the store kept: attempt, fence and owner are r's, it
+// correlation id the store kept: attempt, fence, attempt id and owner are
+// r's, it
 // started when r was created with r's policy, its lease is r's, and once r
 // is no longer in progress its outcome is r's status, ended at r's last
 // update, with r's reason unless it completed. The transitions keep those
@@ -21,11 +22,11 @@ import (
 // with completed, failed or released.
 func ImplicitEntry(r *Record, correlation string) JournalEntry {
 	e := JournalEntry{
-		Attempt: r.Attempt, Fence: r.Fence, Owner: r.Owner, Correlation: correlation,
+		Attempt: r.Attempt, Fence: r.Fence, AttemptID: r.AttemptID, Owner: r.Owner, Correlation: correlation,
 		Started: r.CreatedAt, LeaseUntil: r.LeaseUntil, Policy: r.Policy.String(),
 	}
 	if r.Status != StatusInProgress {
-		e.Outcome, e.Ended = string(r.Status), r.UpdatedAt
+		e.Outcome, e.Ended = Outcome(r.Status), r.UpdatedAt
 		if r.Status != StatusCompleted {
 			e.Reason = r.Reason
 		}
@@ -43,7 +44,7 @@ func IsImplicit(r *Record) bool {
 		return false
 	}
 	e := &r.Journal[0]
-	if e.Attempt != r.Attempt || e.Fence != r.Fence || e.Owner != r.Owner ||
+	if e.Attempt != r.Attempt || e.Fence != r.Fence || e.AttemptID != r.AttemptID || e.Owner != r.Owner ||
 		e.Takeover || e.AfterExpiry || e.Decision || e.ResolvedBy != "" || !e.LateFinish.IsZero() ||
 		e.Policy != r.Policy.String() || !sameMicro(e.Started, r.CreatedAt) || !sameMicro(e.LeaseUntil, r.LeaseUntil) {
 		return false
@@ -54,7 +55,7 @@ func IsImplicit(r *Record) bool {
 	case StatusCompleted:
 		return e.Outcome == OutcomeCompleted && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == ""
 	default:
-		return e.Outcome == string(r.Status) && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == r.Reason
+		return e.Outcome == Outcome(r.Status) && sameMicro(e.Ended, r.UpdatedAt) && e.Reason == r.Reason
 	}
 }
 

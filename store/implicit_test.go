@@ -11,9 +11,10 @@ import (
 // (The stores' tests run random histories through their tables.)
 func TestImplicit(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 123456000, time.UTC)
-	req := ClaimRequest{Key: "k", Owner: "w1", Correlation: "msg-1", Policy: AtMostOnce, Lease: time.Minute, Retention: time.Hour}
-	claimed, _ := ApplyClaim(nil, req, now)
-	extended, _ := ApplyExtend(claimed, 1, time.Hour, now.Add(time.Second))
+	req := ClaimRequest{Key: "k", AttemptID: "a1", Owner: "w1", Correlation: "msg-1", Policy: AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	claimed, _ := ApplyClaim(nil, req, now, 0)
+	fence := claimed.Fence
+	extended, _ := ApplyExtend(claimed, ExtendRequest{Key: "k", Fence: fence, AttemptID: "a1", Lease: time.Hour}, now.Add(time.Second))
 	check := func(name string, r *Record, want bool) {
 		t.Helper()
 		if got := IsImplicit(r); got != want {
@@ -25,25 +26,29 @@ func TestImplicit(t *testing.T) {
 	}
 	check("claimed", claimed, true)
 	check("extended", extended, true)
-	for _, end := range []Ending{
-		{Status: StatusCompleted, Result: []byte("ok"), Retention: time.Hour},
-		{Status: StatusFailed, Reason: "declined", Retention: time.Hour},
-		{Status: StatusReleased, Reason: "later"},
+	end := func(o Outcome, result []byte, reason string) FinishRequest {
+		return FinishRequest{Key: "k", Fence: fence, AttemptID: "a1", Outcome: o, Result: result, Reason: reason, Retention: time.Hour}
+	}
+	for _, end := range []FinishRequest{
+		end(OutcomeCompleted, []byte("ok"), ""),
+		end(OutcomeFailed, nil, "declined"),
+		end(OutcomeReleased, nil, "later"),
 	} {
-		done, err := ApplyFinish(extended, 1, end, now.Add(2*time.Second))
+		done, err := ApplyFinish(extended, end, now.Add(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(string(end.Status), done, true)
+		check(string(end.Outcome), done, true)
 	}
-	abandoned, _ := ApplyFinish(extended, 1, Ending{Status: StatusInProgress, Reason: "crashed"}, now.Add(2*time.Second))
+	abandoned, _ := ApplyFinish(extended, end(OutcomeAbandoned, nil, "crashed"), now.Add(2*time.Second))
 	check("abandoned", abandoned, false)
-	released, _ := ApplyFinish(claimed, 1, Ending{Status: StatusReleased}, now.Add(time.Second))
-	again, _ := ApplyClaim(released, req, now.Add(2*time.Second))
+	released, _ := ApplyFinish(claimed, end(OutcomeReleased, nil, ""), now.Add(time.Second))
+	req.AttemptID = "a2"
+	again, _ := ApplyClaim(released, req, now.Add(2*time.Second), 0)
 	check("claimed again", again, false)
 	lapsed := *claimed
 	req.TakeLapsed = true
-	taken, res := ApplyClaim(&lapsed, req, now.Add(2*time.Minute))
+	taken, res := ApplyClaim(&lapsed, req, now.Add(2*time.Minute), 0)
 	if !res.Takeover {
 		t.Fatalf("no takeover: %+v", res)
 	}

@@ -39,10 +39,15 @@ const MaxJournal = 16
 
 // Record is what a store keeps per key. Times are the store's clock.
 type Record struct {
-	Key         string
-	Status      Status
-	Policy      Policy // the policy of the latest claim; decides a lapsed attempt
-	Fence       int64  // grows with every successful claim or resolution
+	Key    string
+	Status Status
+	Policy Policy // the policy of the latest claim; decides a lapsed attempt
+	Fence  int64  // grows with every successful claim or resolution; never repeats for a key
+	// AttemptID is the id of the latest attempt ([ClaimRequest.AttemptID]).
+	// While the record is in_progress it names the attempt that holds the
+	// key, lapsed or not; an abandoned attempt gives it up ("": it can end
+	// only once), and its journal entry keeps it.
+	AttemptID   string
 	Attempt     int    // number of claims the store remembers for the key
 	Owner       string // holder of the latest claim
 	Fingerprint string // hex sha256 named by the caller as "the request"; "" if none
@@ -66,16 +71,35 @@ func (r *Record) Lapsed(now time.Time) bool {
 // Expired reports whether r's retention has passed at now.
 func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 
-// Journal outcomes: how an attempt ended.
+// Outcome is how an attempt ended, in its journal entry; the first four
+// are what [Store.Finish] records.
+type Outcome string
+
+// The outcomes.
 const (
-	OutcomeCompleted       = "completed"
-	OutcomeFailed          = "failed"
-	OutcomeReleased        = "released"
-	OutcomeAbandoned       = "abandoned"         // ended its own lease without an outcome (AtMostOnce error, panic)
-	OutcomeLapsed          = "lapsed"            // its lease passed and another attempt took over
-	OutcomeResolvedDone    = "resolved-done"     // an operator or Reconcile hook said the effect happened
-	OutcomeResolvedNotDone = "resolved-not-done" // an operator said it did not
+	OutcomeCompleted       Outcome = "completed"
+	OutcomeFailed          Outcome = "failed"
+	OutcomeReleased        Outcome = "released"
+	OutcomeAbandoned       Outcome = "abandoned"         // ended its own lease without an outcome (AtMostOnce error, panic)
+	OutcomeLapsed          Outcome = "lapsed"            // its lease passed and another attempt took over
+	OutcomeResolvedDone    Outcome = "resolved-done"     // an operator or Reconcile hook said the effect happened
+	OutcomeResolvedNotDone Outcome = "resolved-not-done" // an operator said it did not
 )
+
+// EntryOf returns the journal entry of the attempt with id attemptID, if
+// the journal still holds it: how a caller whose finishing write's answer
+// was lost learns whether the write landed.
+func (r *Record) EntryOf(attemptID string) (JournalEntry, bool) {
+	if attemptID == "" {
+		return JournalEntry{}, false
+	}
+	for i := len(r.Journal) - 1; i >= 0; i-- {
+		if r.Journal[i].AttemptID == attemptID && !r.Journal[i].Decision {
+			return r.Journal[i], true
+		}
+	}
+	return JournalEntry{}, false
+}
 
 // notRunPrefix begins the reason recorded for an attempt that ended
 // without running its operation (NotRunReason).
@@ -91,18 +115,22 @@ func NotRunReason(detail string) string { return notRunPrefix + detail }
 
 // NotRun reports whether the attempt ended without running its operation
 // (its reason was made by [NotRunReason]).
-func (e JournalEntry) NotRun() bool { return strings.HasPrefix(e.Reason, notRunPrefix) }
+func (e JournalEntry) NotRun() bool { return IsNotRun(e.Reason) }
+
+// IsNotRun reports whether reason was made by [NotRunReason].
+func IsNotRun(reason string) bool { return strings.HasPrefix(reason, notRunPrefix) }
 
 // JournalEntry is one attempt in a record's journal.
 type JournalEntry struct {
 	Attempt     int       `json:"a"`
 	Fence       int64     `json:"f"`
+	AttemptID   string    `json:"i,omitempty"`
 	Owner       string    `json:"o,omitempty"`
 	Correlation string    `json:"c,omitempty"` // the caller's correlation id (message id, request id)
 	Started     time.Time `json:"s"`
 	LeaseUntil  time.Time `json:"l"`           // the last lease granted, claim or heartbeat
 	Ended       time.Time `json:"e,omitzero"`  // when its outcome was recorded
-	Outcome     string    `json:"x,omitempty"` // an Outcome* constant; "" while running or unknown
+	Outcome     Outcome   `json:"x,omitempty"` // "" while running or unknown
 	Reason      string    `json:"r,omitempty"`
 	Takeover    bool      `json:"t,omitempty"`  // claimed over a lapsed attempt
 	AfterExpiry bool      `json:"ae,omitempty"` // claimed after an earlier record's retention passed

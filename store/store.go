@@ -3,7 +3,13 @@ package store
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
 	"time"
 )
 
@@ -12,65 +18,85 @@ import (
 // DynamoDB condition expression): never a read followed by a separate write
 // that another writer could slip between.
 //
+// Attempts have an identity: every claim carries an attempt id that its
+// caller made ([NewAttemptID]), and every write that ends or extends the
+// attempt ([Store.Finish], [Store.Extend]) names it, with the fence the
+// claim got. The store applies such a write only while that attempt holds
+// the key: the record is in_progress with that attempt id and fence. So a
+// caller whose answer was lost (a timeout, a cut connection) can read the
+// key ([Store.Get]) and tell by [Record.AttemptID] whether its claim
+// landed, and repeat a finishing write without ending anyone else's
+// attempt.
+//
+// Fences never repeat for a key: a record's first fence comes from the
+// store's clock in microseconds ([FirstFence]), and each claim or
+// resolution adds one. A record deleted, swept or expired and claimed anew
+// starts above every fence it had, as long as the store's clock does not
+// go back by more than the time between the old record's last claim and
+// its removal. A store may keep a stricter floor of its own.
+//
 // Times come from the store's clock where it has one, so workers with skewed
 // clocks agree on leases. Expiry is checked on every call, whatever the
 // backend's own TTL does: a record whose ExpiresAt has passed behaves as
 // absent.
 //
-// Errors: [ErrLeaseLost] when the fence does not match an in_progress record
-// (it was taken over, resolved, finished, deleted or expired); [ErrNotFound]
-// from Get and admin calls on an absent key; [ErrCorrupt] for a record that
-// cannot be decoded. Any other error means the store could not answer, and
-// callers never read it as an outcome.
+// Errors: [ErrLeaseLost] when the attempt a write names does not hold the
+// key (it was taken over, resolved, finished, abandoned, deleted or
+// expired); [ErrNotFound] from Get and admin calls on an absent key;
+// [ErrCorrupt] for a record that cannot be decoded; [ErrInvalid] for a
+// request the store refuses before sending it. Any other error means the
+// store could not answer, and callers never read it as an outcome: a write
+// may or may not have happened.
 //
 // The package idemtest holds the conformance suite every Store must pass.
 type Store interface {
-	// Claim takes the key for one attempt if it is absent, expired,
-	// released, or in_progress with a lapsed lease that may be taken over:
-	// the record's policy is AtLeastOnce or req.TakeLapsed is set, and the
-	// lapsed attempt was for the same request (the record's Fingerprint or
-	// req.Fingerprint is empty, or they are equal). A lapsed attempt with
-	// another fingerprint is never taken over, whatever the policy and
-	// TakeLapsed: it may have done its own request's effect, and the Ledger
-	// answers the claim with a mismatch. A released record is claimable
-	// with any fingerprint: its last attempt ended and gave the key back.
-	// On success the record is in_progress with fence+1, attempt+1, the new
-	// owner, fingerprint and policy, LeaseUntil = now+Lease, and ExpiresAt
-	// = now+max(Lease, Retention); a journal entry is appended. Otherwise
-	// nothing is written and the record is returned as found.
+	// Claim takes the key for the attempt req names if the record is
+	// absent, expired, released, or in_progress with a lapsed lease that
+	// may be taken over: the record's policy is AtLeastOnce or
+	// req.TakeLapsed is set, and the lapsed attempt was for the same
+	// request (the record's Fingerprint or req.Fingerprint is empty, or
+	// they are equal). A lapsed attempt with another fingerprint is never
+	// taken over, whatever the policy and TakeLapsed: it may have done its
+	// own request's effect. A released record is claimable with any
+	// fingerprint: its last attempt ended and gave the key back.
+	//
+	// On success the record is in_progress with a new fence (fence+1, or
+	// [FirstFence] for a new record), attempt+1, req's attempt id, owner,
+	// fingerprint and policy, LeaseUntil = now+Lease, and ExpiresAt =
+	// now+max(Lease, Retention); a journal entry is appended. Otherwise
+	// nothing is written and the record is returned as found
+	// ([ClaimResult.Answer] says what it means).
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
-	// Complete records the attempt's result: status completed, ExpiresAt =
-	// now+retention.
-	Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error
-	// Fail records a permanent failure: status failed, Reason = reason,
-	// ExpiresAt = now+retention.
-	Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error
-	// Release makes the key claimable at once (status released), keeping the
-	// fence, attempt count and reason for the next claim.
-	Release(ctx context.Context, key string, fence int64, reason string) error
-	// Abandon ends the attempt's lease now without an outcome: the record
-	// stays in_progress and is lapsed from now on, so its policy decides
-	// (takeover under AtLeastOnce, indeterminate under AtMostOnce).
-	Abandon(ctx context.Context, key string, fence int64, reason string) error
-	// Extend renews the lease to now+lease and returns the new LeaseUntil.
-	Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error)
+	// Finish ends the attempt req names with req.Outcome, in one
+	// conditional write: completed (Result kept, ExpiresAt =
+	// now+Retention), failed (Reason kept, ExpiresAt = now+Retention),
+	// released (claimable at once, keeping fence, attempt count and
+	// reason), or abandoned (the lease ends now without an outcome: the
+	// record stays in_progress and is lapsed from now on, so its policy
+	// decides; the record's AttemptID is cleared, so the attempt cannot
+	// end twice). The attempt's journal entry records the outcome.
+	//
+	// ErrLeaseLost when the attempt does not hold the key; then the
+	// attempt's journal entry, if it has not ended, is marked LateFinish
+	// (it was still running after another took the key), unless Reason
+	// says it never ran ([NotRunReason]).
+	Finish(ctx context.Context, req FinishRequest) error
+	// Extend renews the lease of the attempt req names to now+req.Lease
+	// (and ExpiresAt to at least the same) and returns the new
+	// LeaseUntil. A lapsed lease that nobody took over is renewed too.
+	// ErrLeaseLost, and LateFinish, as for Finish.
+	Extend(ctx context.Context, req ExtendRequest) (time.Time, error)
 	// Get returns the record, or ErrNotFound if it is absent or expired.
 	Get(ctx context.Context, key string) (Record, error)
 
 	// List returns records in key order, for operators.
 	List(ctx context.Context, q ListQuery) ([]Record, error)
-	// Resolve decides a key by hand or by a reconciler: Done makes it
-	// completed with Result; not Done makes it released. It bumps the fence,
-	// so a holder still running is refused. When fence is non-zero the record
-	// must still have that fence (else ErrLeaseLost), which lets an operator
-	// resolve exactly the attempt they inspected. A fence alone does not
-	// name an attempt for good: fences start again at 1 once Delete or Sweep
-	// has removed a record, so a record claimed and finished since by others
-	// can reach the same fence. Callers that decide an attempt in progress
-	// (a reconciler holding the claim, an operator who inspected a lapsed
-	// one) set [Resolution.InProgress] too. An absent or expired record is
-	// ErrNotFound.
-	Resolve(ctx context.Context, key string, fence int64, r Resolution) (Record, error)
+	// Resolve decides a key by hand or by a reconciler (see
+	// [ResolveRequest]): Done makes it completed with Result; not Done
+	// makes it released. It adds one to the fence, so a holder still
+	// running is refused. ErrLeaseLost when a condition of req fails;
+	// ErrNotFound for an absent or expired record.
+	Resolve(ctx context.Context, req ResolveRequest) (Record, error)
 	// Delete removes the record whatever its state. ErrNotFound if absent.
 	Delete(ctx context.Context, key string) error
 	// Sweep deletes at most limit records whose retention has passed and
@@ -84,7 +110,10 @@ type Store interface {
 
 // ClaimRequest asks a [Store] to claim a key for one attempt.
 type ClaimRequest struct {
-	Key         string
+	Key string
+	// AttemptID names the attempt: made by the caller before the claim is
+	// sent ([NewAttemptID]), unique across processes and records. Required.
+	AttemptID   string
 	Owner       string
 	Correlation string // recorded in the journal entry
 	Policy      Policy
@@ -94,6 +123,31 @@ type ClaimRequest struct {
 	// TakeLapsed takes over a lapsed attempt even under AtMostOnce. Set by a
 	// caller that reconciles before running (a Reconcile hook).
 	TakeLapsed bool
+}
+
+// FinishRequest ends an attempt: see [Store.Finish].
+type FinishRequest struct {
+	Key       string
+	Fence     int64  // the fence the attempt's claim got
+	AttemptID string // the attempt's id, as claimed
+	// Outcome is OutcomeCompleted, OutcomeFailed, OutcomeReleased or
+	// OutcomeAbandoned.
+	Outcome Outcome
+	Result  []byte // completed: the result to replay to duplicates
+	// Reason is recorded in the record and the journal entry: the
+	// permanent error (failed), the last error (released, abandoned). ""
+	// for completed.
+	Reason string
+	// Retention keeps a completed or failed record this long from now.
+	Retention time.Duration
+}
+
+// ExtendRequest renews an attempt's lease: see [Store.Extend].
+type ExtendRequest struct {
+	Key       string
+	Fence     int64
+	AttemptID string
+	Lease     time.Duration
 }
 
 // ClaimResult is what a claim found or made.
@@ -116,6 +170,84 @@ type ClaimResult struct {
 	Err error
 }
 
+// Answer is what a claim means to its caller (the claim outcomes of the
+// design): run the operation, or answer without running it. See
+// [ClaimResult.Answer].
+type Answer uint8
+
+const (
+	// AnswerAcquired: run the operation. [ClaimResult.Takeover] says
+	// whether the claim took over a lapsed attempt, which may have done
+	// part or all of the effect.
+	AnswerAcquired Answer = iota + 1
+	// AnswerDuplicate: the key is completed; replay Record.Result.
+	AnswerDuplicate
+	// AnswerBusy: another attempt holds the key until Record.LeaseUntil.
+	AnswerBusy
+	// AnswerIndeterminate: an attempt lapsed without recording its
+	// outcome, and the record's policy (AtMostOnce) does not run it again.
+	AnswerIndeterminate
+	// AnswerFailed: the key failed for good (Record.Reason).
+	AnswerFailed
+	// AnswerMismatch: the key was used for a different request (another
+	// fingerprint), in any state but released.
+	AnswerMismatch
+)
+
+func (a Answer) String() string {
+	switch a {
+	case AnswerAcquired:
+		return "acquired"
+	case AnswerDuplicate:
+		return "duplicate"
+	case AnswerBusy:
+		return "busy"
+	case AnswerIndeterminate:
+		return "indeterminate"
+	case AnswerFailed:
+		return "failed"
+	case AnswerMismatch:
+		return "mismatch"
+	}
+	return "Answer(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Answer says what the claim means to a caller whose request had
+// fingerprint ("" for none): the one rule the idem Ledger and `idem serve`
+// answer by. A different fingerprint is checked first: a key reused for
+// another request is a mismatch whether it is completed, failed or in
+// progress, running or lapsed (the store does not take a lapsed attempt
+// over for another request). An in_progress record is indeterminate when
+// its lease has passed at r.Now (the store did not take it over), busy
+// otherwise.
+//
+// The error reports a result no store may give (a released record not
+// taken, a status it does not know): a store bug, never an outcome.
+func (r ClaimResult) Answer(fingerprint string) (Answer, error) {
+	if r.Acquired {
+		return AnswerAcquired, nil
+	}
+	rec := &r.Record
+	switch rec.Status {
+	case StatusCompleted, StatusFailed, StatusInProgress:
+		if fingerprint != "" && rec.Fingerprint != "" && fingerprint != rec.Fingerprint {
+			return AnswerMismatch, nil
+		}
+	}
+	switch rec.Status {
+	case StatusCompleted:
+		return AnswerDuplicate, nil
+	case StatusFailed:
+		return AnswerFailed, nil
+	case StatusInProgress:
+		if rec.Lapsed(r.Now) {
+			return AnswerIndeterminate, nil
+		}
+		return AnswerBusy, nil
+	}
+	return 0, fmt.Errorf("store: a claim of %q found a %q record and did not take it (a store bug)", rec.Key, rec.Status)
+}
+
 // ListQuery selects records for [Store.List].
 type ListQuery struct {
 	Status Status // "" for any
@@ -127,21 +259,34 @@ type ListQuery struct {
 	Limit int    // at most this many; 0 means 100
 }
 
-// Resolution is an operator's (or a reconciler's) decision on a key.
-type Resolution struct {
+// ResolveRequest is an operator's (or a reconciler's) decision on a key,
+// for [Store.Resolve], with the conditions under which it applies.
+type ResolveRequest struct {
+	Key       string
 	Done      bool          // the effect happened: completed with Result
 	Result    []byte        // Done: the result to replay to duplicates
 	Reason    string        // why, recorded in the journal and the record
 	Retention time.Duration // Done: keep the record this long from now; 0 means [DefaultRetention]
 	By        string        // who resolved it (journal owner)
-	// InProgress refuses the resolution with ErrLeaseLost unless the record
-	// is still in_progress, its lease running or lapsed alike: with a
-	// non-zero fence, the attempt at that fence that the caller holds or
-	// inspected. It keeps a caller from overwriting a record that was
-	// deleted and then claimed and finished by others up to the same fence.
-	// Leave it unset to overwrite a completed, failed or released record on
-	// purpose. An absent or expired record is still ErrNotFound.
+
+	// The conditions; each one that fails is ErrLeaseLost. Leave them all
+	// unset to overwrite a record whatever its state, on purpose.
+
+	// Fence, when non-zero, must be the record's fence: the caller
+	// resolves exactly the attempt (or decision) it inspected. Fences
+	// never repeat for a key, so this names one attempt for good.
+	Fence int64
+	// AttemptID, when set, must be the attempt that holds the key: the
+	// record is in_progress with this attempt id (a reconciler deciding
+	// the attempt it holds).
+	AttemptID string
+	// InProgress refuses unless the record is in_progress, its lease
+	// running or lapsed alike.
 	InProgress bool
+	// Lapsed refuses unless the record is in_progress and its lease has
+	// passed: an operator who inspected a lapsed attempt does not decide
+	// one that a late heartbeat has since revived.
+	Lapsed bool
 }
 
 // BatchClaimer is implemented by stores that claim many keys in one round
@@ -152,21 +297,14 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error)
 }
 
-// Completion is one attempt's result, for [BatchCompleter].
-type Completion struct {
-	Key       string
-	Fence     int64
-	Result    []byte
-	Retention time.Duration
-}
-
-// BatchCompleter is implemented by stores that complete many attempts in one
-// round trip. It does what [Store.Complete] does for each of cs: errs[i] is
-// nil when cs[i] was recorded and [ErrLeaseLost] (or [ErrNotFound]) when
-// its attempt no longer held the key. err is a store failure: then which
-// completions were recorded is unknown, as after a failed Complete.
-type BatchCompleter interface {
-	CompleteBatch(ctx context.Context, cs []Completion) (errs []error, err error)
+// BatchFinisher is implemented by stores that end many attempts in one
+// round trip. It does what [Store.Finish] does for each of reqs, which name
+// distinct keys or not: errs[i] is nil when reqs[i] was recorded and
+// [ErrLeaseLost] (or [ErrNotFound]) when its attempt no longer held the
+// key. err is a store failure: then which were recorded is unknown, as
+// after a failed Finish.
+type BatchFinisher interface {
+	FinishBatch(ctx context.Context, reqs []FinishRequest) (errs []error, err error)
 }
 
 // TxStore is implemented by stores that can run the caller's writes in the
@@ -192,14 +330,105 @@ type TxStore[Tx any] interface {
 // reason is [NotRunReason](detail): a later Reconcile hook is asked about
 // the attempt before it. A claim not acquired is left as it is.
 func UndoClaim(ctx context.Context, s Store, cr ClaimResult, detail string) error {
-	switch {
-	case !cr.Acquired:
+	if !cr.Acquired {
 		return nil
-	case cr.Takeover:
-		return s.Abandon(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
-	default:
-		return s.Release(ctx, cr.Record.Key, cr.Record.Fence, NotRunReason(detail))
 	}
+	return s.Finish(ctx, UndoRequest(cr.Record, cr.Takeover, detail))
+}
+
+// UndoRequest is the request that ends an attempt that never ran fn: rec
+// is the record its claim made (Key, Fence and AttemptID are read), and
+// takeover says whether that claim took over a lapsed attempt. See
+// [UndoClaim].
+func UndoRequest(rec Record, takeover bool, detail string) FinishRequest {
+	req := FinishRequest{Key: rec.Key, Fence: rec.Fence, AttemptID: rec.AttemptID, Outcome: OutcomeReleased, Reason: NotRunReason(detail)}
+	if takeover {
+		req.Outcome = OutcomeAbandoned
+	}
+	return req
+}
+
+// FirstFence is the fence of a record's first claim at now, the store's
+// clock: now in microseconds since 1970, or floor+1 when that is higher
+// (floor: the highest fence the store knows it gave out for a record it
+// removed, or 0). Fences then count up by one from there, so a record
+// deleted, swept or expired and claimed anew starts above every fence it
+// had (see [Store]).
+func FirstFence(now time.Time, floor int64) int64 { return max(now.UnixMicro(), floor+1, 1) }
+
+// Check returns an error wrapping [ErrInvalid] if a store must refuse req:
+// an empty key or attempt id, or a policy it does not know.
+func (r ClaimRequest) Check() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: claim with an empty key", ErrInvalid)
+	case r.AttemptID == "":
+		return fmt.Errorf("%w: claim of %q without an attempt id", ErrInvalid, r.Key)
+	case r.Policy != AtLeastOnce && r.Policy != AtMostOnce:
+		return fmt.Errorf("%w: claim of %q with unknown policy %v", ErrInvalid, r.Key, r.Policy)
+	}
+	return nil
+}
+
+// Check returns an error wrapping [ErrInvalid] if a store must refuse req:
+// an empty key or attempt id, or an outcome Finish does not record.
+func (r FinishRequest) Check() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: finish with an empty key", ErrInvalid)
+	case r.AttemptID == "":
+		return fmt.Errorf("%w: finish of %q without an attempt id", ErrInvalid, r.Key)
+	}
+	switch r.Outcome {
+	case OutcomeCompleted, OutcomeFailed, OutcomeReleased, OutcomeAbandoned:
+		return nil
+	}
+	return fmt.Errorf("%w: finish of %q with outcome %q (want completed, failed, released or abandoned)", ErrInvalid, r.Key, r.Outcome)
+}
+
+// Check returns an error wrapping [ErrInvalid] if a store must refuse req:
+// an empty key or attempt id.
+func (r ExtendRequest) Check() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: extend with an empty key", ErrInvalid)
+	case r.AttemptID == "":
+		return fmt.Errorf("%w: extend of %q without an attempt id", ErrInvalid, r.Key)
+	}
+	return nil
+}
+
+// UndoLostClaim undoes req's claim if it landed although its caller never
+// got the answer (a timeout, a cut connection, a context that ended after
+// the store took the claim): it reads the key and, if req's attempt holds
+// it, ends that attempt as not run ([UndoRequest]: a fresh claim is
+// released, a takeover abandoned). found reports whether the claim was
+// there to undo; err is the store's, from the read or the undo (then the
+// caller may try again: a second call finds the claim, or finds it undone).
+func UndoLostClaim(ctx context.Context, s Store, req ClaimRequest, detail string) (found bool, err error) {
+	rec, err := s.Get(ctx, req.Key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case rec.Status != StatusInProgress || req.AttemptID == "" || rec.AttemptID != req.AttemptID:
+		return false, nil // it did not land, or not yet
+	}
+	e, _ := rec.EntryOf(req.AttemptID)
+	return true, s.Finish(ctx, UndoRequest(rec, e.Takeover, detail))
+}
+
+// NewAttemptID returns a new attempt id: 128 random bits, base64url
+// without padding (22 characters). The bits come from math/rand/v2's
+// global generator, ChaCha8 seeded by the runtime from the operating
+// system: unguessable and unique across processes, at a fraction of a
+// system call's cost (a claim makes one).
+func NewAttemptID() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], mrand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], mrand.Uint64())
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // FingerprintOf is the fingerprint idem.Fingerprint records for request

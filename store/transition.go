@@ -1,14 +1,17 @@
-// Package transition holds the record's state machine (DESIGN.md §2) for
-// stores that read a record and write it back inside one atomic step of their
-// own (a mutex, a write transaction). Stores that decide in the backend (SQL
-// conditions, Lua, DynamoDB expressions) implement the same rules there; the
-// conformance suite in idemtest holds both to them.
+package store
+
+// The record's state machine, for stores that read a record and write it
+// back inside one atomic step of their own (a mutex, a write transaction).
+// Stores that decide in the backend (SQL conditions, Lua, DynamoDB
+// expressions) implement the same rules there; the conformance suite in
+// idemtest, and differential tests against these functions, hold both to
+// them.
 //
 // The rules come in two forms over the same code: functions that copy on
-// write (Claim, Finish, Extend, Resolve: the record passed in is never
-// modified, for stores that decode a record, change it and encode it again),
-// and [Slot], a record changed in place under the store's lock (memstore).
-package store
+// write (ApplyClaim, ApplyFinish, ApplyExtend, ApplyResolve: the record
+// passed in is never modified, for stores that decode a record, change it
+// and encode it again), and [Slot], a record changed in place under the
+// store's lock (memstore).
 
 import (
 	"slices"
@@ -16,10 +19,12 @@ import (
 	"time"
 )
 
-// Claim applies req to rec (nil if absent) at now. When the claim is
+// ApplyClaim applies req to rec (nil if absent) at now. When the claim is
 // acquired it returns the record to store; otherwise next is nil and nothing
-// must be written. rec is not modified.
-func ApplyClaim(rec *Record, req ClaimRequest, now time.Time) (next *Record, res ClaimResult) {
+// must be written. rec is not modified. floor is passed to [FirstFence] for
+// a new record (0 if the store keeps none). The caller has checked req
+// ([ClaimRequest.Check]).
+func ApplyClaim(rec *Record, req ClaimRequest, now time.Time, floor int64) (next *Record, res ClaimResult) {
 	res.Now = now
 	take, takeover := claimable(rec, req, now)
 	if !take {
@@ -36,7 +41,7 @@ func ApplyClaim(rec *Record, req ClaimRequest, now time.Time) (next *Record, res
 	} else {
 		n = cloneGrow(rec, 1)
 	}
-	claim(n, rec != nil, req, now, takeover)
+	claim(n, rec != nil, req, now, takeover, floor)
 	res.Acquired, res.Takeover = true, takeover
 	res.Record = *n
 	return n, res
@@ -77,8 +82,9 @@ func otherRequest(stored, requested string) bool {
 }
 
 // claim writes an acquired claim into n: the record as found when found
-// (claimable said yes), otherwise a zero record.
-func claim(n *Record, found bool, req ClaimRequest, now time.Time, takeover bool) {
+// (claimable said yes), otherwise a zero record, whose fence starts at
+// FirstFence(now, floor).
+func claim(n *Record, found bool, req ClaimRequest, now time.Time, takeover bool, floor int64) {
 	// Fence, attempt and reason carry over even across expiry, so a holder
 	// from before the expiry is still refused and numbering keeps growing.
 	afterExpiry := found && n.Expired(now)
@@ -94,7 +100,12 @@ func claim(n *Record, found bool, req ClaimRequest, now time.Time, takeover bool
 	n.Key = req.Key
 	n.Status = StatusInProgress
 	n.Policy = req.Policy
-	n.Fence++
+	if found {
+		n.Fence++
+	} else {
+		n.Fence = FirstFence(now, floor)
+	}
+	n.AttemptID = req.AttemptID
 	n.Attempt++
 	n.Owner = req.Owner
 	n.Fingerprint = req.Fingerprint
@@ -105,6 +116,7 @@ func claim(n *Record, found bool, req ClaimRequest, now time.Time, takeover bool
 	n.Journal = AppendJournal(n.Journal, JournalEntry{
 		Attempt:     n.Attempt,
 		Fence:       n.Fence,
+		AttemptID:   req.AttemptID,
 		Owner:       req.Owner,
 		Correlation: req.Correlation,
 		Started:     now,
@@ -124,85 +136,77 @@ func AppendJournal(j []JournalEntry, e JournalEntry) []JournalEntry {
 	return j
 }
 
-// Ending is how an attempt ends.
-type Ending struct {
-	Status    Status // completed, failed, released; in_progress for abandon
-	Result    []byte
-	Reason    string
-	Retention time.Duration // completed and failed
-}
-
-// Finish ends the attempt holding fence. On success it returns the record to
-// store. On ErrLeaseLost it may still return a record to store: the
+// ApplyFinish ends the attempt req names. On success it returns the record
+// to store. On ErrLeaseLost it may still return a record to store: the
 // stale attempt's journal entry annotated with its late finish (nil when
-// there is nothing to annotate). rec is not modified.
-func ApplyFinish(rec *Record, fence int64, end Ending, now time.Time) (*Record, error) {
-	if ok, late := held(rec, fence, now); !ok {
-		if late {
-			return annotateLate(rec, fence, now), ErrLeaseLost
+// there is nothing to annotate). rec is not modified. The caller has
+// checked req ([FinishRequest.Check]).
+func ApplyFinish(rec *Record, req FinishRequest, now time.Time) (*Record, error) {
+	if ok, late := held(rec, req.Fence, req.AttemptID, now); !ok {
+		if late && !IsNotRun(req.Reason) {
+			return annotateLate(rec, req.Fence, req.AttemptID, now), ErrLeaseLost
 		}
 		return nil, ErrLeaseLost
 	}
 	n := clone(rec)
-	finish(n, fence, end, now)
+	finish(n, req, now)
 	return n, nil
 }
 
-// held reports whether fence holds rec at now. When it does not, late
-// reports whether rec is there to record the stale attempt's late finish.
-func held(rec *Record, fence int64, now time.Time) (ok, late bool) {
+// held reports whether the attempt (fence, attemptID) holds rec at now.
+// When it does not, late reports whether rec is there to record the stale
+// attempt's late finish.
+func held(rec *Record, fence int64, attemptID string, now time.Time) (ok, late bool) {
 	if rec == nil || rec.Expired(now) {
 		return false, false
 	}
-	if rec.Fence != fence || rec.Status != StatusInProgress {
+	if rec.Fence != fence || rec.AttemptID != attemptID || rec.Status != StatusInProgress {
 		return false, true
 	}
 	return true, false
 }
 
-// finish writes end into n, which fence holds.
-func finish(n *Record, fence int64, end Ending, now time.Time) {
+// finish writes req's ending into n, which req's attempt holds.
+func finish(n *Record, req FinishRequest, now time.Time) {
 	n.UpdatedAt = now
 	n.LeaseUntil = now
-	outcome := ""
-	switch end.Status {
-	case StatusCompleted:
-		n.Result = end.Result
-		n.ExpiresAt = now.Add(end.Retention)
-		outcome = OutcomeCompleted
-	case StatusFailed:
-		n.Reason = end.Reason
-		n.ExpiresAt = now.Add(end.Retention)
-		outcome = OutcomeFailed
-	case StatusReleased:
-		n.Reason = end.Reason
-		outcome = OutcomeReleased
-	case StatusInProgress:
-		n.Reason = end.Reason
-		outcome = OutcomeAbandoned
+	switch req.Outcome {
+	case OutcomeCompleted:
+		n.Status = StatusCompleted
+		n.Result = req.Result
+		n.ExpiresAt = now.Add(req.Retention)
+	case OutcomeFailed:
+		n.Status = StatusFailed
+		n.Reason = req.Reason
+		n.ExpiresAt = now.Add(req.Retention)
+	case OutcomeReleased:
+		n.Status = StatusReleased
+		n.Reason = req.Reason
+	case OutcomeAbandoned:
+		n.Reason = req.Reason
+		n.AttemptID = "" // it cannot end again
 	}
-	n.Status = end.Status
-	if e := entry(n, fence); e != nil {
+	if e := entry(n, req.Fence); e != nil {
 		e.Ended = now
 		e.LeaseUntil = now
-		e.Outcome = outcome
-		e.Reason = end.Reason
+		e.Outcome = req.Outcome
+		e.Reason = req.Reason
 	}
 }
 
-// Extend renews the lease of the attempt holding fence. Like Finish, on
-// ErrLeaseLost it may return the stale attempt's journal entry annotated
+// ApplyExtend renews the lease of the attempt req names. Like ApplyFinish,
+// on ErrLeaseLost it may return the stale attempt's journal entry annotated
 // with LateFinish, to store: a refused heartbeat proves the attempt was still
 // running. rec is not modified.
-func ApplyExtend(rec *Record, fence int64, lease time.Duration, now time.Time) (*Record, error) {
-	if ok, late := held(rec, fence, now); !ok {
+func ApplyExtend(rec *Record, req ExtendRequest, now time.Time) (*Record, error) {
+	if ok, late := held(rec, req.Fence, req.AttemptID, now); !ok {
 		if late {
-			return annotateLate(rec, fence, now), ErrLeaseLost
+			return annotateLate(rec, req.Fence, req.AttemptID, now), ErrLeaseLost
 		}
 		return nil, ErrLeaseLost
 	}
 	n := clone(rec)
-	extend(n, fence, lease, now)
+	extend(n, req.Fence, req.Lease, now)
 	return n, nil
 }
 
@@ -218,9 +222,9 @@ func extend(n *Record, fence int64, lease time.Duration, now time.Time) {
 	}
 }
 
-// Resolve applies an operator's decision. rec is not modified.
-func ApplyResolve(rec *Record, fence int64, r Resolution, now time.Time) (*Record, error) {
-	if err := resolvable(rec, fence, r.InProgress, now); err != nil {
+// ApplyResolve applies an operator's decision. rec is not modified.
+func ApplyResolve(rec *Record, r ResolveRequest, now time.Time) (*Record, error) {
+	if err := resolvable(rec, r, now); err != nil {
 		return nil, err
 	}
 	n := clone(rec)
@@ -228,22 +232,25 @@ func ApplyResolve(rec *Record, fence int64, r Resolution, now time.Time) (*Recor
 	return n, nil
 }
 
-// resolvable reports whether a resolution at fence (0: any) may decide rec
-// (nil if absent) at now. inProgress (Resolution.InProgress) asks for
-// an in_progress record, as held does for a holder's writes: like held, it
-// does not look at the lease, so a lapsed attempt is still in progress.
-func resolvable(rec *Record, fence int64, inProgress bool, now time.Time) error {
+// resolvable reports whether r may decide rec (nil if absent) at now: its
+// conditions hold (see ResolveRequest).
+func resolvable(rec *Record, r ResolveRequest, now time.Time) error {
 	if rec == nil || rec.Expired(now) {
 		return ErrNotFound
 	}
-	if fence != 0 && rec.Fence != fence || inProgress && rec.Status != StatusInProgress {
+	inProgress := rec.Status == StatusInProgress
+	switch {
+	case r.Fence != 0 && rec.Fence != r.Fence,
+		r.AttemptID != "" && (rec.AttemptID != r.AttemptID || !inProgress),
+		r.InProgress && !inProgress,
+		r.Lapsed && !rec.Lapsed(now):
 		return ErrLeaseLost
 	}
 	return nil
 }
 
 // resolve writes r into n (resolvable said yes).
-func resolve(n *Record, r Resolution, now time.Time) {
+func resolve(n *Record, r ResolveRequest, now time.Time) {
 	decided := n.Fence
 	n.Fence++
 	n.UpdatedAt = now
@@ -280,10 +287,10 @@ func resolve(n *Record, r Resolution, now time.Time) {
 	}
 }
 
-// annotateLate returns a copy of rec with the LateFinish of fence's open
-// journal entry set, or nil if there is no such entry.
-func annotateLate(rec *Record, fence int64, now time.Time) *Record {
-	i := lateEntry(rec, fence)
+// annotateLate returns a copy of rec with the LateFinish of the attempt's
+// open journal entry set, or nil if there is no such entry.
+func annotateLate(rec *Record, fence int64, attemptID string, now time.Time) *Record {
+	i := lateEntry(rec, fence, attemptID)
 	if i < 0 {
 		return nil
 	}
@@ -292,11 +299,11 @@ func annotateLate(rec *Record, fence int64, now time.Time) *Record {
 	return n
 }
 
-// lateEntry returns the index of fence's journal entry if it is still open
-// (no outcome, no late finish yet), else -1.
-func lateEntry(rec *Record, fence int64) int {
+// lateEntry returns the index of the journal entry of the attempt (fence,
+// attemptID) if it is still open (no outcome, no late finish yet), else -1.
+func lateEntry(rec *Record, fence int64, attemptID string) int {
 	for i := range rec.Journal {
-		if e := &rec.Journal[i]; e.Fence == fence && e.Ended.IsZero() && e.LateFinish.IsZero() {
+		if e := &rec.Journal[i]; e.Fence == fence && e.AttemptID == attemptID && e.Ended.IsZero() && e.LateFinish.IsZero() {
 			return i
 		}
 	}
@@ -365,13 +372,14 @@ type Slot struct {
 var free sync.Pool
 
 // NewSlot claims an absent key: it returns the slot to keep and the result.
-func NewSlot(req ClaimRequest, now time.Time) (*Slot, ClaimResult) {
+// floor is as for [ApplyClaim].
+func NewSlot(req ClaimRequest, now time.Time, floor int64) (*Slot, ClaimResult) {
 	s, _ := free.Get().(*Slot)
 	if s == nil {
 		s = new(Slot)
 	}
 	s.rec.Journal = s.first[:0:1]
-	claim(&s.rec, false, req, now, false)
+	claim(&s.rec, false, req, now, false, floor)
 	return s, s.acquired(now, false)
 }
 
@@ -385,7 +393,7 @@ func (s *Slot) Claim(req ClaimRequest, now time.Time) ClaimResult {
 		return ClaimResult{Record: s.rec, Now: now}
 	}
 	s.own()
-	claim(&s.rec, true, req, now, takeover)
+	claim(&s.rec, true, req, now, takeover, 0)
 	return s.acquired(now, takeover)
 }
 
@@ -406,46 +414,46 @@ func (s *Slot) own() {
 	}
 }
 
-// Finish ends the attempt holding fence, like [Finish], in place. On
+// Finish ends the attempt req names, like [ApplyFinish], in place. On
 // ErrLeaseLost it records the stale attempt's late finish, if any.
-func (s *Slot) Finish(fence int64, end Ending, now time.Time) error {
+func (s *Slot) Finish(req FinishRequest, now time.Time) error {
 	if s == nil {
 		return ErrLeaseLost
 	}
-	if ok, late := held(&s.rec, fence, now); !ok {
-		if late {
-			s.annotateLate(fence, now)
+	if ok, late := held(&s.rec, req.Fence, req.AttemptID, now); !ok {
+		if late && !IsNotRun(req.Reason) {
+			s.annotateLate(req.Fence, req.AttemptID, now)
 		}
 		return ErrLeaseLost
 	}
 	s.own()
-	finish(&s.rec, fence, end, now)
+	finish(&s.rec, req, now)
 	return nil
 }
 
-// Extend renews the lease of the attempt holding fence, like [Extend], in
+// Extend renews the lease of the attempt req names, like [ApplyExtend], in
 // place, and returns the new LeaseUntil.
-func (s *Slot) Extend(fence int64, lease time.Duration, now time.Time) (time.Time, error) {
+func (s *Slot) Extend(req ExtendRequest, now time.Time) (time.Time, error) {
 	if s == nil {
 		return time.Time{}, ErrLeaseLost
 	}
-	if ok, late := held(&s.rec, fence, now); !ok {
+	if ok, late := held(&s.rec, req.Fence, req.AttemptID, now); !ok {
 		if late {
-			s.annotateLate(fence, now)
+			s.annotateLate(req.Fence, req.AttemptID, now)
 		}
 		return time.Time{}, ErrLeaseLost
 	}
 	s.own()
-	extend(&s.rec, fence, lease, now)
+	extend(&s.rec, req.Fence, req.Lease, now)
 	return s.rec.LeaseUntil, nil
 }
 
-// Resolve applies an operator's decision, like [Resolve], in place.
-func (s *Slot) Resolve(fence int64, r Resolution, now time.Time) error {
+// Resolve applies an operator's decision, like [ApplyResolve], in place.
+func (s *Slot) Resolve(r ResolveRequest, now time.Time) error {
 	if s == nil {
 		return ErrNotFound
 	}
-	if err := resolvable(&s.rec, fence, r.InProgress, now); err != nil {
+	if err := resolvable(&s.rec, r, now); err != nil {
 		return err
 	}
 	s.own()
@@ -453,8 +461,8 @@ func (s *Slot) Resolve(fence int64, r Resolution, now time.Time) error {
 	return nil
 }
 
-func (s *Slot) annotateLate(fence int64, now time.Time) {
-	if i := lateEntry(&s.rec, fence); i >= 0 {
+func (s *Slot) annotateLate(fence int64, attemptID string, now time.Time) {
+	if i := lateEntry(&s.rec, fence, attemptID); i >= 0 {
 		s.own()
 		s.rec.Journal[i].LateFinish = now
 	}

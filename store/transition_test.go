@@ -43,15 +43,21 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 	var out []handed
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	dur := func(max int) time.Duration { return time.Duration(rng.IntN(max+1)) * time.Second }
-	fence := func(rec *Record) int64 {
+	// attempt names an attempt for a write: usually the record's, else a
+	// stale or unknown one (an earlier fence, another attempt id).
+	ids := []string{"id-a", "id-b", "id-c", ""}
+	attempt := func(rec *Record) (int64, string) {
 		switch {
 		case rec == nil || rng.IntN(4) == 0:
-			return int64(rng.IntN(4))
+			return rec.fenceOr(int64(rng.IntN(4))), ids[rng.IntN(len(ids))]
 		case rng.IntN(3) == 0:
-			return rec.Fence - 1
+			return rec.Fence - 1, rec.AttemptID
+		case rng.IntN(3) == 0:
+			return rec.Fence, ids[rng.IntN(len(ids))]
 		}
-		return rec.Fence
+		return rec.Fence, rec.AttemptID
 	}
+	var floor int64 // the highest fence of a dropped record
 	cowCall := func(rec *Record, f func() (*Record, error)) (*Record, error) {
 		var before Record
 		if rec != nil {
@@ -73,17 +79,17 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			what = "advance"
 		case 1, 2: // claim
 			req := ClaimRequest{
-				Key: key, Owner: fmt.Sprint("w", rng.IntN(3)), Correlation: fmt.Sprint("c", step),
+				Key: key, AttemptID: fmt.Sprint("id-", step), Owner: fmt.Sprint("w", rng.IntN(3)), Correlation: fmt.Sprint("c", step),
 				Policy: Policy(rng.IntN(2)), Lease: dur(3) + time.Second, Retention: dur(8),
 				Fingerprint: fmt.Sprint(rng.IntN(2)), TakeLapsed: rng.IntN(4) == 0,
 			}
 			what = fmt.Sprintf("claim %+v", req)
 			var next *Record
 			var want ClaimResult
-			cowCall(rec, func() (*Record, error) { next, want = ApplyClaim(rec, req, now); return next, nil })
+			cowCall(rec, func() (*Record, error) { next, want = ApplyClaim(rec, req, now, floor); return next, nil })
 			var got ClaimResult
 			if slot == nil {
-				slot, got = NewSlot(req, now)
+				slot, got = NewSlot(req, now, floor)
 				slots[key] = slot
 			} else {
 				got = slot.Claim(req, now)
@@ -91,20 +97,29 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("step %d %s:\nslot %+v\n cow %+v", step, what, got, want)
 			}
-			if got.Acquired && (got.Record.Result != nil || got.Record.Status != StatusInProgress) {
-				t.Fatalf("step %d %s: acquired a record with status %s and result %q, want in_progress and none", step, what, got.Record.Status, got.Record.Result)
+			if got.Acquired && (got.Record.Result != nil || got.Record.Status != StatusInProgress || got.Record.AttemptID != req.AttemptID) {
+				t.Fatalf("step %d %s: acquired a record with status %s, result %q and attempt %q, want in_progress, none and %q",
+					step, what, got.Record.Status, got.Record.Result, got.Record.AttemptID, req.AttemptID)
+			}
+			if got.Acquired && rec == nil && got.Record.Fence <= floor {
+				t.Fatalf("step %d %s: a new record's fence %d is not above %d, the fence of a dropped record", step, what, got.Record.Fence, floor)
 			}
 			if next != nil {
 				cow[key] = next
 			}
 			out = append(out, handed{what, got.Record, deep(got.Record)})
 		case 3, 4, 5: // an attempt ends
-			f := fence(rec)
-			end := Ending{Status: []Status{StatusCompleted, StatusFailed, StatusReleased, StatusInProgress}[rng.IntN(4)],
-				Result: []byte(fmt.Sprint("r", step)), Reason: fmt.Sprint("why", step), Retention: dur(8)}
-			what = fmt.Sprintf("finish fence %d %+v", f, end)
-			next, werr := cowCall(rec, func() (*Record, error) { return ApplyFinish(rec, f, end, now) })
-			gerr := slot.Finish(f, end, now)
+			f, id := attempt(rec)
+			reason := fmt.Sprint("why", step)
+			if rng.IntN(4) == 0 {
+				reason = NotRunReason(reason)
+			}
+			end := FinishRequest{Key: key, Fence: f, AttemptID: id,
+				Outcome: []Outcome{OutcomeCompleted, OutcomeFailed, OutcomeReleased, OutcomeAbandoned}[rng.IntN(4)],
+				Result:  []byte(fmt.Sprint("r", step)), Reason: reason, Retention: dur(8)}
+			what = fmt.Sprintf("finish %+v", end)
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyFinish(rec, end, now) })
+			gerr := slot.Finish(end, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)
 			}
@@ -112,10 +127,11 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 				cow[key] = next
 			}
 		case 6, 7: // heartbeat
-			f, lease := fence(rec), dur(3)+time.Second
-			what = fmt.Sprintf("extend fence %d by %v", f, lease)
-			next, werr := cowCall(rec, func() (*Record, error) { return ApplyExtend(rec, f, lease, now) })
-			until, gerr := slot.Extend(f, lease, now)
+			f, id := attempt(rec)
+			req := ExtendRequest{Key: key, Fence: f, AttemptID: id, Lease: dur(3) + time.Second}
+			what = fmt.Sprintf("extend %+v", req)
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyExtend(rec, req, now) })
+			until, gerr := slot.Extend(req, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)
 			}
@@ -126,14 +142,18 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 				cow[key] = next
 			}
 		case 8: // an operator decides
-			f := fence(rec)
+			f, id := attempt(rec)
 			if rng.IntN(2) == 0 {
 				f = 0
 			}
-			r := Resolution{Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op", Retention: dur(8), By: "alice", InProgress: rng.IntN(2) == 0}
-			what = fmt.Sprintf("resolve fence %d %+v", f, r)
-			next, werr := cowCall(rec, func() (*Record, error) { return ApplyResolve(rec, f, r, now) })
-			gerr := slot.Resolve(f, r, now)
+			if rng.IntN(2) == 0 {
+				id = ""
+			}
+			r := ResolveRequest{Key: key, Fence: f, AttemptID: id, Done: rng.IntN(2) == 0, Result: []byte("resolved"), Reason: "op",
+				Retention: dur(8), By: "alice", InProgress: rng.IntN(2) == 0, Lapsed: rng.IntN(3) == 0}
+			what = fmt.Sprintf("resolve %+v", r)
+			next, werr := cowCall(rec, func() (*Record, error) { return ApplyResolve(rec, r, now) })
+			gerr := slot.Resolve(r, now)
 			if !errors.Is(gerr, werr) || !errors.Is(werr, gerr) {
 				t.Fatalf("step %d %s: slot %v, cow %v", step, what, gerr, werr)
 			}
@@ -143,6 +163,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 		case 10: // the store drops the key (Delete, Sweep)
 			what = "drop"
 			if slot != nil {
+				floor = max(floor, slot.Peek().Fence)
 				delete(cow, key)
 				delete(slots, key)
 				slot.Free() // a later NewSlot may reuse it
@@ -171,4 +192,12 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			}
 		}
 	}
+}
+
+// fenceOr returns r's fence, or f when r is nil.
+func (r *Record) fenceOr(f int64) int64 {
+	if r == nil {
+		return f
+	}
+	return r.Fence
 }
