@@ -27,8 +27,8 @@ type gatedStore struct {
 	single    atomic.Int32
 	batches   atomic.Int32
 	batched   atomic.Int32 // requests sent in batches
-	completes atomic.Int32 // CompleteBatch calls
-	failBatch error        // ClaimBatch and CompleteBatch fail with it
+	completes atomic.Int32 // FinishBatch calls
+	failBatch error        // ClaimBatch and FinishBatch fail with it
 }
 
 func newGatedStore() *gatedStore {
@@ -103,14 +103,14 @@ func (g *gatedStore) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([
 	return g.Store.ClaimBatch(ctx, rs)
 }
 
-func (g *gatedStore) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
+func (g *gatedStore) FinishBatch(ctx context.Context, rs []store.FinishRequest) ([]error, error) {
 	g.completes.Add(1)
 	if g.failBatch != nil {
 		return nil, g.failBatch
 	}
-	errs := make([]error, len(cs))
-	for i, c := range cs {
-		errs[i] = g.Store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = g.Store.Finish(ctx, r)
 	}
 	return errs, nil
 }
@@ -217,8 +217,8 @@ func TestCoalescingBatchesCallsMadeWhileTheStoreIsBusy(t *testing.T) {
 		if i == 5 || i == 0 || i == 19 {
 			continue
 		}
-		if errs[i] != nil || string(results[i].Value) != "ok" || results[i].Replayed || results[i].Fence != 1 {
-			t.Errorf("call %d: %+v, %v; want a fresh run at fence 1", i, results[i], errs[i])
+		if errs[i] != nil || string(results[i].Value) != "ok" || results[i].Replayed || results[i].Attempt != 1 || results[i].Takeover {
+			t.Errorf("call %d: %+v, %v; want a fresh first attempt", i, results[i], errs[i])
 		}
 	}
 }
@@ -463,11 +463,14 @@ func TestCoalescingCallerThatLeftAsTheAnswerCame(t *testing.T) {
 	}
 }
 
-// panickingRelease is a gatedStore whose Release panics.
+// panickingRelease is a gatedStore whose release panics.
 type panickingRelease struct{ *gatedStore }
 
-func (p panickingRelease) Release(context.Context, string, int64, string) error {
-	panic("store bug in Release")
+func (p panickingRelease) Finish(ctx context.Context, r store.FinishRequest) error {
+	if r.Outcome == store.OutcomeReleased {
+		panic("store bug in Finish(released)")
+	}
+	return p.gatedStore.Finish(ctx, r)
 }
 
 // A store that panics while an orphaned claim is released, on the flight's
@@ -589,16 +592,16 @@ func (s slowStore) ClaimBatch(ctx context.Context, rs []store.ClaimRequest) ([]s
 	return s.Store.ClaimBatch(ctx, rs)
 }
 
-func (s slowStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+func (s slowStore) Finish(ctx context.Context, r store.FinishRequest) error {
 	yieldSome()
-	return s.Store.Complete(ctx, key, fence, result, retention)
+	return s.Store.Finish(ctx, r)
 }
 
-func (s slowStore) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
+func (s slowStore) FinishBatch(ctx context.Context, rs []store.FinishRequest) ([]error, error) {
 	yieldSome()
-	errs := make([]error, len(cs))
-	for i, c := range cs {
-		errs[i] = s.Store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = s.Store.Finish(ctx, r)
 	}
 	return errs, nil
 }

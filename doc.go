@@ -38,8 +38,17 @@
 // present it, so an attempt that lost its lease (a long GC pause, a
 // partition) cannot overwrite its successor's record: its writes get
 // [ErrLeaseLost], and its fn's context is cancelled when a heartbeat notices.
-// Fences grow while the key's record lives: a record deleted (`idem
-// delete`) or swept and then claimed anew starts again at fence 1.
+// Fences never repeat for a key: a record's first fence comes from the
+// store's clock (in microseconds), so one deleted (`idem delete`), swept or
+// expired and claimed anew starts above every fence it had.
+//
+// Every attempt also has an identity of its own, made before its claim is
+// sent, which every write ending or extending the attempt names: so a
+// store whose answer was lost (a timeout, a cut connection) is not read as
+// a crash. A claim that landed without its answer reaching the caller is
+// found by that identity and given back at once (fn did not run), and a
+// write that ends an attempt is sent again, with backoff, until the store
+// answers or the call's finish timeout passes.
 // When heartbeats cannot reach the store until the lease runs out, fn's
 // context is cancelled as well; what fn returns is still recorded under its
 // fence if the store, read again, still shows this attempt holding the key

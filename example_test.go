@@ -118,7 +118,7 @@ func ExampleWithReconcile() {
 	key := idem.Key("receipt", 8891, 7)
 
 	// A worker claimed the key, sent the email and died before recording it.
-	_, _ = st.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "worker-1", Lease: time.Millisecond, Retention: time.Hour})
+	_, _ = st.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key.String(), Owner: "worker-1", Lease: time.Millisecond, Retention: time.Hour})
 	time.Sleep(5 * time.Millisecond) // its lease lapses
 
 	res, err := l.Do(ctx, key, func(ctx context.Context) ([]byte, error) {

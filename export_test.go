@@ -1,5 +1,8 @@
 package idem
 
+// CoalescingFlights is coalescingFlights (tests only).
+const CoalescingFlights = coalescingFlights
+
 // CoalescingQueued reports how many calls wait for a batch of l's claims
 // (tests only).
 func CoalescingQueued(l *Ledger) int {

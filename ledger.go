@@ -28,7 +28,7 @@ type Ledger struct {
 	// claims and completes coalesce concurrent calls' store writes
 	// (WithCoalescing); nil sends each call's own.
 	claims    *batcher[store.ClaimRequest, store.ClaimResult]
-	completes *batcher[store.Completion, error]
+	completes *batcher[store.FinishRequest, error]
 }
 
 // Result is what [Ledger.Do] returns for an operation that is done.
@@ -85,7 +85,7 @@ func (l *Ledger) coalesce(size, from int) {
 	if bc, ok := l.store.(store.BatchClaimer); ok {
 		l.claims = &batcher[store.ClaimRequest, store.ClaimResult]{
 			size:     size,
-			flights:  CoalescingFlights,
+			flights:  coalescingFlights,
 			from:     from,
 			minBatch: coalesceMinBatch,
 			bound: func(rs []store.ClaimRequest) time.Duration {
@@ -100,22 +100,22 @@ func (l *Ledger) coalesce(size, from int) {
 			orphan: l.releaseOrphan,
 		}
 	}
-	if bc, ok := l.store.(store.BatchCompleter); ok {
-		l.completes = &batcher[store.Completion, error]{
+	if bf, ok := l.store.(store.BatchFinisher); ok {
+		l.completes = &batcher[store.FinishRequest, error]{
 			size:     size,
-			flights:  CoalescingFlights,
+			flights:  coalescingFlights,
 			from:     from,
 			minBatch: coalesceMinBatch,
-			bound:    func([]store.Completion) time.Duration { return finishTimeout(0) },
-			one: func(ctx context.Context, c store.Completion) (error, error) {
-				err := l.store.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention)
+			bound:    func([]store.FinishRequest) time.Duration { return finishTimeout(0) },
+			one: func(ctx context.Context, r store.FinishRequest) (error, error) {
+				err := l.store.Finish(ctx, r)
 				if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
 					return err, nil // the attempt's answer, not the store's failure
 				}
 				return nil, err
 			},
-			many:   bc.CompleteBatch,
-			orphan: func(store.Completion, error) {},
+			many:   bf.FinishBatch,
+			orphan: func(store.FinishRequest, error) {},
 		}
 	}
 }
@@ -146,49 +146,6 @@ func (l *Ledger) claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	return cr, err
 }
 
-// complete records an attempt's result, in a batch with others' under
-// WithCoalescing.
-func (l *Ledger) complete(ctx context.Context, key string, fence int64, val []byte, retention time.Duration) error {
-	if l.completes == nil {
-		return l.store.Complete(ctx, key, fence, val, retention)
-	}
-	refused, err := l.completes.do(ctx, store.Completion{Key: key, Fence: fence, Result: val, Retention: retention})
-	if err != nil {
-		return err
-	}
-	return refused
-}
-
-// releaseOrphan ends the attempt of a claim acquired for a caller that had
-// left (its context ended while the claim was on its way): fn never ran,
-// so the key is released for the next call whatever the policy. A
-// takeover is abandoned instead (left lapsed at once, as after a crash):
-// the attempt it took over may have done the effect, and the next call
-// must meet it as lapsed. Either way the reason marks the attempt as not
-// run, so a later Reconcile hook is asked about the attempt before it.
-func (l *Ledger) releaseOrphan(req store.ClaimRequest, cr store.ClaimResult) {
-	if !cr.Acquired {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout(req.Lease))
-	defer cancel()
-	// Orphans are released on the flight's goroutine, where a panic in the
-	// store would reach no caller and end the process: it is this release's
-	// failure.
-	release := func() (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("the store panicked: %v", p)
-			}
-		}()
-		return store.UndoClaim(ctx, l.store, cr, "the caller left before its claim was answered")
-	}
-	if err := release(); err != nil {
-		l.log.LogAttrs(ctx, slog.LevelWarn, "idem: releasing an orphaned claim failed; the key waits for its lease",
-			l.LogKey(req.Key), slog.Int64("fence", cr.Record.Fence), slog.String("correlation_id", req.Correlation), slog.Any("error", err))
-	}
-}
-
 // Store returns the ledger's store.
 func (l *Ledger) Store() store.Store { return l.store }
 
@@ -206,8 +163,10 @@ func (l *Ledger) Retention() time.Duration { return l.defaults.retention }
 // take once fn has returned, with a store that honours its context: a
 // heartbeat under way ends (its extension is bounded by a third of the
 // lease), then the writes that end the attempt (complete, release, fail or
-// abandon, after a read when the lease ran out here) share one timeout of
-// the call's lease, at least 5 s. Past it, Do has returned or its store
+// abandon, after a read when the lease ran out here, and their retries
+// while the store cannot answer) share one timeout of the call's lease, at
+// least 5 s. A claim that failed is followed by reads (and an undo) within
+// the same timeout. Past it, Do has returned or its store
 // ignores its context. Packages that keep something alive for a call (a
 // queue delivery kept invisible) keep it this long past fn's end.
 func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
@@ -256,10 +215,26 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 // and Do returns ErrLeaseLost.
 //
 // A store error is wrapped in a [*StoreError] and returned: never read as an
-// outcome. The key is then left to its lease and policy. If ctx ends before
-// the claim is answered, fn does not run: Do returns ctx's error (wrapped
-// likewise) and releases the key if the claim was acquired anyway (a
-// takeover is abandoned: left lapsed, as after a crash).
+// outcome. Before it returns one, Do makes sure the error cost no more than
+// it had to:
+//
+//   - a claim that failed may have landed all the same (the store committed
+//     it and the answer was lost). Do reads the key: if this call's attempt
+//     (named by an id Do made before sending the claim) holds it, fn has not
+//     run, so the key is given back (released; a takeover is abandoned, left
+//     lapsed as after a crash), under either policy. It retries the read
+//     while the store cannot answer, within [Ledger.FinishTimeout]; a claim
+//     cut short by ctx is read again later in the background, since it may
+//     still be on its way to the store's commit.
+//   - a write that ends the attempt (complete, release, fail, abandon) is
+//     sent again with backoff within the finish timeout; a retry that finds
+//     the attempt already ended as asked (its earlier try landed) is a
+//     success.
+//
+// Only when the store stays out of reach for the whole window is the key
+// left to its lease and policy (and the store error returned). If ctx ends
+// before the claim is answered, fn does not run: Do returns ctx's error
+// (wrapped likewise) and the claim, if it landed, is given back as above.
 func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
@@ -274,9 +249,12 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
-	cr, err := l.claim(ctx, l.claimRequest(key.s, c))
+	req := l.claimRequest(key.s, c)
+	cr, err := l.claim(ctx, req)
 	if err != nil {
-		return Result{}, l.storeError(ctx, "claim", key.s, c, Record{}, err)
+		serr := l.storeError(ctx, "claim", key.s, c, Record{}, err)
+		l.recoverClaim(ctx, c, req, err)
+		return Result{}, serr
 	}
 	if !cr.Acquired {
 		return l.found(ctx, key.s, c, cr)
@@ -323,6 +301,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 func (l *Ledger) claimRequest(key string, c *callConfig) store.ClaimRequest {
 	return store.ClaimRequest{
 		Key:         key,
+		AttemptID:   store.NewAttemptID(),
 		Owner:       l.owner,
 		Correlation: c.correlation,
 		Policy:      c.policy,
@@ -370,20 +349,19 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 }
 
 // found turns a claim that was not acquired into the caller's answer
-// ([ClaimAnswer]), and logs it.
+// ([store.ClaimResult.Answer]), and logs it.
 func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.ClaimResult) (Result, error) {
 	rec := cr.Record
-	res, err := ClaimAnswer(store.ClaimRequest{Key: key, Fingerprint: c.fingerprint}, cr)
-	if err == nil {
+	answer, err := cr.Answer(c.fingerprint)
+	switch answer {
+	case store.AnswerDuplicate:
 		if l.cache != nil {
 			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
 				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
 		}
 		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
-		return res, nil
-	}
-	switch e := err.(type) { // ClaimAnswer returns its answers unwrapped
-	case *MismatchError:
+		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
+	case store.AnswerMismatch:
 		// Say what the record is: a key held by an attempt of another
 		// request, running or lapsed (a crashed attempt blocks the key
 		// until the same request, retention or an operator), reads apart
@@ -394,62 +372,42 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.
 		} else {
 			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(rec.Status)))
 		}
-	case *FailedError:
+		return Result{}, &MismatchError{Key: key, Status: rec.Status}
+	case store.AnswerFailed:
 		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
-	case *IndeterminateError:
-		l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", rec.Owner), slog.String("reason", rec.Reason))
-	case *InProgressError:
-		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", e.RetryAfter))
-	default:
-		return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
-	}
-	return Result{}, err
-}
-
-// ClaimAnswer returns the answer [Ledger.Do] gives a call whose claim was
-// not acquired, for callers that claim through a [store.Store] themselves (the
-// `idem serve` HTTP API) and must decide exactly as the Ledger does.
-// Of req only Key and Fingerprint are read ("" for none).
-//
-// The answer is the stored result (Replayed=true) for a completed key, or
-// one of these errors, unwrapped: [*MismatchError] (a fingerprint other than the
-// record's, checked first, in any state but released), [*FailedError],
-// [*IndeterminateError] (an in_progress record whose lease has passed at
-// cr.Now: the store did not take it over, so its policy is AtMostOnce) or
-// [*InProgressError] (its lease is running; RetryAfter counts from
-// cr.Now). Any other error says the store answered what it must not (an
-// acquired claim, a released record it did not take): a store bug, never
-// an outcome. The Replayed Value shares cr.Record.Result.
-func ClaimAnswer(req store.ClaimRequest, cr store.ClaimResult) (Result, error) {
-	rec, key, fingerprint := cr.Record, req.Key, req.Fingerprint
-	if cr.Acquired {
-		return Result{}, fmt.Errorf("idem: ClaimAnswer of an acquired claim of %q (run the operation)", key)
-	}
-	switch rec.Status {
-	case StatusCompleted, StatusFailed, StatusInProgress:
-		// A key reused for a different request is refused in any state: an
-		// in-progress one too, live or lapsed, since waiting for it (busy)
-		// or resolving it (indeterminate) could never make this request's
-		// answer anything but a mismatch. A lapsed attempt of another
-		// request arrives here under AtLeastOnce and TakeLapsed too: the
-		// store does not take it over for a different request.
-		if fingerprint != "" && rec.Fingerprint != "" && fingerprint != rec.Fingerprint {
-			return Result{}, &MismatchError{Key: key, Status: rec.Status}
-		}
-	}
-	switch rec.Status {
-	case StatusCompleted:
-		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
-	case StatusFailed:
 		return Result{}, &FailedError{Key: key, Reason: rec.Reason, Attempt: rec.Attempt, Fence: rec.Fence}
-	case StatusInProgress:
-		if rec.Lapsed(cr.Now) {
-			return Result{}, &IndeterminateError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, Since: rec.LeaseUntil, Reason: rec.Reason}
-		}
+	case store.AnswerIndeterminate:
+		ie := indeterminate(rec)
+		l.logOutcome(ctx, slog.LevelWarn, "indeterminate", c, rec, slog.String("holder", ie.Owner), slog.String("reason", ie.Reason),
+			slog.Int64("lapsed_fence", ie.Fence), slog.Int("lapsed_attempt", ie.Attempt))
+		return Result{}, ie
+	case store.AnswerBusy:
 		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
+		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
 		return Result{}, &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
 	}
-	return Result{}, fmt.Errorf("store refused a claim on a %q record (a store bug)", rec.Status)
+	if err == nil {
+		err = fmt.Errorf("store: a claim of %q answered %v without acquiring it (a store bug)", key, answer)
+	}
+	return Result{}, l.storeError(ctx, "claim", key, c, rec, err)
+}
+
+// indeterminate describes the lapsed attempt of rec (in_progress, lapsed,
+// not taken over) that may have done the effect: the newest attempt in the
+// journal that ran fn, or may have. Attempts recorded as not run (an
+// orphaned takeover the Ledger abandoned, a failed Reconcile hook) are
+// passed over: they did nothing, the attempt before them may have.
+func indeterminate(rec Record) *IndeterminateError {
+	ie := &IndeterminateError{Key: rec.Key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, Since: rec.LeaseUntil, Reason: rec.Reason}
+	for i := len(rec.Journal) - 1; i >= 0; i-- {
+		e := rec.Journal[i]
+		if e.Decision || e.NotRun() {
+			continue
+		}
+		ie.Fence, ie.Attempt, ie.Owner, ie.Since, ie.Reason = e.Fence, e.Attempt, e.Owner, e.LeaseUntil, e.Reason
+		break
+	}
+	return ie
 }
 
 // reconcilePanic carries a panic of a Reconcile hook to run, which then
@@ -507,6 +465,9 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout(c.lease))
 	defer fcancel()
 	key, fence := rec.Key, rec.Fence
+	ending := func(outcome store.Outcome, reason string) store.FinishRequest {
+		return store.FinishRequest{Key: key, Fence: fence, AttemptID: rec.AttemptID, Outcome: outcome, Reason: reason, Retention: c.retention}
+	}
 
 	if lost != nil && !refused && l.stillHeld(fctx, rec) {
 		// The lease ran out here, while the store could not be reached (or
@@ -539,18 +500,14 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		if inHook {
 			reason = store.NotRunReason(fmt.Sprintf("the Reconcile hook panicked: %v", panicVal))
 		}
-		var serr error
-		outcome := "released"
+		outcome := store.OutcomeReleased
 		if c.policy == AtMostOnce || inHook {
-			outcome = "abandoned"
-			serr = l.store.Abandon(fctx, key, fence, reason)
-		} else {
-			serr = l.store.Release(fctx, key, fence, reason)
+			outcome = store.OutcomeAbandoned
 		}
-		if serr != nil {
+		if serr := l.end(fctx, ending(outcome, reason)); serr != nil {
 			_ = l.storeError(ctx, storeOp(outcome), key, c, rec, serr)
 		} else {
-			l.logOutcome(ctx, slog.LevelError, outcome, c, rec, slog.String("reason", reason))
+			l.logOutcome(ctx, slog.LevelError, string(outcome), c, rec, slog.String("reason", reason))
 		}
 		panic(panicVal)
 	}
@@ -558,12 +515,17 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	if fnErr == nil {
 		var err error
 		if *reconciled {
-			// InProgress: fence alone may name a record deleted and then
-			// claimed and finished by others up to the same fence.
-			_, err = l.store.Resolve(fctx, key, fence, store.Resolution{Done: true, Result: val, Retention: c.retention,
-				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)", InProgress: true})
+			// Decided only while this attempt holds the key.
+			r := store.ResolveRequest{Key: key, AttemptID: rec.AttemptID, Done: true, Result: val, Retention: c.retention,
+				Reason: "reconciled: the lapsed attempt's effect was found done", By: l.owner + " (reconcile)"}
+			err = l.write(fctx, key, rec.AttemptID, store.OutcomeResolvedDone, func(ctx context.Context) error {
+				_, err := l.store.Resolve(ctx, r)
+				return err
+			})
 		} else {
-			err = l.complete(fctx, key, fence, val, c.retention)
+			done := ending(store.OutcomeCompleted, "")
+			done.Result = val
+			err = l.end(fctx, done)
 		}
 		if err != nil {
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
@@ -578,26 +540,25 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 
 	reason := fnErr.Error()
 	var (
-		op   string
-		serr error
-		pe   *PermanentError
-		nd   *NotDoneError
-		ab   abandonError
+		op store.Outcome
+		pe *PermanentError
+		nd *NotDoneError
+		ab abandonError
 	)
 	switch {
 	case errors.As(fnErr, &ab):
 		if ab.notRun {
 			reason = store.NotRunReason(reason)
 		}
-		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
+		op = store.OutcomeAbandoned
 	case errors.As(fnErr, &pe):
-		op, serr = "failed", l.store.Fail(fctx, key, fence, reason, c.retention)
+		op = store.OutcomeFailed
 	case c.policy == AtLeastOnce || errors.As(fnErr, &nd):
-		op, serr = "released", l.store.Release(fctx, key, fence, reason)
+		op = store.OutcomeReleased
 	default:
-		op, serr = "abandoned", l.store.Abandon(fctx, key, fence, reason)
+		op = store.OutcomeAbandoned
 	}
-	if serr != nil {
+	if serr := l.end(fctx, ending(op, reason)); serr != nil {
 		if errors.Is(serr, ErrLeaseLost) {
 			l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.String("reason", reason))
 			return nil, errors.Join(fnErr, fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, ErrLeaseLost))
@@ -605,36 +566,35 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		return nil, errors.Join(fnErr, l.storeError(ctx, storeOp(op), key, c, rec, serr))
 	}
 	level := slog.LevelInfo
-	if op == "abandoned" {
+	if op == store.OutcomeAbandoned {
 		level = slog.LevelWarn
 	}
-	l.logOutcome(ctx, level, op, c, rec, slog.String("reason", reason))
+	l.logOutcome(ctx, level, string(op), c, rec, slog.String("reason", reason))
 	return nil, fnErr
 }
 
 // stillHeld reports whether the store still shows rec's attempt holding
-// its key: the same record (created at the same time, not anew after a
-// delete or a sweep, whose fences start again at 1), at the same fence,
-// in progress. The owner is not compared: a store may store it changed
-// (DynamoDB replaces bytes that are not UTF-8). A store error counts as
-// no.
+// its key: in progress under the same attempt id and fence. A store error
+// counts as no.
 func (l *Ledger) stillHeld(ctx context.Context, rec Record) bool {
 	cur, err := l.store.Get(ctx, rec.Key)
-	return err == nil && cur.Status == StatusInProgress && cur.Fence == rec.Fence && cur.CreatedAt.Equal(rec.CreatedAt)
+	return err == nil && cur.Status == StatusInProgress && cur.AttemptID == rec.AttemptID && cur.Fence == rec.Fence
 }
 
 // storeOp names the store.Store call that records an outcome, as StoreError.Op
 // documents it.
-func storeOp(outcome string) string {
+func storeOp(outcome store.Outcome) string {
 	switch outcome {
-	case "released":
+	case store.OutcomeCompleted:
+		return "complete"
+	case store.OutcomeReleased:
 		return "release"
-	case "failed":
+	case store.OutcomeFailed:
 		return "fail"
-	case "abandoned":
+	case store.OutcomeAbandoned:
 		return "abandon"
 	}
-	return outcome
+	return string(outcome)
 }
 
 // finishTimeout bounds the writes that end an attempt after fn returns
@@ -751,7 +711,7 @@ func (h *heartbeat) extend(ctx context.Context, lease time.Duration) (err error)
 			err = fmt.Errorf("the store panicked: %v", p)
 		}
 	}()
-	_, err = h.l.store.Extend(ctx, h.rec.Key, h.rec.Fence, lease)
+	_, err = h.l.store.Extend(ctx, store.ExtendRequest{Key: h.rec.Key, Fence: h.rec.Fence, AttemptID: h.rec.AttemptID, Lease: lease})
 	return err
 }
 

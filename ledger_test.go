@@ -67,13 +67,13 @@ type hangingExtends struct {
 	entered chan struct{}
 }
 
-func (h *hangingExtends) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+func (h *hangingExtends) Extend(ctx context.Context, r store.ExtendRequest) (time.Time, error) {
 	select {
 	case h.entered <- struct{}{}:
 	default:
 	}
 	<-h.release
-	return h.Store.Extend(context.Background(), key, fence, lease)
+	return h.Store.Extend(context.Background(), r)
 }
 
 // When an extension hangs past its context, fn is still cancelled when the
@@ -123,7 +123,7 @@ func TestLeaseRunsOutWhileAnExtensionHangs(t *testing.T) {
 // unreachableExtends is a memstore whose Extend cannot reach the backend.
 type unreachableExtends struct{ *memstore.Store }
 
-func (unreachableExtends) Extend(context.Context, string, int64, time.Duration) (time.Time, error) {
+func (unreachableExtends) Extend(context.Context, store.ExtendRequest) (time.Time, error) {
 	return time.Time{}, errors.New("connection reset")
 }
 
@@ -206,9 +206,9 @@ func TestLeaseRunOutHereThenTakenOver(t *testing.T) {
 }
 
 // When the lease ran out here and the record was deleted meanwhile (an
-// operator's idem delete, a sweep), a new attempt's record starts again at
-// fence 1: the first attempt's result must not be recorded over the new
-// attempt, whose fence is the same.
+// operator's idem delete, a sweep), a new attempt's record starts above
+// every fence the old one had: the first attempt's result must not be
+// recorded over the new attempt.
 func TestLeaseRunOutHereThenDeletedAndClaimedAgain(t *testing.T) {
 	lease := 60 * time.Millisecond
 	s := memstore.New()
@@ -217,8 +217,12 @@ func TestLeaseRunOutHereThenDeletedAndClaimedAgain(t *testing.T) {
 	other := idem.New(s, idem.WithLease(time.Minute), quiet) // the same owner: another goroutine of the process
 	bStarted, aReturned := make(chan struct{}), make(chan struct{})
 	bDone := make(chan error, 1)
+	var aFence int64
 	_, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
 		<-ctx.Done()
+		if rec, err := s.Get(context.Background(), "k"); err == nil {
+			aFence = rec.Fence
+		}
 		if err := s.Delete(context.Background(), "k"); err != nil {
 			t.Error(err)
 		}
@@ -228,8 +232,8 @@ func TestLeaseRunOutHereThenDeletedAndClaimedAgain(t *testing.T) {
 				<-aReturned
 				return []byte("from-B"), nil
 			})
-			if err == nil && res.Fence != 1 {
-				err = fmt.Errorf("the new attempt's fence %d, want 1 (a new record)", res.Fence)
+			if err == nil && (res.Attempt != 1 || res.Fence <= aFence) {
+				err = fmt.Errorf("the new attempt: attempt %d at fence %d, want attempt 1 (a new record) above fence %d", res.Attempt, res.Fence, aFence)
 			}
 			bDone <- err
 		}()
@@ -318,7 +322,7 @@ func TestWithLeaseAtMost(t *testing.T) {
 // panickingExtends is a memstore whose Extend panics.
 type panickingExtends struct{ *memstore.Store }
 
-func (panickingExtends) Extend(context.Context, string, int64, time.Duration) (time.Time, error) {
+func (panickingExtends) Extend(context.Context, store.ExtendRequest) (time.Time, error) {
 	panic("store bug in Extend")
 }
 
@@ -360,7 +364,7 @@ func TestReconcileHookThatPanicsLeavesTheKeyLapsed(t *testing.T) {
 	s := memstore.New()
 	l := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
 	// An attempt that crashed: claimed, never finished, lease passed.
-	crashed, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "crashed", Correlation: "first", Lease: time.Millisecond, Retention: time.Hour})
+	crashed, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "crashed", Correlation: "first", Lease: time.Millisecond, Retention: time.Hour})
 	if err != nil || !crashed.Acquired {
 		t.Fatalf("claim: %+v, %v", crashed, err)
 	}

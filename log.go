@@ -8,13 +8,13 @@ import (
 )
 
 // logOutcome writes the one line a person debugging "two emails, one
-// booking" needs: key (or its hash), outcome, fence, attempt, owner and
-// correlation id.
+// booking" needs: key (or its hash), outcome, fence, attempt (number and
+// id), owner and correlation id.
 func (l *Ledger) logOutcome(ctx context.Context, level slog.Level, outcome string, c *callConfig, rec Record, extra ...slog.Attr) {
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 7+len(extra))
+	attrs := make([]slog.Attr, 0, 8+len(extra))
 	attrs = append(attrs, l.keyAttr(rec.Key),
 		slog.String("outcome", outcome),
 		slog.Int64("fence", rec.Fence),
@@ -22,6 +22,11 @@ func (l *Ledger) logOutcome(ctx context.Context, level slog.Level, outcome strin
 		slog.String("owner", l.owner),
 		slog.String("correlation_id", c.correlation),
 		slog.String("policy", c.policy.String()))
+	if rec.AttemptID != "" {
+		// The attempt's own name, as its journal entry and idem explain
+		// show it.
+		attrs = append(attrs, slog.String("attempt_id", rec.AttemptID))
+	}
 	attrs = append(attrs, extra...)
 	l.log.LogAttrs(ctx, level, "idem "+outcome, attrs...)
 }
@@ -38,8 +43,11 @@ func (l *Ledger) logTakeover(ctx context.Context, c *callConfig, rec Record) {
 
 // LogKey returns the log attribute for key as this ledger writes it: "key",
 // or "key_hash" (the first 8 bytes of its sha256, hex) with
-// [WithHashedKeysInLogs]. Packages that log on the ledger's behalf (queue
-// consumers, HTTP middleware) use it so one grep finds every line of a key.
+// [WithHashedKeysInLogs]. A handler that logs its own lines about an
+// operation (the email it sent, the charge it made) adds it so that one grep
+// finds the ledger's lines and the handler's for a key without the key
+// itself reaching the logs; packages that log on the ledger's behalf (queue
+// consumers, idem serve) use it for the same reason.
 func (l *Ledger) LogKey(key string) slog.Attr { return l.keyAttr(key) }
 
 func (l *Ledger) keyAttr(key string) slog.Attr {

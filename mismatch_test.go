@@ -108,12 +108,12 @@ func TestLapsedKeyIsNotTakenOverByAnotherRequest(t *testing.T) {
 			l := idem.New(s, idem.WithPolicy(c.policy), idem.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 			key := idem.Key("charge", 3)
 			// The first request's attempt crashed after its claim: lapsed.
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: c.policy,
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key.String(), Owner: "crashed", Policy: c.policy,
 				Lease: time.Minute, Retention: time.Hour, Fingerprint: sum(a)})
 			if err != nil || !cr.Acquired {
 				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)
 			}
-			if err := s.Abandon(ctx, key.String(), cr.Record.Fence, "crashed"); err != nil {
+			if err := s.Finish(ctx, store.FinishRequest{Key: key.String(), Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "crashed"}); err != nil {
 				t.Fatal(err)
 			}
 			var opts []idem.CallOption
@@ -138,15 +138,15 @@ func TestLapsedKeyIsNotTakenOverByAnotherRequest(t *testing.T) {
 				t.Fatalf("no mismatch line in %s", &logs)
 			}
 			rec, err := s.Get(ctx, key.String())
-			if err != nil || rec.Fence != 1 || rec.Attempt != 1 || rec.Owner != "crashed" || rec.Fingerprint != sum(a) {
+			if err != nil || rec.Fence != cr.Record.Fence || rec.Attempt != 1 || rec.Owner != "crashed" || rec.Fingerprint != sum(a) {
 				t.Fatalf("after the mismatch: %v, fence %d, attempt %d, owner %q, fingerprint %q; want the lapsed record unchanged",
 					err, rec.Fence, rec.Attempt, rec.Owner, rec.Fingerprint)
 			}
 			// The same request still takes it over.
 			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("charged 100"), nil },
 				append(opts, idem.Fingerprint(a))...)
-			if err != nil || !res.Takeover || res.Fence != 2 {
-				t.Fatalf("the same request on the lapsed key: %+v, %v; want a takeover at fence 2", res, err)
+			if err != nil || !res.Takeover || res.Fence != cr.Record.Fence+1 {
+				t.Fatalf("the same request on the lapsed key: %+v, %v; want a takeover at fence %d", res, err, cr.Record.Fence+1)
 			}
 		})
 	}
@@ -233,13 +233,13 @@ func TestMismatchLogSaysWhatTheRecordIs(t *testing.T) {
 			s := memstore.New()
 			l := newLedger(s, &logs)
 			key := idem.Key("charge", 2)
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: idem.AtLeastOnce,
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key.String(), Owner: "crashed", Policy: idem.AtLeastOnce,
 				Lease: time.Minute, Retention: time.Hour, Fingerprint: "sha256-of-another-request"})
 			if err != nil || !cr.Acquired {
 				t.Fatalf("Claim: %v, acquired %v", err, cr.Acquired)
 			}
 			if c.lapsed {
-				if err := s.Abandon(ctx, key.String(), cr.Record.Fence, "crashed"); err != nil {
+				if err := s.Finish(ctx, store.FinishRequest{Key: key.String(), Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "crashed"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -114,9 +114,9 @@ func WithCache(n int) Option {
 // WithCoalescing lets concurrent calls share the store's round trips: the
 // claims of calls made while the store is busy with earlier ones are sent
 // together as one batch of at most max (if the store implements
-// [store.BatchClaimer]), and so are their completions ([store.BatchCompleter]). No call
-// waits for a timer: a call made while fewer than [CoalescingFlights]
-// batches are in flight and none waits is sent at once, so a lone caller
+// [store.BatchClaimer]), and so are their completions
+// ([store.BatchFinisher]). No call waits for a timer: a call made while
+// fewer than two batches are in flight and none waits is sent at once, so a lone caller
 // sees no added latency and batches form only under load. And only under
 // enough of it: a Ledger starts coalescing its claims (or completions)
 // when a call finds [DefaultCoalescingFrom] (12) of them under way at
@@ -166,12 +166,12 @@ func WithCoalescingFrom(n int) Option {
 // concurrent callers batches start to cost less than they save.
 const DefaultCoalescingFrom = 12
 
-// CoalescingFlights is how many batches a Ledger with [WithCoalescing] keeps
-// in flight to the store at once while it coalesces. Fewer flights make
-// bigger batches; two keep one going while the other waits on a slow key.
-// (On pgstore at 64 callers one and two flights measured alike, four about
-// half as fast.)
-const CoalescingFlights = 2
+// coalescingFlights is how many batches a Ledger with [WithCoalescing]
+// keeps in flight to the store at once while it coalesces. Fewer flights
+// make bigger batches; two keep one going while the other waits on a slow
+// key. (On pgstore at 64 callers one and two flights measured alike, four
+// about half as fast.)
+const coalescingFlights = 2
 
 // WithLogger sets the logger (default [slog.Default]). Every call logs one
 // line with the key, the outcome (executed, replayed, busy, takeover,
@@ -236,7 +236,7 @@ type Lapsed struct {
 	Reason      string // the error it reported, if any
 	// Outcome is the earlier attempt's journal outcome: store.OutcomeLapsed,
 	// store.OutcomeAbandoned or store.OutcomeReleased.
-	Outcome string
+	Outcome store.Outcome
 }
 
 // ReconcileFunc decides a lapsed attempt by asking the world whether its

@@ -71,8 +71,8 @@ func TestReconcileAsksPastAnOrphanedClaim(t *testing.T) {
 		idem.WithCorrelationID("msg-A3"), askedAbout(&asked)); err != nil {
 		t.Fatal(err)
 	}
-	if asked == nil || asked.Correlation != "msg-A1" || asked.Fence != 1 || asked.Reason != "sent, then the db write failed" {
-		t.Fatalf("A3's hook was asked about %+v; want A1 (fence 1, msg-A1, its reason), the attempt that may have sent", asked)
+	if asked == nil || asked.Correlation != "msg-A1" || asked.Attempt != 1 || asked.Reason != "sent, then the db write failed" {
+		t.Fatalf("A3's hook was asked about %+v; want A1 (attempt 1, msg-A1, its reason), the attempt that may have sent", asked)
 	}
 }
 
@@ -117,8 +117,8 @@ func TestReconcileAsksPastAnOrphanedTakeover(t *testing.T) {
 	if err != nil || !res.Takeover {
 		t.Fatalf("A3: %+v, %v; want a takeover", res, err)
 	}
-	if a3 == nil || a3.Correlation != "msg-A1" || a3.Fence != 1 || a3.Reason != "timeout after the charge request" {
-		t.Fatalf("A3's hook was asked about %+v; want A1 (fence 1, msg-A1, its reason), the attempt that may have charged", a3)
+	if a3 == nil || a3.Correlation != "msg-A1" || a3.Attempt != 1 || a3.Reason != "timeout after the charge request" {
+		t.Fatalf("A3's hook was asked about %+v; want A1 (attempt 1, msg-A1, its reason), the attempt that may have charged", a3)
 	}
 }
 
@@ -154,8 +154,8 @@ func TestReconcileAsksPastAFailedHook(t *testing.T) {
 				idem.WithCorrelationID("msg-A3"), askedAbout(&asked)); err != nil {
 				t.Fatal(err)
 			}
-			if asked == nil || asked.Fence != 1 || asked.Correlation != "msg-A1" {
-				t.Fatalf("A3's hook was asked about %+v; want fence 1 (msg-A1), the attempt that may have charged", asked)
+			if asked == nil || asked.Attempt != 1 || asked.Correlation != "msg-A1" {
+				t.Fatalf("A3's hook was asked about %+v; want attempt 1 (msg-A1), the attempt that may have charged", asked)
 			}
 		})
 	}
