@@ -24,15 +24,15 @@ func testAdmin(t *testing.T, h Harness) {
 			return acquire(t, s, r)
 		}
 		a := mk("a-completed", idem.AtLeastOnce)
-		noErr(t, "Complete", s.Complete(ctx, a.Record.Key, a.Record.Fence, []byte("r"), longRetention))
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: a.Record.Key, Fence: a.Record.Fence, AttemptID: a.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: longRetention}))
 		b := mk("b-failed", idem.AtLeastOnce)
-		noErr(t, "Fail", s.Fail(ctx, b.Record.Key, b.Record.Fence, "no", longRetention))
+		noErr(t, "Fail", s.Finish(ctx, store.FinishRequest{Key: b.Record.Key, Fence: b.Record.Fence, AttemptID: b.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "no", Retention: longRetention}))
 		c := mk("c-released", idem.AtLeastOnce)
-		noErr(t, "Release", s.Release(ctx, c.Record.Key, c.Record.Fence, "retry"))
+		noErr(t, "Release", s.Finish(ctx, store.FinishRequest{Key: c.Record.Key, Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "retry"}))
 		e := mk("e-lapsed-at-most-once", idem.AtMostOnce)
 		f := mk("f-lapsed-at-least-once", idem.AtLeastOnce)
 		g := mk("g-expired", idem.AtLeastOnce)
-		noErr(t, "Complete", s.Complete(ctx, g.Record.Key, g.Record.Fence, []byte("r"), time.Millisecond))
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: g.Record.Key, Fence: g.Record.Fence, AttemptID: g.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Millisecond}))
 		_ = e
 		lapse(t, h, s, f.Record.Key) // claimed last, so e lapsed too
 		r := req(h, "d-running")
@@ -68,8 +68,8 @@ func testAdmin(t *testing.T, h Harness) {
 
 		recs, err := s.List(ctx, store.ListQuery{Status: idem.StatusCompleted})
 		noErr(t, "List", err)
-		if len(recs) != 1 || string(recs[0].Result) != "r" || recs[0].Fence != 1 || len(recs[0].Journal) != 1 {
-			t.Fatalf("List returned %+v, want the whole record (result, fence, journal)", recs)
+		if len(recs) != 1 || string(recs[0].Result) != "r" || recs[0].Fence != a.Record.Fence || recs[0].AttemptID != a.Record.AttemptID || len(recs[0].Journal) != 1 {
+			t.Fatalf("List returned %+v, want the whole record (result, fence %d, attempt id %q, journal)", recs, a.Record.Fence, a.Record.AttemptID)
 		}
 	})
 
@@ -115,22 +115,22 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Policy = idem.AtMostOnce
 		cr := acquire(t, s, r)
 		lapse(t, h, s, "k")
-		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, store.Resolution{Done: false, Reason: "no mail in the provider's log", By: "alice"})
+		rec, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Fence: cr.Record.Fence, Done: false, Reason: "no mail in the provider's log", By: "alice"})
 		noErr(t, "Resolve(not done)", err)
-		if rec.Status != idem.StatusReleased || rec.Fence != 2 || rec.Reason != "no mail in the provider's log" {
-			t.Fatalf("Resolve(not done) returned {%s, fence %d, reason %q}, want {released, 2, the reason}", rec.Status, rec.Fence, rec.Reason)
+		if rec.Status != idem.StatusReleased || rec.Fence != cr.Record.Fence+1 || rec.Reason != "no mail in the provider's log" {
+			t.Fatalf("Resolve(not done) returned {%s, fence %d, reason %q}, want {released, %d (the resolved attempt's + 1), the reason}", rec.Status, rec.Fence, rec.Reason, cr.Record.Fence+1)
 		}
 		got := get(t, s, "k")
-		if got.Status != idem.StatusReleased || got.Fence != 2 {
-			t.Fatalf("after Resolve(not done): {%s, fence %d}, want {released, 2}", got.Status, got.Fence)
+		if got.Status != idem.StatusReleased || got.Fence != cr.Record.Fence+1 {
+			t.Fatalf("after Resolve(not done): {%s, fence %d}, want {released, %d}", got.Status, got.Fence, cr.Record.Fence+1)
 		}
 		if j := got.Journal[len(got.Journal)-1]; j.Outcome != store.OutcomeResolvedNotDone {
 			t.Fatalf("after Resolve(not done): journal %+v, want the last entry resolved-not-done", got.Journal)
 		}
-		wantErr(t, "stale holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		wantErr(t, "stale holder's Complete after Resolve", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
 		cr2 := acquire(t, s, req(h, "k"))
-		if cr2.Record.Fence != 3 || cr2.Takeover {
-			t.Fatalf("claim after Resolve(not done): fence %d takeover %v, want 3 false", cr2.Record.Fence, cr2.Takeover)
+		if cr2.Record.Fence != got.Fence+1 || cr2.Takeover {
+			t.Fatalf("claim after Resolve(not done): fence %d takeover %v, want %d (the resolution's + 1) false", cr2.Record.Fence, cr2.Takeover, got.Fence+1)
 		}
 	})
 
@@ -143,15 +143,15 @@ func testAdmin(t *testing.T, h Harness) {
 		cr := acquire(t, s, r)
 		lapse(t, h, s, "k")
 		before := now(t, s)
-		rec, err := s.Resolve(ctx, "k", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
+		rec, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Fence: cr.Record.Fence, Done: true, Result: []byte("msg-id-42"), Reason: "found in provider log", Retention: 2 * time.Hour, By: "alice"})
 		noErr(t, "Resolve(done)", err)
 		after := now(t, s)
-		if rec.Status != idem.StatusCompleted || rec.Fence != 2 {
-			t.Fatalf("Resolve(done) returned {%s, fence %d}, want {completed, 2}", rec.Status, rec.Fence)
+		if rec.Status != idem.StatusCompleted || rec.Fence != cr.Record.Fence+1 {
+			t.Fatalf("Resolve(done) returned {%s, fence %d}, want {completed, %d (the resolved attempt's + 1)}", rec.Status, rec.Fence, cr.Record.Fence+1)
 		}
 		got := get(t, s, "k")
-		if got.Status != idem.StatusCompleted || got.Fence != 2 {
-			t.Fatalf("after Resolve(done): {%s, fence %d}, want {completed, 2}", got.Status, got.Fence)
+		if got.Status != idem.StatusCompleted || got.Fence != cr.Record.Fence+1 {
+			t.Fatalf("after Resolve(done): {%s, fence %d}, want {completed, %d}", got.Status, got.Fence, cr.Record.Fence+1)
 		}
 		wantBytes(t, "Result", got.Result, []byte("msg-id-42"))
 		wantBetween(t, "ExpiresAt", got.ExpiresAt, before.Add(2*time.Hour), after.Add(2*time.Hour))
@@ -163,7 +163,7 @@ func testAdmin(t *testing.T, h Harness) {
 			t.Fatalf("claim after Resolve(done): acquired %v, found %s; want the completed record", c.Acquired, c.Record.Status)
 		}
 		wantBytes(t, "claimed Result", c.Record.Result, []byte("msg-id-42"))
-		wantErr(t, "stale holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		wantErr(t, "stale holder's Complete after Resolve", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
 		wantBytes(t, "Result after the stale Complete", get(t, s, "k").Result, []byte("msg-id-42"))
 	})
 
@@ -172,13 +172,16 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		_, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: false, Reason: "operator", By: "bob"})
+		rec, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: false, Reason: "operator", By: "bob"})
 		noErr(t, "Resolve(fence 0) of a running attempt", err)
-		_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+		if rec.Fence != cr.Record.Fence+1 {
+			t.Fatalf("Resolve(fence 0) of a running attempt: fence %d, want %d (the holder's + 1)", rec.Fence, cr.Record.Fence+1)
+		}
+		_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute})
 		wantErr(t, "holder's Extend after Resolve", err, idem.ErrLeaseLost)
-		wantErr(t, "holder's Complete after Resolve", s.Complete(ctx, "k", cr.Record.Fence, []byte("x"), time.Hour), idem.ErrLeaseLost)
-		if rec := get(t, s, "k"); rec.Status != idem.StatusReleased {
-			t.Fatalf("after the holder's refused writes: %s, want released", rec.Status)
+		wantErr(t, "holder's Complete after Resolve", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
+		if rec := get(t, s, "k"); rec.Status != idem.StatusReleased || rec.Fence != cr.Record.Fence+1 {
+			t.Fatalf("after the holder's refused writes: {%s, fence %d}, want the resolution's {released, %d}", rec.Status, rec.Fence, cr.Record.Fence+1)
 		}
 	})
 
@@ -187,12 +190,12 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		_, err := s.Resolve(ctx, "k", cr.Record.Fence+1, store.Resolution{Done: true, Result: []byte("x"), Retention: time.Hour})
+		_, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Fence: cr.Record.Fence + 1, Done: true, Result: []byte("x"), Retention: time.Hour})
 		wantErr(t, "Resolve with another fence", err, idem.ErrLeaseLost)
-		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || rec.Fence != 1 {
-			t.Fatalf("after a refused Resolve: {%s, fence %d}, want {in_progress, 1}", rec.Status, rec.Fence)
+		if rec := get(t, s, "k"); rec.Status != idem.StatusInProgress || rec.Fence != cr.Record.Fence || rec.AttemptID != cr.Record.AttemptID {
+			t.Fatalf("after a refused Resolve: {%s, fence %d, attempt id %q}, want the holder's {in_progress, %d, %q}", rec.Status, rec.Fence, rec.AttemptID, cr.Record.Fence, cr.Record.AttemptID)
 		}
-		_, err = s.Resolve(ctx, "absent", 0, store.Resolution{})
+		_, err = s.Resolve(ctx, store.ResolveRequest{Key: "absent"})
 		wantErr(t, "Resolve of an absent key", err, store.ErrNotFound)
 	})
 
@@ -204,7 +207,7 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		live := hold(t, h, s, "live")
-		rec, err := s.Resolve(ctx, "live", live.Record.Fence, store.Resolution{Done: true, Result: []byte("found"), Retention: time.Hour, By: "op", InProgress: true})
+		rec, err := s.Resolve(ctx, store.ResolveRequest{Key: "live", Fence: live.Record.Fence, Done: true, Result: []byte("found"), Retention: time.Hour, By: "op", InProgress: true})
 		noErr(t, "Resolve(InProgress) of an attempt with a live lease", err)
 		if rec.Status != idem.StatusCompleted || rec.Fence != live.Record.Fence+1 {
 			t.Fatalf("Resolve(InProgress) of a live attempt returned {%s, fence %d}, want {completed, %d}", rec.Status, rec.Fence, live.Record.Fence+1)
@@ -218,22 +221,21 @@ func testAdmin(t *testing.T, h Harness) {
 		r.Policy = idem.AtMostOnce
 		acquire(t, s, r)
 		lapse(t, h, s, "lapsed-any-fence") // claimed last, so "lapsed" lapsed too
-		rec, err = s.Resolve(ctx, "lapsed", lapsed.Record.Fence, store.Resolution{Done: false, Reason: "not in the provider's log", By: "op", InProgress: true})
+		rec, err = s.Resolve(ctx, store.ResolveRequest{Key: "lapsed", Fence: lapsed.Record.Fence, Done: false, Reason: "not in the provider's log", By: "op", InProgress: true})
 		noErr(t, "Resolve(InProgress) of a lapsed attempt", err)
 		if rec.Status != idem.StatusReleased || rec.Fence != lapsed.Record.Fence+1 {
 			t.Fatalf("Resolve(InProgress) of a lapsed attempt returned {%s, fence %d}, want {released, %d}", rec.Status, rec.Fence, lapsed.Record.Fence+1)
 		}
-		_, err = s.Resolve(ctx, "lapsed-any-fence", 0, store.Resolution{Done: false, By: "op", InProgress: true})
+		_, err = s.Resolve(ctx, store.ResolveRequest{Key: "lapsed-any-fence", Done: false, By: "op", InProgress: true})
 		noErr(t, "Resolve(fence 0, InProgress) of a lapsed attempt", err)
 		if got := get(t, s, "lapsed-any-fence"); got.Status != idem.StatusReleased {
 			t.Fatalf("after Resolve(fence 0, InProgress): %s, want released", got.Status)
 		}
 	})
 
-	// InProgress refuses a record that is not in progress at the fence,
-	// even though the fence matches: fences start again at 1 after Delete,
-	// so a holder's fence can name a record that others claimed and
-	// finished since.
+	// InProgress refuses a record that is not in progress, even at its
+	// fence; and after a Delete, the key's new record starts above every
+	// fence the old one had, so a holder's fence never names it.
 	t.Run("resolve_in_progress_refuses_finished", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
@@ -243,9 +245,9 @@ func testAdmin(t *testing.T, h Harness) {
 		unchanged := func(what, key string, want idem.Record) {
 			t.Helper()
 			got := get(t, s, key)
-			if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.Reason != want.Reason || len(got.Journal) != len(want.Journal) {
-				t.Fatalf("after %s: {%s, fence %d, attempt %d, reason %q, %d journal entries}, want unchanged {%s, fence %d, attempt %d, reason %q, %d journal entries}",
-					what, got.Status, got.Fence, got.Attempt, got.Reason, len(got.Journal), want.Status, want.Fence, want.Attempt, want.Reason, len(want.Journal))
+			if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.AttemptID != want.AttemptID || got.Reason != want.Reason || len(got.Journal) != len(want.Journal) {
+				t.Fatalf("after %s: {%s, fence %d, attempt %d, attempt id %q, reason %q, %d journal entries}, want unchanged {%s, fence %d, attempt %d, attempt id %q, reason %q, %d journal entries}",
+					what, got.Status, got.Fence, got.Attempt, got.AttemptID, got.Reason, len(got.Journal), want.Status, want.Fence, want.Attempt, want.AttemptID, want.Reason, len(want.Journal))
 			}
 			wantBytes(t, what+": Result", got.Result, want.Result)
 		}
@@ -254,44 +256,46 @@ func testAdmin(t *testing.T, h Harness) {
 			before := get(t, s, key)
 			for _, done := range []bool{true, false} {
 				what := fmt.Sprintf("Resolve(%q, fence %d, Done %v, InProgress) of a %s record", key, fence, done, before.Status)
-				_, err := s.Resolve(ctx, key, fence, store.Resolution{Done: done, Result: []byte("reconciled"), Retention: time.Hour, Reason: "reconciled", By: "holder", InProgress: true})
+				_, err := s.Resolve(ctx, store.ResolveRequest{Key: key, Fence: fence, Done: done, Result: []byte("reconciled"), Retention: time.Hour, Reason: "reconciled", By: "holder", InProgress: true})
 				wantErr(t, what, err, idem.ErrLeaseLost)
 				unchanged(what, key, before)
 			}
 		}
 
-		// The holder of fence 1 loses its record to a Delete; another
-		// caller claims the key again and completes it at fence 1.
+		// The holder loses its record to a Delete; another caller claims
+		// the key again and completes it.
 		holder := acquire(t, s, req(h, "k"))
 		noErr(t, "Delete", s.Delete(ctx, "k"))
+		pass(t, h, s, time.Millisecond) // as any clock does between two calls
 		other := req(h, "k")
 		other.Owner = "other"
 		again := acquire(t, s, other)
-		if again.Record.Fence != holder.Record.Fence {
-			t.Fatalf("claim after Delete: fence %d, want %d (fences start again)", again.Record.Fence, holder.Record.Fence)
+		if again.Record.Fence <= holder.Record.Fence {
+			t.Fatalf("claim after Delete: fence %d, want above the deleted record's %d (fences never repeat)", again.Record.Fence, holder.Record.Fence)
 		}
-		noErr(t, "other's Complete", s.Complete(ctx, "k", again.Record.Fence, []byte("theirs"), longRetention))
+		noErr(t, "other's Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: again.Record.Fence, AttemptID: again.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("theirs"), Retention: longRetention}))
 		refused("k", holder.Record.Fence)
 		refused("k", 0)
 		wantBytes(t, "Result", get(t, s, "k").Result, []byte("theirs"))
 
-		fin := func(key string, end func(fence int64) error) int64 {
+		fin := func(key string, end store.FinishRequest) int64 {
 			t.Helper()
 			cr := acquire(t, s, req(h, key))
-			noErr(t, "finishing "+key, end(cr.Record.Fence))
+			end.Key, end.Fence, end.AttemptID = key, cr.Record.Fence, cr.Record.AttemptID
+			noErr(t, "finishing "+key, s.Finish(ctx, end))
 			return cr.Record.Fence
 		}
-		f := fin("failed", func(f int64) error { return s.Fail(ctx, "failed", f, "declined", longRetention) })
+		f := fin("failed", store.FinishRequest{Outcome: store.OutcomeFailed, Reason: "declined", Retention: longRetention})
 		refused("failed", f)
-		f = fin("released", func(f int64) error { return s.Release(ctx, "released", f, "retry") })
+		f = fin("released", store.FinishRequest{Outcome: store.OutcomeReleased, Reason: "retry"})
 		refused("released", f)
 
 		// Absent and expired stay ErrNotFound.
-		_, err := s.Resolve(ctx, "absent", 1, store.Resolution{InProgress: true})
+		_, err := s.Resolve(ctx, store.ResolveRequest{Key: "absent", Fence: 1, InProgress: true})
 		wantErr(t, "Resolve(InProgress) of an absent key", err, store.ErrNotFound)
-		f = fin("expired", func(f int64) error { return s.Complete(ctx, "expired", f, []byte("r"), retention(h)) })
+		f = fin("expired", store.FinishRequest{Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: retention(h)})
 		pass(t, h, s, retention(h)+time.Millisecond)
-		_, err = s.Resolve(ctx, "expired", f, store.Resolution{InProgress: true})
+		_, err = s.Resolve(ctx, store.ResolveRequest{Key: "expired", Fence: f, InProgress: true})
 		wantErr(t, "Resolve(InProgress) of an expired key", err, store.ErrNotFound)
 	})
 
@@ -300,14 +304,24 @@ func testAdmin(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), longRetention))
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: longRetention}))
 		noErr(t, "Delete", s.Delete(ctx, "k"))
 		wantNotFound(t, s, "k")
 		wantErr(t, "second Delete", s.Delete(ctx, "k"), store.ErrNotFound)
 		wantErr(t, "Delete of an absent key", s.Delete(ctx, "absent"), store.ErrNotFound)
-		acquire(t, s, req(h, "k"))
+		// The key claimed anew starts above every fence the deleted
+		// record had.
+		pass(t, h, s, time.Millisecond) // as any clock does between two calls
+		again := acquire(t, s, req(h, "k"))
+		if again.Record.Fence <= cr.Record.Fence {
+			t.Fatalf("claim after Delete: fence %d, want above the deleted record's %d (fences never repeat)", again.Record.Fence, cr.Record.Fence)
+		}
 		// Delete works whatever the state: here in_progress.
 		noErr(t, "Delete of an in_progress record", s.Delete(ctx, "k"))
 		wantNotFound(t, s, "k")
+		pass(t, h, s, time.Millisecond)
+		if third := acquire(t, s, req(h, "k")); third.Record.Fence <= again.Record.Fence {
+			t.Fatalf("claim after a Delete of an in_progress record: fence %d, want above the deleted record's %d (fences never repeat)", third.Record.Fence, again.Record.Fence)
+		}
 	})
 }

@@ -38,7 +38,7 @@ func BenchmarkStore(b *testing.B, h Harness) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			keys := newKeyGen(&prefix)
-			r := store.ClaimRequest{Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+			r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Owner: "bench", Policy: idem.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 			result := []byte("result")
 			for pb.Next() {
 				r.Key = keys.next()
@@ -49,7 +49,7 @@ func BenchmarkStore(b *testing.B, h Harness) {
 				if !cr.Acquired {
 					b.Fatalf("Claim(%q) of a new key: not acquired", r.Key)
 				}
-				if err := s.Complete(ctx, r.Key, cr.Record.Fence, result, time.Hour); err != nil {
+				if err := s.Finish(ctx, store.FinishRequest{Key: r.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: time.Hour}); err != nil {
 					b.Fatalf("Complete: %v", err)
 				}
 			}

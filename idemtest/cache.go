@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // testCache holds the Ledger's local result cache (idem.WithCache) on the
@@ -21,7 +22,7 @@ func testCache(t *testing.T, h Harness) {
 		calls := fs.TotalCalls()
 		for range 3 {
 			res := do(t, l, idem.Key("k"), c.fn(nil))
-			wantResult(t, res, []byte("r"), true, 1, 1)
+			wantResult(t, res, []byte("r"), true, 1)
 		}
 		if n := fs.TotalCalls() - calls; n != 0 {
 			t.Fatalf("cached replays made %d store calls, want 0", n)
@@ -37,12 +38,12 @@ func testCache(t *testing.T, h Harness) {
 		fs := NewFaultStore(s)
 		l := ledger(h, fs, idem.WithCache(16))
 		res := do(t, l, idem.Key("k"), c.fn(nil))
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		if n := fs.Calls(OpClaim); n != 1 {
 			t.Fatalf("replay from the store made %d claims, want 1", n)
 		}
 		res = do(t, l, idem.Key("k"), c.fn(nil))
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		if n := fs.TotalCalls(); n != 1 {
 			t.Fatalf("second replay made %d store calls in all, want 1 (the first replay's claim)", n)
 		}
@@ -62,9 +63,9 @@ func testCache(t *testing.T, h Harness) {
 		if n := fs.Calls(OpClaim); n != 2 {
 			t.Fatalf("two calls on an in_progress key made %d claims, want 2 (never answered from the cache)", n)
 		}
-		noErr(t, "Complete", s.Complete(context.Background(), "k", held.Record.Fence, []byte("done"), time.Hour))
+		noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: held.Record.Fence, AttemptID: held.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("done"), Retention: time.Hour}))
 		res := do(t, l, idem.RawKey("k"), c.fn(nil))
-		wantResult(t, res, []byte("done"), true, 1, 1)
+		wantResult(t, res, []byte("done"), true, 1)
 		c.want(t, 0)
 	})
 
@@ -93,7 +94,7 @@ func testCache(t *testing.T, h Harness) {
 		_, err := l.Do(context.Background(), idem.Key("k"), c.fn(nil), idem.Fingerprint([]byte("b")))
 		wantMismatch(t, err, idem.StatusCompleted)
 		res := do(t, l, idem.Key("k"), c.fn(nil), idem.Fingerprint([]byte("a")))
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		if n := fs.TotalCalls() - calls; n != 0 {
 			t.Fatalf("cached mismatch and replay made %d store calls, want 0", n)
 		}
@@ -129,7 +130,7 @@ func testCache(t *testing.T, h Harness) {
 		}
 		before := fs.Calls(OpClaim)
 		res := do(t, l, idem.Key("a"), c.fn(nil)) // evicted: asks the store
-		wantResult(t, res, []byte("a"), true, 1, 1)
+		wantResult(t, res, []byte("a"), true, 1)
 		if fs.Calls(OpClaim) != before+1 {
 			t.Fatal("a cache of 2 still held the first of 3 keys")
 		}

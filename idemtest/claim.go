@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,6 +38,9 @@ func testClaim(t *testing.T, h Harness) {
 		}
 		for _, rec := range []idem.Record{cr.Record, get(t, s, "k")} {
 			checkNewRecord(t, rec, r, cr.Now)
+			if rec.Fence != cr.Record.Fence {
+				t.Fatalf("stored fence %d, want the claim's %d", rec.Fence, cr.Record.Fence)
+			}
 		}
 	})
 
@@ -50,15 +54,16 @@ func testClaim(t *testing.T, h Harness) {
 		if cr.Acquired {
 			t.Fatal("second Claim while the lease runs: acquired, want not acquired")
 		}
-		if cr.Record.Status != idem.StatusInProgress || cr.Record.Fence != 1 || cr.Record.Owner != first.Record.Owner {
-			t.Fatalf("second Claim found {%s, fence %d, owner %q}, want {in_progress, 1, %q}",
-				cr.Record.Status, cr.Record.Fence, cr.Record.Owner, first.Record.Owner)
+		if cr.Record.Status != idem.StatusInProgress || cr.Record.Fence != first.Record.Fence || cr.Record.Owner != first.Record.Owner ||
+			cr.Record.AttemptID != first.Record.AttemptID {
+			t.Fatalf("second Claim found {%s, fence %d, owner %q, attempt id %q}, want the holder's {in_progress, %d, %q, %q}",
+				cr.Record.Status, cr.Record.Fence, cr.Record.Owner, cr.Record.AttemptID, first.Record.Fence, first.Record.Owner, first.Record.AttemptID)
 		}
 		wantTime(t, "found LeaseUntil", cr.Record.LeaseUntil, first.Record.LeaseUntil)
 		rec := get(t, s, "k")
-		if rec.Fence != 1 || rec.Attempt != 1 || len(rec.Journal) != 1 || rec.Owner != first.Record.Owner {
-			t.Fatalf("after a refused claim: fence %d, attempt %d, %d journal entries, owner %q; want 1, 1, 1, %q (nothing written)",
-				rec.Fence, rec.Attempt, len(rec.Journal), rec.Owner, first.Record.Owner)
+		if rec.Fence != first.Record.Fence || rec.Attempt != 1 || len(rec.Journal) != 1 || rec.Owner != first.Record.Owner || rec.AttemptID != first.Record.AttemptID {
+			t.Fatalf("after a refused claim: fence %d, attempt %d, %d journal entries, owner %q, attempt id %q; want %d, 1, 1, %q, %q (nothing written)",
+				rec.Fence, rec.Attempt, len(rec.Journal), rec.Owner, rec.AttemptID, first.Record.Fence, first.Record.Owner, first.Record.AttemptID)
 		}
 	})
 
@@ -68,7 +73,7 @@ func testClaim(t *testing.T, h Harness) {
 		cr := acquire(t, s, req(h, "k"))
 		ret := 2 * time.Hour
 		before := now(t, s)
-		noErr(t, "Complete", s.Complete(context.Background(), "k", cr.Record.Fence, []byte("result-1"), ret))
+		noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("result-1"), Retention: ret}))
 		after := now(t, s)
 		rec := get(t, s, "k")
 		if rec.Status != idem.StatusCompleted {
@@ -76,8 +81,8 @@ func testClaim(t *testing.T, h Harness) {
 		}
 		wantBytes(t, "Result", rec.Result, []byte("result-1"))
 		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(ret), after.Add(ret))
-		if rec.Fence != 1 || rec.Attempt != 1 {
-			t.Fatalf("after Complete: fence %d attempt %d, want 1 1", rec.Fence, rec.Attempt)
+		if rec.Fence != cr.Record.Fence || rec.Attempt != 1 || rec.AttemptID != cr.Record.AttemptID {
+			t.Fatalf("after Complete: fence %d, attempt %d, attempt id %q; want the claim's %d, 1, %q", rec.Fence, rec.Attempt, rec.AttemptID, cr.Record.Fence, cr.Record.AttemptID)
 		}
 		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted || rec.Journal[0].Ended.IsZero() {
 			t.Fatalf("after Complete: journal %+v, want one entry with outcome completed and Ended set", rec.Journal)
@@ -99,8 +104,8 @@ func testClaim(t *testing.T, h Harness) {
 		if cr3 := claim(t, s, again); cr3.Acquired {
 			t.Fatal("Claim(TakeLapsed) of a completed key: acquired, want not acquired")
 		}
-		if rec := get(t, s, "k"); rec.Fence != 1 || rec.Status != idem.StatusCompleted {
-			t.Fatalf("after refused claims: %s fence %d, want completed fence 1", rec.Status, rec.Fence)
+		if rec := get(t, s, "k"); rec.Fence != cr.Record.Fence || rec.Status != idem.StatusCompleted {
+			t.Fatalf("after refused claims: %s fence %d, want completed at the claim's fence %d", rec.Status, rec.Fence, cr.Record.Fence)
 		}
 	})
 
@@ -113,7 +118,7 @@ func testClaim(t *testing.T, h Harness) {
 			if key == "empty" {
 				res = []byte{}
 			}
-			noErr(t, "Complete", s.Complete(context.Background(), key, cr.Record.Fence, res, time.Hour))
+			noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: res, Retention: time.Hour}))
 			rec := get(t, s, key)
 			if rec.Status != idem.StatusCompleted || len(rec.Result) != 0 {
 				t.Fatalf("%s result: record %s with %q, want completed with an empty result", key, rec.Status, rec.Result)
@@ -125,11 +130,11 @@ func testClaim(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Release", s.Release(context.Background(), "k", cr.Record.Fence, "smtp refused"))
+		noErr(t, "Release", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "smtp refused"}))
 		rec := get(t, s, "k")
-		if rec.Status != idem.StatusReleased || rec.Reason != "smtp refused" || rec.Fence != 1 || rec.Attempt != 1 {
-			t.Fatalf("after Release: {%s, reason %q, fence %d, attempt %d}, want {released, %q, 1, 1}",
-				rec.Status, rec.Reason, rec.Fence, rec.Attempt, "smtp refused")
+		if rec.Status != idem.StatusReleased || rec.Reason != "smtp refused" || rec.Fence != cr.Record.Fence || rec.Attempt != 1 || rec.AttemptID != cr.Record.AttemptID {
+			t.Fatalf("after Release: {%s, reason %q, fence %d, attempt %d, attempt id %q}, want {released, %q, %d, 1, %q} (the claim's fence and attempt id kept)",
+				rec.Status, rec.Reason, rec.Fence, rec.Attempt, rec.AttemptID, "smtp refused", cr.Record.Fence, cr.Record.AttemptID)
 		}
 		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeReleased || rec.Journal[0].Reason != "smtp refused" {
 			t.Fatalf("after Release: journal %+v, want one entry released with the reason", rec.Journal)
@@ -140,8 +145,9 @@ func testClaim(t *testing.T, h Harness) {
 		if cr2.Takeover {
 			t.Error("claim of a released key: Takeover = true, want false")
 		}
-		if cr2.Record.Fence != 2 || cr2.Record.Attempt != 2 {
-			t.Fatalf("claim of a released key: fence %d attempt %d, want 2 2 (numbering continues)", cr2.Record.Fence, cr2.Record.Attempt)
+		if cr2.Record.Fence != cr.Record.Fence+1 || cr2.Record.Attempt != 2 {
+			t.Fatalf("claim of a released key: fence %d attempt %d, want %d 2 (numbering continues from the released attempt's fence %d)",
+				cr2.Record.Fence, cr2.Record.Attempt, cr.Record.Fence+1, cr.Record.Fence)
 		}
 		if cr2.Record.Reason != "smtp refused" {
 			t.Fatalf("claim of a released key: Reason %q, want the last reason %q kept", cr2.Record.Reason, "smtp refused")
@@ -150,8 +156,8 @@ func testClaim(t *testing.T, h Harness) {
 		if rec.Status != idem.StatusInProgress || rec.Owner != "second" || len(rec.Journal) != 2 {
 			t.Fatalf("after the second claim: {%s, owner %q, %d journal entries}, want {in_progress, second, 2}", rec.Status, rec.Owner, len(rec.Journal))
 		}
-		if j := rec.Journal[1]; j.Attempt != 2 || j.Fence != 2 || j.Owner != "second" {
-			t.Fatalf("second journal entry %+v, want attempt 2, fence 2, owner second", j)
+		if j := rec.Journal[1]; j.Attempt != 2 || j.Fence != cr2.Record.Fence || j.AttemptID != r2.AttemptID || j.Owner != "second" {
+			t.Fatalf("second journal entry %+v, want attempt 2, fence %d, attempt id %q, owner second", j, cr2.Record.Fence, r2.AttemptID)
 		}
 	})
 
@@ -160,11 +166,12 @@ func testClaim(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
 		before := now(t, s)
-		noErr(t, "Fail", s.Fail(context.Background(), "k", cr.Record.Fence, "card declined", 3*time.Hour))
+		noErr(t, "Fail", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "card declined", Retention: 3 * time.Hour}))
 		after := now(t, s)
 		rec := get(t, s, "k")
-		if rec.Status != idem.StatusFailed || rec.Reason != "card declined" {
-			t.Fatalf("after Fail: {%s, %q}, want {failed, %q}", rec.Status, rec.Reason, "card declined")
+		if rec.Status != idem.StatusFailed || rec.Reason != "card declined" || rec.Fence != cr.Record.Fence || rec.AttemptID != cr.Record.AttemptID {
+			t.Fatalf("after Fail: {%s, %q, fence %d, attempt id %q}, want {failed, %q, %d, %q} (the claim's fence and attempt id kept)",
+				rec.Status, rec.Reason, rec.Fence, rec.AttemptID, "card declined", cr.Record.Fence, cr.Record.AttemptID)
 		}
 		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(3*time.Hour), after.Add(3*time.Hour))
 		if rec.Journal[0].Outcome != store.OutcomeFailed {
@@ -181,11 +188,11 @@ func testClaim(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		ctx := context.Background()
-		wantErr(t, "Complete(absent)", s.Complete(ctx, "absent", 1, nil, time.Hour), idem.ErrLeaseLost)
-		wantErr(t, "Release(absent)", s.Release(ctx, "absent", 1, ""), idem.ErrLeaseLost)
-		wantErr(t, "Fail(absent)", s.Fail(ctx, "absent", 1, "", time.Hour), idem.ErrLeaseLost)
-		wantErr(t, "Abandon(absent)", s.Abandon(ctx, "absent", 1, ""), idem.ErrLeaseLost)
-		_, err := s.Extend(ctx, "absent", 1, time.Minute)
+		wantErr(t, "Complete(absent)", s.Finish(ctx, store.FinishRequest{Key: "absent", Fence: 1, AttemptID: "no-such-attempt", Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Release(absent)", s.Finish(ctx, store.FinishRequest{Key: "absent", Fence: 1, AttemptID: "no-such-attempt", Outcome: store.OutcomeReleased, Reason: ""}), idem.ErrLeaseLost)
+		wantErr(t, "Fail(absent)", s.Finish(ctx, store.FinishRequest{Key: "absent", Fence: 1, AttemptID: "no-such-attempt", Outcome: store.OutcomeFailed, Reason: "", Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Abandon(absent)", s.Finish(ctx, store.FinishRequest{Key: "absent", Fence: 1, AttemptID: "no-such-attempt", Outcome: store.OutcomeAbandoned, Reason: ""}), idem.ErrLeaseLost)
+		_, err := s.Extend(ctx, store.ExtendRequest{Key: "absent", Fence: 1, AttemptID: "no-such-attempt", Lease: time.Minute})
 		wantErr(t, "Extend(absent)", err, idem.ErrLeaseLost)
 		wantNotFound(t, s, "absent")
 	})
@@ -195,12 +202,12 @@ func testClaim(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		ctx := context.Background()
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("one"), time.Hour))
-		wantErr(t, "second Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("two"), time.Hour), idem.ErrLeaseLost)
-		wantErr(t, "Release after Complete", s.Release(ctx, "k", cr.Record.Fence, ""), idem.ErrLeaseLost)
-		wantErr(t, "Fail after Complete", s.Fail(ctx, "k", cr.Record.Fence, "", time.Hour), idem.ErrLeaseLost)
-		wantErr(t, "Abandon after Complete", s.Abandon(ctx, "k", cr.Record.Fence, ""), idem.ErrLeaseLost)
-		_, err := s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("one"), Retention: time.Hour}))
+		wantErr(t, "second Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("two"), Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Release after Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: ""}), idem.ErrLeaseLost)
+		wantErr(t, "Fail after Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "", Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Abandon after Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: ""}), idem.ErrLeaseLost)
+		_, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute})
 		wantErr(t, "Extend after Complete", err, idem.ErrLeaseLost)
 		rec := get(t, s, "k")
 		if rec.Status != idem.StatusCompleted {
@@ -214,7 +221,7 @@ func testClaim(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
 		buf := []byte("original")
-		noErr(t, "Complete", s.Complete(context.Background(), "k", cr.Record.Fence, buf, time.Hour))
+		noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: buf, Retention: time.Hour}))
 		copy(buf, "XXXXXXXX")
 		rec := get(t, s, "k")
 		wantBytes(t, "Result after the caller reused its buffer", rec.Result, []byte("original"))
@@ -230,7 +237,7 @@ func testClaim(t *testing.T, h Harness) {
 			t.Skip("the store does not implement store.BatchClaimer")
 		}
 		done := acquire(t, s, req(h, "done"))
-		noErr(t, "Complete", s.Complete(context.Background(), "done", done.Record.Fence, []byte("r"), time.Hour))
+		noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: "done", Fence: done.Record.Fence, AttemptID: done.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}))
 		keys := []string{"b", "a", "done", "b", "c"}
 		reqs := make([]store.ClaimRequest, len(keys))
 		for i, k := range keys {
@@ -253,12 +260,20 @@ func testClaim(t *testing.T, h Harness) {
 		if res[2].Record.Status != idem.StatusCompleted {
 			t.Fatalf("batch claim of a completed key found %s, want completed", res[2].Record.Status)
 		}
-		if res[3].Record.Status != idem.StatusInProgress || res[3].Record.Fence != 1 {
-			t.Fatalf("second claim of %q in one batch found {%s, fence %d}, want {in_progress, 1}", "b", res[3].Record.Status, res[3].Record.Fence)
+		for _, i := range []int{0, 1, 4} {
+			wantFirstFence(t, fmt.Sprintf("batch claim %d (%q)", i, keys[i]), res[i].Record.Fence, res[i].Now)
+			if res[i].Record.AttemptID != reqs[i].AttemptID {
+				t.Fatalf("batch claim %d (%q): record attempt id %q, want the request's %q", i, keys[i], res[i].Record.AttemptID, reqs[i].AttemptID)
+			}
 		}
-		for _, k := range []string{"a", "b", "c"} {
-			if rec := get(t, s, k); rec.Status != idem.StatusInProgress || rec.Fence != 1 {
-				t.Fatalf("after the batch %q is {%s, fence %d}, want {in_progress, 1}", k, rec.Status, rec.Fence)
+		if r := res[3].Record; r.Status != idem.StatusInProgress || r.Fence != res[0].Record.Fence || r.AttemptID != reqs[0].AttemptID {
+			t.Fatalf("second claim of %q in one batch found {%s, fence %d, attempt id %q}, want the first's {in_progress, %d, %q}",
+				"b", r.Status, r.Fence, r.AttemptID, res[0].Record.Fence, reqs[0].AttemptID)
+		}
+		for k, i := range map[string]int{"b": 0, "a": 1, "c": 4} {
+			if rec := get(t, s, k); rec.Status != idem.StatusInProgress || rec.Fence != res[i].Record.Fence || rec.AttemptID != reqs[i].AttemptID {
+				t.Fatalf("after the batch %q is {%s, fence %d, attempt id %q}, want its claim's {in_progress, %d, %q}",
+					k, rec.Status, rec.Fence, rec.AttemptID, res[i].Record.Fence, reqs[i].AttemptID)
 			}
 		}
 		if res, err := bc.ClaimBatch(context.Background(), nil); err != nil || len(res) != 0 {
@@ -279,7 +294,7 @@ func testClaim(t *testing.T, h Harness) {
 			t.Skip("the store does not implement store.BatchClaimer")
 		}
 		bad := acquire(t, s, req(h, "bad"))
-		noErr(t, "Complete", s.Complete(context.Background(), "bad", bad.Record.Fence, []byte("r"), time.Hour))
+		noErr(t, "Complete", s.Finish(context.Background(), store.FinishRequest{Key: "bad", Fence: bad.Record.Fence, AttemptID: bad.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}))
 		h.Corrupt(t, s, "bad")
 		res, err := bc.ClaimBatch(context.Background(), []store.ClaimRequest{req(h, "a"), req(h, "bad"), req(h, "b")})
 		noErr(t, "ClaimBatch with a corrupt record among its keys", err)
@@ -296,50 +311,72 @@ func testClaim(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("complete_batch", func(t *testing.T) {
+	t.Run("finish_batch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		bc, ok := s.(store.BatchCompleter)
+		bc, ok := s.(store.BatchFinisher)
 		if !ok {
-			t.Skip("the store does not implement store.BatchCompleter")
+			t.Skip("the store does not implement store.BatchFinisher")
 		}
 		ctx := context.Background()
 		a, b := acquire(t, s, req(h, "a")), acquire(t, s, req(h, "b"))
 		stale := acquire(t, s, req(h, "stale"))
 		lapse(t, h, s, "stale")
-		taken := acquire(t, s, req(h, "stale")) // fence 2 holds it now
-		errs, err := bc.CompleteBatch(ctx, []store.Completion{
-			{Key: "b", Fence: b.Record.Fence, Result: []byte("rb"), Retention: time.Hour},
-			{Key: "stale", Fence: stale.Record.Fence, Result: []byte("late"), Retention: time.Hour},
-			{Key: "absent", Fence: 1, Result: []byte("x"), Retention: time.Hour},
-			{Key: "a", Fence: a.Record.Fence, Result: []byte("ra"), Retention: time.Hour},
+		taken := acquire(t, s, req(h, "stale")) // the takeover holds it now
+		rel, ab := acquire(t, s, req(h, "rel")), acquire(t, s, req(h, "ab"))
+		done := func(cr store.ClaimResult, result string) store.FinishRequest {
+			return store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+				Outcome: store.OutcomeCompleted, Result: []byte(result), Retention: time.Hour}
+		}
+		end := func(cr store.ClaimResult, o store.Outcome) store.FinishRequest {
+			return store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: o, Reason: "why"}
+		}
+		errs, err := bc.FinishBatch(ctx, []store.FinishRequest{
+			done(b, "rb"),
+			done(stale, "late"),
+			{Key: "absent", Fence: 1, AttemptID: "none", Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour},
+			done(a, "ra"),
+			end(rel, store.OutcomeReleased),
+			end(ab, store.OutcomeAbandoned),
+			end(ab, store.OutcomeAbandoned), // the same attempt again: it has ended
 		})
-		noErr(t, "CompleteBatch", err)
-		if len(errs) != 4 {
-			t.Fatalf("CompleteBatch returned %d answers for 4", len(errs))
+		noErr(t, "FinishBatch", err)
+		if len(errs) != 7 {
+			t.Fatalf("FinishBatch returned %d answers for 7", len(errs))
 		}
 		for i, key := range []string{"b", "", "", "a"} {
 			if key == "" {
 				continue
 			}
-			noErr(t, "CompleteBatch of "+key, errs[i])
+			noErr(t, "FinishBatch of "+key, errs[i])
 			rec := get(t, s, key)
 			if rec.Status != idem.StatusCompleted || string(rec.Result) != "r"+key {
-				t.Fatalf("%q after CompleteBatch: {%s, %q}, want {completed, %q}", key, rec.Status, rec.Result, "r"+key)
+				t.Fatalf("%q after FinishBatch: {%s, %q}, want {completed, %q}", key, rec.Status, rec.Result, "r"+key)
 			}
 		}
 		if !errors.Is(errs[1], idem.ErrLeaseLost) {
-			t.Fatalf("CompleteBatch of a taken-over attempt: %v, want ErrLeaseLost", errs[1])
+			t.Fatalf("FinishBatch of a taken-over attempt: %v, want ErrLeaseLost", errs[1])
 		}
 		if !errors.Is(errs[2], idem.ErrLeaseLost) && !errors.Is(errs[2], store.ErrNotFound) {
-			t.Fatalf("CompleteBatch of an absent key: %v, want ErrLeaseLost or ErrNotFound", errs[2])
+			t.Fatalf("FinishBatch of an absent key: %v, want ErrLeaseLost or ErrNotFound", errs[2])
+		}
+		noErr(t, "FinishBatch release", errs[4])
+		noErr(t, "FinishBatch abandon", errs[5])
+		if !errors.Is(errs[6], idem.ErrLeaseLost) {
+			t.Fatalf("FinishBatch: an attempt abandoned twice: %v, want ErrLeaseLost the second time", errs[6])
+		}
+		if rec := get(t, s, "rel"); rec.Status != idem.StatusReleased {
+			t.Fatalf("released in a batch: %s, want released", rec.Status)
+		}
+		if rec := get(t, s, "ab"); rec.Status != idem.StatusInProgress || rec.AttemptID != "" || !rec.Lapsed(now(t, s)) {
+			t.Fatalf("abandoned in a batch: {%s, attempt id %q, lapsed %v}, want in_progress, no attempt id, lapsed", rec.Status, rec.AttemptID, rec.Lapsed(now(t, s)))
 		}
 		if rec := get(t, s, "stale"); rec.Status != idem.StatusInProgress || rec.Fence != taken.Record.Fence {
 			t.Fatalf("a stale completion changed the record: {%s, fence %d}, want {in_progress, %d}", rec.Status, rec.Fence, taken.Record.Fence)
 		}
 		wantNotFound(t, s, "absent")
-		if errs, err := bc.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
-			t.Fatalf("CompleteBatch(nil) = %v, %v; want none, nil", errs, err)
+		if errs, err := bc.FinishBatch(ctx, nil); err != nil || len(errs) != 0 {
+			t.Fatalf("FinishBatch(nil) = %v, %v; want none, nil", errs, err)
 		}
 	})
 }
@@ -347,9 +384,10 @@ func testClaim(t *testing.T, h Harness) {
 // checkNewRecord checks the record a first claim of r made at now.
 func checkNewRecord(t *testing.T, rec idem.Record, r store.ClaimRequest, now time.Time) {
 	t.Helper()
-	if rec.Key != r.Key || rec.Status != idem.StatusInProgress || rec.Fence != 1 || rec.Attempt != 1 {
-		t.Fatalf("new claim: {key %q, %s, fence %d, attempt %d}, want {%q, in_progress, 1, 1}", rec.Key, rec.Status, rec.Fence, rec.Attempt, r.Key)
+	if rec.Key != r.Key || rec.Status != idem.StatusInProgress || rec.Attempt != 1 || rec.AttemptID != r.AttemptID {
+		t.Fatalf("new claim: {key %q, %s, attempt %d, attempt id %q}, want {%q, in_progress, 1, %q}", rec.Key, rec.Status, rec.Attempt, rec.AttemptID, r.Key, r.AttemptID)
 	}
+	wantFirstFence(t, "new claim", rec.Fence, now)
 	if rec.Owner != r.Owner || rec.Fingerprint != r.Fingerprint || rec.Policy != r.Policy {
 		t.Fatalf("new claim: owner %q, fingerprint %q, policy %s; want %q, %q, %s", rec.Owner, rec.Fingerprint, rec.Policy, r.Owner, r.Fingerprint, r.Policy)
 	}
@@ -360,8 +398,9 @@ func checkNewRecord(t *testing.T, rec idem.Record, r store.ClaimRequest, now tim
 		t.Fatalf("new claim: %d journal entries, want 1", len(rec.Journal))
 	}
 	j := rec.Journal[0]
-	if j.Attempt != 1 || j.Fence != 1 || j.Owner != r.Owner || j.Correlation != r.Correlation || j.Takeover || j.Outcome != "" {
-		t.Fatalf("journal entry %+v, want attempt 1, fence 1, owner %q, correlation %q, no takeover, no outcome", j, r.Owner, r.Correlation)
+	if j.Attempt != 1 || j.Fence != rec.Fence || j.AttemptID != r.AttemptID || j.Owner != r.Owner || j.Correlation != r.Correlation || j.Takeover || j.Outcome != "" {
+		t.Fatalf("journal entry %+v, want attempt 1, the record's fence %d, attempt id %q, owner %q, correlation %q, no takeover, no outcome",
+			j, rec.Fence, r.AttemptID, r.Owner, r.Correlation)
 	}
 	wantTime(t, "journal Started", j.Started, now)
 	wantTime(t, "journal LeaseUntil", j.LeaseUntil, now.Add(r.Lease))

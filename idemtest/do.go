@@ -23,14 +23,15 @@ func testDo(t *testing.T, h Harness) {
 		res := do(t, l, idem.Key("receipt", 8891, 7), c.fn([]byte("msg-1")))
 		after := now(t, s)
 		c.want(t, 1)
-		wantResult(t, res, []byte("msg-1"), false, 1, 1)
+		wantResult(t, res, []byte("msg-1"), false, 1)
 		if res.Takeover || res.Reconciled {
 			t.Fatalf("first execution: Takeover %v, Reconciled %v; want false", res.Takeover, res.Reconciled)
 		}
 		rec := get(t, s, "receipt:8891:7")
-		if rec.Status != idem.StatusCompleted || rec.Owner != l.Owner() || rec.Fence != 1 || rec.Attempt != 1 {
-			t.Fatalf("record {%s, owner %q, fence %d, attempt %d}, want {completed, %q, 1, 1}", rec.Status, rec.Owner, rec.Fence, rec.Attempt, l.Owner())
+		if rec.Status != idem.StatusCompleted || rec.Owner != l.Owner() || rec.Fence != res.Fence || rec.Attempt != 1 {
+			t.Fatalf("record {%s, owner %q, fence %d, attempt %d}, want {completed, %q, the Result's fence %d, 1}", rec.Status, rec.Owner, rec.Fence, rec.Attempt, l.Owner(), res.Fence)
 		}
+		wantFirstFence(t, "the first execution's record", rec.Fence, before)
 		wantBytes(t, "stored Result", rec.Result, []byte("msg-1"))
 		wantBetween(t, "ExpiresAt", rec.ExpiresAt, before.Add(5*time.Hour), after.Add(5*time.Hour))
 		if len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted || rec.Journal[0].Correlation == "" {
@@ -47,11 +48,11 @@ func testDo(t *testing.T, h Harness) {
 		do(t, l, key, c.fn([]byte("first")))
 		res := do(t, l, key, c.fn([]byte("second")))
 		c.want(t, 1)
-		wantResult(t, res, []byte("first"), true, 1, 1)
+		wantResult(t, res, []byte("first"), true, 1)
 		// Another ledger (another process) on the same store replays too.
 		res = do(t, ledger(h, s, idem.WithOwner("other")), key, c.fn([]byte("third")))
 		c.want(t, 1)
-		wantResult(t, res, []byte("first"), true, 1, 1)
+		wantResult(t, res, []byte("first"), true, 1)
 	})
 
 	t.Run("correlation_id_in_journal", func(t *testing.T) {
@@ -106,10 +107,10 @@ func testDo(t *testing.T, h Harness) {
 		close(release)
 		o := <-first
 		noErr(t, "first Do", o.err)
-		wantResult(t, o.res, []byte("done"), false, 1, 1)
+		wantResult(t, o.res, []byte("done"), false, 1)
 		res := do(t, l, key, c.fn(nil))
 		c.want(t, 0)
-		wantResult(t, res, []byte("done"), true, 1, 1)
+		wantResult(t, res, []byte("done"), true, 1)
 	})
 
 	t.Run("typed_run", func(t *testing.T) {
@@ -167,10 +168,10 @@ func testDo(t *testing.T, h Harness) {
 			l := ledger(h, s)
 			var c counter
 			res := do(t, l, idem.Key("k"), c.fn(tc.val))
-			wantResult(t, res, tc.val, false, 1, 1)
+			wantResult(t, res, tc.val, false, 1)
 			res = do(t, l, idem.Key("k"), c.fn([]byte("other")))
 			c.want(t, 1)
-			wantResult(t, res, tc.val, true, 1, 1)
+			wantResult(t, res, tc.val, true, 1)
 		})
 	}
 
@@ -185,7 +186,7 @@ func testDo(t *testing.T, h Harness) {
 		var c counter
 		do(t, l, idem.Key("k"), c.fn(val))
 		res := do(t, l, idem.Key("k"), c.fn(nil))
-		wantResult(t, res, val, true, 1, 1)
+		wantResult(t, res, val, true, 1)
 	})
 }
 

@@ -28,7 +28,7 @@ func testFailure(t *testing.T, h Harness) {
 		}
 		res := do(t, l, idem.Key("k"), c.fn([]byte("ok")))
 		c.want(t, 2)
-		wantResult(t, res, []byte("ok"), false, 2, 2)
+		wantResult(t, res, []byte("ok"), false, 2)
 		if res.Takeover {
 			t.Fatal("retry after a released error: Takeover = true, want false")
 		}
@@ -64,12 +64,16 @@ func testFailure(t *testing.T, h Harness) {
 		var c counter
 		_, err := l.Do(context.Background(), idem.Key("k"), c.fail(idem.NotDone(errBoom)))
 		wantErr(t, "Do", err, errBoom)
-		if rec := get(t, s, "k"); rec.Status != idem.StatusReleased {
+		rec := get(t, s, "k")
+		if rec.Status != idem.StatusReleased {
 			t.Fatalf("after NotDone: %s, want released", rec.Status)
 		}
 		res := do(t, l, idem.Key("k"), c.fn([]byte("sent")))
 		c.want(t, 2)
-		wantResult(t, res, []byte("sent"), false, 2, 2)
+		wantResult(t, res, []byte("sent"), false, 2)
+		if res.Fence != rec.Fence+1 {
+			t.Fatalf("Do after NotDone: fence %d, want %d (the released attempt's + 1)", res.Fence, rec.Fence+1)
+		}
 	})
 
 	for _, p := range []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce} {
@@ -91,8 +95,8 @@ func testFailure(t *testing.T, h Harness) {
 				if !errors.As(err, &fe) {
 					t.Fatalf("err = %T, want *idem.FailedError", err)
 				}
-				if fe.Reason != errBoom.Error() || fe.Attempt != 1 || fe.Fence != 1 || fe.Key != "k" {
-					t.Fatalf("FailedError = %+v, want the stored reason %q, attempt 1, fence 1", fe, errBoom.Error())
+				if fe.Reason != errBoom.Error() || fe.Attempt != 1 || fe.Fence != rec.Fence || fe.Key != "k" {
+					t.Fatalf("FailedError = %+v, want the stored reason %q, attempt 1, the record's fence %d", fe, errBoom.Error(), rec.Fence)
 				}
 			}
 			c.want(t, 1)
@@ -124,7 +128,7 @@ func testFailure(t *testing.T, h Harness) {
 					t.Fatalf("after a panic under AtLeastOnce: %s, want released", rec.Status)
 				}
 				res := do(t, l, idem.Key("k"), c.fn([]byte("ok")))
-				wantResult(t, res, []byte("ok"), false, 2, 2)
+				wantResult(t, res, []byte("ok"), false, 2)
 			case idem.AtMostOnce:
 				if rec.Status != idem.StatusInProgress || !rec.Lapsed(now(t, s)) {
 					t.Fatalf("after a panic under AtMostOnce: {%s, lapsed %v}, want abandoned (lapsed)", rec.Status, rec.Lapsed(now(t, s)))

@@ -57,8 +57,8 @@ func testFaults(t *testing.T, h Harness) {
 		wantErr(t, "Claim after Close", err, idem.ErrClosed)
 		_, err = s.Get(ctx, "done")
 		wantErr(t, "Get after Close", err, idem.ErrClosed)
-		wantErr(t, "Complete after Close", s.Complete(ctx, "done", 1, nil, time.Hour), idem.ErrClosed)
-		_, err = s.Extend(ctx, "done", 1, time.Hour)
+		wantErr(t, "Complete after Close", s.Finish(ctx, store.FinishRequest{Key: "done", Fence: 1, AttemptID: "any", Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour}), idem.ErrClosed)
+		_, err = s.Extend(ctx, store.ExtendRequest{Key: "done", Fence: 1, AttemptID: "any", Lease: time.Hour})
 		wantErr(t, "Extend after Close", err, idem.ErrClosed)
 		_, err = s.List(ctx, store.ListQuery{})
 		wantErr(t, "List after Close", err, idem.ErrClosed)
@@ -106,17 +106,18 @@ func testFaults(t *testing.T, h Harness) {
 
 	t.Run("complete_fails", func(t *testing.T) {
 		// Powertools persistence_exception_updating: fn ran, its result
-		// could not be recorded. Not a success; the key is left to its
-		// lease and policy.
+		// could not be recorded while the store stayed out of reach. The
+		// Ledger retries for its finish timeout, then reports a store
+		// error: not a success; the key is left to its lease and policy.
 		t.Parallel()
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
-		// The Do after the failed completion must come before the lease
-		// passes.
-		l := ledger(h, fs, idem.WithLease(lease(h)+window(h)))
+		l := ledger(h, fs, idem.WithLease(outageLease))
 		fs.Inject(OpComplete, Fault{Err: errInjected})
 		var c counter
+		start := time.Now()
 		res, err := l.Do(context.Background(), idem.Key("k"), c.fn([]byte("sent")))
+		took := time.Since(start)
 		se := wantStoreError(t, "Do whose completion fails", err)
 		wantErr(t, "Do whose completion fails", err, errInjected)
 		if se.Op != "complete" {
@@ -125,14 +126,13 @@ func testFaults(t *testing.T, h Harness) {
 		if res.Value != nil {
 			t.Fatalf("Do returned a value %q with a store error", res.Value)
 		}
+		wantRetried(t, fs, OpComplete, took, l.FinishTimeout())
 		c.want(t, 1)
 		fs.Heal(OpComplete)
 		rec := get(t, s, "k")
 		if rec.Status != idem.StatusInProgress {
 			t.Fatalf("after a failed completion: %s, want in_progress (left to its lease)", rec.Status)
 		}
-		_, err = l.Do(context.Background(), idem.Key("k"), c.fn(nil))
-		wantErr(t, "Do while the unrecorded attempt's lease runs", err, idem.ErrInProgress)
 		lapse(t, h, s, "k")
 		res = do(t, l, idem.Key("k"), c.fn([]byte("sent again")))
 		if !res.Takeover || res.Attempt != 2 {
@@ -141,32 +141,77 @@ func testFaults(t *testing.T, h Harness) {
 		c.want(t, 2)
 	})
 
-	t.Run("complete_answer_lost", func(t *testing.T) {
-		// The completion was written but its answer was lost: Do reports
-		// the store error, and the next call replays the recorded result.
-		t.Parallel()
-		s := newStore(t, h)
-		fs := NewFaultStore(s)
-		l := ledger(h, fs)
-		fs.Inject(OpComplete, Fault{Err: errInjected, After: true, Times: 1})
-		var c counter
-		_, err := l.Do(context.Background(), idem.Key("k"), c.fn([]byte("sent")))
-		wantStoreError(t, "Do whose completion answer is lost", err)
-		res := do(t, l, idem.Key("k"), c.fn(nil))
-		wantResult(t, res, []byte("sent"), true, 1, 1)
-		c.want(t, 1)
-	})
+	// A finishing write that fails once, or lands but loses its answer, is
+	// sent again: the attempt ends as fn's outcome says, fn runs once, and
+	// the caller gets fn's outcome, not a store error.
+	for _, tc := range []struct {
+		name   string
+		op     Op
+		policy idem.Policy
+		fnErr  error
+		status idem.Status
+	}{
+		{"complete", OpComplete, idem.AtLeastOnce, nil, idem.StatusCompleted},
+		{"fail", OpFail, idem.AtLeastOnce, idem.Permanent(errBoom), idem.StatusFailed},
+		{"release", OpRelease, idem.AtLeastOnce, errBoom, idem.StatusReleased},
+		{"abandon", OpAbandon, idem.AtMostOnce, errBoom, idem.StatusInProgress},
+	} {
+		for _, lost := range []bool{false, true} {
+			name := tc.name + "_cut_once"
+			if lost {
+				name = tc.name + "_answer_lost"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				s := newStore(t, h)
+				fs := NewFaultStore(s)
+				l := ledger(h, fs, idem.WithPolicy(tc.policy))
+				fs.Inject(tc.op, Fault{Err: errInjected, After: lost, Times: 1})
+				var c counter
+				fn := c.fn([]byte("sent"))
+				if tc.fnErr != nil {
+					fn = c.fail(tc.fnErr)
+				}
+				res, err := l.Do(context.Background(), idem.Key("k"), fn)
+				if errors.Is(err, errInjected) {
+					t.Fatalf("Do whose %s failed once: %v; want the write sent again and fn's outcome", tc.op, err)
+				}
+				if tc.fnErr == nil {
+					noErr(t, "Do", err)
+					wantBytes(t, "Value", res.Value, []byte("sent"))
+				} else if !errors.Is(err, errBoom) || errors.Is(err, idem.ErrLeaseLost) {
+					t.Fatalf("Do = %v, want fn's error alone", err)
+				}
+				if n := fs.Calls(tc.op); n != 2 {
+					t.Fatalf("%d %s calls, want 2 (the failed one and its retry)", n, tc.op)
+				}
+				c.want(t, 1)
+				rec := get(t, s, "k")
+				if rec.Status != tc.status || len(rec.Journal) != 1 || rec.Journal[0].Outcome != outcomeOf(tc.op) {
+					t.Fatalf("after the retried %s: {%s, journal %+v}, want %s with one entry ended %s", tc.op, rec.Status, rec.Journal, tc.status, outcomeOf(tc.op))
+				}
+				if tc.status == idem.StatusCompleted {
+					res := do(t, l, idem.Key("k"), c.fn(nil))
+					wantResult(t, res, []byte("sent"), true, 1)
+					c.want(t, 1)
+				}
+			})
+		}
+	}
 
 	t.Run("release_fails", func(t *testing.T) {
 		// Powertools persistence_exception_deleting: fn failed and the
-		// release failed too. The caller sees both.
+		// release failed too, for the whole retry window. The caller sees
+		// both.
 		t.Parallel()
 		s := newStore(t, h)
 		fs := NewFaultStore(s)
-		l := ledger(h, fs)
+		l := ledger(h, fs, idem.WithLease(outageLease))
 		fs.Inject(OpRelease, Fault{Err: errInjected})
 		var c counter
+		start := time.Now()
 		_, err := l.Do(context.Background(), idem.Key("k"), c.fail(errBoom))
+		wantRetried(t, fs, OpRelease, time.Since(start), l.FinishTimeout())
 		wantErr(t, "Do whose release fails", err, errBoom)
 		wantErr(t, "Do whose release fails", err, errInjected)
 		var se *idem.StoreError
@@ -184,29 +229,29 @@ func testFaults(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("fail_and_abandon_fail", func(t *testing.T) {
-		t.Parallel()
-		for _, tc := range []struct {
-			op     Op
-			policy idem.Policy
-			err    error
-		}{
-			{OpFail, idem.AtLeastOnce, idem.Permanent(errBoom)},
-			{OpAbandon, idem.AtMostOnce, errBoom},
-		} {
+	for _, tc := range []struct {
+		op     Op
+		policy idem.Policy
+		err    error
+	}{
+		{OpFail, idem.AtLeastOnce, idem.Permanent(errBoom)},
+		{OpAbandon, idem.AtMostOnce, errBoom},
+	} {
+		t.Run(string(tc.op)+"_fails", func(t *testing.T) {
+			t.Parallel()
 			s := newStore(t, h)
 			fs := NewFaultStore(s)
 			fs.Inject(tc.op, Fault{Err: errInjected})
 			var c counter
-			_, err := ledger(h, fs, idem.WithPolicy(tc.policy)).Do(context.Background(), idem.Key("k"), c.fail(tc.err))
+			_, err := ledger(h, fs, idem.WithPolicy(tc.policy), idem.WithLease(outageLease)).Do(context.Background(), idem.Key("k"), c.fail(tc.err))
 			wantErr(t, "Do whose "+string(tc.op)+" fails", err, errBoom)
 			wantErr(t, "Do whose "+string(tc.op)+" fails", err, errInjected)
 			var se *idem.StoreError
 			if !errors.As(err, &se) || se.Op != string(tc.op) {
 				t.Fatalf("Do whose %s fails: err = %v, want it to hold a *idem.StoreError with Op %q", tc.op, err, tc.op)
 			}
-		}
-	})
+		})
+	}
 
 	t.Run("extend_fails", func(t *testing.T) {
 		// Heartbeats cannot reach the store: once the lease has passed by
@@ -316,8 +361,40 @@ func loseLease(t *testing.T, h Harness, fault Fault) (*FaultStore, time.Duration
 	if cancelledAfter < lease-lease/10 {
 		t.Fatalf("fn cancelled after %v, before its lease (%v) could have passed", cancelledAfter, lease)
 	}
-	if rec := get(t, s, "k"); rec.Status != idem.StatusCompleted || string(rec.Result) != "late" || rec.Fence != 1 {
-		t.Fatalf("after the lease ran out here: {%s, result %q, fence %d}, want completed with fn's result under fence 1", rec.Status, rec.Result, rec.Fence)
+	if rec := get(t, s, "k"); rec.Status != idem.StatusCompleted || string(rec.Result) != "late" || len(rec.Journal) != 1 || rec.Journal[0].Outcome != store.OutcomeCompleted {
+		t.Fatalf("after the lease ran out here: {%s, result %q, journal %+v}, want completed with fn's result by its one attempt", rec.Status, rec.Result, rec.Journal)
 	}
 	return fs, cancelledAfter
+}
+
+// outageLease is the lease of the tests whose store stays out of reach for
+// a whole finish timeout (the Ledger's floor, 5 s): no longer than that.
+const outageLease = time.Second
+
+// wantRetried fails the test unless a write of op that the store refused
+// for a whole finish timeout was sent more than once and the call took
+// about that timeout (the Ledger's retries are bounded by it).
+func wantRetried(t testing.TB, fs *FaultStore, op Op, took, finishTimeout time.Duration) {
+	t.Helper()
+	if n := fs.Calls(op); n < 2 {
+		t.Fatalf("%d %s calls, want the write retried while the store was out of reach", n, op)
+	}
+	if took > finishTimeout+5*time.Second {
+		t.Fatalf("Do took %v, want its retries to stop after its finish timeout (%v)", took, finishTimeout)
+	}
+}
+
+// outcomeOf is the journal outcome a finishing write of op records.
+func outcomeOf(op Op) store.Outcome {
+	switch op {
+	case OpComplete:
+		return store.OutcomeCompleted
+	case OpFail:
+		return store.OutcomeFailed
+	case OpRelease:
+		return store.OutcomeReleased
+	case OpAbandon:
+		return store.OutcomeAbandoned
+	}
+	return ""
 }

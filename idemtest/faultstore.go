@@ -13,13 +13,16 @@ import (
 // Op names a [store.Store] method, for [FaultStore].
 type Op string
 
-// The Store methods a [FaultStore] counts and can fail.
+// The Store methods a [FaultStore] counts and can fail. Finish counts
+// under the Op of its outcome (OpComplete, OpFail, OpRelease, OpAbandon);
+// OpFinish is a Finish with an outcome a store refuses.
 const (
 	OpClaim    Op = "claim"
 	OpComplete Op = "complete"
 	OpFail     Op = "fail"
 	OpRelease  Op = "release"
 	OpAbandon  Op = "abandon"
+	OpFinish   Op = "finish"
 	OpExtend   Op = "extend"
 	OpGet      Op = "get"
 	OpList     Op = "list"
@@ -29,7 +32,7 @@ const (
 	OpNow      Op = "now"
 )
 
-var allOps = []Op{OpClaim, OpComplete, OpFail, OpRelease, OpAbandon, OpExtend, OpGet, OpList, OpResolve, OpDelete, OpSweep, OpNow}
+var allOps = []Op{OpClaim, OpComplete, OpFail, OpRelease, OpAbandon, OpFinish, OpExtend, OpGet, OpList, OpResolve, OpDelete, OpSweep, OpNow}
 
 // Fault is an error (or a delay) a [FaultStore] injects into calls of one
 // [Op].
@@ -158,29 +161,26 @@ func (f *FaultStore) Claim(ctx context.Context, req store.ClaimRequest) (res sto
 	return res, nil
 }
 
-// Complete implements store.Store.
-func (f *FaultStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return run(ctx, f, OpComplete, func() error { return f.store.Complete(ctx, key, fence, result, retention) })
-}
-
-// Fail implements store.Store.
-func (f *FaultStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return run(ctx, f, OpFail, func() error { return f.store.Fail(ctx, key, fence, reason, retention) })
-}
-
-// Release implements store.Store.
-func (f *FaultStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return run(ctx, f, OpRelease, func() error { return f.store.Release(ctx, key, fence, reason) })
-}
-
-// Abandon implements store.Store.
-func (f *FaultStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return run(ctx, f, OpAbandon, func() error { return f.store.Abandon(ctx, key, fence, reason) })
+// Finish implements store.Store. It counts and fails the call under the
+// Op of its outcome: OpComplete, OpFail, OpRelease or OpAbandon.
+func (f *FaultStore) Finish(ctx context.Context, req store.FinishRequest) error {
+	op := OpFinish
+	switch req.Outcome {
+	case store.OutcomeCompleted:
+		op = OpComplete
+	case store.OutcomeFailed:
+		op = OpFail
+	case store.OutcomeReleased:
+		op = OpRelease
+	case store.OutcomeAbandoned:
+		op = OpAbandon
+	}
+	return run(ctx, f, op, func() error { return f.store.Finish(ctx, req) })
 }
 
 // Extend implements store.Store.
-func (f *FaultStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
-	err = run(ctx, f, OpExtend, func() error { until, err = f.store.Extend(ctx, key, fence, lease); return err })
+func (f *FaultStore) Extend(ctx context.Context, req store.ExtendRequest) (until time.Time, err error) {
+	err = run(ctx, f, OpExtend, func() error { until, err = f.store.Extend(ctx, req); return err })
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -206,8 +206,8 @@ func (f *FaultStore) List(ctx context.Context, q store.ListQuery) (recs []idem.R
 }
 
 // Resolve implements store.Store.
-func (f *FaultStore) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (rec idem.Record, err error) {
-	err = run(ctx, f, OpResolve, func() error { rec, err = f.store.Resolve(ctx, key, fence, r); return err })
+func (f *FaultStore) Resolve(ctx context.Context, r store.ResolveRequest) (rec idem.Record, err error) {
+	err = run(ctx, f, OpResolve, func() error { rec, err = f.store.Resolve(ctx, r); return err })
 	if err != nil {
 		return idem.Record{}, err
 	}

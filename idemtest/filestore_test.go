@@ -126,12 +126,15 @@ func (s *fileStore) all(ctx context.Context, f func(rec *idem.Record, now time.T
 }
 
 func (s *fileStore) Claim(ctx context.Context, req store.ClaimRequest) (res store.ClaimResult, err error) {
+	if err := req.Check(); err != nil {
+		return res, err
+	}
 	err = s.with(ctx, req.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
 		rec, err := decode(req.Key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, r := store.ApplyClaim(rec, req, now)
+		next, r := store.ApplyClaim(rec, req, now, 0)
 		res = r
 		if next == nil {
 			return nil, false, nil
@@ -141,13 +144,16 @@ func (s *fileStore) Claim(ctx context.Context, req store.ClaimRequest) (res stor
 	return res, err
 }
 
-func (s *fileStore) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
-	return s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
-		rec, err := decode(key, raw)
+func (s *fileStore) Finish(ctx context.Context, req store.FinishRequest) error {
+	if err := req.Check(); err != nil {
+		return err
+	}
+	return s.with(ctx, req.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		rec, err := decode(req.Key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := store.ApplyFinish(rec, fence, end, now)
+		next, err := store.ApplyFinish(rec, req, now)
 		if next == nil {
 			return nil, false, err
 		}
@@ -155,29 +161,16 @@ func (s *fileStore) finish(ctx context.Context, key string, fence int64, end sto
 	})
 }
 
-func (s *fileStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusCompleted, Result: result, Retention: retention})
-}
-
-func (s *fileStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusFailed, Reason: reason, Retention: retention})
-}
-
-func (s *fileStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusReleased, Reason: reason})
-}
-
-func (s *fileStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: idem.StatusInProgress, Reason: reason})
-}
-
-func (s *fileStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
-	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
-		rec, err := decode(key, raw)
+func (s *fileStore) Extend(ctx context.Context, req store.ExtendRequest) (until time.Time, err error) {
+	if err := req.Check(); err != nil {
+		return until, err
+	}
+	err = s.with(ctx, req.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		rec, err := decode(req.Key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := store.ApplyExtend(rec, fence, lease, now)
+		next, err := store.ApplyExtend(rec, req, now)
 		if next == nil {
 			return nil, false, err
 		}
@@ -224,13 +217,13 @@ func (s *fileStore) List(ctx context.Context, q store.ListQuery) ([]idem.Record,
 	return out, err
 }
 
-func (s *fileStore) Resolve(ctx context.Context, key string, fence int64, res store.Resolution) (rec idem.Record, err error) {
-	err = s.with(ctx, key, func(raw []byte, now time.Time) ([]byte, bool, error) {
-		r, err := decode(key, raw)
+func (s *fileStore) Resolve(ctx context.Context, res store.ResolveRequest) (rec idem.Record, err error) {
+	err = s.with(ctx, res.Key, func(raw []byte, now time.Time) ([]byte, bool, error) {
+		r, err := decode(res.Key, raw)
 		if err != nil {
 			return nil, false, err
 		}
-		next, err := store.ApplyResolve(r, fence, res, now)
+		next, err := store.ApplyResolve(r, res, now)
 		if err != nil {
 			return nil, false, err
 		}

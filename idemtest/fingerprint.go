@@ -38,9 +38,9 @@ func testFingerprint(t *testing.T, h Harness) {
 		_, err := l.Do(context.Background(), idem.Key("k"), c.fn(nil), idem.Fingerprint(other))
 		wantMismatch(t, err, idem.StatusCompleted)
 		res := do(t, l, idem.Key("k"), c.fn(nil), idem.Fingerprint(payload))
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		res = do(t, l, idem.Key("k"), c.fn(nil)) // no fingerprint: never a mismatch
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		c.want(t, 1)
 	})
 
@@ -67,7 +67,7 @@ func testFingerprint(t *testing.T, h Harness) {
 		var c counter
 		do(t, l, idem.Key("k"), c.fn([]byte("r")))
 		res := do(t, l, idem.Key("k"), c.fn(nil), idem.Fingerprint(other))
-		wantResult(t, res, []byte("r"), true, 1, 1)
+		wantResult(t, res, []byte("r"), true, 1)
 		c.want(t, 1)
 	})
 
@@ -117,8 +117,8 @@ func testFingerprint(t *testing.T, h Harness) {
 		c.want(t, 0)
 		wantUnchanged(t, "after calls with another fingerprint", get(t, s, "k"), before)
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("r")), idem.Fingerprint(payload))
-		if !res.Takeover || res.Fence != 2 || res.Attempt != 2 {
-			t.Fatalf("the same request on the lapsed key: takeover %v, fence %d, attempt %d; want true, 2, 2", res.Takeover, res.Fence, res.Attempt)
+		if !res.Takeover || res.Fence != before.Fence+1 || res.Attempt != 2 {
+			t.Fatalf("the same request on the lapsed key: takeover %v, fence %d, attempt %d; want true, %d (the lapsed attempt's + 1), 2", res.Takeover, res.Fence, res.Attempt, before.Fence+1)
 		}
 		c.want(t, 1)
 	})
@@ -182,9 +182,9 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 			wantUnchanged(t, "the record after the claim", get(t, s, "k"), before)
 			// The same request still takes it over.
 			cr = acquire(t, s, taker("k", c.p, c.take, a))
-			if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Fingerprint != a {
-				t.Fatalf("claim with the same fingerprint after it: takeover %v, fence %d, attempt %d, fingerprint %q; want true, 2, 2, %q",
-					cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Fingerprint, a)
+			if !cr.Takeover || cr.Record.Fence != before.Fence+1 || cr.Record.Attempt != 2 || cr.Record.Fingerprint != a {
+				t.Fatalf("claim with the same fingerprint after it: takeover %v, fence %d, attempt %d, fingerprint %q; want true, %d (the lapsed attempt's + 1), 2, %q",
+					cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Fingerprint, before.Fence+1, a)
 			}
 		})
 	}
@@ -197,14 +197,15 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 		t.Run("lapsed_taken/"+c.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t, h)
-			lapsed(t, s, "k", idem.AtLeastOnce, c.stored)
-			cr := claim(t, s, taker("k", idem.AtLeastOnce, false, c.requested))
-			if !cr.Acquired || !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
-				t.Fatalf("claim (fingerprint %q) of a lapsed attempt (fingerprint %q): acquired %v, takeover %v, fence %d, attempt %d, owner %q; want true, true, 2, 2, taker",
-					c.requested, c.stored, cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner)
+			before := lapsed(t, s, "k", idem.AtLeastOnce, c.stored)
+			r := taker("k", idem.AtLeastOnce, false, c.requested)
+			cr := claim(t, s, r)
+			if !cr.Acquired || !cr.Takeover || cr.Record.Fence != before.Fence+1 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
+				t.Fatalf("claim (fingerprint %q) of a lapsed attempt (fingerprint %q): acquired %v, takeover %v, fence %d, attempt %d, owner %q; want true, true, %d (the lapsed attempt's + 1), 2, taker",
+					c.requested, c.stored, cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner, before.Fence+1)
 			}
-			if rec := get(t, s, "k"); rec.Fingerprint != c.requested || rec.Fence != 2 {
-				t.Fatalf("after the takeover: fingerprint %q, fence %d; want %q, 2", rec.Fingerprint, rec.Fence, c.requested)
+			if rec := get(t, s, "k"); rec.Fingerprint != c.requested || rec.Fence != cr.Record.Fence || rec.AttemptID != r.AttemptID {
+				t.Fatalf("after the takeover: fingerprint %q, fence %d, attempt id %q; want the taker's %q, %d, %q", rec.Fingerprint, rec.Fence, rec.AttemptID, c.requested, cr.Record.Fence, r.AttemptID)
 			}
 		})
 	}
@@ -214,12 +215,12 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		r := req(h, "k")
 		r.Fingerprint = a
-		cr := acquire(t, s, r)
-		noErr(t, "Release", s.Release(context.Background(), "k", cr.Record.Fence, "not done"))
-		cr = claim(t, s, taker("k", idem.AtLeastOnce, false, b))
-		if !cr.Acquired || cr.Takeover || cr.Record.Fence != 2 || cr.Record.Fingerprint != b {
-			t.Fatalf("claim with another fingerprint of a released key: acquired %v, takeover %v, fence %d, fingerprint %q; want true, false, 2, %q",
-				cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Fingerprint, b)
+		first := acquire(t, s, r)
+		noErr(t, "Release", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: first.Record.Fence, AttemptID: first.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "not done"}))
+		cr := claim(t, s, taker("k", idem.AtLeastOnce, false, b))
+		if !cr.Acquired || cr.Takeover || cr.Record.Fence != first.Record.Fence+1 || cr.Record.Fingerprint != b {
+			t.Fatalf("claim with another fingerprint of a released key: acquired %v, takeover %v, fence %d, fingerprint %q; want true, false, %d (the released attempt's + 1), %q",
+				cr.Acquired, cr.Takeover, cr.Record.Fence, cr.Record.Fingerprint, first.Record.Fence+1, b)
 		}
 	})
 
@@ -238,7 +239,7 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 		rel := req(h, "released")
 		rel.Fingerprint = a
 		cr := acquire(t, s, rel)
-		noErr(t, "Release", s.Release(context.Background(), "released", cr.Record.Fence, "not done"))
+		noErr(t, "Release", s.Finish(context.Background(), store.FinishRequest{Key: "released", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "not done"}))
 		for _, k := range []string{"other", "same", "none"} {
 			lapse(t, h, s, k)
 		}
@@ -273,11 +274,11 @@ func testClaimFingerprint(t *testing.T, h Harness) {
 // policy, lease) and journal.
 func wantUnchanged(t testing.TB, what string, rec, was idem.Record) {
 	t.Helper()
-	if rec.Status != was.Status || rec.Fence != was.Fence || rec.Attempt != was.Attempt || rec.Owner != was.Owner ||
+	if rec.Status != was.Status || rec.Fence != was.Fence || rec.Attempt != was.Attempt || rec.AttemptID != was.AttemptID || rec.Owner != was.Owner ||
 		rec.Fingerprint != was.Fingerprint || rec.Policy != was.Policy || !sameTime(rec.LeaseUntil, was.LeaseUntil) {
-		t.Fatalf("%s: {%s, fence %d, attempt %d, owner %q, fingerprint %q, %s, lease until %v}; want it unchanged: {%s, fence %d, attempt %d, owner %q, fingerprint %q, %s, lease until %v}",
-			what, rec.Status, rec.Fence, rec.Attempt, rec.Owner, rec.Fingerprint, rec.Policy, rec.LeaseUntil,
-			was.Status, was.Fence, was.Attempt, was.Owner, was.Fingerprint, was.Policy, was.LeaseUntil)
+		t.Fatalf("%s: {%s, fence %d, attempt %d, attempt id %q, owner %q, fingerprint %q, %s, lease until %v}; want it unchanged: {%s, fence %d, attempt %d, attempt id %q, owner %q, fingerprint %q, %s, lease until %v}",
+			what, rec.Status, rec.Fence, rec.Attempt, rec.AttemptID, rec.Owner, rec.Fingerprint, rec.Policy, rec.LeaseUntil,
+			was.Status, was.Fence, was.Attempt, was.AttemptID, was.Owner, was.Fingerprint, was.Policy, was.LeaseUntil)
 	}
 	if len(rec.Journal) != len(was.Journal) {
 		t.Fatalf("%s: journal of %d entries, want %d (unchanged)", what, len(rec.Journal), len(was.Journal))

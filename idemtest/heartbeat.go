@@ -92,7 +92,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 					t.Fatalf("%d heartbeats (Extend calls) during 3 leases, want at least 3", n)
 				}
 				res := do(t, other, key, c.fn(nil))
-				wantResult(t, res, []byte("slow result"), true, 1, 1)
+				wantResult(t, res, []byte("slow result"), true, 1)
 				return
 			case <-time.After(h.hbLease() / 6):
 			}
@@ -114,11 +114,11 @@ func testHeartbeat(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithLease(h.hbLease()))
 		testLeaseLost(t, s, l, func(t *testing.T, rec idem.Record) {
-			_, err := s.Resolve(context.Background(), rec.Key, rec.Fence, store.Resolution{Done: false, Reason: "operator", By: "op"})
+			_, err := s.Resolve(context.Background(), store.ResolveRequest{Key: rec.Key, Fence: rec.Fence, Done: false, Reason: "operator", By: "op"})
 			noErr(t, "Resolve", err)
-		}, func(t *testing.T, rec idem.Record) {
-			if rec.Status != idem.StatusReleased || len(rec.Result) != 0 || rec.Fence != 2 {
-				t.Fatalf("after the lost attempt: {%s, result %q, fence %d}, want the resolution {released, none, 2}", rec.Status, rec.Result, rec.Fence)
+		}, func(t *testing.T, rec, lost idem.Record) {
+			if rec.Status != idem.StatusReleased || len(rec.Result) != 0 || rec.Fence != lost.Fence+1 {
+				t.Fatalf("after the lost attempt: {%s, result %q, fence %d}, want the resolution {released, none, %d (the lost attempt's + 1)}", rec.Status, rec.Result, rec.Fence, lost.Fence+1)
 			}
 		})
 	})
@@ -130,12 +130,16 @@ func testHeartbeat(t *testing.T, h Harness) {
 		}
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithLease(h.hbLease()))
+		var taker store.ClaimResult
 		testLeaseLost(t, s, l, func(t *testing.T, rec idem.Record) {
-			takeOver(t, h, s, rec.Key)
-		}, func(t *testing.T, rec idem.Record) {
-			if rec.Status != idem.StatusInProgress || rec.Owner != "taker" || rec.Fence != 2 || len(rec.Result) != 0 {
-				t.Fatalf("after the lost attempt: {%s, owner %q, fence %d, result %q}, want the taker's {in_progress, taker, 2, none}",
-					rec.Status, rec.Owner, rec.Fence, rec.Result)
+			taker = takeOver(t, h, s, rec.Key)
+		}, func(t *testing.T, rec, lost idem.Record) {
+			if taker.Record.Fence != lost.Fence+1 {
+				t.Fatalf("the takeover of the running attempt: fence %d, want %d (the lost attempt's + 1)", taker.Record.Fence, lost.Fence+1)
+			}
+			if rec.Status != idem.StatusInProgress || rec.Owner != "taker" || rec.Fence != taker.Record.Fence || rec.AttemptID != taker.Record.AttemptID || len(rec.Result) != 0 {
+				t.Fatalf("after the lost attempt: {%s, owner %q, fence %d, attempt id %q, result %q}, want the taker's {in_progress, taker, %d, %q, none}",
+					rec.Status, rec.Owner, rec.Fence, rec.AttemptID, rec.Result, taker.Record.Fence, taker.Record.AttemptID)
 			}
 		})
 	})
@@ -149,8 +153,11 @@ func testHeartbeat(t *testing.T, h Harness) {
 		}
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithLease(time.Hour))
+		var lost idem.Record
+		var taker store.ClaimResult
 		res, err := l.Do(context.Background(), idem.Key("k"), func(ctx context.Context) ([]byte, error) {
-			takeOver(t, h, s, "k")
+			lost = get(t, s, "k")
+			taker = takeOver(t, h, s, "k")
 			return []byte("stale"), nil
 		})
 		wantErr(t, "Do whose completion found the lease lost", err, idem.ErrLeaseLost)
@@ -158,37 +165,44 @@ func testHeartbeat(t *testing.T, h Harness) {
 			t.Fatalf("Do returned a value %q with ErrLeaseLost", res.Value)
 		}
 		rec := get(t, s, "k")
-		if rec.Status != idem.StatusInProgress || rec.Owner != "taker" || len(rec.Result) != 0 {
-			t.Fatalf("after the refused completion: {%s, owner %q, result %q}, want the taker's in_progress record", rec.Status, rec.Owner, rec.Result)
+		if rec.Status != idem.StatusInProgress || rec.Owner != "taker" || rec.Fence != taker.Record.Fence || rec.AttemptID != taker.Record.AttemptID || len(rec.Result) != 0 {
+			t.Fatalf("after the refused completion: {%s, owner %q, fence %d, attempt id %q, result %q}, want the taker's in_progress record (fence %d, attempt id %q)",
+				rec.Status, rec.Owner, rec.Fence, rec.AttemptID, rec.Result, taker.Record.Fence, taker.Record.AttemptID)
 		}
-		if rec.Journal[0].LateFinish.IsZero() {
-			t.Fatalf("the stale attempt's journal entry has no LateFinish: %+v", rec.Journal[0])
+		if taker.Record.Fence != lost.Fence+1 {
+			t.Fatalf("the takeover: fence %d, want %d (the running attempt's + 1)", taker.Record.Fence, lost.Fence+1)
+		}
+		if e := rec.Journal[0]; e.Fence != lost.Fence || e.AttemptID != lost.AttemptID || e.LateFinish.IsZero() {
+			t.Fatalf("the stale attempt's journal entry %+v, want fence %d, attempt id %q, with a LateFinish", e, lost.Fence, lost.AttemptID)
 		}
 	})
 }
 
 // takeOver lets the lease of key pass and claims it as "taker", retrying
-// while a heartbeat renews the lease in between.
-func takeOver(t *testing.T, h Harness, s store.Store, key string) {
+// while a heartbeat renews the lease in between. It returns the claim.
+func takeOver(t *testing.T, h Harness, s store.Store, key string) store.ClaimResult {
 	t.Helper()
 	r := req(h, key)
 	r.Owner, r.TakeLapsed = "taker", true
 	for range 50 {
 		lapse(t, h, s, key)
 		if cr := claim(t, s, r); cr.Acquired {
-			if !cr.Takeover {
-				t.Fatal("claim over a lapsed lease: Takeover = false")
+			if !cr.Takeover || cr.Record.AttemptID != r.AttemptID {
+				t.Fatalf("claim over a lapsed lease: Takeover %v, attempt id %q; want a takeover with the request's %q", cr.Takeover, cr.Record.AttemptID, r.AttemptID)
 			}
-			return
+			return cr
 		}
 	}
 	t.Fatal("could not take over a lapsed lease in 50 tries")
+	return store.ClaimResult{}
 }
 
 // testLeaseLost runs fn under l, makes it lose its lease with lose while it
 // runs, and checks that fn's context is cancelled with ErrLeaseLost, that
 // Do returns ErrLeaseLost, and (with check) that nothing was recorded.
-func testLeaseLost(t *testing.T, s store.Store, l *idem.Ledger, lose, check func(t *testing.T, rec idem.Record)) {
+// lose gets the record as fn's attempt held it; check gets the record
+// after Do returned, and that one.
+func testLeaseLost(t *testing.T, s store.Store, l *idem.Ledger, lose func(t *testing.T, held idem.Record), check func(t *testing.T, rec, held idem.Record)) {
 	t.Helper()
 	inside := make(chan struct{})
 	cancelled := make(chan error, 1)
@@ -211,7 +225,8 @@ func testLeaseLost(t *testing.T, s store.Store, l *idem.Ledger, lose, check func
 		done <- out{res, err}
 	}()
 	<-inside
-	lose(t, get(t, s, "k"))
+	held := get(t, s, "k")
+	lose(t, held)
 	if cause := <-cancelled; !errors.Is(cause, idem.ErrLeaseLost) {
 		t.Fatalf("fn's context after its lease was lost: cause %v, want ErrLeaseLost (fn must be cancelled)", cause)
 	}
@@ -220,5 +235,5 @@ func testLeaseLost(t *testing.T, s store.Store, l *idem.Ledger, lose, check func
 	if o.res.Value != nil {
 		t.Fatalf("Do returned a value %q with ErrLeaseLost", o.res.Value)
 	}
-	check(t, get(t, s, "k"))
+	check(t, get(t, s, "k"), held)
 }

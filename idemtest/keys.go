@@ -43,7 +43,7 @@ func testKeys(t *testing.T, h Harness) {
 			var c counter
 			do(t, l, tc.key, c.fn([]byte("v")))
 			res := do(t, l, tc.key, c.fn(nil))
-			wantResult(t, res, []byte("v"), true, 1, 1)
+			wantResult(t, res, []byte("v"), true, 1)
 			c.want(t, 1)
 			rec := get(t, s, tc.key.String())
 			if rec.Key != tc.key.String() {
@@ -86,7 +86,7 @@ func testKeys(t *testing.T, h Harness) {
 		c.want(t, len(keys))
 		for i, k := range keys {
 			res := do(t, l, k, c.fn(nil))
-			wantResult(t, res, []byte{byte(i)}, true, 1, 1)
+			wantResult(t, res, []byte{byte(i)}, true, 1)
 		}
 	})
 

@@ -15,7 +15,7 @@ func testLease(t *testing.T, h Harness) {
 	t.Run("lapsed/at_least_once_takeover", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
-		acquire(t, s, req(h, "k"))
+		first := acquire(t, s, req(h, "k"))
 		lapse(t, h, s, "k")
 		if rec := get(t, s, "k"); !rec.Lapsed(now(t, s)) {
 			t.Fatalf("after its lease passed the record is not lapsed: %s, lease until %v, now %v", rec.Status, rec.LeaseUntil, now(t, s))
@@ -23,20 +23,20 @@ func testLease(t *testing.T, h Harness) {
 		r := req(h, "k")
 		r.Owner = "taker"
 		cr := acquire(t, s, r)
-		if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
-			t.Fatalf("claim of a lapsed key: takeover %v, fence %d, attempt %d, owner %q; want true, 2, 2, taker",
-				cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner)
+		if !cr.Takeover || cr.Record.Fence != first.Record.Fence+1 || cr.Record.Attempt != 2 || cr.Record.Owner != "taker" {
+			t.Fatalf("claim of a lapsed key: takeover %v, fence %d, attempt %d, owner %q; want true, %d (the lapsed attempt's + 1), 2, taker",
+				cr.Takeover, cr.Record.Fence, cr.Record.Attempt, cr.Record.Owner, first.Record.Fence+1)
 		}
 		wantTime(t, "LeaseUntil", cr.Record.LeaseUntil, cr.Now.Add(r.Lease))
 		rec := get(t, s, "k")
 		if len(rec.Journal) != 2 {
 			t.Fatalf("journal has %d entries after a takeover, want 2", len(rec.Journal))
 		}
-		if old := rec.Journal[0]; old.Fence != 1 || old.Outcome != store.OutcomeLapsed {
-			t.Fatalf("lapsed attempt's journal entry %+v, want fence 1, outcome lapsed", old)
+		if old := rec.Journal[0]; old.Fence != first.Record.Fence || old.AttemptID != first.Record.AttemptID || old.Outcome != store.OutcomeLapsed {
+			t.Fatalf("lapsed attempt's journal entry %+v, want fence %d, attempt id %q, outcome lapsed", old, first.Record.Fence, first.Record.AttemptID)
 		}
-		if nw := rec.Journal[1]; nw.Fence != 2 || !nw.Takeover || nw.Owner != "taker" {
-			t.Fatalf("takeover's journal entry %+v, want fence 2, takeover, owner taker", nw)
+		if nw := rec.Journal[1]; nw.Fence != cr.Record.Fence || nw.AttemptID != r.AttemptID || !nw.Takeover || nw.Owner != "taker" {
+			t.Fatalf("takeover's journal entry %+v, want fence %d, attempt id %q, takeover, owner taker", nw, cr.Record.Fence, r.AttemptID)
 		}
 	})
 
@@ -45,7 +45,7 @@ func testLease(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		r := req(h, "k")
 		r.Policy = idem.AtMostOnce
-		acquire(t, s, r)
+		first := acquire(t, s, r)
 		lapse(t, h, s, "k")
 		// The record's policy decides, not the next caller's.
 		for _, p := range []idem.Policy{idem.AtMostOnce, idem.AtLeastOnce} {
@@ -55,16 +55,16 @@ func testLease(t *testing.T, h Harness) {
 			if cr.Acquired {
 				t.Fatalf("claim (%s) of a lapsed AtMostOnce key: acquired, want not acquired (indeterminate)", p)
 			}
-			if cr.Record.Status != idem.StatusInProgress || !cr.Record.Lapsed(cr.Now) || cr.Record.Fence != 1 {
-				t.Fatalf("claim (%s) of a lapsed AtMostOnce key found {%s, lapsed %v, fence %d}, want {in_progress, true, 1}",
-					p, cr.Record.Status, cr.Record.Lapsed(cr.Now), cr.Record.Fence)
+			if cr.Record.Status != idem.StatusInProgress || !cr.Record.Lapsed(cr.Now) || cr.Record.Fence != first.Record.Fence || cr.Record.AttemptID != first.Record.AttemptID {
+				t.Fatalf("claim (%s) of a lapsed AtMostOnce key found {%s, lapsed %v, fence %d, attempt id %q}, want the lapsed attempt's {in_progress, true, %d, %q}",
+					p, cr.Record.Status, cr.Record.Lapsed(cr.Now), cr.Record.Fence, cr.Record.AttemptID, first.Record.Fence, first.Record.AttemptID)
 			}
 		}
 		r3 := req(h, "k")
 		r3.Policy, r3.TakeLapsed = idem.AtMostOnce, true
 		cr := acquire(t, s, r3)
-		if !cr.Takeover || cr.Record.Fence != 2 || cr.Record.Attempt != 2 {
-			t.Fatalf("claim with TakeLapsed: takeover %v, fence %d, attempt %d; want true, 2, 2", cr.Takeover, cr.Record.Fence, cr.Record.Attempt)
+		if !cr.Takeover || cr.Record.Fence != first.Record.Fence+1 || cr.Record.Attempt != 2 {
+			t.Fatalf("claim with TakeLapsed: takeover %v, fence %d, attempt %d; want true, %d (the lapsed attempt's + 1), 2", cr.Takeover, cr.Record.Fence, cr.Record.Attempt, first.Record.Fence+1)
 		}
 	})
 
@@ -86,7 +86,7 @@ func testLease(t *testing.T, h Harness) {
 			r := req(h, "k")
 			r.Policy = p
 			cr := acquire(t, s, r)
-			noErr(t, "Abandon", s.Abandon(context.Background(), "k", cr.Record.Fence, "connection reset after send"))
+			noErr(t, "Abandon", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "connection reset after send"}))
 			rec := get(t, s, "k")
 			if rec.Status != idem.StatusInProgress || !rec.Lapsed(now(t, s)) {
 				t.Fatalf("after Abandon: {%s, lapsed %v}, want {in_progress, lapsed at once}", rec.Status, rec.Lapsed(now(t, s)))
@@ -94,8 +94,11 @@ func testLease(t *testing.T, h Harness) {
 			if rec.Reason != "connection reset after send" {
 				t.Fatalf("after Abandon: Reason %q, want the reason given", rec.Reason)
 			}
-			if j := rec.Journal[0]; j.Outcome != store.OutcomeAbandoned {
-				t.Fatalf("after Abandon: journal outcome %q, want abandoned", j.Outcome)
+			if rec.Fence != cr.Record.Fence || rec.AttemptID != "" {
+				t.Fatalf("after Abandon: fence %d, attempt id %q; want the claim's fence %d and no attempt id (an abandoned attempt gives it up)", rec.Fence, rec.AttemptID, cr.Record.Fence)
+			}
+			if j := rec.Journal[0]; j.Outcome != store.OutcomeAbandoned || j.AttemptID != cr.Record.AttemptID {
+				t.Fatalf("after Abandon: journal entry %+v, want outcome abandoned, attempt id %q", j, cr.Record.AttemptID)
 			}
 			stuck, err := s.List(context.Background(), store.ListQuery{Stuck: true})
 			noErr(t, "List(Stuck)", err)
@@ -105,18 +108,21 @@ func testLease(t *testing.T, h Harness) {
 			cr2 := claim(t, s, req(h, "k"))
 			switch p {
 			case idem.AtLeastOnce:
-				if !cr2.Acquired || !cr2.Takeover || cr2.Record.Fence != 2 || cr2.Record.Attempt != 2 {
-					t.Fatalf("claim after Abandon: acquired %v, takeover %v, fence %d, attempt %d; want true, true, 2, 2",
-						cr2.Acquired, cr2.Takeover, cr2.Record.Fence, cr2.Record.Attempt)
+				if !cr2.Acquired || !cr2.Takeover || cr2.Record.Fence != cr.Record.Fence+1 || cr2.Record.Attempt != 2 {
+					t.Fatalf("claim after Abandon: acquired %v, takeover %v, fence %d, attempt %d; want true, true, %d (the abandoned attempt's + 1), 2",
+						cr2.Acquired, cr2.Takeover, cr2.Record.Fence, cr2.Record.Attempt, cr.Record.Fence+1)
 				}
 			case idem.AtMostOnce:
 				if cr2.Acquired {
 					t.Fatal("claim after Abandon under AtMostOnce: acquired, want not acquired")
 				}
+				if cr2.Record.Fence != cr.Record.Fence || cr2.Record.AttemptID != "" {
+					t.Fatalf("claim after Abandon under AtMostOnce found fence %d, attempt id %q; want the abandoned record's %d, no attempt id", cr2.Record.Fence, cr2.Record.AttemptID, cr.Record.Fence)
+				}
 				r3 := req(h, "k")
 				r3.TakeLapsed = true
-				if cr3 := acquire(t, s, r3); !cr3.Takeover || cr3.Record.Fence != 2 {
-					t.Fatalf("claim with TakeLapsed after Abandon: takeover %v, fence %d; want true, 2", cr3.Takeover, cr3.Record.Fence)
+				if cr3 := acquire(t, s, r3); !cr3.Takeover || cr3.Record.Fence != cr.Record.Fence+1 {
+					t.Fatalf("claim with TakeLapsed after Abandon: takeover %v, fence %d; want true, %d (the abandoned attempt's + 1)", cr3.Takeover, cr3.Record.Fence, cr.Record.Fence+1)
 				}
 			}
 		})
@@ -130,7 +136,7 @@ func testLease(t *testing.T, h Harness) {
 		cr := acquire(t, s, r)
 		ext := 3*r.Lease + window(h) // the claim after the first lease must come before the extended one ends
 		n := now(t, s)
-		until, err := s.Extend(ctx, "k", cr.Record.Fence, ext)
+		until, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: ext})
 		noErr(t, "Extend", err)
 		n2 := now(t, s)
 		if until.Before(n.Add(ext).Add(-time.Millisecond)) || until.After(n2.Add(ext).Add(time.Millisecond)) {
@@ -159,7 +165,7 @@ func testLease(t *testing.T, h Harness) {
 		r := req(h, "k")
 		r.Retention = r.Lease // the in_progress record expires with its lease
 		cr := acquire(t, s, r)
-		until, err := s.Extend(context.Background(), "k", cr.Record.Fence, 10*r.Lease)
+		until, err := s.Extend(context.Background(), store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: 10 * r.Lease})
 		noErr(t, "Extend", err)
 		passUntil(t, h, s, cr.Record.ExpiresAt.Add(time.Millisecond))
 		rec := get(t, s, "k") // the extended lease keeps the record
@@ -177,7 +183,7 @@ func testLease(t *testing.T, h Harness) {
 		lapse(t, h, s, "k")
 		acquire(t, s, req(h, "k"))
 		before := get(t, s, "k")
-		_, err := s.Extend(context.Background(), "k", old.Record.Fence, time.Hour)
+		_, err := s.Extend(context.Background(), store.ExtendRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Lease: time.Hour})
 		wantErr(t, "stale Extend", err, idem.ErrLeaseLost)
 		after := get(t, s, "k")
 		if after.Journal[0].LateFinish.IsZero() {
@@ -194,10 +200,10 @@ func testLease(t *testing.T, h Harness) {
 		lapse(t, h, s, "k")
 		r := req(h, "k")
 		r.Owner = "new-holder"
-		acquire(t, s, r)
+		taken := acquire(t, s, r)
 		before := get(t, s, "k")
 
-		wantErr(t, "stale Complete", s.Complete(ctx, "k", old.Record.Fence, []byte("stale"), time.Hour), idem.ErrLeaseLost)
+		wantErr(t, "stale Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("stale"), Retention: time.Hour}), idem.ErrLeaseLost)
 		after := get(t, s, "k")
 		if after.Journal[0].LateFinish.IsZero() {
 			t.Fatalf("stale Complete did not set LateFinish on the stale attempt's journal entry: %+v", after.Journal[0])
@@ -207,21 +213,27 @@ func testLease(t *testing.T, h Harness) {
 		}
 		sameExceptLate(t, "after stale Complete", after, before)
 
-		wantErr(t, "stale Release", s.Release(ctx, "k", old.Record.Fence, "stale"), idem.ErrLeaseLost)
-		wantErr(t, "stale Fail", s.Fail(ctx, "k", old.Record.Fence, "stale", time.Hour), idem.ErrLeaseLost)
-		wantErr(t, "stale Abandon", s.Abandon(ctx, "k", old.Record.Fence, "stale"), idem.ErrLeaseLost)
-		_, err := s.Extend(ctx, "k", old.Record.Fence, time.Hour)
+		wantErr(t, "stale Release", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "stale"}), idem.ErrLeaseLost)
+		wantErr(t, "stale Fail", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "stale", Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "stale Abandon", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "stale"}), idem.ErrLeaseLost)
+		_, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Lease: time.Hour})
 		wantErr(t, "stale Extend", err, idem.ErrLeaseLost)
-		// A fence from the future is refused too.
-		wantErr(t, "Complete with a future fence", s.Complete(ctx, "k", 99, []byte("x"), time.Hour), idem.ErrLeaseLost)
+		// A fence from the future is refused too, and so is the holder's
+		// fence with another attempt's id, and another fence with the
+		// holder's id: a write must name the attempt by both.
+		wantErr(t, "Complete with a future fence", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: taken.Record.Fence + 99, AttemptID: taken.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Complete with the holder's fence and another attempt id", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: taken.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
+		wantErr(t, "Complete with the holder's fence and a made-up attempt id", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: taken.Record.Fence, AttemptID: store.NewAttemptID(), Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Hour}), idem.ErrLeaseLost)
+		_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: taken.Record.Fence, AttemptID: old.Record.AttemptID, Lease: time.Hour})
+		wantErr(t, "Extend with the holder's fence and another attempt id", err, idem.ErrLeaseLost)
 		sameExceptLate(t, "after stale writes", get(t, s, "k"), before)
 
 		// The new holder is unaffected.
-		noErr(t, "new holder's Complete", s.Complete(ctx, "k", 2, []byte("fresh"), time.Hour))
+		noErr(t, "new holder's Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: taken.Record.Fence, AttemptID: taken.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("fresh"), Retention: time.Hour}))
 		rec := get(t, s, "k")
 		wantBytes(t, "Result", rec.Result, []byte("fresh"))
-		if rec.Owner != "new-holder" || rec.Fence != 2 {
-			t.Fatalf("owner %q fence %d, want new-holder 2", rec.Owner, rec.Fence)
+		if rec.Owner != "new-holder" || rec.Fence != old.Record.Fence+1 {
+			t.Fatalf("owner %q fence %d, want new-holder %d", rec.Owner, rec.Fence, old.Record.Fence+1)
 		}
 	})
 }
@@ -230,7 +242,7 @@ func testLease(t *testing.T, h Harness) {
 // stale holder's refused write must leave alone (all but LateFinish).
 func sameExceptLate(t *testing.T, what string, got, want idem.Record) {
 	t.Helper()
-	if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.Owner != want.Owner ||
+	if got.Status != want.Status || got.Fence != want.Fence || got.Attempt != want.Attempt || got.AttemptID != want.AttemptID || got.Owner != want.Owner ||
 		got.Reason != want.Reason || string(got.Result) != string(want.Result) || got.Policy != want.Policy ||
 		got.Fingerprint != want.Fingerprint || !sameTime(got.LeaseUntil, want.LeaseUntil) || !sameTime(got.ExpiresAt, want.ExpiresAt) {
 		t.Fatalf("%s: record changed:\n got  %+v\n want %+v", what, brief(got), brief(want))
@@ -241,7 +253,7 @@ func sameExceptLate(t *testing.T, what string, got, want idem.Record) {
 	for i := range got.Journal {
 		g, w := got.Journal[i], want.Journal[i]
 		g.LateFinish, w.LateFinish = time.Time{}, time.Time{}
-		if g.Attempt != w.Attempt || g.Fence != w.Fence || g.Outcome != w.Outcome || g.Reason != w.Reason || g.Owner != w.Owner ||
+		if g.Attempt != w.Attempt || g.Fence != w.Fence || g.AttemptID != w.AttemptID || g.Outcome != w.Outcome || g.Reason != w.Reason || g.Owner != w.Owner ||
 			!sameTime(g.Ended, w.Ended) || !sameTime(g.LeaseUntil, w.LeaseUntil) {
 			t.Fatalf("%s: journal entry %d changed:\n got  %+v\n want %+v", what, i, g, w)
 		}

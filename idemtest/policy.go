@@ -34,7 +34,7 @@ func testPolicy(t *testing.T, h Harness) {
 		var c counter
 		res := do(t, ledger(h, s), idem.RawKey("k"), c.fn([]byte("second try")))
 		c.want(t, 1)
-		wantResult(t, res, []byte("second try"), false, 2, 2)
+		wantResult(t, res, []byte("second try"), false, 2)
 		if !res.Takeover {
 			t.Fatal("Do over a lapsed AtLeastOnce attempt: Takeover = false, want true")
 		}
@@ -54,8 +54,9 @@ func testPolicy(t *testing.T, h Harness) {
 			wantIndeterminate(t, err, cr.Record)
 		}
 		c.want(t, 0)
-		if rec := get(t, s, "k"); rec.Fence != 1 || rec.Status != idem.StatusInProgress {
-			t.Fatalf("after indeterminate calls: {%s, fence %d}, want unchanged {in_progress, 1}", rec.Status, rec.Fence)
+		if rec := get(t, s, "k"); rec.Fence != cr.Record.Fence || rec.AttemptID != cr.Record.AttemptID || rec.Status != idem.StatusInProgress {
+			t.Fatalf("after indeterminate calls: {%s, fence %d, attempt id %q}, want the lapsed attempt's unchanged {in_progress, %d, %q}",
+				rec.Status, rec.Fence, rec.AttemptID, cr.Record.Fence, cr.Record.AttemptID)
 		}
 	})
 
@@ -67,11 +68,11 @@ func testPolicy(t *testing.T, h Harness) {
 		var c counter
 		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn(nil))
 		wantIndeterminate(t, err, cr.Record)
-		_, err = s.Resolve(context.Background(), "k", cr.Record.Fence, store.Resolution{Done: false, Reason: "not in the provider's log", By: "op"})
+		_, err = s.Resolve(context.Background(), store.ResolveRequest{Key: "k", Fence: cr.Record.Fence, Done: false, Reason: "not in the provider's log", By: "op"})
 		noErr(t, "Resolve(not done)", err)
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent")))
 		c.want(t, 1)
-		wantResult(t, res, []byte("sent"), false, 2, 3)
+		wantResult(t, res, []byte("sent"), false, 2)
 		if res.Takeover {
 			t.Fatal("Do after Resolve(not done): Takeover = true, want false (the key was released)")
 		}
@@ -82,7 +83,7 @@ func testPolicy(t *testing.T, h Harness) {
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithPolicy(idem.AtMostOnce))
 		cr := crashed(t, h, s, "k", idem.AtMostOnce)
-		_, err := s.Resolve(context.Background(), "k", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("msg-id-9"), Retention: time.Hour, By: "op"})
+		_, err := s.Resolve(context.Background(), store.ResolveRequest{Key: "k", Fence: cr.Record.Fence, Done: true, Result: []byte("msg-id-9"), Retention: time.Hour, By: "op"})
 		noErr(t, "Resolve(done)", err)
 		var c counter
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent again")))
@@ -98,7 +99,7 @@ func testPolicy(t *testing.T, h Harness) {
 			t.Parallel()
 			s := newStore(t, h)
 			l := ledger(h, s, idem.WithPolicy(p))
-			crashed(t, h, s, "k", p)
+			cr := crashed(t, h, s, "k", p)
 			var got []idem.Lapsed
 			hook := idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
 				got = append(got, lp)
@@ -114,8 +115,8 @@ func testPolicy(t *testing.T, h Harness) {
 			if len(got) != 1 {
 				t.Fatalf("Reconcile hook called %d times, want 1", len(got))
 			}
-			if lp := got[0]; lp.Key != "k" || lp.Fence != 1 || lp.Attempt != 1 || lp.Owner != "crashed-worker" || lp.Correlation != "corr-crashed" {
-				t.Fatalf("hook got %+v, want the lapsed attempt {k, fence 1, attempt 1, crashed-worker, corr-crashed}", lp)
+			if lp := got[0]; lp.Key != "k" || lp.Fence != cr.Record.Fence || lp.Attempt != 1 || lp.Owner != "crashed-worker" || lp.Correlation != "corr-crashed" {
+				t.Fatalf("hook got %+v, want the lapsed attempt {k, fence %d, attempt 1, crashed-worker, corr-crashed}", lp, cr.Record.Fence)
 			}
 			rec := get(t, s, "k")
 			if rec.Status != idem.StatusCompleted {
@@ -131,55 +132,54 @@ func testPolicy(t *testing.T, h Harness) {
 		})
 	}
 
-	// While the hook runs, an operator deletes the key and other callers
-	// claim and complete it again, up to the fence the reconciling call
-	// holds (fences start again after Delete). The hook's "done" must not
-	// overwrite their result.
+	// While the hook runs, an operator deletes the key and another caller
+	// claims and completes it again. Its new record starts above every
+	// fence the key had (fences never repeat), so it never names the
+	// attempt the reconciling call holds, and the hook's "done" must not
+	// overwrite its result.
 	t.Run("reconcile/done_after_delete_and_recomplete", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
 		l := ledger(h, s, idem.WithPolicy(idem.AtMostOnce))
 		crashed(t, h, s, "k", idem.AtMostOnce)
-		var held int64
+		var held, theirs idem.Record
 		hook := idem.WithReconcile(func(hctx context.Context, _ idem.Lapsed) ([]byte, bool, error) {
-			// The operator and the other callers are not this call: the
+			// The operator and the other caller are not this call: the
 			// ledger cancels hctx when its heartbeat finds the key taken
 			// away (on a real clock, possibly midway through), which must
 			// not stop them.
 			ctx := context.WithoutCancel(hctx)
-			rec, err := s.Get(ctx, "k")
-			if err != nil {
+			var err error
+			if held, err = s.Get(ctx, "k"); err != nil {
 				return nil, false, err
 			}
-			held = rec.Fence
 			if err := s.Delete(ctx, "k"); err != nil {
 				return nil, false, err
 			}
+			pass(t, h, s, time.Millisecond) // as any clock does between two calls
 			r := req(h, "k")
 			r.Owner = "other"
-			for {
-				cr, err := s.Claim(ctx, r)
-				if err != nil {
-					return nil, false, err
-				}
-				if !cr.Acquired {
-					return nil, false, fmt.Errorf("other's claim found %s at fence %d", cr.Record.Status, cr.Record.Fence)
-				}
-				if cr.Record.Fence == held {
-					return []byte("found-in-provider"), true, s.Complete(ctx, "k", cr.Record.Fence, []byte("theirs"), longRetention)
-				}
-				if err := s.Release(ctx, "k", cr.Record.Fence, "again"); err != nil {
-					return nil, false, err
-				}
+			cr, err := s.Claim(ctx, r)
+			if err != nil {
+				return nil, false, err
 			}
+			if !cr.Acquired {
+				return nil, false, fmt.Errorf("other's claim found %s at fence %d", cr.Record.Status, cr.Record.Fence)
+			}
+			theirs = cr.Record
+			return []byte("found-in-provider"), true, s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("theirs"), Retention: longRetention})
 		})
 		var c counter
 		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fn([]byte("sent")), hook)
 		c.want(t, 0)
-		wantErr(t, "reconciled Do whose key was deleted and completed again at its fence", err, idem.ErrLeaseLost)
+		wantErr(t, "reconciled Do whose key was deleted and completed again", err, idem.ErrLeaseLost)
+		if theirs.Fence <= held.Fence {
+			t.Fatalf("other's claim after Delete: fence %d, want above the fence %d of the attempt the reconciling call held (fences never repeat)", theirs.Fence, held.Fence)
+		}
 		rec := get(t, s, "k")
-		if rec.Status != idem.StatusCompleted || rec.Fence != held || rec.Owner != "other" {
-			t.Fatalf("after the refused reconcile: {%s, fence %d, owner %q}, want the other caller's {completed, %d, other}", rec.Status, rec.Fence, rec.Owner, held)
+		if rec.Status != idem.StatusCompleted || rec.Fence != theirs.Fence || rec.AttemptID != theirs.AttemptID || rec.Owner != "other" {
+			t.Fatalf("after the refused reconcile: {%s, fence %d, attempt id %q, owner %q}, want the other caller's {completed, %d, %q, other}",
+				rec.Status, rec.Fence, rec.AttemptID, rec.Owner, theirs.Fence, theirs.AttemptID)
 		}
 		wantBytes(t, "stored Result", rec.Result, []byte("theirs"))
 	})
@@ -193,7 +193,7 @@ func testPolicy(t *testing.T, h Harness) {
 		var c counter
 		res := do(t, l, idem.RawKey("k"), c.fn([]byte("sent")), hook)
 		c.want(t, 1)
-		wantResult(t, res, []byte("sent"), false, 2, 2)
+		wantResult(t, res, []byte("sent"), false, 2)
 		if res.Reconciled || !res.Takeover {
 			t.Fatalf("Reconciled %v Takeover %v, want false true", res.Reconciled, res.Takeover)
 		}
@@ -228,6 +228,7 @@ func testPolicy(t *testing.T, h Harness) {
 		var c counter
 		_, err := l.Do(context.Background(), idem.RawKey("k"), c.fail(errBoom), idem.WithCorrelationID("corr-1"))
 		wantErr(t, "first Do", err, errBoom)
+		released := get(t, s, "k") // a release keeps the attempt's fence
 		var got []idem.Lapsed
 		hook := idem.WithReconcile(func(_ context.Context, lp idem.Lapsed) ([]byte, bool, error) {
 			got = append(got, lp)
@@ -239,8 +240,8 @@ func testPolicy(t *testing.T, h Harness) {
 			t.Fatalf("Do after a release with an error: Reconciled %v, Takeover %v, Replayed %v; want true, false, false", res.Reconciled, res.Takeover, res.Replayed)
 		}
 		wantBytes(t, "Value", res.Value, []byte("found"))
-		if len(got) != 1 || got[0].Outcome != store.OutcomeReleased || got[0].Attempt != 1 || got[0].Correlation != "corr-1" || !strings.Contains(got[0].Reason, errBoom.Error()) {
-			t.Fatalf("hook got %+v, want one call about attempt 1 (released, corr-1, reason %q)", got, errBoom)
+		if len(got) != 1 || got[0].Outcome != store.OutcomeReleased || got[0].Attempt != 1 || got[0].Fence != released.Fence || got[0].Correlation != "corr-1" || !strings.Contains(got[0].Reason, errBoom.Error()) {
+			t.Fatalf("hook got %+v, want one call about attempt 1 (released, fence %d, corr-1, reason %q)", got, released.Fence, errBoom)
 		}
 		if rec := get(t, s, "k"); rec.Status != idem.StatusCompleted {
 			t.Fatalf("after reconcile(done): %s, want completed", rec.Status)

@@ -100,8 +100,9 @@ func testProcess(t *testing.T, h Harness, suite string) {
 		owners := map[string]int{}
 		for i := range keys {
 			rec := get(t, s, raceKey(i))
-			if rec.Status != idem.StatusCompleted || rec.Fence != 1 {
-				t.Fatalf("key %q after the race: {%s, fence %d}, want {completed, 1}", raceKey(i), rec.Status, rec.Fence)
+			if rec.Status != idem.StatusCompleted || rec.Attempt != 1 || len(rec.Journal) != 1 || rec.Journal[0].Fence != rec.Fence {
+				t.Fatalf("key %q after the race: {%s, fence %d, attempt %d, journal %+v}, want {completed, its one attempt's fence, 1} (claimed once)",
+					raceKey(i), rec.Status, rec.Fence, rec.Attempt, rec.Journal)
 			}
 			owners[rec.Owner]++
 		}
@@ -118,6 +119,7 @@ func testProcess(t *testing.T, h Harness, suite string) {
 			defer s.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 			defer cancel()
+			started := now(t, s)
 			c := startChild(ctx, t, suite, roleHold, loc, dir, envPolicy+"="+p.String())
 			inside := filepath.Join(dir, "inside")
 			for {
@@ -136,9 +138,11 @@ func testProcess(t *testing.T, h Harness, suite string) {
 			c.wait(t, false)
 
 			rec := get(t, s, holdKey)
-			if rec.Status != idem.StatusInProgress || rec.Fence != 1 || !strings.HasPrefix(rec.Owner, "child-") {
-				t.Fatalf("after the kill: {%s, fence %d, owner %q}, want the child's in_progress claim", rec.Status, rec.Fence, rec.Owner)
+			if rec.Status != idem.StatusInProgress || rec.Attempt != 1 || rec.AttemptID == "" || !strings.HasPrefix(rec.Owner, "child-") {
+				t.Fatalf("after the kill: {%s, attempt %d, attempt id %q, owner %q}, want the child's in_progress claim (attempt 1, with its attempt id)",
+					rec.Status, rec.Attempt, rec.AttemptID, rec.Owner)
 			}
+			wantFirstFence(t, "the killed child's claim", rec.Fence, started)
 			var cnt counter
 			l := idem.New(s, idem.WithLogger(discard), idem.WithOwner("parent"), idem.WithLease(holdLease), idem.WithPolicy(p))
 			_, err = l.Do(context.Background(), idem.RawKey(holdKey), cnt.fn(nil))
@@ -148,9 +152,9 @@ func testProcess(t *testing.T, h Harness, suite string) {
 			switch p {
 			case idem.AtLeastOnce:
 				res := do(t, l, idem.RawKey(holdKey), cnt.fn([]byte("second")))
-				if !res.Takeover || res.Attempt != 2 || res.Fence != 2 || res.Replayed {
-					t.Fatalf("Do after the killed child's lease passed: Takeover %v, Attempt %d, Fence %d, Replayed %v; want true, 2, 2, false",
-						res.Takeover, res.Attempt, res.Fence, res.Replayed)
+				if !res.Takeover || res.Attempt != 2 || res.Fence != rec.Fence+1 || res.Replayed {
+					t.Fatalf("Do after the killed child's lease passed: Takeover %v, Attempt %d, Fence %d, Replayed %v; want true, 2, %d (the child's + 1), false",
+						res.Takeover, res.Attempt, res.Fence, res.Replayed, rec.Fence+1)
 				}
 				cnt.want(t, 1)
 				if rec := get(t, s, holdKey); rec.Journal[0].Outcome != store.OutcomeLapsed {

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -95,8 +96,9 @@ func testRace(t *testing.T, h Harness) {
 			t.Fatalf("%d calls returned another key's value", wrongValue.Load())
 		}
 		for i := range keys {
-			if rec := get(t, s, names[i].String()); rec.Status != idem.StatusCompleted || rec.Fence != 1 {
-				t.Fatalf("key %d after the race: {%s, fence %d}, want {completed, 1}", i, rec.Status, rec.Fence)
+			if rec := get(t, s, names[i].String()); rec.Status != idem.StatusCompleted || rec.Attempt != 1 || len(rec.Journal) != 1 || rec.Journal[0].Fence != rec.Fence {
+				t.Fatalf("key %d after the race: {%s, fence %d, attempt %d, journal %+v}, want {completed, its one attempt's fence, 1} (claimed once)",
+					i, rec.Status, rec.Fence, rec.Attempt, rec.Journal)
 			}
 		}
 	})
@@ -119,7 +121,7 @@ func testRace(t *testing.T, h Harness) {
 		t.Parallel()
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Release", s.Release(context.Background(), "k", cr.Record.Fence, "retry"))
+		noErr(t, "Release", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "retry"}))
 		wantOneWinner(t, s, req(h, "k"), false)
 	})
 
@@ -143,18 +145,22 @@ func testRace(t *testing.T, h Harness) {
 				wg       sync.WaitGroup
 			)
 			wg.Go(func() { cr, cerr = s.Claim(context.Background(), req(h, key)) })
-			wg.Go(func() { ce = s.Complete(context.Background(), key, old.Record.Fence, []byte("old"), time.Hour) })
+			wg.Go(func() {
+				ce = s.Finish(context.Background(), store.FinishRequest{Key: key, Fence: old.Record.Fence, AttemptID: old.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("old"), Retention: time.Hour})
+			})
 			wg.Wait()
 			noErr(t, "Claim", cerr)
 			rec := get(t, s, key)
 			switch {
 			case ce == nil && !cr.Acquired:
-				if rec.Status != idem.StatusCompleted || rec.Fence != 1 {
-					t.Fatalf("completion won: record {%s, fence %d}, want {completed, 1}", rec.Status, rec.Fence)
+				if rec.Status != idem.StatusCompleted || rec.Fence != old.Record.Fence || rec.AttemptID != old.Record.AttemptID {
+					t.Fatalf("completion won: record {%s, fence %d, attempt id %q}, want the stale holder's {completed, %d, %q}",
+						rec.Status, rec.Fence, rec.AttemptID, old.Record.Fence, old.Record.AttemptID)
 				}
 			case errors.Is(ce, idem.ErrLeaseLost) && cr.Acquired:
-				if rec.Status != idem.StatusInProgress || rec.Fence != 2 {
-					t.Fatalf("takeover won: record {%s, fence %d}, want {in_progress, 2}", rec.Status, rec.Fence)
+				if rec.Status != idem.StatusInProgress || rec.Fence != old.Record.Fence+1 || rec.AttemptID != cr.Record.AttemptID {
+					t.Fatalf("takeover won: record {%s, fence %d, attempt id %q}, want the takeover's {in_progress, %d (the stale holder's + 1), %q}",
+						rec.Status, rec.Fence, rec.AttemptID, old.Record.Fence+1, cr.Record.AttemptID)
 				}
 			default:
 				t.Fatalf("race %d: Complete = %v and Claim acquired = %v: both or neither won", i, ce, cr.Acquired)
@@ -163,25 +169,32 @@ func testRace(t *testing.T, h Harness) {
 	})
 }
 
-// wantOneWinner races 32 goroutines claiming r and fails the test unless
-// exactly one acquires it (as a takeover when takeover is set).
+// wantOneWinner races 32 goroutines claiming r, each as an attempt of its
+// own, and fails the test unless exactly one acquires it (as a takeover
+// when takeover is set), at the next fence of the record the race found
+// (a new record's first fence when it found none).
 func wantOneWinner(t *testing.T, s store.Store, r store.ClaimRequest, takeover bool) {
 	t.Helper()
 	const n = 32
 	var (
-		wg     sync.WaitGroup
-		won    atomic.Int64
-		fences sync.Map
-		start  = make(chan struct{})
-		errs   = make(chan error, n)
+		wg      sync.WaitGroup
+		won     atomic.Int64
+		winners sync.Map // fence -> the winning request
+		start   = make(chan struct{})
+		errs    = make(chan error, n)
 	)
+	found, err := s.Get(context.Background(), r.Key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get(%q) before the race: %v", r.Key, err)
+	}
+	before := now(t, s)
 	for i := range n {
 		wg.Go(func() {
 			rr := r
 			// The winner's claim must stay held until the last racer has
 			// asked: on a loaded machine's real clock the racers spread
 			// over more than the suite's 300 ms lease.
-			rr.Owner, rr.Lease = "racer-"+strconv.Itoa(i), raceLease
+			rr.Owner, rr.Lease, rr.AttemptID = "racer-"+strconv.Itoa(i), raceLease, store.NewAttemptID()
 			<-start
 			cr, err := s.Claim(context.Background(), rr)
 			if err != nil {
@@ -190,9 +203,12 @@ func wantOneWinner(t *testing.T, s store.Store, r store.ClaimRequest, takeover b
 			}
 			if cr.Acquired {
 				won.Add(1)
-				fences.Store(cr.Record.Fence, rr.Owner)
+				winners.Store(cr.Record.Fence, rr)
 				if cr.Takeover != takeover {
 					errs <- errors.New("winner's Takeover flag is wrong")
+				}
+				if cr.Record.AttemptID != rr.AttemptID {
+					errs <- fmt.Errorf("winner's record has attempt id %q, want its request's %q", cr.Record.AttemptID, rr.AttemptID)
 				}
 			}
 		})
@@ -207,7 +223,13 @@ func wantOneWinner(t *testing.T, s store.Store, r store.ClaimRequest, takeover b
 		t.Fatalf("%d of %d racing claims acquired the key, want exactly 1", won.Load(), n)
 	}
 	rec := get(t, s, r.Key)
-	if owner, ok := fences.Load(rec.Fence); !ok || owner != rec.Owner {
-		t.Fatalf("record {fence %d, owner %q} is not the winner's", rec.Fence, rec.Owner)
+	w, ok := winners.Load(rec.Fence)
+	if winner, _ := w.(store.ClaimRequest); !ok || winner.Owner != rec.Owner || winner.AttemptID != rec.AttemptID {
+		t.Fatalf("record {fence %d, owner %q, attempt id %q} is not the winner's", rec.Fence, rec.Owner, rec.AttemptID)
+	}
+	if found.Key == "" {
+		wantFirstFence(t, "the winner's claim of a new key", rec.Fence, before)
+	} else if rec.Fence != found.Fence+1 {
+		t.Fatalf("the winner's claim: fence %d, want %d (one more than the record's %d before the race)", rec.Fence, found.Fence+1, found.Fence)
 	}
 }

@@ -20,7 +20,7 @@ func testRetention(t *testing.T, h Harness) {
 		ctx := context.Background()
 		ret := retention(h)
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), ret))
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: ret}))
 		// Expired by the store's clock now plus the retention (on the
 		// real clock a Get for ExpiresAt could come after it).
 		passUntil(t, h, s, now(t, s).Add(ret))
@@ -29,15 +29,15 @@ func testRetention(t *testing.T, h Harness) {
 			t.Fatalf("List after expiry = %v, %v; want nothing", keysOf(recs), err)
 		}
 		wantErr(t, "Delete of an expired record", s.Delete(ctx, "k"), store.ErrNotFound)
-		_, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: true, Retention: time.Hour})
+		_, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: true, Retention: time.Hour})
 		wantErr(t, "Resolve of an expired record", err, store.ErrNotFound)
 
 		cr2 := acquire(t, s, req(h, "k"))
 		if cr2.Takeover {
 			t.Error("claim after expiry: Takeover = true, want false")
 		}
-		if cr2.Record.Fence != 2 {
-			t.Fatalf("claim after expiry: fence %d, want 2 (fences keep growing across expiry, so a holder from before is still refused)", cr2.Record.Fence)
+		if cr2.Record.Fence != cr.Record.Fence+1 {
+			t.Fatalf("claim after expiry: fence %d, want %d, the expired record's + 1 (fences keep growing across expiry, so a holder from before is still refused)", cr2.Record.Fence, cr.Record.Fence+1)
 		}
 		if n := len(cr2.Record.Journal); n == 0 || !cr2.Record.Journal[n-1].AfterExpiry {
 			t.Fatalf("claim after expiry: journal %+v, want the newest entry marked AfterExpiry", cr2.Record.Journal)
@@ -45,17 +45,19 @@ func testRetention(t *testing.T, h Harness) {
 		if len(cr2.Record.Result) != 0 {
 			t.Fatalf("claim after expiry kept the old result %q", cr2.Record.Result)
 		}
-		wantErr(t, "Complete with the fence from before the expiry", s.Complete(ctx, "k", cr.Record.Fence, []byte("old"), time.Hour), idem.ErrLeaseLost)
+		wantErr(t, "Complete with the fence from before the expiry", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("old"), Retention: time.Hour}), idem.ErrLeaseLost)
 	})
 
 	t.Run("failed_expires", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, h)
 		cr := acquire(t, s, req(h, "k"))
-		noErr(t, "Fail", s.Fail(context.Background(), "k", cr.Record.Fence, "declined", retention(h)))
+		noErr(t, "Fail", s.Finish(context.Background(), store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "declined", Retention: retention(h)}))
 		passUntil(t, h, s, now(t, s).Add(retention(h))) // past ExpiresAt, as in completed_expires
 		wantNotFound(t, s, "k")
-		acquire(t, s, req(h, "k"))
+		if again := acquire(t, s, req(h, "k")); again.Record.Fence <= cr.Record.Fence {
+			t.Fatalf("claim after expiry: fence %d, want above the expired record's %d (fences never repeat)", again.Record.Fence, cr.Record.Fence)
+		}
 	})
 
 	t.Run("in_progress_expires", func(t *testing.T) {
@@ -76,6 +78,9 @@ func testRetention(t *testing.T, h Harness) {
 		if c.Takeover {
 			t.Error("claim of an expired in_progress record: Takeover = true, want false (it is absent)")
 		}
+		if c.Record.Fence <= cr.Record.Fence {
+			t.Fatalf("claim of an expired in_progress record: fence %d, want above the expired record's %d (fences never repeat)", c.Record.Fence, cr.Record.Fence)
+		}
 	})
 
 	t.Run("expiry_is_checked_on_every_call", func(t *testing.T) {
@@ -86,7 +91,7 @@ func testRetention(t *testing.T, h Harness) {
 		// Retention and the Get before expiry leave a window of window(h)
 		// on the real clock; on a fake clock the Get comes retention(h)/4
 		// before ExpiresAt.
-		noErr(t, "Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), retention(h)+window(h)))
+		noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: retention(h) + window(h)}))
 		exp := get(t, s, "k").ExpiresAt
 		passUntil(t, h, s, exp.Add(-retention(h)/4-window(h)))
 		get(t, s, "k") // still there a little before
@@ -103,13 +108,13 @@ func testRetention(t *testing.T, h Harness) {
 		for i := range expired {
 			k := fmt.Sprintf("old-%02d", i)
 			cr := acquire(t, s, req(h, k))
-			noErr(t, "Complete", s.Complete(ctx, k, cr.Record.Fence, []byte("r"), ret))
+			noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: ret}))
 		}
 		for i := range live {
 			k := fmt.Sprintf("live-%02d", i)
 			cr := acquire(t, s, req(h, k))
 			if i%2 == 0 {
-				noErr(t, "Complete", s.Complete(ctx, k, cr.Record.Fence, []byte("r"), longRetention))
+				noErr(t, "Complete", s.Finish(ctx, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: longRetention}))
 			}
 		}
 		passUntil(t, h, s, now(t, s).Add(ret))

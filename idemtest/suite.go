@@ -44,6 +44,7 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("cache", func(t *testing.T) { t.Parallel(); testCache(t, h) })
 	t.Run("keys", func(t *testing.T) { t.Parallel(); testKeys(t, h) })
 	t.Run("faults", func(t *testing.T) { t.Parallel(); testFaults(t, h) })
+	t.Run("attempts", func(t *testing.T) { t.Parallel(); testAttempts(t, h) })
 	t.Run("race", func(t *testing.T) { t.Parallel(); testRace(t, h) })
 	t.Run("process", func(t *testing.T) { t.Parallel(); testProcess(t, h, suite) })
 	t.Run("powertools", func(t *testing.T) { t.Parallel(); testPowertools(t, h) })
@@ -56,9 +57,9 @@ func TestStore(t *testing.T, h Harness) {
 func testCoalesced(t *testing.T, h Harness) {
 	probe := newStore(t, h)
 	_, claims := probe.(store.BatchClaimer)
-	_, completes := probe.(store.BatchCompleter)
+	_, completes := probe.(store.BatchFinisher)
 	if !claims && !completes {
-		t.Skip("the store implements neither store.BatchClaimer nor store.BatchCompleter")
+		t.Skip("the store implements neither store.BatchClaimer nor store.BatchFinisher")
 	}
 	h.coalesce = true
 	t.Run("do", func(t *testing.T) { t.Parallel(); testDo(t, h) })
@@ -167,7 +168,7 @@ func lapse(t testing.TB, h Harness, s store.Store, key string) {
 
 // req is a claim request with the suite's defaults.
 func req(h Harness, key string) store.ClaimRequest {
-	return store.ClaimRequest{
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(),
 		Key:         key,
 		Owner:       "idemtest-owner",
 		Correlation: "corr-" + key,
@@ -205,7 +206,23 @@ func acquire(t testing.TB, s store.Store, r store.ClaimRequest) store.ClaimResul
 	if !cr.Acquired {
 		t.Fatalf("Claim(%q): not acquired (found %s, fence %d), want acquired", r.Key, cr.Record.Status, cr.Record.Fence)
 	}
+	if cr.Record.AttemptID != r.AttemptID {
+		t.Fatalf("Claim(%q): acquired with record attempt id %q, want the request's %q", r.Key, cr.Record.AttemptID, r.AttemptID)
+	}
 	return cr
+}
+
+// wantFirstFence fails the test unless fence is the first fence of a new
+// record claimed when the store's clock read now (the claim's
+// ClaimResult.Now, or a reading before the claim): at least now in
+// microseconds ([store.FirstFence]), so that the key's fences never repeat
+// across delete, sweep and expiry.
+func wantFirstFence(t testing.TB, what string, fence int64, now time.Time) {
+	t.Helper()
+	if fence < now.UnixMicro() {
+		t.Fatalf("%s: fence %d, want a new record's first fence: at least the store's clock at the claim in microseconds, %d (%v)",
+			what, fence, now.UnixMicro(), now)
+	}
 }
 
 // get reads key and fails the test on any error.
@@ -326,12 +343,14 @@ func do(t testing.TB, l *idem.Ledger, key idem.OperationKey, fn func(context.Con
 	return res
 }
 
-// wantResult fails the test unless res has the value and flags wanted.
-func wantResult(t testing.TB, res idem.Result, val []byte, replayed bool, attempt int, fence int64) {
+// wantResult fails the test unless res has the value, flags and attempt
+// number wanted and a fence. (Fences come from the store's clock: the
+// suite checks how they grow where it claims keys itself.)
+func wantResult(t testing.TB, res idem.Result, val []byte, replayed bool, attempt int) {
 	t.Helper()
-	if !bytes.Equal(res.Value, val) || res.Replayed != replayed || res.Attempt != attempt || res.Fence != fence {
-		t.Fatalf("Result = {Value %q, Replayed %v, Attempt %d, Fence %d}, want {Value %q, Replayed %v, Attempt %d, Fence %d}",
-			res.Value, res.Replayed, res.Attempt, res.Fence, val, replayed, attempt, fence)
+	if !bytes.Equal(res.Value, val) || res.Replayed != replayed || res.Attempt != attempt || res.Fence <= 0 {
+		t.Fatalf("Result = {Value %q, Replayed %v, Attempt %d, Fence %d}, want {Value %q, Replayed %v, Attempt %d, a fence}",
+			res.Value, res.Replayed, res.Attempt, res.Fence, val, replayed, attempt)
 	}
 }
 

@@ -12,32 +12,53 @@ import (
 // CheckUndone checks what a store left after it undid claims it could not
 // keep (a batch claim that failed midway, a write the replicas did not
 // confirm), as every store must undo them: each key in fresh, which the
-// undone claims claimed afresh, is released as not run; taken, which they
-// took over from the lapsed attempt first (fence 1), is in progress at
-// fence 2, lapsed at once and abandoned as not run. Then, at once, a
-// Ledger call on each fresh key runs afresh at fence 2 under AtMostOnce
-// without asking its Reconcile hook, and one on taken takes over at fence
-// 3, asking the hook once, about first's attempt. Pass taken "" when
-// nothing was taken over. It is for a store's own tests, which make the
-// store fail where it must undo.
+// undone claims claimed afresh, is released as not run, its one attempt's
+// fence and attempt id kept; taken, which they took over from first's
+// lapsed attempt, is in progress at that attempt's fence + 1, lapsed at
+// once, without an attempt id, and abandoned as not run. Then, at once, a
+// Ledger call on each fresh key runs afresh at the released fence + 1
+// under AtMostOnce without asking its Reconcile hook, and one on taken
+// takes over at the abandoned fence + 1, asking the hook once, about
+// first's attempt (attempt 1: its fence, Owner and Correlation). Pass
+// taken "" when nothing was taken over. It is for a store's own tests,
+// which make the store fail where it must undo.
 func CheckUndone(t testing.TB, s store.Store, fresh []string, taken string, first store.ClaimRequest) {
 	t.Helper()
 	ctx := context.Background()
+	released := make(map[string]int64, len(fresh)) // key -> its undone claim's fence
 	for _, k := range fresh {
 		rec, err := s.Get(ctx, k)
-		if err != nil || rec.Status != idem.StatusReleased || rec.Fence != 1 || !rec.Journal[len(rec.Journal)-1].NotRun() {
-			t.Fatalf("%s after its claim was undone: %s at fence %d, %v, journal %+v; want released at fence 1, not run", k, rec.Status, rec.Fence, err, rec.Journal)
+		if err != nil {
+			t.Fatalf("%s after its claim was undone: %v; want released, not run", k, err)
 		}
+		if rec.Status != idem.StatusReleased || rec.Attempt != 1 || rec.AttemptID == "" || len(rec.Journal) != 1 ||
+			rec.Journal[0].Fence != rec.Fence || rec.Journal[0].AttemptID != rec.AttemptID || !rec.Journal[0].NotRun() {
+			t.Fatalf("%s after its claim was undone: %s at fence %d, attempt %d, attempt id %q, journal %+v; want released, its one attempt (at the record's fence, with its attempt id) not run",
+				k, rec.Status, rec.Fence, rec.Attempt, rec.AttemptID, rec.Journal)
+		}
+		released[k] = rec.Fence
 	}
+	var undone, lapsed store.JournalEntry // taken's undone takeover, and first's attempt before it
 	if taken != "" {
 		rec, err := s.Get(ctx, taken)
 		now, nerr := s.Now(ctx)
-		if err != nil || nerr != nil || rec.Status != idem.StatusInProgress || rec.Fence != 2 || !rec.Lapsed(now) {
-			t.Fatalf("%s after its takeover was undone: %s at fence %d, lease until %v (now %v), %v, %v; want in_progress at fence 2, lapsed",
-				taken, rec.Status, rec.Fence, rec.LeaseUntil, now, err, nerr)
+		if err != nil || nerr != nil {
+			t.Fatalf("%s after its takeover was undone: Get: %v, Now: %v", taken, err, nerr)
 		}
-		if last := rec.Journal[len(rec.Journal)-1]; last.Outcome != store.OutcomeAbandoned || !last.NotRun() {
-			t.Fatalf("%s's undone takeover: journal entry %+v; want abandoned, not run", taken, last)
+		n := len(rec.Journal)
+		if n < 2 {
+			t.Fatalf("%s after its takeover was undone: journal %+v; want first's attempt and the undone takeover", taken, rec.Journal)
+		}
+		lapsed, undone = rec.Journal[n-2], rec.Journal[n-1]
+		if lapsed.Attempt != 1 || lapsed.Owner != first.Owner {
+			t.Fatalf("%s's journal entry before the undone takeover: %+v; want first's attempt 1 (owner %s)", taken, lapsed, first.Owner)
+		}
+		if rec.Status != idem.StatusInProgress || rec.Fence != lapsed.Fence+1 || rec.Attempt != 2 || rec.AttemptID != "" || !rec.Lapsed(now) {
+			t.Fatalf("%s after its takeover was undone: %s at fence %d, attempt %d, attempt id %q, lease until %v (now %v); want in_progress at fence %d (first's + 1), attempt 2, no attempt id, lapsed",
+				taken, rec.Status, rec.Fence, rec.Attempt, rec.AttemptID, rec.LeaseUntil, now, lapsed.Fence+1)
+		}
+		if undone.Fence != rec.Fence || !undone.Takeover || undone.AttemptID == "" || undone.Outcome != store.OutcomeAbandoned || !undone.NotRun() {
+			t.Fatalf("%s's undone takeover: journal entry %+v; want at fence %d, a takeover with its attempt id, abandoned, not run", taken, undone, rec.Fence)
 		}
 	}
 
@@ -53,19 +74,20 @@ func CheckUndone(t testing.TB, s store.Store, fresh []string, taken string, firs
 	}
 	for _, k := range fresh {
 		res, asked, err := do(k, idem.WithPolicy(idem.AtMostOnce))
-		if err != nil || res.Takeover || res.Fence != 2 || len(asked) != 0 {
-			t.Fatalf("AtMostOnce call for %s, whose claim was undone: %+v, %v, hook asked about %+v; want fn run afresh at fence 2, no hook", k, res, err, asked)
+		if err != nil || res.Takeover || res.Fence != released[k]+1 || len(asked) != 0 {
+			t.Fatalf("AtMostOnce call for %s, whose claim was undone: %+v, %v, hook asked about %+v; want fn run afresh at fence %d (the released one's + 1), no hook",
+				k, res, err, asked, released[k]+1)
 		}
 	}
 	if taken == "" {
 		return
 	}
 	res, asked, err := do(taken)
-	if err != nil || !res.Takeover || res.Fence != 3 {
-		t.Fatalf("call for %s, whose takeover was undone: %+v, %v; want a takeover at fence 3", taken, res, err)
+	if err != nil || !res.Takeover || res.Fence != undone.Fence+1 {
+		t.Fatalf("call for %s, whose takeover was undone: %+v, %v; want a takeover at fence %d (the abandoned one's + 1)", taken, res, err, undone.Fence+1)
 	}
-	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != first.Owner ||
+	if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Fence != lapsed.Fence || asked[0].Owner != first.Owner ||
 		(first.Correlation != "" && asked[0].Correlation != first.Correlation) {
-		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (%s, %q)", asked, first.Owner, first.Correlation)
+		t.Fatalf("the Reconcile hook was asked about %+v; want once, about attempt 1 (fence %d, %s, %q)", asked, lapsed.Fence, first.Owner, first.Correlation)
 	}
 }

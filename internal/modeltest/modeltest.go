@@ -55,14 +55,36 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 		}
 		return s
 	}
-	fenceOf := func(key string) int64 {
-		if rec := m.records[key]; rec != nil {
-			return rec.Fence + int64(r.IntN(3)) - 1
+	// attemptOf names an attempt of key for a write: usually the one the
+	// model's record holds, else a stale or unknown one (another fence,
+	// another attempt id).
+	attemptOf := func(key string) (int64, string) {
+		rec := m.records[key]
+		if rec == nil {
+			return 1, "none"
 		}
-		return 1
+		id := rec.AttemptID
+		if id == "" {
+			// An abandoned attempt gave its id up (a write naming ""
+			// is refused before the rules see it): the attempt itself
+			// tries again, with its id from the journal.
+			id = "abandoned"
+			if n := len(rec.Journal); n > 0 && rec.Journal[n-1].AttemptID != "" {
+				id = rec.Journal[n-1].AttemptID
+			}
+		}
+		switch r.IntN(6) {
+		case 0:
+			return rec.Fence - 1, id
+		case 1:
+			return rec.Fence + 1, id
+		case 2:
+			return rec.Fence, "other"
+		}
+		return rec.Fence, id
 	}
 	claimReq := func(key string, step int) store.ClaimRequest {
-		req := store.ClaimRequest{
+		req := store.ClaimRequest{AttemptID: store.NewAttemptID(),
 			Key: key, Owner: fmt.Sprintf("w%d", r.IntN(3)), Correlation: fmt.Sprintf("c%d", step),
 			Policy: idem.Policy(r.IntN(2)), TakeLapsed: r.IntN(4) == 0,
 			Lease:     pick(time.Minute, 2*time.Minute, 10*time.Minute),
@@ -78,7 +100,10 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 	}
 	for step := range steps {
 		key := keys[r.IntN(len(keys))]
-		fence := fenceOf(key)
+		fence, id := attemptOf(key)
+		end := func(o store.Outcome, result []byte, reason string, ret time.Duration) store.FinishRequest {
+			return store.FinishRequest{Key: key, Fence: fence, AttemptID: id, Outcome: o, Result: result, Reason: reason, Retention: ret}
+		}
 		what := ""
 		switch op := r.IntN(15); op {
 		case 0, 1, 2:
@@ -95,30 +120,37 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				res = nil
 			}
 			ret := pick(time.Minute, time.Hour)
-			what = fmt.Sprintf("Complete(%s, %d, %v)", key, fence, ret)
-			m.finish(what, key, fence, store.Ending{Status: idem.StatusCompleted, Result: res, Retention: ret},
-				s.Complete(ctx, key, fence, res, ret))
+			req := end(store.OutcomeCompleted, res, "", ret)
+			what = fmt.Sprintf("Finish(%+v)", req)
+			m.finish(what, req, s.Finish(ctx, req))
 		case 4:
 			ret := pick(time.Minute, time.Hour)
 			rs := reason("failed")
-			what = fmt.Sprintf("Fail(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, store.Ending{Status: idem.StatusFailed, Reason: rs, Retention: ret},
-				s.Fail(ctx, key, fence, rs, ret))
+			req := end(store.OutcomeFailed, nil, rs, ret)
+			what = fmt.Sprintf("Finish(%+v)", req)
+			m.finish(what, req, s.Finish(ctx, req))
 		case 5:
 			rs := reason("released")
-			what = fmt.Sprintf("Release(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, store.Ending{Status: idem.StatusReleased, Reason: rs},
-				s.Release(ctx, key, fence, rs))
+			if r.IntN(3) == 0 {
+				rs = store.NotRunReason(rs) // an undone claim: no late finish
+			}
+			req := end(store.OutcomeReleased, nil, rs, 0)
+			what = fmt.Sprintf("Finish(%+v)", req)
+			m.finish(what, req, s.Finish(ctx, req))
 		case 6:
 			rs := reason("abandoned")
-			what = fmt.Sprintf("Abandon(%s, %d, %q)", key, fence, rs)
-			m.finish(what, key, fence, store.Ending{Status: idem.StatusInProgress, Reason: rs},
-				s.Abandon(ctx, key, fence, rs))
+			if r.IntN(3) == 0 {
+				rs = store.NotRunReason(rs)
+			}
+			req := end(store.OutcomeAbandoned, nil, rs, 0)
+			what = fmt.Sprintf("Finish(%+v)", req)
+			m.finish(what, req, s.Finish(ctx, req))
 		case 7:
 			lease := pick(time.Minute, 3*time.Minute, 2*time.Hour)
-			what = fmt.Sprintf("Extend(%s, %d, %v)", key, fence, lease)
-			until, err := s.Extend(ctx, key, fence, lease)
-			next, merr := store.ApplyExtend(m.records[key], fence, lease, m.now)
+			req := store.ExtendRequest{Key: key, Fence: fence, AttemptID: id, Lease: lease}
+			what = fmt.Sprintf("Extend(%+v)", req)
+			until, err := s.Extend(ctx, req)
+			next, merr := applyExtend(m.records[key], req, m.now)
 			m.sameErr(what, err, merr)
 			if next != nil {
 				m.records[key] = next
@@ -127,20 +159,23 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				m.sameTime(what+" lease", until, next.LeaseUntil)
 			}
 		case 8:
-			res := store.Resolution{Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: reason("op says"), By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0}
+			res := store.ResolveRequest{Key: key, Done: r.IntN(2) == 0, Result: []byte("resolved"), Reason: reason("op says"),
+				By: fmt.Sprint("op", r.IntN(2)), InProgress: r.IntN(2) == 0, Lapsed: r.IntN(4) == 0}
 			if r.IntN(2) == 0 {
 				res.Retention = 10 * time.Minute
 			}
 			if r.IntN(4) == 0 {
 				res.By = ""
 			}
-			f := int64(0)
 			if r.IntN(2) == 0 {
-				f = fence
+				res.Fence = fence
 			}
-			what = fmt.Sprintf("Resolve(%s, %d, %+v)", key, f, res)
-			got, err := s.Resolve(ctx, key, f, res)
-			next, merr := store.ApplyResolve(m.records[key], f, res, m.now)
+			if r.IntN(3) == 0 {
+				res.AttemptID = id
+			}
+			what = fmt.Sprintf("Resolve(%+v)", res)
+			got, err := s.Resolve(ctx, res)
+			next, merr := store.ApplyResolve(m.records[key], res, m.now)
 			m.sameErr(what, err, merr)
 			if merr == nil {
 				m.records[key] = next
@@ -186,18 +221,23 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				m.claimed(fmt.Sprintf("%s [%d]", what, i), req, out[i])
 			}
 		case 11:
-			bc, ok := s.(store.BatchCompleter)
+			bf, ok := s.(store.BatchFinisher)
 			if !ok {
 				continue
 			}
 			n := 1 + r.IntN(4)
-			cs := make([]store.Completion, n)
+			cs := make([]store.FinishRequest, n)
 			for i := range cs {
 				k := keys[r.IntN(len(keys))]
-				cs[i] = store.Completion{Key: k, Fence: fenceOf(k), Result: []byte(fmt.Sprint("batch-", step, "-", i)), Retention: pick(time.Minute, time.Hour)}
+				f, id := attemptOf(k)
+				cs[i] = store.FinishRequest{Key: k, Fence: f, AttemptID: id, Outcome: store.OutcomeCompleted,
+					Result: []byte(fmt.Sprint("batch-", step, "-", i)), Retention: pick(time.Minute, time.Hour)}
+				if r.IntN(4) == 0 {
+					cs[i].Outcome, cs[i].Result, cs[i].Reason = []store.Outcome{store.OutcomeFailed, store.OutcomeReleased, store.OutcomeAbandoned}[r.IntN(3)], nil, "batch"
+				}
 			}
-			what = fmt.Sprintf("CompleteBatch(%+v)", cs)
-			errs, err := bc.CompleteBatch(ctx, cs)
+			what = fmt.Sprintf("FinishBatch(%+v)", cs)
+			errs, err := bf.FinishBatch(ctx, cs)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -205,10 +245,10 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 				t.Fatalf("%s: %d errors", what, len(errs))
 			}
 			for i, c := range cs {
-				next, merr := store.ApplyFinish(m.records[c.Key], c.Fence, store.Ending{Status: idem.StatusCompleted, Result: c.Result, Retention: c.Retention}, m.now)
+				next, merr := applyFinish(m.records[c.Key], c, m.now)
 				got := errs[i]
 				if errors.Is(got, store.ErrNotFound) {
-					got = idem.ErrLeaseLost // BatchCompleter allows either
+					got = idem.ErrLeaseLost // BatchFinisher allows either
 				}
 				m.sameErr(fmt.Sprintf("%s [%d]", what, i), got, merr)
 				if next != nil {
@@ -287,7 +327,19 @@ func Run(t *testing.T, c Config, seed uint64, steps int) {
 
 func (m *model) claimed(what string, req store.ClaimRequest, cr store.ClaimResult) {
 	m.t.Helper()
-	next, want := store.ApplyClaim(m.records[req.Key], req, m.now)
+	prev := m.records[req.Key]
+	next, want := store.ApplyClaim(prev, req, m.now, 0)
+	if next != nil && prev == nil && cr.Acquired {
+		// A new record's first fence is the store's clock (or its floor):
+		// at least the model's clock, which does not run on with the
+		// store's. The model takes the store's.
+		if cr.Record.Fence < next.Fence {
+			m.t.Fatalf("%s: a new record's fence %d is below the clock's %d", what, cr.Record.Fence, next.Fence)
+		}
+		next.Fence = cr.Record.Fence
+		next.Journal[len(next.Journal)-1].Fence = cr.Record.Fence
+		want.Record = *next
+	}
 	if next != nil {
 		m.records[req.Key] = next
 	}
@@ -300,13 +352,31 @@ func (m *model) claimed(what string, req store.ClaimRequest, cr store.ClaimResul
 	}
 }
 
-func (m *model) finish(what, key string, fence int64, end store.Ending, err error) {
+func (m *model) finish(what string, req store.FinishRequest, err error) {
 	m.t.Helper()
-	next, merr := store.ApplyFinish(m.records[key], fence, end, m.now)
+	next, merr := applyFinish(m.records[req.Key], req, m.now)
 	m.sameErr(what, err, merr)
 	if next != nil {
-		m.records[key] = next
+		m.records[req.Key] = next
 	}
+}
+
+// applyFinish is store.ApplyFinish behind the check every store makes
+// first: a request it must refuse (an empty attempt id, as an abandoned
+// record's) is ErrInvalid and changes nothing.
+func applyFinish(rec *store.Record, req store.FinishRequest, now time.Time) (*store.Record, error) {
+	if err := req.Check(); err != nil {
+		return nil, store.ErrInvalid
+	}
+	return store.ApplyFinish(rec, req, now)
+}
+
+// applyExtend is store.ApplyExtend behind the store's check, as applyFinish.
+func applyExtend(rec *store.Record, req store.ExtendRequest, now time.Time) (*store.Record, error) {
+	if err := req.Check(); err != nil {
+		return nil, store.ErrInvalid
+	}
+	return store.ApplyExtend(rec, req, now)
 }
 
 func (m *model) sameErr(what string, got, want error) {
@@ -353,7 +423,7 @@ func (m *model) sameTime(what string, got, want time.Time) {
 
 func (m *model) sameRecord(what string, got, want idem.Record) {
 	m.t.Helper()
-	if got.Key != want.Key || got.Status != want.Status || got.Policy != want.Policy || got.Fence != want.Fence ||
+	if got.Key != want.Key || got.Status != want.Status || got.Policy != want.Policy || got.Fence != want.Fence || got.AttemptID != want.AttemptID ||
 		got.Attempt != want.Attempt || got.Owner != want.Owner || got.Fingerprint != want.Fingerprint ||
 		string(got.Result) != string(want.Result) || got.Reason != want.Reason || len(got.Journal) != len(want.Journal) {
 		g, w := got, want
