@@ -34,7 +34,7 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 	}
 	claim := func(owner string) store.ClaimResult {
 		t.Helper()
-		res, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: owner, Lease: time.Second, Retention: time.Hour})
+		res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: owner, Lease: time.Second, Retention: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,26 +48,26 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 		}
 	}
 
-	first := claim("a") // acquired: fence 1
+	first := claim("a") // acquired
 	dup := claim("b")   // not acquired: borrows the journal
 	if !first.Acquired || dup.Acquired {
 		t.Fatalf("claims: %+v, %+v", first, dup)
 	}
-	_, err := s.Extend(ctx, "k", 1, 2*time.Second) // writes the journal entry both hold
+	_, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: first.Record.Fence, AttemptID: first.Record.AttemptID, Lease: 2 * time.Second}) // writes the journal entry both hold
 	must(err)
 	got, err := s.Get(ctx, "k")
 	must(err)
 	keep(got)
 	clock.Advance(3 * time.Second)
-	taken := claim("c") // takes over: marks fence 1's entry lapsed
+	taken := claim("c") // takes over: marks the first attempt's entry lapsed
 	if !taken.Acquired || !taken.Takeover {
 		t.Fatalf("takeover: %+v", taken)
 	}
-	if _, err := s.Extend(ctx, "k", 1, time.Second); err != store.ErrLeaseLost { // late: LateFinish on fence 1
+	if _, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: first.Record.Fence, AttemptID: first.Record.AttemptID, Lease: time.Second}); err != store.ErrLeaseLost { // late: LateFinish on the first attempt
 		t.Fatalf("stale Extend: %v", err)
 	}
 	result := []byte("result")
-	must(s.Complete(ctx, "k", 2, result, time.Hour))
+	must(s.Finish(ctx, store.FinishRequest{Key: "k", Fence: taken.Record.Fence, AttemptID: taken.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: time.Hour}))
 	result[0] = 'X' // the caller's slice is not the store's
 	replay := claim("d")
 	if string(replay.Record.Result) != "result" {
@@ -83,8 +83,8 @@ func TestRecordsHandedOutDoNotChange(t *testing.T) {
 	list, err := s.List(ctx, store.ListQuery{})
 	must(err)
 	keep(list[0])
-	resolution := store.Resolution{Done: true, Result: []byte("fixed"), By: "op"}
-	rec, err := s.Resolve(ctx, "k", 0, resolution)
+	resolution := store.ResolveRequest{Key: "k", Done: true, Result: []byte("fixed"), By: "op"}
+	rec, err := s.Resolve(ctx, resolution)
 	must(err)
 	keep(rec)
 	resolution.Result[0] = 'Z'
@@ -118,11 +118,11 @@ func TestDroppedRecordsReusedSafely(t *testing.T) {
 	var kept, want []store.Record
 	for i := range 200 {
 		key := fmt.Sprint("k", i)
-		res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "w", Lease: time.Second, Retention: time.Second})
+		res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "w", Lease: time.Second, Retention: time.Second})
 		if err != nil || !res.Acquired {
 			t.Fatalf("claim %s: %v %+v", key, err, res)
 		}
-		if err := s.Complete(ctx, key, res.Record.Fence, []byte(key), time.Second); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte(key), Retention: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Get(ctx, key)

@@ -30,7 +30,7 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 		}
 		return clock.Now()
 	}))
-	first := store.ClaimRequest{Key: "t", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	first := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "t", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 	if cr, err := s.Claim(ctx, first); err != nil || !cr.Acquired {
 		t.Fatalf("Claim: %+v, %v", cr, err)
 	}
@@ -39,7 +39,7 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 	// The takeover of t and the claim of fresh are made; ctx ends during
 	// the second, so the third fails.
 	req := func(k string) store.ClaimRequest {
-		return store.ClaimRequest{Key: k, Owner: "second", Correlation: "c2", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+		return store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "second", Correlation: "c2", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
 	}
 	t2 := req("t")
 	t2.Policy, t2.TakeLapsed = store.AtLeastOnce, true

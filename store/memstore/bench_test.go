@@ -29,11 +29,11 @@ func BenchmarkSteadyState(b *testing.B) {
 		for pb.Next() {
 			buf = strconv.AppendInt(append(buf[:0], "receipt:"...), next.Add(1), 10)
 			key := string(buf)
-			res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "bench", Lease: time.Minute})
+			res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "bench", Lease: time.Minute})
 			if err != nil || !res.Acquired {
 				b.Fatalf("claim %s: %v %+v", key, err, res)
 			}
-			if err := s.Complete(ctx, key, res.Record.Fence, nil, time.Nanosecond); err != nil {
+			if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Nanosecond}); err != nil {
 				b.Fatal(err)
 			}
 			if n++; n%4096 == 0 {

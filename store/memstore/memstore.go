@@ -35,7 +35,11 @@ type Store struct {
 type shard struct {
 	mu      sync.Mutex
 	records map[string]*store.Slot
-	_       [40]byte // keep shards on separate cache lines
+	// floor is the highest fence of a record the shard dropped (Delete,
+	// Sweep): a key's new record starts above it (store.FirstFence), so
+	// its fences never repeat even when the clock has not moved since.
+	floor int64
+	_     [32]byte // keep shards on separate cache lines
 }
 
 // Option configures a Store.
@@ -82,6 +86,9 @@ func (s *Store) with(ctx context.Context, key string, f func(sh *shard, now time
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (res store.ClaimResult, err error) {
+	if err := req.Check(); err != nil {
+		return res, err
+	}
 	err = s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
 		if slot := sh.records[req.Key]; slot != nil {
 			res = slot.Claim(req, now)
@@ -91,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (res store.Cl
 			res.Record.Result = append([]byte(nil), res.Record.Result...)
 			return nil
 		}
-		sh.records[req.Key], res = store.NewSlot(req, now)
+		sh.records[req.Key], res = store.NewSlot(req, now, sh.floor)
 		return nil
 	})
 	return res, err
@@ -126,36 +133,26 @@ func (s *Store) undo(out []store.ClaimResult) {
 	}
 }
 
-func (s *Store) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
-	return s.with(ctx, key, func(sh *shard, now time.Time) error {
-		return sh.records[key].Finish(fence, end, now)
+// Finish implements store.Store.
+func (s *Store) Finish(ctx context.Context, req store.FinishRequest) error {
+	if err := req.Check(); err != nil {
+		return err
+	}
+	if req.Outcome == store.OutcomeCompleted {
+		req.Result = append([]byte(nil), req.Result...) // the caller keeps its slice
+	}
+	return s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
+		return sh.records[req.Key].Finish(req, now)
 	})
 }
 
-// Complete implements store.Store.
-func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusCompleted, Result: append([]byte(nil), result...), Retention: retention})
-}
-
-// Fail implements store.Store.
-func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention})
-}
-
-// Release implements store.Store.
-func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusReleased, Reason: reason})
-}
-
-// Abandon implements store.Store.
-func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusInProgress, Reason: reason})
-}
-
 // Extend implements store.Store.
-func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (until time.Time, err error) {
-	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
-		until, err = sh.records[key].Extend(fence, lease, now)
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) (until time.Time, err error) {
+	if err := req.Check(); err != nil {
+		return until, err
+	}
+	err = s.with(ctx, req.Key, func(sh *shard, now time.Time) error {
+		until, err = sh.records[req.Key].Extend(req, now)
 		return err
 	})
 	return until, err
@@ -214,11 +211,11 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 }
 
 // Resolve implements store.Store.
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (rec store.Record, err error) {
+func (s *Store) Resolve(ctx context.Context, r store.ResolveRequest) (rec store.Record, err error) {
 	r.Result = append([]byte(nil), r.Result...) // the caller keeps its slice
-	err = s.with(ctx, key, func(sh *shard, now time.Time) error {
-		slot := sh.records[key]
-		if err := slot.Resolve(fence, r, now); err != nil {
+	err = s.with(ctx, r.Key, func(sh *shard, now time.Time) error {
+		slot := sh.records[r.Key]
+		if err := slot.Resolve(r, now); err != nil {
 			return err
 		}
 		rec = slot.Copy()
@@ -234,6 +231,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		if slot == nil || slot.Peek().Expired(now) {
 			return store.ErrNotFound
 		}
+		sh.floor = max(sh.floor, slot.Peek().Fence)
 		delete(sh.records, key)
 		slot.Free()
 		return nil
@@ -257,7 +255,8 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 			if n >= limit {
 				break
 			}
-			if slot.Peek().Expired(now) {
+			if r := slot.Peek(); r.Expired(now) {
+				sh.floor = max(sh.floor, r.Fence)
 				delete(sh.records, k)
 				slot.Free()
 				n++
