@@ -83,7 +83,7 @@ func benchClaimComplete(b *testing.B, callers int, key func() string) {
 }
 
 func claimComplete(b *testing.B, s *Store, ctx context.Context, key string, result []byte) {
-	res, err := s.Claim(ctx, store.ClaimRequest{
+	res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(),
 		Key: key, Owner: "bench", Policy: store.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: 24 * time.Hour,
 	})
@@ -91,7 +91,7 @@ func claimComplete(b *testing.B, s *Store, ctx context.Context, key string, resu
 		b.Errorf("claim %s: %v %+v", key, err, res)
 		return
 	}
-	if err := s.Complete(ctx, key, res.Record.Fence, result, 24*time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: 24 * time.Hour}); err != nil {
 		b.Errorf("complete %s: %v", key, err)
 	}
 }
@@ -166,7 +166,7 @@ func BenchmarkReplay(b *testing.B) {
 	for i := range keys {
 		claimComplete(b, s, ctx, "receipt:"+strconv.Itoa(i), []byte(`{"id":"msg_0123456789"}`))
 	}
-	r := store.ClaimRequest{Owner: "bench", Lease: 30 * time.Second, Retention: 24 * time.Hour}
+	r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Owner: "bench", Lease: 30 * time.Second, Retention: 24 * time.Hour}
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -195,7 +195,7 @@ func BenchmarkReplay(b *testing.B) {
 	})
 }
 
-// BenchmarkBatch measures ClaimBatch then CompleteBatch of 100 new keys
+// BenchmarkBatch measures ClaimBatch then FinishBatch of 100 new keys
 // by 4 concurrent callers, as a consumer that claims what it received in
 // one call does. One op is one key claimed and completed.
 func BenchmarkBatch(b *testing.B) {
@@ -215,10 +215,10 @@ func BenchmarkBatch(b *testing.B) {
 	for range callers {
 		go func() {
 			reqs := make([]store.ClaimRequest, size)
-			cs := make([]store.Completion, size)
+			cs := make([]store.FinishRequest, size)
 			for round.Add(1) <= int64(rounds) {
 				for i := range reqs {
-					reqs[i] = store.ClaimRequest{Key: "receipt:" + strconv.FormatInt(next.Add(1), 10),
+					reqs[i] = store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:" + strconv.FormatInt(next.Add(1), 10),
 						Owner: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 				}
 				res, err := s.ClaimBatch(ctx, reqs)
@@ -231,9 +231,10 @@ func BenchmarkBatch(b *testing.B) {
 						errs <- fmt.Errorf("%s not acquired", reqs[i].Key)
 						return
 					}
-					cs[i] = store.Completion{Key: reqs[i].Key, Fence: r.Record.Fence, Result: []byte("ok"), Retention: time.Hour}
+					cs[i] = store.FinishRequest{Key: reqs[i].Key, Fence: r.Record.Fence, AttemptID: r.Record.AttemptID,
+						Outcome: store.OutcomeCompleted, Result: []byte("ok"), Retention: time.Hour}
 				}
-				failed, err := s.CompleteBatch(ctx, cs)
+				failed, err := s.FinishBatch(ctx, cs)
 				if err == nil {
 					err = errors.Join(failed...)
 				}

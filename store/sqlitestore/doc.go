@@ -8,7 +8,8 @@
 //	l := idem.New(store)
 //
 // A [*Store] also implements [store.BatchClaimer] (ClaimBatch: many claims in
-// one transaction) and [store.TxStore] for *sql.Tx, so [idem.DoTx] can run
+// one transaction), [store.BatchFinisher] (FinishBatch: many finishing
+// writes in one transaction) and [store.TxStore] for *sql.Tx, so [idem.DoTx] can run
 // the caller's own writes in the same transaction as the claim and the
 // completion (see below). [Store.DB] gives access to the database, for
 // tables of the program's own in the same file.
@@ -58,8 +59,8 @@
 //     record first instead, on a pool of read-only connections (WAL readers
 //     run beside the writer), and a duplicate or a busy key is answered
 //     from that read without the writer.
-//   - Complete, Fail, Release, Abandon and Extend of an attempt this
-//     process claimed decide on the record the claim wrote (no read) and
+//   - Finish and Extend of an attempt this process claimed decide on the
+//     record the claim wrote (no read), by its fence and attempt id, and
 //     are one UPDATE; if another process changed the record meanwhile (a
 //     takeover), the UPDATE finds another version and the writer decides
 //     on the current record.
@@ -74,6 +75,33 @@
 // lock is not fair: under constant load from several processes, one may get
 // most of the turns. Readers never wait for writers. The file must be on a
 // local file system (SQLite's locks do not work over NFS and similar).
+//
+// # Attempts and fences
+//
+// Every row keeps the id of its latest attempt (the column attempt_id), so
+// a Finish or Extend applies only while the attempt it names holds the
+// key, and a caller whose answer was lost can tell by Get whether its
+// claim landed. An abandon clears the column (the attempt ends once); the
+// journal keeps the id. Rows written before schema version 3 have no
+// attempt id: no attempt of a new build can finish or extend them, so an
+// in_progress one lapses and is taken over or resolved as usual.
+//
+// A new record's first fence is [store.FirstFence] of the clock and a
+// floor: the highest fence of any record deleted from the file (by Delete,
+// Sweep, or a DELETE from outside the store, through a trigger), kept in
+// the one-row table idem_fence_floor. The INSERT of a new record is
+// conditional on the floor too, and SQLite serializes writers across
+// processes, so the floor is exact: a key deleted or swept and claimed
+// again gets a fence above every fence it had, whatever the clocks do. A
+// claim decides its fence before the writer with the highest floor this
+// process has seen; if the file's floor is higher, the writer decides
+// again in its transaction. Later claims of a record count on from its
+// fence, also once it expired.
+//
+// A process of a build from before schema version 3 refuses to open a
+// migrated file, but one that opened it before goes on writing rows
+// without attempt ids and new records from fence 1, below the floor: let
+// such processes finish before relying on either.
 //
 // # Time
 //
@@ -114,9 +142,11 @@
 // times in unix microseconds; the journal as JSON, or empty when it is the
 // one entry the row's own columns say: a key's first attempt and its
 // outcome, see [WithImplicitJournal]; the latest attempt's correlation id
-// in the column correlation) and its schema version in idem_migrations. Open applies the embedded migrations in one
-// transaction, so two processes opening a fresh file at once take turns.
-// Other tables in the file are the program's own.
+// in the column correlation and its attempt id in attempt_id), the fence
+// floor in idem_fence_floor, and its schema version in idem_migrations.
+// Open applies the embedded migrations in one transaction, so two
+// processes opening a fresh file at once take turns. Other tables in the
+// file are the program's own.
 //
 // # Defaults
 //

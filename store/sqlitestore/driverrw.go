@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/idemkit/idem/store"
 )
@@ -20,16 +21,20 @@ type driverRW struct {
 	insertS, loadS, updateS, removeS   driver.Stmt
 	sweepS, beginS, commitS, rollbackS driver.Stmt
 	savepointS, releaseS, rollbackToS  driver.Stmt
-	args                               [numColumns + 1]driver.NamedValue
+	floorS                             driver.Stmt
+	args                               [numColumns + 2]driver.NamedValue
 	dest                               [numColumns + 1]driver.Value
 	vals                               [numColumns + 1]any
 	wrote                              bool // a statement changed a row since the flag was cleared
 	implicit                           bool // the store's WithImplicitJournal
+	// floorSeen is the store's copy of the highest fence floor read, for
+	// the claims decided before the writer (Store.floorSeen).
+	floorSeen *atomic.Int64
 }
 
 var bg = context.Background()
 
-func newDriverRW(dc any, implicit bool) (*driverRW, error) {
+func newDriverRW(dc any, implicit bool, floorSeen *atomic.Int64) (*driverRW, error) {
 	conn, ok := dc.(driver.Conn)
 	if !ok {
 		return nil, fmt.Errorf("sqlitestore: driver connection is %T", dc)
@@ -38,7 +43,7 @@ func newDriverRW(dc any, implicit bool) (*driverRW, error) {
 	if !ok {
 		return nil, fmt.Errorf("sqlitestore: driver connection %T cannot prepare with a context", dc)
 	}
-	w := &driverRW{conn: conn, implicit: implicit}
+	w := &driverRW{conn: conn, implicit: implicit, floorSeen: floorSeen}
 	for _, x := range []struct {
 		dst *driver.Stmt
 		q   string
@@ -54,6 +59,7 @@ func newDriverRW(dc any, implicit bool) (*driverRW, error) {
 		{&w.savepointS, sqlSavepoint},
 		{&w.releaseS, sqlRelease},
 		{&w.rollbackToS, sqlRollbackTo},
+		{&w.floorS, sqlFloor},
 	} {
 		st, err := prep.PrepareContext(bg, x.q)
 		if err != nil {
@@ -79,7 +85,7 @@ func newDriverRW(dc any, implicit bool) (*driverRW, error) {
 }
 
 func (w *driverRW) close() {
-	for _, st := range []driver.Stmt{w.insertS, w.loadS, w.updateS, w.removeS, w.sweepS, w.beginS, w.commitS, w.rollbackS, w.savepointS, w.releaseS, w.rollbackToS} {
+	for _, st := range []driver.Stmt{w.insertS, w.loadS, w.updateS, w.removeS, w.sweepS, w.beginS, w.commitS, w.rollbackS, w.savepointS, w.releaseS, w.rollbackToS, w.floorS} {
 		if st != nil {
 			st.Close()
 		}
@@ -175,7 +181,7 @@ func (w *driverRW) load(key string) (*store.Record, int64, error) {
 func (w *driverRW) encode(r *store.Record) ([]any, error) { return encodeRecord(r, w.implicit) }
 
 func (w *driverRW) insert(args []any, version int64) (bool, error) {
-	n, err := w.exec(w.insertS, w.bind(append(args[:numColumns], version)...))
+	n, err := w.exec(w.insertS, w.bind(append(args[:numColumns], version, args[fenceColumn])...))
 	if err != nil {
 		return false, &stmtError{"insert", err}
 	}
@@ -204,4 +210,19 @@ func (w *driverRW) sweep(now int64, limit int) (int, error) {
 		return 0, &stmtError{"sweep", err}
 	}
 	return int(n), nil
+}
+
+func (w *driverRW) floor() (int64, error) {
+	found, err := w.queryRow(w.floorS, nil, 1)
+	v := w.dest[0]
+	w.dest[0] = nil
+	if err != nil {
+		return 0, &stmtError{"fence floor", err}
+	}
+	floor, ok := v.(int64)
+	if !found || !ok {
+		return 0, &stmtError{"fence floor", fmt.Errorf("the fence floor is %T, not an integer", v)}
+	}
+	noteFloor(w.floorSeen, floor)
+	return floor, nil
 }

@@ -32,7 +32,7 @@ import (
 // waits, so:
 //   - keep it short: SQL statements on tx, no network calls, no waiting;
 //   - use tx for every read and write of the database, and never call the
-//     store's methods (Claim, Complete, InTx, WriteTx, ...) or anything that
+//     store's methods (Claim, Finish, InTx, WriteTx, ...) or anything that
 //     waits for them: they wait for the writer, which waits for fn. Called
 //     with the ctx fn was given they return [ErrOnWriter]; called with
 //     another context they deadlock until it ends;
@@ -72,6 +72,9 @@ func (s *Store) WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 // is rolled back by a failed statement, fn may be called again.
 func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
 	fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (store.ClaimResult, []byte, error) {
+	if err := req.Check(); err != nil {
+		return store.ClaimResult{}, nil, err
+	}
 	if s.closed.Load() {
 		return store.ClaimResult{}, nil, errClosed
 	}
@@ -91,19 +94,25 @@ func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time
 		// would be undone with them. One read and one write instead of two
 		// of each: the writer is what every capture waits for.
 		var (
-			rec *store.Record
-			ver int64
-			err error
+			rec   *store.Record
+			ver   int64
+			floor int64
+			err   error
 		)
 		s.w.raw(func(w *driverRW) error {
 			rec, ver, err = w.load(req.Key)
+			if err == nil && rec == nil {
+				// A new record: its first fence clears the fence floor as
+				// this transaction has it.
+				floor, err = w.floor()
+			}
 			return nil
 		})
 		if err != nil {
 			storeOp = "claim"
 			return err
 		}
-		next, _ := claimM(req, &res)(rec, s.now())
+		next, _ := claimM(req, &res)(rec, s.now(), floor)
 		if !res.Acquired {
 			return nil // a claim not acquired writes nothing
 		}
@@ -111,11 +120,12 @@ func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time
 			fnErr = err
 			return err
 		}
-		end := store.Ending{Status: store.StatusCompleted, Result: val, Retention: retention}
+		end := store.FinishRequest{Key: req.Key, Fence: res.Record.Fence, AttemptID: req.AttemptID,
+			Outcome: store.OutcomeCompleted, Result: val, Retention: retention}
 		// ErrLeaseLost only if the clock passed the claim's expiry while
 		// fn ran: a lapsed lease alone does not refuse it, as nothing
 		// could take the key over inside the unit.
-		done, err := finishM(res.Record.Fence, end)(next, s.now())
+		done, err := finishM(end)(next, s.now(), 0)
 		if err == nil {
 			s.w.raw(func(w *driverRW) error {
 				_, err = storeIn(w, req.Key, rec == nil, done, ver)

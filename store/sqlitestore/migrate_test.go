@@ -96,14 +96,7 @@ func TestWithMigrateFalse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
-		`ALTER TABLE idem_records DROP COLUMN correlation`,
-		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	downgrade(t, db, 1)
 	db.Close()
 	if s, err := Open(ctx, old, WithMigrate(false)); err == nil {
 		s.Close()
@@ -126,10 +119,39 @@ func TestWithMigrateFalse(t *testing.T) {
 		t.Fatalf("Open(WithMigrate(false)) on a current store: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w", Lease: time.Minute, Retention: time.Hour}); err != nil {
+	if _, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "w", Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, "k"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// downgrade takes the store in db back to schema version to, as the build
+// of that version left it, undoing the later migrations (the rows keep
+// what the older columns say).
+func downgrade(t testing.TB, db *sql.DB, to int) {
+	t.Helper()
+	undo := map[int][]string{
+		4: {`DROP TRIGGER idem_records_fence_floor`, `DROP TABLE idem_fence_floor`},
+		3: {`ALTER TABLE idem_records DROP COLUMN attempt_id`},
+		2: {`ALTER TABLE idem_records DROP COLUMN correlation`},
+	}
+	var current int
+	if err := db.QueryRow(`SELECT MAX(version) FROM idem_migrations WHERE component = ?`, component).Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := undo[current]; !ok && current > to {
+		t.Fatalf("downgrade: no undo for schema version %d", current)
+	}
+	for v := current; v > to; v-- {
+		for _, q := range undo[v] {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("downgrade from %d: %s: %v", v, q, err)
+			}
+		}
+		if _, err := db.Exec(`DELETE FROM idem_migrations WHERE component = ? AND version = ?`, component, v); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

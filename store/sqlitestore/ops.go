@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/internal/dupshare"
@@ -13,12 +14,13 @@ import (
 )
 
 // A mutation decides, from a key's stored record (nil if absent; expired or
-// not) and the time, what to store (nil for nothing) and the outcome error
+// not), the time and the fence floor (for the first fence of a new record,
+// store.FirstFence), what to store (nil for nothing) and the outcome error
 // (ErrLeaseLost, ErrNotFound, ...), which stands even when a record is
 // stored (the late-finish note of a stale holder). It is a pure function of
-// its arguments (the transition package), so it can run again on a newer
-// record; it also keeps what its caller needs to answer.
-type mutation func(rec *store.Record, now time.Time) (next *store.Record, err error)
+// its arguments (the store package's state machine), so it can run again
+// on a newer record; it also keeps what its caller needs to answer.
+type mutation func(rec *store.Record, now time.Time, floor int64) (next *store.Record, err error)
 
 // start says where apply gets the record its first decision is made on.
 type start int
@@ -30,7 +32,10 @@ const (
 	// it remembers one and it yields a write; otherwise it reads.
 	fromHeld
 	// fromAbsent assumes the key has no record, which is what a claim of a
-	// new key finds: no read, one INSERT in the writer.
+	// new key finds: no read, one INSERT in the writer. The INSERT is also
+	// conditional on the fence floor (see sqlInsert): the decision takes
+	// the highest floor this process has seen, and the writer decides again
+	// on the floor of its transaction if that one is higher.
 	fromAbsent
 )
 
@@ -69,7 +74,7 @@ func (s *Store) apply(ctx context.Context, key string, from start, dupes *dupsha
 			dupes.Observe(rec != nil)
 		}
 		it.rec, it.ver = rec, ver
-		if it.next, it.merr = m(rec, now); it.next == nil {
+		if it.next, it.merr = m(rec, now, it.floor); it.next == nil {
 			return it.merr
 		}
 		it.from, it.dupes = fromRead, nil // observed on the read, not again in the writer
@@ -102,6 +107,7 @@ type keyOp struct {
 
 	rec     *store.Record // decided on before the writer; nil: absent
 	ver     int64
+	floor   int64 // the fence floor the decision before the writer took
 	next    *store.Record
 	merr    error
 	args    []any
@@ -118,14 +124,15 @@ type keyOp struct {
 // writes nothing is decided on a read or in the writer, never on a
 // remembered or assumed record.
 func (it *keyOp) prepare(s *Store, now time.Time) error {
+	it.floor = s.floorSeen.Load()
 	switch it.from {
 	case fromHeld:
 		if h, ok := s.held.get(it.key); ok {
 			it.rec, it.ver = h.rec, h.ver
-			it.next, it.merr = it.m(it.rec, now)
+			it.next, it.merr = it.m(it.rec, now, it.floor)
 		}
 	case fromAbsent:
-		it.next, it.merr = it.m(nil, now)
+		it.next, it.merr = it.m(nil, now, it.floor)
 	}
 	return it.encode(s.cfg.implicit)
 }
@@ -159,15 +166,15 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 		if err != nil {
 			return err
 		}
-		if it.from == fromAbsent && it.dupes != nil {
-			it.dupes.Observe(!ok)
-		}
 		if ok {
+			if it.dupes != nil {
+				it.dupes.Observe(false) // inserted (fromAbsent)
+			}
 			if it.redecided {
 				// A run the writer rolled back decided m again in its
 				// transaction, and m kept that answer: decide on rec
 				// again, as written.
-				it.next, it.merr = it.m(it.rec, decidedAt)
+				it.next, it.merr = it.m(it.rec, decidedAt, it.floor)
 			}
 			it.written, it.wver, it.err = it.next, newVersion(it.rec == nil, it.ver), it.merr
 			return nil
@@ -176,8 +183,10 @@ func (it *keyOp) run(w rw, now, decidedAt time.Time) error {
 	it.redecided = true
 	rec, ver, err := w.load(it.key)
 	if err == nil {
-		if it.from == fromRead && it.dupes != nil {
-			it.dupes.Observe(rec != nil) // as apply's read does
+		if it.dupes != nil {
+			// As apply's read does; an insert that missed the floor found
+			// no record.
+			it.dupes.Observe(rec != nil)
 		}
 		it.written, it.wver, err = decideIn(w, it.key, rec, ver, it.m, now)
 	}
@@ -202,7 +211,7 @@ func (s *Store) remember(it *keyOp, err error) {
 }
 
 // applyBatch is apply for many keys in one operation of the writer, as
-// the batch calls (ClaimBatch, CompleteBatch) need: each key is decided
+// the batch calls (ClaimBatch, FinishBatch) need: each key is decided
 // first outside the writer on the record its from names (none, or the one
 // this process holds) and handed over as a ready-made conditional write;
 // a key whose write misses, or that needs its record read, is decided
@@ -252,7 +261,16 @@ func asStmtError(err error) error {
 // loaded in the same write transaction, and stores the result. It returns
 // the record it wrote (nil if none) and its version.
 func decideIn(w rw, key string, rec *store.Record, ver int64, m mutation, now time.Time) (*store.Record, int64, error) {
-	next, merr := m(rec, now)
+	var floor int64
+	if rec == nil {
+		// A new record's first fence clears the floor as this transaction
+		// has it, so its insert cannot miss.
+		var err error
+		if floor, err = w.floor(); err != nil {
+			return nil, 0, err
+		}
+	}
+	next, merr := m(rec, now, floor)
 	if next == nil {
 		return nil, 0, merr
 	}
@@ -314,8 +332,8 @@ func write(w rw, insert bool, args []any, ver int64) (bool, error) {
 // read returns.
 
 func claimM(req store.ClaimRequest, res *store.ClaimResult) mutation {
-	return func(rec *store.Record, now time.Time) (*store.Record, error) {
-		next, r := store.ApplyClaim(rec, req, now)
+	return func(rec *store.Record, now time.Time, floor int64) (*store.Record, error) {
+		next, r := store.ApplyClaim(rec, req, now, floor)
 		if next != nil {
 			normalize(next)
 			r.Record = *next
@@ -325,9 +343,9 @@ func claimM(req store.ClaimRequest, res *store.ClaimResult) mutation {
 	}
 }
 
-func finishM(fence int64, end store.Ending) mutation {
-	return func(rec *store.Record, now time.Time) (*store.Record, error) {
-		next, err := store.ApplyFinish(rec, fence, end, now)
+func finishM(req store.FinishRequest) mutation {
+	return func(rec *store.Record, now time.Time, _ int64) (*store.Record, error) {
+		next, err := store.ApplyFinish(rec, req, now)
 		if next != nil {
 			normalize(next)
 		}
@@ -335,9 +353,9 @@ func finishM(fence int64, end store.Ending) mutation {
 	}
 }
 
-func extendM(fence int64, lease time.Duration, until *time.Time) mutation {
-	return func(rec *store.Record, now time.Time) (*store.Record, error) {
-		next, err := store.ApplyExtend(rec, fence, lease, now)
+func extendM(req store.ExtendRequest, until *time.Time) mutation {
+	return func(rec *store.Record, now time.Time, _ int64) (*store.Record, error) {
+		next, err := store.ApplyExtend(rec, req, now)
 		if next != nil {
 			normalize(next)
 			*until = next.LeaseUntil
@@ -346,9 +364,9 @@ func extendM(fence int64, lease time.Duration, until *time.Time) mutation {
 	}
 }
 
-func resolveM(fence int64, r store.Resolution, out *store.Record) mutation {
-	return func(rec *store.Record, now time.Time) (*store.Record, error) {
-		next, err := store.ApplyResolve(rec, fence, r, now)
+func resolveM(r store.ResolveRequest, out *store.Record) mutation {
+	return func(rec *store.Record, now time.Time, _ int64) (*store.Record, error) {
+		next, err := store.ApplyResolve(rec, r, now)
 		if next != nil {
 			normalize(next)
 			*out = *next
@@ -405,6 +423,8 @@ func (h *heldRecords) forget(key string) {
 // remove deletes key whatever its state; ErrNotFound if it is absent or
 // expired. An expired record is left for Sweep: until then it keeps the
 // key's fence growing, so a holder from before the expiry stays refused.
+// Either way the deleted fence raises the fence floor (a trigger), so the
+// key's next record starts above it.
 func remove(w rw, key string, now time.Time) error {
 	ok, err := w.remove(key, now.UnixMicro())
 	if err != nil {
@@ -414,4 +434,14 @@ func remove(w rw, key string, now time.Time) error {
 		return store.ErrNotFound
 	}
 	return nil
+}
+
+// noteFloor raises *seen to floor, a fence floor read in a transaction.
+func noteFloor(seen *atomic.Int64, floor int64) {
+	for {
+		old := seen.Load()
+		if floor <= old || seen.CompareAndSwap(old, floor) {
+			return
+		}
+	}
 }

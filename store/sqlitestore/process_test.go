@@ -85,7 +85,9 @@ func TestTwoProcesses(t *testing.T) {
 	defer s.Close()
 	for i := range processKeys {
 		rec, err := s.Get(ctx, processKey(i))
-		if err != nil || rec.Status != store.StatusCompleted || rec.Fence != 1 {
+		// One claim only: the one that completed it.
+		if err != nil || rec.Status != store.StatusCompleted || rec.Attempt != 1 || len(rec.Journal) != 1 ||
+			rec.AttemptID == "" || rec.Journal[0].AttemptID != rec.AttemptID {
 			t.Fatalf("%s: %+v %v", processKey(i), rec, err)
 		}
 	}
@@ -125,7 +127,7 @@ func processChild(t *testing.T) {
 		var busy []int
 		for _, i := range order {
 			key := processKey(i)
-			res, err := s.Claim(ctx, store.ClaimRequest{
+			res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(),
 				Key: key, Owner: name, Policy: store.AtLeastOnce,
 				Lease: 20 * time.Second, Retention: time.Hour,
 			})
@@ -136,7 +138,7 @@ func processChild(t *testing.T) {
 				if _, err := f.WriteString(key + " " + name + "\n"); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.Complete(ctx, key, res.Record.Fence, []byte(name), time.Hour); err != nil {
+				if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte(name), Retention: time.Hour}); err != nil {
 					t.Fatalf("complete %s: %v", key, err)
 				}
 			case res.Record.Status == store.StatusInProgress:

@@ -1,7 +1,6 @@
 package sqlitestore
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 	"unsafe"
@@ -12,16 +11,32 @@ import (
 // The record table's columns, in the order every statement binds and scans
 // them. The key comes last, so that an UPDATE binds the same values with
 // plain positional parameters (SET ... = ? WHERE key = ?).
-const columns = `status, policy, fence, attempt, owner, fingerprint, result, reason, ` +
+const columns = `status, policy, fence, attempt_id, attempt, owner, fingerprint, result, reason, ` +
 	`lease_until, expires_at, created_at, updated_at, journal, correlation, key`
 
-const numColumns = 15
+const numColumns = 16
+
+// fenceColumn is the index of fence in columns.
+const fenceColumn = 2
 
 const (
 	// sqlInsert writes a record, with the version given after the
-	// columns, if its key is absent; it changes nothing if the key exists.
-	sqlInsert = `INSERT INTO idem_records (` + columns + `, version) ` +
-		`VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO NOTHING`
+	// columns, if its key is absent and its fence (given again after the
+	// version) is above the fence floor (migration 004); it changes
+	// nothing otherwise. The floor is read in the insert's own write
+	// transaction, so it is exact across processes, at the cost of a
+	// lookup in a one-row table. (Numbered parameters would name the fence
+	// once, but the driver allocates each one's name on every bind.) OR
+	// FAIL, as for sqlUpdate: SQLite takes an INSERT ... SELECT for one
+	// that may write several rows and would copy the pages it changes to
+	// a statement journal.
+	sqlInsert = `INSERT OR FAIL INTO idem_records (` + columns + `, version) ` +
+		`SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,? ` +
+		`WHERE ? > ` + sqlFloorExpr + ` ON CONFLICT (key) DO NOTHING`
+	// sqlFloorExpr is the fence floor: the highest fence of a deleted
+	// record (0 if the row is missing).
+	sqlFloorExpr = `COALESCE((SELECT floor FROM idem_fence_floor WHERE id = 1), 0)`
+	sqlFloor     = `SELECT ` + sqlFloorExpr
 	// sqlUpdate overwrites a record if it still has the version given
 	// after the columns. OR FAIL: the version trigger makes SQLite treat a
 	// plain (OR ABORT) UPDATE as one that may write several rows, so it
@@ -30,7 +45,7 @@ const (
 	// This UPDATE changes one row, after its constraints are checked, and
 	// the writer rolls back its whole transaction when any statement fails
 	// (writer.runBatch), so that journal is never used.
-	sqlUpdate = `UPDATE OR FAIL idem_records SET status = ?, policy = ?, fence = ?, attempt = ?, owner = ?, ` +
+	sqlUpdate = `UPDATE OR FAIL idem_records SET status = ?, policy = ?, fence = ?, attempt_id = ?, attempt = ?, owner = ?, ` +
 		`fingerprint = ?, result = ?, reason = ?, lease_until = ?, expires_at = ?, created_at = ?, ` +
 		`updated_at = ?, journal = ?, correlation = ?, version = version + 1 WHERE key = ? AND version = ?`
 	sqlLoad   = `SELECT ` + columns + `, version FROM idem_records WHERE key = ?`
@@ -76,7 +91,7 @@ func normalize(r *store.Record) {
 }
 
 // encodeRecord returns r's column values in the order of columns, with
-// room for one more argument (the expected version of an update). With
+// room for two more arguments (the version, and an insert's fence again). With
 // implicit (WithImplicitJournal), a journal that the columns say is
 // stored as an empty column.
 func encodeRecord(r *store.Record, implicit bool) ([]any, error) {
@@ -104,10 +119,11 @@ func encodeRecord(r *store.Record, implicit bool) ([]any, error) {
 	if r.Result != nil {
 		result = r.Result
 	}
-	return append(make([]any, 0, numColumns+1),
+	return append(make([]any, 0, numColumns+2),
 		string(r.Status),
 		r.Policy.String(),
 		r.Fence,
+		r.AttemptID,
 		int64(r.Attempt),
 		r.Owner,
 		r.Fingerprint,
@@ -141,9 +157,9 @@ func decodeVersioned(v []any) (*store.Record, int64, error) {
 // *store.CorruptError: a damaged row is never read as absent.
 func decodeRecord(v []any) (*store.Record, error) {
 	var r store.Record
-	key, ok := text(v[14])
+	key, ok := text(v[15])
 	if !ok {
-		return nil, &store.CorruptError{Key: fmt.Sprint(v[14]), Detail: "key is not text"}
+		return nil, &store.CorruptError{Key: fmt.Sprint(v[15]), Detail: "key is not text"}
 	}
 	r.Key = key
 	corrupt := func(format string, args ...any) error {
@@ -175,60 +191,63 @@ func decodeRecord(v []any) (*store.Record, error) {
 		return nil, corrupt("fence is %T, not an integer", v[2])
 	}
 	r.Fence = fence
-	attempt, ok := v[3].(int64)
+	if r.AttemptID, ok = optText(v[3]); !ok {
+		return nil, corrupt("attempt_id is %T, not text", v[3])
+	}
+	attempt, ok := v[4].(int64)
 	if !ok {
-		return nil, corrupt("attempt is %T, not an integer", v[3])
+		return nil, corrupt("attempt is %T, not an integer", v[4])
 	}
 	r.Attempt = int(attempt)
 
-	if r.Owner, ok = optText(v[4]); !ok {
-		return nil, corrupt("owner is %T, not text", v[4])
+	if r.Owner, ok = optText(v[5]); !ok {
+		return nil, corrupt("owner is %T, not text", v[5])
 	}
-	if r.Fingerprint, ok = optText(v[5]); !ok {
-		return nil, corrupt("fingerprint is %T, not text", v[5])
+	if r.Fingerprint, ok = optText(v[6]); !ok {
+		return nil, corrupt("fingerprint is %T, not text", v[6])
 	}
-	switch x := v[6].(type) {
+	switch x := v[7].(type) {
 	case nil:
 	case []byte:
 		r.Result = x
 	case string:
 		r.Result = []byte(x)
 	default:
-		return nil, corrupt("result is %T, not a blob", v[6])
+		return nil, corrupt("result is %T, not a blob", v[7])
 	}
-	if r.Reason, ok = optText(v[7]); !ok {
-		return nil, corrupt("reason is %T, not text", v[7])
+	if r.Reason, ok = optText(v[8]); !ok {
+		return nil, corrupt("reason is %T, not text", v[8])
 	}
 
 	for i, dst := range [...]*time.Time{&r.LeaseUntil, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt} {
-		switch x := v[8+i].(type) {
+		switch x := v[9+i].(type) {
 		case nil:
 		case int64:
 			*dst = fromMicros(x)
 		default:
-			return nil, corrupt("time column %d is %T, not an integer", 8+i, v[8+i])
+			return nil, corrupt("time column %d is %T, not an integer", 9+i, v[9+i])
 		}
 	}
 
-	correlation, ok := optText(v[13])
+	correlation, ok := optText(v[14])
 	if !ok {
-		return nil, corrupt("correlation is %T, not text", v[13])
+		return nil, corrupt("correlation is %T, not text", v[14])
 	}
 	var j []byte
-	switch x := v[12].(type) {
+	switch x := v[13].(type) {
 	case string:
 		j = []byte(x)
 	case []byte:
 		j = x
 	default:
-		return nil, corrupt("journal is %T, not JSON text", v[12])
+		return nil, corrupt("journal is %T, not JSON text", v[13])
 	}
 	if len(j) == 0 {
 		r.Journal = []store.JournalEntry{store.ImplicitEntry(&r, correlation)}
 		return &r, nil
 	}
-	if err := json.Unmarshal(j, &r.Journal); err != nil {
-		return nil, corrupt("journal: %v", err)
+	if r.Journal, err = store.UnmarshalJournal(j); err != nil {
+		return nil, corrupt("%v", err)
 	}
 	if len(r.Journal) == 0 {
 		r.Journal = nil

@@ -30,6 +30,9 @@ type rw interface {
 	// sweep deletes at most limit records that expired at or before now
 	// (unix microseconds).
 	sweep(now int64, limit int) (int, error)
+	// floor returns the fence floor (migration 004): the highest fence of
+	// a deleted record, which a new record's first fence must exceed.
+	floor() (int64, error)
 }
 
 // stmtError is a statement that failed. Its transaction may have been rolled

@@ -115,7 +115,7 @@ func TestGroupCommit(t *testing.T) {
 					err = fmt.Errorf("claim %s not acquired", key)
 				}
 				if err == nil {
-					err = s.Complete(ctx, key, res.Record.Fence, []byte(key), time.Hour)
+					err = s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte(key), Retention: time.Hour})
 				}
 				if err != nil {
 					errs <- err
@@ -219,8 +219,12 @@ func TestBatchIsolation(t *testing.T) {
 	}
 	run("boom", func() error { _, err := s.Claim(ctx, req("boom")); return err })
 	run("new", func() error { _, err := s.Claim(ctx, req("new")); return err })
-	run("stale", func() error { return s.Complete(ctx, "stale", first.Record.Fence, nil, time.Hour) })
-	run("c", func() error { return s.Complete(ctx, "c", c.Record.Fence, []byte("done"), time.Hour) })
+	run("stale", func() error {
+		return s.Finish(ctx, store.FinishRequest{Key: "stale", Fence: first.Record.Fence, AttemptID: first.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour})
+	})
+	run("c", func() error {
+		return s.Finish(ctx, store.FinishRequest{Key: "c", Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("done"), Retention: time.Hour})
+	})
 	waitQueued(t, s, 4)
 	before := s.Stats()
 	release()
@@ -252,7 +256,8 @@ func TestBatchIsolation(t *testing.T) {
 		t.Fatalf("boom: %v", err)
 	}
 	rec, _ := s.Get(ctx, "stale")
-	if rec.Fence != 2 || rec.Status != store.StatusInProgress || rec.Journal[0].LateFinish.IsZero() {
+	if rec.Fence != second.Record.Fence || rec.AttemptID != second.Record.AttemptID || rec.Status != store.StatusInProgress ||
+		rec.Journal[0].LateFinish.IsZero() || rec.Journal[0].AttemptID != first.Record.AttemptID {
 		t.Fatalf("stale: %+v, want the takeover's record with the late finish noted", rec)
 	}
 }
@@ -261,7 +266,7 @@ func TestClaimBatch(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t)
 	done := mustClaim(t, s, req("done"))
-	if err := s.Complete(ctx, "done", done.Record.Fence, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "done", Fence: done.Record.Fence, AttemptID: done.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.ClaimBatch(ctx, []store.ClaimRequest{req("a"), req("done"), req("a"), req("b")})
@@ -269,7 +274,8 @@ func TestClaimBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(res) != 4 || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != store.StatusCompleted ||
-		res[2].Acquired || res[2].Record.Fence != 1 || res[2].Record.Status != store.StatusInProgress || !res[3].Acquired {
+		res[2].Acquired || res[2].Record.Fence != res[0].Record.Fence || res[2].Record.AttemptID != res[0].Record.AttemptID ||
+		res[2].Record.Status != store.StatusInProgress || !res[3].Acquired {
 		t.Fatalf("ClaimBatch: %+v", res)
 	}
 	if st := s.Stats(); st.Ops != 2+4 {
@@ -320,10 +326,10 @@ func TestCorrupt(t *testing.T) {
 			check("Get", err)
 			_, err = s.Claim(ctx, req("k"))
 			check("Claim", err)
-			check("Complete", s.Complete(ctx, "k", c.Record.Fence, nil, time.Hour))
-			_, err = s.Extend(ctx, "k", c.Record.Fence, time.Minute)
+			check("Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour}))
+			_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Lease: time.Minute})
 			check("Extend", err)
-			_, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: true})
+			_, err = s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: true})
 			check("Resolve", err)
 			_, err = s.List(ctx, store.ListQuery{})
 			check("List", err)
@@ -362,17 +368,17 @@ func TestClosed(t *testing.T) {
 	check("ClaimBatch", err)
 	_, err = s.ClaimBatch(ctx, nil)
 	check("empty ClaimBatch", err)
-	check("Complete", s.Complete(ctx, "k", 1, nil, time.Hour))
-	check("Fail", s.Fail(ctx, "k", 1, "x", time.Hour))
-	check("Release", s.Release(ctx, "k", 1, "x"))
-	check("Abandon", s.Abandon(ctx, "k", 1, "x"))
-	_, err = s.Extend(ctx, "k", 1, time.Minute)
+	check("Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: 1, AttemptID: "a", Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour}))
+	check("Fail", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: 1, AttemptID: "a", Outcome: store.OutcomeFailed, Reason: "x", Retention: time.Hour}))
+	check("Release", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: 1, AttemptID: "a", Outcome: store.OutcomeReleased, Reason: "x"}))
+	check("Abandon", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: 1, AttemptID: "a", Outcome: store.OutcomeAbandoned, Reason: "x"}))
+	_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: 1, AttemptID: "a", Lease: time.Minute})
 	check("Extend", err)
 	_, err = s.Get(ctx, "k")
 	check("Get", err)
 	_, err = s.List(ctx, store.ListQuery{})
 	check("List", err)
-	_, err = s.Resolve(ctx, "k", 0, store.Resolution{})
+	_, err = s.Resolve(ctx, store.ResolveRequest{Key: "k"})
 	check("Resolve", err)
 	check("Delete", s.Delete(ctx, "k"))
 	_, err = s.Sweep(ctx, 10)
@@ -428,7 +434,7 @@ func TestMigrations(t *testing.T) {
 			t.Fatalf("open %d: %v", i, err)
 		}
 	}
-	mustClaim(t, stores[0], req("k"))
+	k := mustClaim(t, stores[0], req("k"))
 	for _, s := range stores {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -450,7 +456,7 @@ func TestMigrations(t *testing.T) {
 		if n != len(ms) || v != len(ms) {
 			t.Fatalf("idem_migrations: %d rows, version %d; want %d", n, v, len(ms))
 		}
-		if rec, err := s.Get(ctx, "k"); err != nil || rec.Fence != 1 {
+		if rec, err := s.Get(ctx, "k"); err != nil || rec.Fence != k.Record.Fence || rec.AttemptID != k.Record.AttemptID {
 			t.Fatalf("k after reopening: %+v %v", rec, err)
 		}
 		s.Close()
@@ -489,27 +495,28 @@ func TestHeldRecordStale(t *testing.T) {
 	ca := mustClaim(t, a, req("k"))
 	clk.Advance(time.Minute)
 	cb := mustClaim(t, b, req("k"))
-	if !cb.Takeover || cb.Record.Fence != 2 {
+	if !cb.Takeover || cb.Record.Fence != ca.Record.Fence+1 {
 		t.Fatalf("takeover by b: %+v", cb)
 	}
-	if _, err := a.Extend(ctx, "k", ca.Record.Fence, time.Minute); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := a.Extend(ctx, store.ExtendRequest{Key: "k", Fence: ca.Record.Fence, AttemptID: ca.Record.AttemptID, Lease: time.Minute}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale extend by a: %v", err)
 	}
-	if err := a.Complete(ctx, "k", ca.Record.Fence, []byte("a"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Finish(ctx, store.FinishRequest{Key: "k", Fence: ca.Record.Fence, AttemptID: ca.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("a"), Retention: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale complete by a: %v", err)
 	}
-	if err := b.Complete(ctx, "k", cb.Record.Fence, []byte("b"), time.Hour); err != nil {
+	if err := b.Finish(ctx, store.FinishRequest{Key: "k", Fence: cb.Record.Fence, AttemptID: cb.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("b"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := a.Get(ctx, "k")
-	if err != nil || string(rec.Result) != "b" || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() {
+	if err != nil || string(rec.Result) != "b" || rec.Fence != cb.Record.Fence || rec.AttemptID != cb.Record.AttemptID ||
+		rec.Journal[0].LateFinish.IsZero() {
 		t.Fatalf("after both: %+v %v", rec, err)
 	}
 }
 
 func TestInTx(t *testing.T) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, clk := openTest(t)
 	if _, err := s.DB().Exec(`CREATE TABLE counter (n INTEGER NOT NULL); INSERT INTO counter VALUES (0)`); err != nil {
 		t.Fatal(err)
 	}
@@ -560,7 +567,7 @@ func TestInTx(t *testing.T) {
 			defer mu.Unlock()
 			if res.Acquired {
 				acquired++
-				if string(val) != "counted" || res.Record.Fence != 1 {
+				if string(val) != "counted" || res.Record.Fence != clk.Now().UnixMicro() || res.Record.Attempt != 1 {
 					t.Errorf("acquired InTx: %+v %q", res, val)
 				}
 			} else if res.Record.Status != store.StatusCompleted || string(res.Record.Result) != "counted" {
@@ -616,19 +623,20 @@ func TestInTx(t *testing.T) {
 func TestInTxTakeoverAndLeaseLost(t *testing.T) {
 	ctx := context.Background()
 	s, clk := openTest(t)
-	mustClaim(t, s, req("t"))
+	first := mustClaim(t, s, req("t"))
 	clk.Advance(31 * time.Second) // the first attempt's lease (30 s) passed
 	res, val, err := s.InTx(ctx, req("t"), time.Hour, func(context.Context, *sql.Tx) ([]byte, error) {
 		return []byte("second"), nil
 	})
-	if err != nil || !res.Acquired || !res.Takeover || res.Record.Fence != 2 || string(val) != "second" {
+	if err != nil || !res.Acquired || !res.Takeover || res.Record.Fence != first.Record.Fence+1 || string(val) != "second" {
 		t.Fatalf("InTx over a lapsed attempt: %+v %q %v", res, val, err)
 	}
 	rec, err := s.Get(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != store.StatusCompleted || rec.Fence != 2 || rec.Attempt != 2 || string(rec.Result) != "second" ||
+	if rec.Status != store.StatusCompleted || rec.Fence != first.Record.Fence+1 || rec.Attempt != 2 || string(rec.Result) != "second" ||
+		rec.AttemptID != res.Record.AttemptID || rec.Journal[1].AttemptID != res.Record.AttemptID ||
 		len(rec.Journal) != 2 || rec.Journal[0].Outcome != store.OutcomeLapsed ||
 		!rec.Journal[1].Takeover || rec.Journal[1].Outcome != store.OutcomeCompleted {
 		t.Fatalf("record after the takeover: %+v", rec)
@@ -752,7 +760,7 @@ func TestClaimStart(t *testing.T) {
 	s, _ := openTest(t)
 	for i := range 20 {
 		c := mustClaim(t, s, req(fmt.Sprint("k", i)))
-		if err := s.Complete(ctx, c.Record.Key, c.Record.Fence, []byte("r"), time.Hour); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: c.Record.Key, Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -36,6 +36,10 @@ type Store struct {
 	w     *writer
 	held  heldRecords
 	dupes dupshare.Share
+	// floorSeen is the highest fence floor (migration 004) a transaction
+	// of this store has read: claims of new keys decided before the writer
+	// start above it, and the insert's condition checks the floor as it is.
+	floorSeen atomic.Int64
 	// wlock is this process's turn at SQLite's write lock, taken by the
 	// writer for each batch and by callers of LockWrites for their
 	// transactions, so that they hand the lock over at once instead of polling for it in SQLite's
@@ -55,7 +59,7 @@ type Store struct {
 // Stats are counters of a [Store]'s work since it was opened.
 type Stats struct {
 	// Ops counts mutating calls: claims (each claim of a ClaimBatch
-	// counts), completions, failures, releases, abandons, extends,
+	// counts), finishes (each of a FinishBatch counts), extends,
 	// resolves, deletes, sweeps, and InTx calls (as two: the claim and the
 	// completion). A call answered without a write (a duplicate, a busy
 	// key) counts too.
@@ -304,7 +308,16 @@ func (s *Store) readErr(op string, err error) error {
 // reads it and decides in the same transaction. While many claims find
 // their key's record (a flood of duplicates), Claim reads first instead,
 // and answers a duplicate or a busy key from that read without the writer.
+//
+// A new record's first fence is [store.FirstFence] of the clock and the
+// fence floor: the highest fence of a record deleted from the file (by
+// Delete, Sweep, or a DELETE from outside the store), which the INSERT
+// reads in its own transaction, so fences never repeat for a key, even
+// across processes and when the clock has not moved since the delete.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	if err := req.Check(); err != nil {
+		return store.ClaimResult{}, err
+	}
 	var res store.ClaimResult
 	from := fromAbsent
 	if s.dupes.Often() {
@@ -321,8 +334,15 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 // each is decided as [Store.Claim] decides it (new keys are inserted
 // without a read when keys are mostly new). A corrupt record fails its own
 // key (ClaimResult.Err); if a claim fails otherwise (a store error), none
-// of the batch is written and the error is returned.
+// of the batch is written and the error is returned. A request that
+// [store.ClaimRequest.Check] refuses fails the whole batch before anything
+// is written.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	for _, req := range reqs {
+		if err := req.Check(); err != nil {
+			return nil, err
+		}
+	}
 	if len(reqs) == 0 {
 		if s.closed.Load() {
 			return nil, errClosed
@@ -349,72 +369,68 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]st
 	return out, nil
 }
 
-// CompleteBatch implements [store.BatchCompleter]: the completions run in
-// order in one write operation, each as [Store.Complete] runs it (an
-// attempt this process claimed is completed without a read). errs[i] is
-// ErrLeaseLost or ErrNotFound when cs[i]'s attempt no longer holds its key,
-// or the error of a record that cannot be read; a store error writes none
-// of them and is returned.
-func (s *Store) CompleteBatch(ctx context.Context, cs []store.Completion) ([]error, error) {
-	items := make([]keyOp, len(cs))
-	for i, c := range cs {
-		end := store.Ending{Status: store.StatusCompleted, Result: c.Result, Retention: c.Retention}
-		items[i] = keyOp{key: c.Key, from: fromHeld, m: finishM(c.Fence, end)}
+// FinishBatch implements [store.BatchFinisher]: the requests run in order
+// in one write operation, each as [Store.Finish] runs it (an attempt this
+// process claimed is ended without a read), whatever its outcome. errs[i]
+// is ErrLeaseLost or ErrNotFound when reqs[i]'s attempt no longer holds
+// its key, or the error of a record that cannot be read; a store error
+// writes none of them and is returned. A request that
+// [store.FinishRequest.Check] refuses fails the whole batch before
+// anything is written.
+func (s *Store) FinishBatch(ctx context.Context, reqs []store.FinishRequest) ([]error, error) {
+	items := make([]keyOp, len(reqs))
+	for i, req := range reqs {
+		if err := req.Check(); err != nil {
+			return nil, err
+		}
+		items[i] = keyOp{key: req.Key, from: fromHeld, m: finishM(req)}
 	}
 	if err := s.applyBatch(ctx, items); err != nil {
 		return nil, err
 	}
-	errs := make([]error, len(cs))
+	errs := make([]error, len(reqs))
 	for i, it := range items {
 		errs[i] = it.err
 	}
 	return errs, nil
 }
 
-func (s *Store) finish(ctx context.Context, key string, fence int64, end store.Ending) error {
-	return s.apply(ctx, key, fromHeld, nil, finishM(fence, end))
+// Finish implements [store.Store]. An attempt this process claimed is
+// ended without a read: one UPDATE of the version its claim wrote, which
+// the writer decides again on the record as it is if another process
+// changed it meanwhile.
+func (s *Store) Finish(ctx context.Context, req store.FinishRequest) error {
+	if err := req.Check(); err != nil {
+		return err
+	}
+	return s.apply(ctx, req.Key, fromHeld, nil, finishM(req))
 }
 
-// Complete implements [store.Store].
-func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusCompleted, Result: result, Retention: retention})
-}
-
-// Fail implements [store.Store].
-func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention})
-}
-
-// Release implements [store.Store].
-func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusReleased, Reason: reason})
-}
-
-// Abandon implements [store.Store].
-func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	return s.finish(ctx, key, fence, store.Ending{Status: store.StatusInProgress, Reason: reason})
-}
-
-// Extend implements [store.Store].
-func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+// Extend implements [store.Store], without a read as Finish.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) (time.Time, error) {
+	if err := req.Check(); err != nil {
+		return time.Time{}, err
+	}
 	var until time.Time
-	if err := s.apply(ctx, key, fromHeld, nil, extendM(fence, lease, &until)); err != nil {
+	if err := s.apply(ctx, req.Key, fromHeld, nil, extendM(req, &until)); err != nil {
 		return time.Time{}, err
 	}
 	return until, nil
 }
 
 // Resolve implements [store.Store].
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
+func (s *Store) Resolve(ctx context.Context, r store.ResolveRequest) (store.Record, error) {
 	var rec store.Record
-	if err := s.apply(ctx, key, fromRead, nil, resolveM(fence, r, &rec)); err != nil {
+	if err := s.apply(ctx, r.Key, fromRead, nil, resolveM(r, &rec)); err != nil {
 		return store.Record{}, err
 	}
 	return rec, nil
 }
 
 // Delete implements [store.Store]. An expired record counts as absent
-// (ErrNotFound) and stays until Sweep deletes it.
+// (ErrNotFound) and stays until Sweep deletes it. The deleted record's
+// fence raises the fence floor in the same transaction, so the key's next
+// record starts above it (see [Store.Claim]).
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return errClosed
@@ -428,6 +444,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // Sweep implements [store.Store]. Deleting expired records is housekeeping
 // only: an expired record behaves as absent whether or not it was swept.
+// The fences of the records it deletes raise the fence floor, as Delete's
+// does.
 func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	if s.closed.Load() {
 		return 0, errClosed
@@ -550,5 +568,6 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 var (
 	_ store.Store            = (*Store)(nil)
 	_ store.BatchClaimer     = (*Store)(nil)
+	_ store.BatchFinisher    = (*Store)(nil)
 	_ store.TxStore[*sql.Tx] = (*Store)(nil)
 )

@@ -47,7 +47,7 @@ func openTest(t testing.TB, opts ...Option) (*Store, *fakeClock) {
 }
 
 func req(key string) store.ClaimRequest {
-	return store.ClaimRequest{
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(),
 		Key: key, Owner: "w1", Correlation: "msg-1", Policy: store.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: time.Hour,
 	}
@@ -66,8 +66,13 @@ func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	s, clk := openTest(t)
 
-	res := mustClaim(t, s, req("k"))
-	if !res.Acquired || res.Takeover || res.Record.Fence != 1 || res.Record.Attempt != 1 ||
+	first := req("k")
+	res := mustClaim(t, s, first)
+	// A new record's first fence is the clock's microseconds (nothing was
+	// deleted, so the floor is below it).
+	f0 := res.Record.Fence
+	if !res.Acquired || res.Takeover || f0 != clk.Now().UnixMicro() || res.Record.Attempt != 1 ||
+		res.Record.AttemptID != first.AttemptID || res.Record.Journal[0].AttemptID != first.AttemptID ||
 		res.Record.Status != store.StatusInProgress || !res.Now.Equal(clk.Now()) ||
 		!res.Record.LeaseUntil.Equal(clk.Now().Add(30*time.Second)) ||
 		!res.Record.ExpiresAt.Equal(clk.Now().Add(time.Hour)) || len(res.Record.Journal) != 1 {
@@ -82,18 +87,23 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	busy := mustClaim(t, s, req("k"))
-	if busy.Acquired || busy.Record.Fence != 1 {
+	if busy.Acquired || busy.Record.Fence != f0 || busy.Record.AttemptID != first.AttemptID {
 		t.Fatalf("second claim: %+v", busy)
 	}
 
-	if err := s.Complete(ctx, "k", 1, []byte("ok"), time.Hour); err != nil {
+	// The right fence with another attempt id is not the holder.
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: f0, AttemptID: busy.Record.AttemptID + "x", Outcome: store.OutcomeCompleted, Result: []byte("other"), Retention: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("complete by another attempt id: %v", err)
+	}
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: f0, AttemptID: first.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("ok"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: f0, AttemptID: first.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("again"), Retention: time.Hour}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second complete: %v", err)
 	}
 	dup := mustClaim(t, s, req("k"))
-	if dup.Acquired || dup.Record.Status != store.StatusCompleted || string(dup.Record.Result) != "ok" {
+	if dup.Acquired || dup.Record.Status != store.StatusCompleted || string(dup.Record.Result) != "ok" ||
+		dup.Record.AttemptID != first.AttemptID || len(dup.Record.Journal) != 1 || dup.Record.Journal[0].AttemptID != first.AttemptID {
 		t.Fatalf("duplicate: %+v", dup)
 	}
 
@@ -102,23 +112,24 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("Get after retention: %v", err)
 	}
 	again := mustClaim(t, s, req("k"))
-	if !again.Acquired || again.Record.Fence != 2 || !again.Record.Journal[len(again.Record.Journal)-1].AfterExpiry {
+	// An expired record still present counts on from its fence.
+	if !again.Acquired || again.Record.Fence != f0+1 || !again.Record.Journal[len(again.Record.Journal)-1].AfterExpiry {
 		t.Fatalf("claim after expiry: %+v", again)
 	}
 
 	// Lapse and take over.
 	clk.Advance(31 * time.Second)
 	to := mustClaim(t, s, req("k"))
-	if !to.Acquired || !to.Takeover || to.Record.Fence != 3 || to.Record.Attempt != 3 {
+	if !to.Acquired || !to.Takeover || to.Record.Fence != again.Record.Fence+1 || to.Record.Attempt != 3 {
 		t.Fatalf("takeover: %+v", to)
 	}
-	if err := s.Release(ctx, "k", 2, "late"); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: again.Record.Fence, AttemptID: again.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "late"}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale release: %v", err)
 	}
 	rec, _ := s.Get(ctx, "k")
 	var late bool
 	for _, e := range rec.Journal {
-		if e.Fence == 2 && !e.LateFinish.IsZero() {
+		if e.Fence == again.Record.Fence && e.AttemptID == again.Record.AttemptID && !e.LateFinish.IsZero() {
 			late = true
 		}
 	}
@@ -126,18 +137,18 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("late finish not annotated: %+v", rec.Journal)
 	}
 
-	until, err := s.Extend(ctx, "k", 3, time.Minute)
+	until, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: to.Record.Fence, AttemptID: to.Record.AttemptID, Lease: time.Minute})
 	if err != nil || !until.Equal(clk.Now().Add(time.Minute)) {
 		t.Fatalf("extend: %v %v", until, err)
 	}
-	if err := s.Release(ctx, "k", 3, "try later"); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: to.Record.Fence, AttemptID: to.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "try later"}); err != nil {
 		t.Fatal(err)
 	}
 	rel := mustClaim(t, s, req("k"))
-	if !rel.Acquired || rel.Record.Fence != 4 || rel.Record.Reason != "try later" {
+	if !rel.Acquired || rel.Record.Fence != to.Record.Fence+1 || rel.Record.Reason != "try later" {
 		t.Fatalf("claim after release: %+v", rel)
 	}
-	if err := s.Fail(ctx, "k", 4, "boom", time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: rel.Record.Fence, AttemptID: rel.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "boom", Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	f := mustClaim(t, s, req("k"))
@@ -149,7 +160,7 @@ func TestLifecycle(t *testing.T) {
 	amo := req("m")
 	amo.Policy = store.AtMostOnce
 	c := mustClaim(t, s, amo)
-	if err := s.Abandon(ctx, "m", c.Record.Fence, "crashed"); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "m", Fence: c.Record.Fence, AttemptID: c.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "crashed"}); err != nil {
 		t.Fatal(err)
 	}
 	ind := mustClaim(t, s, amo)
@@ -160,14 +171,14 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(stuck) != 1 || stuck[0].Key != "m" {
 		t.Fatalf("stuck: %v %+v", err, stuck)
 	}
-	if _, err := s.Resolve(ctx, "m", 99, store.Resolution{Done: true}); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := s.Resolve(ctx, store.ResolveRequest{Key: "m", Fence: c.Record.Fence + 1, Done: true}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("resolve with a wrong fence: %v", err)
 	}
-	r, err := s.Resolve(ctx, "m", c.Record.Fence, store.Resolution{Done: true, Result: []byte("sent"), Retention: time.Hour, By: "op"})
+	r, err := s.Resolve(ctx, store.ResolveRequest{Key: "m", Fence: c.Record.Fence, Done: true, Result: []byte("sent"), Retention: time.Hour, By: "op"})
 	if err != nil || r.Status != store.StatusCompleted || r.Fence != c.Record.Fence+1 {
 		t.Fatalf("resolve: %+v %v", r, err)
 	}
-	if _, err := s.Resolve(ctx, "nope", 0, store.Resolution{}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Resolve(ctx, store.ResolveRequest{Key: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("resolve absent: %v", err)
 	}
 
@@ -203,7 +214,7 @@ func TestListAndSweep(t *testing.T) {
 		r.Retention = time.Duration(i+1) * time.Minute
 		res := mustClaim(t, s, r)
 		if i%2 == 0 {
-			if err := s.Complete(ctx, r.Key, res.Record.Fence, nil, r.Retention); err != nil {
+			if err := s.Finish(ctx, store.FinishRequest{Key: r.Key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: r.Retention}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -94,7 +94,7 @@ func newWriter(ctx context.Context, s *Store) (*writer, error) {
 	// The driver's statements are prepared once and used only inside later
 	// Raw calls on the same connection, which hold its lock.
 	err = conn.Raw(func(dc any) (err error) {
-		w.rw, err = newDriverRW(dc, s.cfg.implicit)
+		w.rw, err = newDriverRW(dc, s.cfg.implicit, &s.floorSeen)
 		return err
 	})
 	if err != nil {

@@ -338,14 +338,14 @@ func TestWriteTxStoreCalledFromInside(t *testing.T) {
 	unitTable(t, s)
 	var inner error
 	err := s.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, inner = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		_, inner = s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 		return insertUnit("a")(ctx, tx)
 	})
 	if err != nil || !errors.Is(inner, ErrOnWriter) {
 		t.Fatalf("WriteTx = %v, inner Claim = %v; want nil and ErrOnWriter", err, inner)
 	}
 	var nested error
-	_, _, err = s.InTx(ctx, store.ClaimRequest{Key: "outer", Owner: "o", Lease: time.Minute, Retention: time.Hour}, time.Hour,
+	_, _, err = s.InTx(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "outer", Owner: "o", Lease: time.Minute, Retention: time.Hour}, time.Hour,
 		func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 			nested = s.WriteTx(ctx, insertUnit("b"))
 			return nil, nil
