@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
@@ -79,11 +78,12 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 	return out, nil
 }
 
-// Resolve implements [store.Store]: one UPDATE that bumps the fence and
-// either annotates the journal entry of the attempt it decides or appends
-// an entry for the resolution. When it updates nothing, a second statement
-// (on this path only) tells [store.ErrNotFound] from [store.ErrLeaseLost].
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
+// Resolve implements [store.Store]: one UPDATE, conditioned on r's
+// conditions, that bumps the fence and either annotates the journal entry
+// of the attempt it decides or appends an entry for the resolution. When
+// it updates nothing, a second statement (on this path only) tells
+// [store.ErrNotFound] from [store.ErrLeaseLost].
+func (s *Store) Resolve(ctx context.Context, r store.ResolveRequest) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -91,15 +91,15 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Re
 	if r.Done {
 		result = r.Result
 		if r.Retention <= 0 {
-			r.Retention = idem.DefaultRetention
+			r.Retention = store.DefaultRetention
 		}
 	}
 	var raw rawRecord
-	err := s.queryRow(ctx, s.pool, s.q.resolve, key, fence, r.Done, result, pgtext.Storable(r.Reason), micros(r.Retention), pgtext.Storable(r.By), r.InProgress).
-		Scan(raw.dest()...)
+	err := s.queryRow(ctx, s.pool, s.q.resolve, r.Key, r.Done, result, pgtext.Storable(r.Reason), micros(r.Retention), pgtext.Storable(r.By),
+		r.Fence, r.AttemptID, r.InProgress, r.Lapsed).Scan(raw.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
-		if err := s.queryRow(ctx, s.pool, s.q.exists, key).Scan(&exists); err != nil {
+		if err := s.queryRow(ctx, s.pool, s.q.exists, r.Key).Scan(&exists); err != nil {
 			return store.Record{}, s.wrap("resolve", err)
 		}
 		if exists {

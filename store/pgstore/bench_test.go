@@ -89,8 +89,9 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkClaimComplete: Claim then Complete of a new key, one pair per
-// op: two statements, two commits.
+// BenchmarkClaimComplete: Claim then Finish (completed) of a new key, one
+// pair per op: two statements, two commits. Each attempt gets its own id,
+// as the Ledger's do.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, n := range callers {
 		b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
@@ -100,14 +101,14 @@ func BenchmarkClaimComplete(b *testing.B) {
 				r := benchRequest()
 				result := []byte("result")
 				for pb.Next() {
-					r.Key = keys.next()
+					r.Key, r.AttemptID = keys.next(), store.NewAttemptID()
 					cr, err := s.Claim(ctx, r)
 					if err != nil || !cr.Acquired {
 						b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
 						return
 					}
-					if err := s.Complete(ctx, r.Key, cr.Record.Fence, result, time.Hour); err != nil {
-						b.Errorf("Complete: %v", err)
+					if err := s.Finish(ctx, store.FinishRequest{Key: r.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: time.Hour}); err != nil {
+						b.Errorf("Finish: %v", err)
 						return
 					}
 				}
@@ -118,8 +119,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 
 // BenchmarkClaimBatch10: ClaimBatch of 10 new keys, one batch per op:
 // alone (claim-only: one statement, one commit per 10 keys), then
-// completed with CompleteBatch (two statements, two commits), or with
-// Complete for each key (eleven).
+// completed with FinishBatch (two statements, two commits), or with
+// Finish for each key (eleven).
 func BenchmarkClaimBatch10(b *testing.B) {
 	const size = 10
 	for _, mode := range []string{"claim-only", "complete-batch", "complete-each"} {
@@ -129,13 +130,13 @@ func BenchmarkClaimBatch10(b *testing.B) {
 				ctx := context.Background()
 				runCallers(b, n, size, func(pb *testing.PB, keys *keyGen) {
 					reqs := make([]store.ClaimRequest, size)
-					cs := make([]Completion, size)
+					cs := make([]store.FinishRequest, size)
 					for i := range reqs {
 						reqs[i] = benchRequest()
 					}
 					for pb.Next() {
 						for i := range reqs {
-							reqs[i].Key = keys.next()
+							reqs[i].Key, reqs[i].AttemptID = keys.next(), store.NewAttemptID()
 						}
 						res, err := s.ClaimBatch(ctx, reqs)
 						if err != nil {
@@ -147,28 +148,29 @@ func BenchmarkClaimBatch10(b *testing.B) {
 								b.Errorf("ClaimBatch: %q not acquired", r.Record.Key)
 								return
 							}
-							cs[i] = Completion{Key: r.Record.Key, Fence: r.Record.Fence, Result: []byte("result"), Retention: time.Hour}
+							cs[i] = store.FinishRequest{Key: r.Record.Key, Fence: r.Record.Fence, AttemptID: r.Record.AttemptID,
+								Outcome: store.OutcomeCompleted, Result: []byte("result"), Retention: time.Hour}
 						}
 						switch mode {
 						case "claim-only":
 							continue
 						case "complete-each":
 							for _, c := range cs {
-								if err := s.Complete(ctx, c.Key, c.Fence, c.Result, c.Retention); err != nil {
-									b.Errorf("Complete: %v", err)
+								if err := s.Finish(ctx, c); err != nil {
+									b.Errorf("Finish: %v", err)
 									return
 								}
 							}
 							continue
 						}
-						errs, err := s.CompleteBatch(ctx, cs)
+						errs, err := s.FinishBatch(ctx, cs)
 						if err != nil {
-							b.Errorf("CompleteBatch: %v", err)
+							b.Errorf("FinishBatch: %v", err)
 							return
 						}
 						for _, err := range errs {
 							if err != nil {
-								b.Errorf("CompleteBatch: %v", err)
+								b.Errorf("FinishBatch: %v", err)
 								return
 							}
 						}
@@ -218,7 +220,7 @@ func BenchmarkClaim(b *testing.B) {
 			runCallers(b, n, 1, func(pb *testing.PB, keys *keyGen) {
 				r := benchRequest()
 				for pb.Next() {
-					r.Key = keys.next()
+					r.Key, r.AttemptID = keys.next(), store.NewAttemptID()
 					if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 						b.Errorf("Claim(%q): acquired %v, %v", r.Key, cr.Acquired, err)
 						return
@@ -237,7 +239,7 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 func benchRequest() store.ClaimRequest {
-	return store.ClaimRequest{Owner: "bench", Correlation: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(), Owner: "bench", Correlation: "bench", Policy: store.AtLeastOnce, Lease: 30 * time.Second, Retention: time.Hour}
 }
 
 // keyGen makes keys no other goroutine makes.

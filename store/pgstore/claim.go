@@ -21,9 +21,13 @@ const maxClaimRuns = 32
 var errContended = errors.New("pgstore: the key kept changing under the claim")
 
 // Claim implements [store.Store]: one INSERT ... ON CONFLICT DO UPDATE ...
-// WHERE <claimable> statement (see the package doc).
+// WHERE <claimable> statement (see the package doc). A request that
+// [store.ClaimRequest.Check] refuses is not sent.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
+		return store.ClaimResult{}, err
+	}
+	if err := req.Check(); err != nil {
 		return store.ClaimResult{}, err
 	}
 	res, err := s.claimOne(ctx, s.pool, req)
@@ -33,20 +37,10 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	return res, nil
 }
 
-func checkPolicy(p store.Policy) error {
-	if p != store.AtLeastOnce && p != store.AtMostOnce {
-		return fmt.Errorf("pgstore: claim with unknown policy %v", p)
-	}
-	return nil
-}
-
-// claimOne claims req on q.
+// claimOne claims req, which its caller checked, on q.
 func (s *Store) claimOne(ctx context.Context, q querier, req store.ClaimRequest) (store.ClaimResult, error) {
-	if err := checkPolicy(req.Policy); err != nil {
-		return store.ClaimResult{}, err
-	}
 	args := []any{req.Key, pgtext.Storable(req.Owner), pgtext.Storable(req.Correlation), req.Policy.String(),
-		micros(req.Lease), micros(req.Retention), pgtext.Storable(req.Fingerprint), req.TakeLapsed}
+		micros(req.Lease), micros(req.Retention), pgtext.Storable(req.Fingerprint), req.TakeLapsed, req.AttemptID}
 	for range maxClaimRuns {
 		rows, err := s.query(ctx, q, s.q.claim, args...)
 		if err != nil {
@@ -79,8 +73,9 @@ func (s *Store) claimOne(ctx context.Context, q querier, req store.ClaimRequest)
 // scanClaim reads one row of claimSQL or claimBatchSQL. stale reports a
 // row that was not acquired although the statement's snapshot found it
 // claimable: the claim must run again; inserted, a row the statement
-// inserted (the key had none). The caller checks that the row's key is
-// one it asked for.
+// inserted (the key had none): a new record, whose fence is the
+// statement's clock (store.FirstFence). The caller checks that the row's
+// key is one it asked for.
 func scanClaim(rows pgx.Rows) (res store.ClaimResult, stale, inserted bool, err error) {
 	var (
 		raw                 rawRecord
@@ -93,7 +88,7 @@ func scanClaim(rows pgx.Rows) (res store.ClaimResult, stale, inserted bool, err 
 	if !acquired && claimable {
 		return res, true, false, nil
 	}
-	if inserted && (raw.fence != 1 || raw.attempt != 1) {
+	if inserted && (raw.fence != store.FirstFence(now, 0) || raw.attempt != 1) {
 		return res, false, false, fmt.Errorf("pgstore: claim returned an unexpected row for %q (fence %d, attempt %d)", raw.key, raw.fence, raw.attempt)
 	}
 	rec, err := raw.record()
@@ -113,7 +108,8 @@ func scanClaim(rows pgx.Rows) (res store.ClaimResult, stale, inserted bool, err 
 // the same rules as [Store.Claim], in one statement (one round trip),
 // except when most recent batches had only new keys and this one has a
 // key with a row: then in two (see the package doc).
-// Results are in request order. A key that appears more than once is
+// Results are in request order. A request that [store.ClaimRequest.Check]
+// refuses fails the batch before anything is sent. A key that appears more than once is
 // claimed again, after its first claim, by a further statement for each
 // repetition, so that every request sees the record as the earlier ones
 // left it. The claims of one statement commit together; if a later
@@ -125,6 +121,11 @@ func scanClaim(rows pgx.Rows) (res store.ClaimResult, stale, inserted bool, err 
 func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
+	}
+	for _, r := range reqs {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
 	}
 	out, err := s.claimBatch(ctx, s.pool, reqs)
 	if err != nil {
@@ -142,11 +143,6 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimReq
 		}
 		out[0] = res
 		return out, nil
-	}
-	for _, r := range reqs {
-		if err := checkPolicy(r.Policy); err != nil {
-			return nil, err
-		}
 	}
 	first := true
 	err := inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
@@ -173,23 +169,20 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimReq
 // have done the effect, and the next claim would be a fresh one, not a
 // takeover. Either way the reason marks the attempt as not run
 // (store.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it (the rule of store.UndoClaim, here on the
-// batch's own connection pool with a storable reason). It runs even
-// when ctx is done (the most common failure), bounded by releaseTimeout.
-// A key it cannot undo stays claimed until its lease passes.
+// attempt before it (store.UndoRequest, here on the batch's own
+// connection pool rather than through the transaction that failed). It
+// runs even when ctx is done (the most common failure), bounded by
+// releaseTimeout. A key it cannot undo stays claimed until its lease
+// passes.
 func (s *Store) releaseAcquired(ctx context.Context, out []store.ClaimResult, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	reason := pgtext.Storable(store.NotRunReason("the batch claim failed before it returned: " + cause.Error()))
+	detail := "the batch claim failed before it returned: " + cause.Error()
 	for _, r := range out {
 		if !r.Acquired {
 			continue
 		}
-		sql := s.q.release
-		if r.Takeover {
-			sql = s.q.abandon
-		}
-		if err := s.finish(ctx, s.pool, sql, r.Record.Key, r.Record.Fence, reason); err != nil && ctx.Err() != nil {
+		if err := s.finish(ctx, s.pool, store.UndoRequest(r.Record, r.Takeover, detail)); err != nil && ctx.Err() != nil {
 			return
 		}
 	}
@@ -264,7 +257,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []store.ClaimReq
 	for range maxClaimRuns {
 		n := len(round)
 		a := newBatchArgs(reqs, round)
-		rows, err := s.query(ctx, q, s.q.claimBatch, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.takes)
+		rows, err := s.query(ctx, q, s.q.claimBatch, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.takes, a.ids)
 		if err != nil {
 			return err
 		}
@@ -313,22 +306,22 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []store.ClaimReq
 // batchArgs are the parameters of claimBatchSQL and claimNewSQL for some
 // requests: one array per field, and each key's request index.
 type batchArgs struct {
-	keys, owners, corrs, policies, fps []string
-	leases, rets                       []int64
-	takes                              []bool
-	index                              map[string]int
+	keys, ids, owners, corrs, policies, fps []string
+	leases, rets                            []int64
+	takes                                   []bool
+	index                                   map[string]int
 }
 
 func newBatchArgs(reqs []store.ClaimRequest, round []int) batchArgs {
 	n := len(round)
 	a := batchArgs{
-		keys: make([]string, n), owners: make([]string, n), corrs: make([]string, n), policies: make([]string, n), fps: make([]string, n),
+		keys: make([]string, n), ids: make([]string, n), owners: make([]string, n), corrs: make([]string, n), policies: make([]string, n), fps: make([]string, n),
 		leases: make([]int64, n), rets: make([]int64, n), takes: make([]bool, n),
 		index: make(map[string]int, n),
 	}
 	for j, i := range round {
 		r := &reqs[i]
-		a.keys[j], a.owners[j], a.corrs[j], a.policies[j], a.fps[j] = r.Key, pgtext.Storable(r.Owner), pgtext.Storable(r.Correlation), r.Policy.String(), pgtext.Storable(r.Fingerprint)
+		a.keys[j], a.ids[j], a.owners[j], a.corrs[j], a.policies[j], a.fps[j] = r.Key, r.AttemptID, pgtext.Storable(r.Owner), pgtext.Storable(r.Correlation), r.Policy.String(), pgtext.Storable(r.Fingerprint)
 		a.leases[j], a.rets[j], a.takes[j] = micros(r.Lease), micros(r.Retention), r.TakeLapsed
 		a.index[r.Key] = i
 	}
@@ -340,7 +333,7 @@ func newBatchArgs(reqs []store.ClaimRequest, round []int) batchArgs {
 // returns the keys inserted.
 func (s *Store) claimNew(ctx context.Context, q querier, reqs []store.ClaimRequest, round []int, out []store.ClaimResult) (map[string]bool, error) {
 	a := newBatchArgs(reqs, round)
-	rows, err := s.query(ctx, q, s.q.claimNew, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps)
+	rows, err := s.query(ctx, q, s.q.claimNew, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.ids)
 	if err != nil {
 		return nil, err
 	}
@@ -348,15 +341,15 @@ func (s *Store) claimNew(ctx context.Context, q querier, reqs []store.ClaimReque
 	inserted := make(map[string]bool, len(round))
 	for rows.Next() {
 		var raw rawRecord
-		if err := rows.Scan(&raw.key, &raw.leaseUntil, &raw.expiresAt, &raw.createdAt); err != nil {
+		if err := rows.Scan(&raw.key, &raw.fence, &raw.leaseUntil, &raw.expiresAt, &raw.createdAt); err != nil {
 			return nil, err
 		}
 		i, ok := a.index[raw.key]
-		if !ok || inserted[raw.key] {
-			return nil, fmt.Errorf("pgstore: claim batch inserted an unexpected row for %q", raw.key)
+		if !ok || inserted[raw.key] || raw.fence != store.FirstFence(raw.createdAt, 0) {
+			return nil, fmt.Errorf("pgstore: claim batch inserted an unexpected row for %q (fence %d)", raw.key, raw.fence)
 		}
 		req := &reqs[i]
-		raw.status, raw.policy, raw.fence, raw.attempt = string(store.StatusInProgress), req.Policy.String(), 1, 1
+		raw.status, raw.policy, raw.attempt, raw.attemptID = string(store.StatusInProgress), req.Policy.String(), 1, req.AttemptID
 		raw.owner, raw.fingerprint, raw.updatedAt = pgtext.Storable(req.Owner), pgtext.Storable(req.Fingerprint), raw.createdAt
 		raw.correlation = pgtext.Storable(req.Correlation) // journal nil: the implicit entry, which is what the row holds, implicit or written out
 		rec, err := raw.record()

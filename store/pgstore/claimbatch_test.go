@@ -34,6 +34,9 @@ var batchStarts = []struct {
 func TestClaimBatchStarts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// Fence is the fence's growth over the key's earlier claim (a key
+	// claimed anew keeps its numbering), or, for a new key, 0 once it is
+	// checked to be the store's first fence at the claim's time.
 	type outcome struct {
 		Acquired, Takeover bool
 		Status             store.Status
@@ -46,24 +49,28 @@ func TestClaimBatchStarts(t *testing.T) {
 		t.Run(start.name, func(t *testing.T) {
 			clocks := new(testClocks)
 			s := newTestStore(t, clocks)
-			claim := func(key string, lease time.Duration) int64 {
+			fences := map[string]int64{}
+			claim := func(key string, lease time.Duration) store.ClaimResult {
 				r := req(key)
 				r.Lease = lease
 				cr, err := s.Claim(ctx, r)
 				if err != nil || !cr.Acquired {
 					t.Fatalf("Claim %q: acquired %v, %v", key, cr.Acquired, err)
 				}
-				return cr.Record.Fence
+				fences[key] = cr.Record.Fence
+				return cr
 			}
-			if err := s.Complete(ctx, "completed", claim("completed", time.Minute), []byte("r"), time.Hour); err != nil {
-				t.Fatal(err)
+			end := func(cr store.ClaimResult, o store.Outcome, retention time.Duration) {
+				t.Helper()
+				err := s.Finish(ctx, store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+					Outcome: o, Result: []byte("r"), Retention: retention})
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := s.Complete(ctx, "expired", claim("expired", time.Minute), []byte("r"), time.Second); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Release(ctx, "released", claim("released", time.Minute), "retry"); err != nil {
-				t.Fatal(err)
-			}
+			end(claim("completed", time.Minute), store.OutcomeCompleted, time.Hour)
+			end(claim("expired", time.Minute), store.OutcomeCompleted, time.Second)
+			end(claim("released", time.Minute), store.OutcomeReleased, 0)
 			claim("lapsed", time.Second)
 			claim("busy", time.Hour)
 			clocks.advance(t, 2*time.Second)
@@ -86,7 +93,14 @@ func TestClaimBatchStarts(t *testing.T) {
 				if r.Err != nil || r.Record.Key != keys[i] {
 					t.Fatalf("result %d: key %q, Err %v; want %q, no error", i, r.Record.Key, r.Err, keys[i])
 				}
-				got[n][keys[i]] = outcome{r.Acquired, r.Takeover, r.Record.Status, r.Record.Fence, r.Record.Attempt, len(r.Record.Journal), string(r.Record.Result)}
+				fence := r.Record.Fence - fences[keys[i]]
+				if _, old := fences[keys[i]]; !old {
+					if r.Record.Fence != store.FirstFence(r.Now, 0) {
+						t.Errorf("%q: a new key's fence %d, want %d, the claim's time in µs", keys[i], r.Record.Fence, store.FirstFence(r.Now, 0))
+					}
+					fence = 0
+				}
+				got[n][keys[i]] = outcome{r.Acquired, r.Takeover, r.Record.Status, fence, r.Record.Attempt, len(r.Record.Journal), string(r.Record.Result)}
 				if !r.Acquired {
 					continue
 				}
@@ -102,13 +116,13 @@ func TestClaimBatchStarts(t *testing.T) {
 				}
 			}
 			want := map[string]outcome{
-				"new-a":     {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"new-b":     {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"completed": {Status: store.StatusCompleted, Fence: 1, Attempt: 1, Journal: 1, Result: "r"},
-				"busy":      {Status: store.StatusInProgress, Fence: 1, Attempt: 1, Journal: 1},
-				"released":  {Acquired: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
-				"lapsed":    {Acquired: true, Takeover: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
-				"expired":   {Acquired: true, Status: store.StatusInProgress, Fence: 2, Attempt: 2, Journal: 2},
+				"new-a":     {Acquired: true, Status: store.StatusInProgress, Attempt: 1, Journal: 1},
+				"new-b":     {Acquired: true, Status: store.StatusInProgress, Attempt: 1, Journal: 1},
+				"completed": {Status: store.StatusCompleted, Attempt: 1, Journal: 1, Result: "r"},
+				"busy":      {Status: store.StatusInProgress, Attempt: 1, Journal: 1},
+				"released":  {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 2, Journal: 2},
+				"lapsed":    {Acquired: true, Takeover: true, Status: store.StatusInProgress, Fence: 1, Attempt: 2, Journal: 2},
+				"expired":   {Acquired: true, Status: store.StatusInProgress, Fence: 1, Attempt: 2, Journal: 2},
 			}
 			if !reflect.DeepEqual(got[n], want) {
 				t.Errorf("outcomes\n%v\nwant\n%v", fmt.Sprint(got[n]), fmt.Sprint(want))
@@ -188,7 +202,7 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 	if err != nil || !cr.Acquired {
 		t.Fatalf("Claim: %v, %v", cr.Acquired, err)
 	}
-	if err := s.Complete(ctx, "done", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "done", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if s.dupes.Often() {

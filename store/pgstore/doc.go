@@ -34,6 +34,7 @@
 //	key text COLLATE "C" PRIMARY KEY       byte order, as Go compares strings
 //	status, policy text                    checked on every read
 //	fence bigint, attempt integer
+//	attempt_id text                        the latest attempt's id; empty once abandoned
 //	owner, fingerprint, reason text, result bytea
 //	lease_until, expires_at, created_at, updated_at timestamptz
 //	journal jsonb                          []store.JournalEntry, its json names;
@@ -42,6 +43,16 @@
 //	index (expires_at)                     Sweep
 //	index (key) WHERE status = 'in_progress'   List(Stuck): `idem ls --stuck`
 //	autovacuum at 2% dead rows; vacuum_truncate = false (see below)
+//
+// Migration 004 added attempt_id. Rows written before it have an empty one
+// (no attempt id) and no ids in their journals: no attempt of this build
+// can finish or extend them, since every attempt has an id, so an attempt
+// that was running during the upgrade lapses, and is taken over or
+// resolved as usual. While older builds still write the table (a rolling
+// upgrade), they claim and finish by fence alone: a new key's row they
+// insert starts at fence 1 without an attempt id, which only their own
+// attempts can end, and a claim of theirs leaves the row the attempt id
+// of the attempt before it, whose fence no longer holds the key.
 //
 // # Time
 //
@@ -58,9 +69,9 @@
 // A claim is one statement:
 //
 //	WITH ins AS (
-//		INSERT INTO t SELECT <a new in_progress record, fence 1, attempt 1>
+//		INSERT INTO t SELECT <a new in_progress record, fence <now in µs>, attempt 1, $attempt_id>
 //		WHERE NOT EXISTS (SELECT 1 FROM t WHERE key = $1 AND NOT <claimable>)
-//		ON CONFLICT (key) DO UPDATE SET <fence+1, attempt+1, new owner, lease,
+//		ON CONFLICT (key) DO UPDATE SET <fence+1, attempt+1, new attempt id, owner, lease,
 //			journal: the lapsed entry marked, the new one appended, trimmed>
 //		WHERE <claimable>: t.expires_at <= now OR t.status = 'released'
 //			OR (t.status = 'in_progress' AND t.lease_until <= now
@@ -73,6 +84,16 @@
 //
 // The takeover and after-expiry marks are computed in the statement and
 // kept in the new journal entry.
+//
+// A new key's first fence is the statement's clock in microseconds since
+// 1970 ([store.FirstFence] with no floor): (extract(epoch from
+// statement_timestamp()) * 1000000)::bigint. Every later claim of the row,
+// expired or not, and every resolution adds one. The store keeps no floor
+// of removed fences: a key deleted or swept and claimed anew starts at
+// the clock, above every fence the old row had unless the old row counted
+// past the clock, which takes the server's clock going back, or claims and
+// resolutions of one key more than once a microsecond on average since
+// its first claim.
 //
 // A new key's row has an implicit journal: NULL, meaning the one entry the
 // row's columns say (its attempt, fence, owner, correlation id, start,
@@ -128,16 +149,21 @@
 //
 // # Finishing an attempt
 //
-// Complete, Fail, Release, Abandon and Extend are one UPDATE ... WHERE
-// key = $1 AND fence = $2 AND status = 'in_progress' AND <not expired>,
-// which also records the outcome in the attempt's journal entry. A
-// concurrent takeover either commits first (the UPDATE, which re-checks
-// its WHERE on the row's new version, matches nothing) or waits for it.
-// When it matches nothing the attempt lost the key: a second statement, on
-// this path only, marks the stale attempt's journal entry with LateFinish
-// (it was still running while a later attempt ran), and the call returns
-// [store.ErrLeaseLost]. [Store.CompleteBatch] completes many attempts in
-// one statement.
+// Finish (each outcome its own statement) and Extend are one UPDATE ...
+// WHERE key = $1 AND fence = $2 AND attempt_id = $3 AND status =
+// 'in_progress' AND <not expired>, which also records the outcome in the
+// attempt's journal entry. An abandon also clears attempt_id, so that a
+// second abandon (or any other ending) of the same attempt matches
+// nothing. A concurrent takeover either commits first (the UPDATE, which
+// re-checks its WHERE on the row's new version, matches nothing) or waits
+// for it. When it matches nothing the attempt lost the key: a second
+// statement, on this path only, marks the stale attempt's journal entry
+// (the one with its fence and attempt id, not ended) with LateFinish (it
+// was still running while a later attempt ran), and the call returns
+// [store.ErrLeaseLost]; a Finish whose reason says the attempt never ran
+// ([store.IsNotRun]) marks nothing. [Store.FinishBatch] completes many
+// attempts in one statement (the other outcomes in a batch take one
+// statement each).
 //
 // # Transactions
 //
@@ -166,8 +192,8 @@
 // whole), and claims never overwrite it until it expires. Owners,
 // correlation ids, fingerprints, reasons and Resolve's by that PostgreSQL
 // text cannot hold (NUL bytes, bytes that are not UTF-8) are stored with
-// U+FFFD in their place; keys are stored exactly, and one that
-// PostgreSQL refuses fails the call.
+// U+FFFD in their place; keys and attempt ids are stored exactly, and one
+// that PostgreSQL refuses fails the call.
 //
 // # Keeping the table bounded at a billion keys a month
 //
@@ -247,7 +273,7 @@
 // (typically 0.35 to 0.45) and 0.3 to 0.5 times at 64, where the machine
 // is CPU-bound; a claim alone at about pgbench's rate; a ClaimBatch of 10
 // keys at 2.5 to 6 times pgbench's rate in keys (typically 3), and a
-// ClaimBatch followed by a CompleteBatch of the 10 at 1.2 to 3.3 times
+// ClaimBatch followed by a FinishBatch of the 10 at 1.2 to 3.3 times
 // (typically 1.6); since batches of new keys start with the plain insert
 // (above), the statement runs at 0.88 to 0.95 of a bare insert of the
 // same rows, against 0.73 for the full claim, and ClaimBatch of 10 runs
@@ -255,7 +281,7 @@
 // duplicate (a claim of a completed key) only
 // reads: about 8,000 a second from one goroutine. A Ledger made with
 // [idem.WithCoalescing] sends its concurrent calls' claims as ClaimBatch
-// statements and their completions as CompleteBatch statements: at 64
+// statements and their completions as FinishBatch statements: at 64
 // callers, 0.44 to 0.48 times pgbench's rate for a claim and a completion
 // of each key, two to three times the unbatched figure. At 8 callers
 // batches were too small to pay (164 against 131 client CPU-µs a key), so

@@ -58,19 +58,23 @@ func BenchmarkEngineStatements(b *testing.B) {
 		}
 	}
 	// The statements' parameters, as pgbench expressions: :n is a random
-	// number per transaction, so a claim and its completion share a key.
-	key := "('e' || :n)"
-	claim := pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false")
-	complete := pgbenchParams(s.q.complete, key, "1", "'ok'", "3600000000")
+	// number per transaction, so a claim and its completion share a key
+	// and an attempt id. The completion reads the fence the claim made
+	// (the clock's) from the row, a lookup by key in the statement.
+	key, id := "('e' || :n)", "('a' || :n)"
+	claim := pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
+	complete := pgbenchParams(s.q.complete, key, "(SELECT f.fence FROM "+s.Table()+" AS f WHERE f.key = "+key+")", id, "'ok'", "3600000000")
 	arr := func(v, typ string) string { return "array_fill(" + v + "::" + typ + ", ARRAY[10])" }
 	claimBatch := pgbenchParams(s.q.claimBatch,
 		"(SELECT array_agg('e' || :n || '-' || g) FROM generate_series(1, 10) AS g)",
 		arr("'bench'", "text"), arr("'bench'", "text"), arr("'at_least_once'", "text"),
-		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"), arr("false", "boolean"))
+		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"), arr("false", "boolean"),
+		"(SELECT array_agg('a' || :n || '-' || g) FROM generate_series(1, 10) AS g)")
 	claimNew := pgbenchParams(s.q.claimNew,
 		"(SELECT array_agg('n' || :n || '-' || g) FROM generate_series(1, 10) AS g)",
 		arr("'bench'", "text"), arr("'bench'", "text"), arr("'at_least_once'", "text"),
-		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"))
+		arr("30000000", "bigint"), arr("3600000000", "bigint"), arr("''", "text"),
+		"(SELECT array_agg('a' || :n || '-' || g) FROM generate_series(1, 10) AS g)")
 	const rnd = "\\set n random(1, 1000000000000)\n"
 	ranClaims := false
 	for _, x := range []struct {

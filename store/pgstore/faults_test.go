@@ -144,7 +144,7 @@ func TestKillMidClaim(t *testing.T) {
 			key := idem.Key("kill", "claim")
 
 			// An attempt that never finished, lapsed.
-			first, err := f.Claim(ctx, store.ClaimRequest{Key: key.String(), Owner: "crashed", Policy: p, Lease: time.Second, Retention: time.Hour})
+			first, err := f.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key.String(), Owner: "crashed", Policy: p, Lease: time.Second, Retention: time.Hour})
 			if err != nil || !first.Acquired {
 				t.Fatalf("first claim: %+v, %v", first, err)
 			}
@@ -178,15 +178,16 @@ func TestKillMidClaim(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Get after the kill: %v", err)
 			}
-			if rec.Status != store.StatusInProgress || rec.Fence != 1 || rec.Owner != "crashed" || len(rec.Journal) != 1 {
-				t.Fatalf("after the kill: {%s, fence %d, owner %q, %d entries}, want the lapsed attempt untouched",
-					rec.Status, rec.Fence, rec.Owner, len(rec.Journal))
+			if rec.Status != store.StatusInProgress || rec.Fence != first.Record.Fence || rec.AttemptID != first.Record.AttemptID ||
+				rec.Owner != "crashed" || len(rec.Journal) != 1 {
+				t.Fatalf("after the kill: {%s, fence %d, attempt id %q, owner %q, %d entries}, want the lapsed attempt untouched (fence %d, attempt id %q)",
+					rec.Status, rec.Fence, rec.AttemptID, rec.Owner, len(rec.Journal), first.Record.Fence, first.Record.AttemptID)
 			}
 			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("second"), nil })
 			switch p {
 			case store.AtLeastOnce:
-				if err != nil || !res.Takeover || res.Fence != 2 || ran.Load() != 1 {
-					t.Fatalf("Do after the kill: %+v, %v (fn ran %d); want a takeover at fence 2", res, err, ran.Load())
+				if err != nil || !res.Takeover || res.Fence != first.Record.Fence+1 || ran.Load() != 1 {
+					t.Fatalf("Do after the kill: %+v, %v (fn ran %d); want a takeover at fence %d", res, err, ran.Load(), first.Record.Fence+1)
 				}
 			case store.AtMostOnce:
 				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 0 {
@@ -198,9 +199,9 @@ func TestKillMidClaim(t *testing.T) {
 }
 
 // TestKillMidComplete terminates the store's connection while the
-// completion waits for the row: fn ran once, the caller gets a store error
-// (not a success), the record stays in_progress, duplicates are busy, and
-// once the lease passes the policy decides.
+// completion waits for the row. The completion names its attempt, so the
+// Ledger sends it again: once the row is free the key is completed with
+// fn's result, fn ran once, and Do succeeds.
 func TestKillMidComplete(t *testing.T) {
 	for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
 		t.Run(p.String(), func(t *testing.T) {
@@ -210,13 +211,84 @@ func TestKillMidComplete(t *testing.T) {
 			l := faultLedger(f, p)
 			key := idem.Key("kill", "complete")
 
-			var ran atomic.Int64
+			var (
+				ran  atomic.Int64
+				held store.Record // the record while fn runs
+			)
+			inside := make(chan struct{})
+			proceed := make(chan struct{})
+			type answer struct {
+				res idem.Result
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) {
+					ran.Add(1)
+					var err error
+					if held, err = f.Get(ctx, key.String()); err != nil {
+						t.Errorf("Get while fn runs: %v", err)
+					}
+					close(inside)
+					<-proceed
+					return []byte("sent"), nil
+				})
+				done <- answer{res, err}
+			}()
+			<-inside
+			release := f.lock(t, key.String())
+			close(proceed)
+			f.killWaiting(t)
+			// The killed statement did not commit: the row is as fn left it.
+			if rec, err := f.Get(ctx, key.String()); err != nil || rec.Status != store.StatusInProgress || rec.Fence != held.Fence {
+				t.Fatalf("after the kill: %+v, %v; want in_progress at fence %d", rec, err, held.Fence)
+			}
+			release()
+			a := <-done
+			if a.err != nil || a.res.Replayed || string(a.res.Value) != "sent" || ran.Load() != 1 {
+				t.Fatalf("Do whose completion's connection was terminated: %+v, %v (fn ran %d); want its result, fn run once", a.res, a.err, ran.Load())
+			}
+			rec, err := f.Get(ctx, key.String())
+			if err != nil || rec.Status != store.StatusCompleted || rec.Fence != held.Fence || rec.AttemptID != held.AttemptID || string(rec.Result) != "sent" {
+				t.Fatalf("after the completion was sent again: %+v, %v; want completed by the attempt at fence %d", rec, err, held.Fence)
+			}
+			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return nil, nil })
+			if err != nil || !res.Replayed || string(res.Value) != "sent" || ran.Load() != 1 {
+				t.Fatalf("a duplicate: %+v, %v (fn ran %d); want the result replayed", res, err, ran.Load())
+			}
+		})
+	}
+}
+
+// TestCompleteOutOfReach holds the row for longer than the Ledger's
+// finish window, so that every try of the completion waits and is
+// cancelled: the caller gets a store error (not a success), nothing is
+// recorded, and the key is left to its lease, whose policy decides.
+func TestCompleteOutOfReach(t *testing.T) {
+	for _, p := range []store.Policy{store.AtLeastOnce, store.AtMostOnce} {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			f := newFaultStore(t)
+			ctx := context.Background()
+			// A 2 s lease: a finish window of 5 s (the Ledger's least).
+			l := idem.New(f, idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithOwner("fault"),
+				idem.WithPolicy(p), idem.WithLease(2*time.Second))
+			key := idem.Key("out-of-reach", "complete")
+
+			var (
+				ran  atomic.Int64
+				held store.Record
+			)
 			inside := make(chan struct{})
 			proceed := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
 				_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) {
 					ran.Add(1)
+					var err error
+					if held, err = f.Get(ctx, key.String()); err != nil {
+						t.Errorf("Get while fn runs: %v", err)
+					}
 					close(inside)
 					<-proceed
 					return []byte("sent"), nil
@@ -228,26 +300,33 @@ func TestKillMidComplete(t *testing.T) {
 			close(proceed)
 			f.killWaiting(t)
 			err := <-done
-			wantStoreError(t, "Do whose completion's connection was terminated", err)
+			wantStoreError(t, "Do whose completion could not be recorded", err)
+			// The last try was cancelled on the server (pgx sends the
+			// cancel as it gives the connection up): until that lands it
+			// still waits, and would complete the key once the row is
+			// free. An error is never an outcome.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				var n int
+				testPool(t).QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", f.app).Scan(&n)
+				if n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the cancelled completion still waits on the server")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			release()
-
 			rec, err := f.Get(ctx, key.String())
-			if err != nil {
-				t.Fatalf("Get after the kill: %v", err)
-			}
-			if rec.Status != store.StatusInProgress || rec.Fence != 1 || len(rec.Result) != 0 {
-				t.Fatalf("after the kill: {%s, fence %d, result %q}, want in_progress at fence 1, nothing recorded", rec.Status, rec.Fence, rec.Result)
-			}
-			_, err = l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return nil, nil })
-			if !errors.Is(err, idem.ErrInProgress) {
-				t.Fatalf("Do while the unrecorded attempt's lease runs: %v, want ErrInProgress", err)
+			if err != nil || rec.Status != store.StatusInProgress || rec.Fence != held.Fence || rec.AttemptID != held.AttemptID || len(rec.Result) != 0 {
+				t.Fatalf("after the completion failed: %+v, %v; want in_progress at fence %d, attempt id %q, nothing recorded", rec, err, held.Fence, held.AttemptID)
 			}
 			f.clocks.advance(t, time.Minute)
 			res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { ran.Add(1); return []byte("again"), nil })
 			switch p {
 			case store.AtLeastOnce:
-				if err != nil || !res.Takeover || res.Attempt != 2 || ran.Load() != 2 {
-					t.Fatalf("Do after the lease passed: %+v, %v (fn ran %d); want a takeover, attempt 2", res, err, ran.Load())
+				if err != nil || !res.Takeover || res.Attempt != 2 || res.Fence != held.Fence+1 || ran.Load() != 2 {
+					t.Fatalf("Do after the lease passed: %+v, %v (fn ran %d); want a takeover, attempt 2, fence %d", res, err, ran.Load(), held.Fence+1)
 				}
 			case store.AtMostOnce:
 				if !errors.Is(err, idem.ErrIndeterminate) || ran.Load() != 1 {
@@ -265,13 +344,15 @@ func TestContextCancelledMidClaim(t *testing.T) {
 	t.Parallel()
 	f := newFaultStore(t)
 	ctx := context.Background()
-	r := store.ClaimRequest{Key: "k", Owner: "first", Policy: store.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
-	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired {
-		t.Fatalf("first claim: %+v, %v", cr, err)
+	r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "first", Policy: store.AtLeastOnce, Lease: time.Second, Retention: time.Hour}
+	first, err := f.Claim(ctx, r)
+	if err != nil || !first.Acquired {
+		t.Fatalf("first claim: %+v, %v", first, err)
 	}
-	if err := f.Release(ctx, "k", 1, "retry"); err != nil {
+	if err := f.Finish(ctx, store.FinishRequest{Key: "k", Fence: first.Record.Fence, AttemptID: first.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "retry"}); err != nil {
 		t.Fatal(err)
 	}
+	r.AttemptID = store.NewAttemptID() // the next attempt
 	release := f.lock(t, "k")
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -321,15 +402,15 @@ func TestContextCancelledMidClaim(t *testing.T) {
 	}
 	release()
 	rec, err := f.Get(ctx, "k")
-	if err != nil || rec.Status != store.StatusReleased || rec.Fence != 1 {
-		t.Fatalf("after the cancelled claim: %+v, %v; want the released record at fence 1", rec, err)
+	if err != nil || rec.Status != store.StatusReleased || rec.Fence != first.Record.Fence || rec.AttemptID != first.Record.AttemptID {
+		t.Fatalf("after the cancelled claim: %+v, %v; want the released record at fence %d", rec, err, first.Record.Fence)
 	}
 	// An already cancelled context does not reach the database.
 	if _, err := f.Claim(cctx, r); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a cancelled context: %v", err)
 	}
-	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired || cr.Record.Fence != 2 {
-		t.Fatalf("claim after the cancel: %+v, %v; want acquired at fence 2", cr, err)
+	if cr, err := f.Claim(ctx, r); err != nil || !cr.Acquired || cr.Record.Fence != first.Record.Fence+1 {
+		t.Fatalf("claim after the cancel: %+v, %v; want acquired at fence %d", cr, err, first.Record.Fence+1)
 	}
 }
 
@@ -346,19 +427,22 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	ctx := context.Background()
-	r := store.ClaimRequest{Key: "k", Policy: store.AtLeastOnce, Lease: time.Second}
+	r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Policy: store.AtLeastOnce, Lease: time.Second}
 	calls := map[string]error{}
 	_, calls["Claim"] = s.Claim(ctx, r)
 	_, calls["ClaimBatch"] = s.ClaimBatch(ctx, []store.ClaimRequest{r, r})
-	calls["Complete"] = s.Complete(ctx, "k", 1, nil, time.Hour)
-	_, calls["CompleteBatch"] = s.CompleteBatch(ctx, []Completion{{Key: "k", Fence: 1}})
-	calls["Fail"] = s.Fail(ctx, "k", 1, "", time.Hour)
-	calls["Release"] = s.Release(ctx, "k", 1, "")
-	calls["Abandon"] = s.Abandon(ctx, "k", 1, "")
-	_, calls["Extend"] = s.Extend(ctx, "k", 1, time.Hour)
+	end := func(o store.Outcome) store.FinishRequest {
+		return store.FinishRequest{Key: "k", Fence: 1, AttemptID: r.AttemptID, Outcome: o, Retention: time.Hour}
+	}
+	calls["Finish"] = s.Finish(ctx, end(store.OutcomeCompleted))
+	_, calls["FinishBatch"] = s.FinishBatch(ctx, []store.FinishRequest{end(store.OutcomeCompleted), end(store.OutcomeFailed)})
+	calls["Finish(failed)"] = s.Finish(ctx, end(store.OutcomeFailed))
+	calls["Finish(released)"] = s.Finish(ctx, end(store.OutcomeReleased))
+	calls["Finish(abandoned)"] = s.Finish(ctx, end(store.OutcomeAbandoned))
+	_, calls["Extend"] = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: 1, AttemptID: r.AttemptID, Lease: time.Hour})
 	_, calls["Get"] = s.Get(ctx, "k")
 	_, calls["List"] = s.List(ctx, store.ListQuery{})
-	_, calls["Resolve"] = s.Resolve(ctx, "k", 0, store.Resolution{})
+	_, calls["Resolve"] = s.Resolve(ctx, store.ResolveRequest{Key: "k"})
 	calls["Delete"] = s.Delete(ctx, "k")
 	_, calls["Sweep"] = s.Sweep(ctx, 10)
 	_, calls["Now"] = s.Now(ctx)
@@ -380,7 +464,7 @@ func TestDuplicateDoesNotLock(t *testing.T) {
 	f := newFaultStore(t)
 	ctx := context.Background()
 	done := claimNew(t, f, "done")
-	if err := f.Complete(ctx, "done", done.Record.Fence, []byte("r"), time.Hour); err != nil {
+	if err := f.Finish(ctx, store.FinishRequest{Key: "done", Fence: done.Record.Fence, AttemptID: done.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	claimNew(t, f, "busy")

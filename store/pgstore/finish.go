@@ -12,74 +12,85 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Complete implements [store.Store]: one UPDATE conditioned on the fence; a
-// refused (stale) holder's journal entry is annotated with its late finish
-// in the same statement.
-func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+// Finish implements [store.Store]: one UPDATE conditioned on the attempt
+// holding the key (its fence and attempt id, in_progress, not expired).
+// When it updates nothing, a second statement annotates the stale
+// attempt's journal entry with its late finish, unless req.Reason says
+// the attempt never ran ([store.IsNotRun]). A request that
+// [store.FinishRequest.Check] refuses is not sent.
+func (s *Store) Finish(ctx context.Context, req store.FinishRequest) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return s.wrap("complete", s.finish(ctx, s.pool, s.q.complete, key, fence, result, micros(retention)))
-}
-
-// Fail implements [store.Store].
-func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	if err := s.check(ctx); err != nil {
+	if err := req.Check(); err != nil {
 		return err
 	}
-	return s.wrap("fail", s.finish(ctx, s.pool, s.q.fail, key, fence, pgtext.Storable(reason), micros(retention)))
+	return s.wrap("finish", s.finish(ctx, s.pool, req))
 }
 
-// Release implements [store.Store].
-func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	if err := s.check(ctx); err != nil {
-		return err
+// finish runs the finishing statement of req's outcome (finishSQL) on q.
+// When it updates nothing, the attempt no longer holds the key: a second
+// statement annotates its journal entry with the late finish, unless the
+// attempt never ran.
+func (s *Store) finish(ctx context.Context, q querier, req store.FinishRequest) error {
+	var (
+		sql  string
+		args = []any{req.Key, req.Fence, req.AttemptID}
+	)
+	switch req.Outcome {
+	case store.OutcomeCompleted:
+		sql, args = s.q.complete, append(args, req.Result, micros(req.Retention))
+		if req.Reason != "" {
+			sql, args = s.q.completeReason, append(args, pgtext.Storable(req.Reason))
+		}
+	case store.OutcomeFailed:
+		sql, args = s.q.fail, append(args, pgtext.Storable(req.Reason), micros(req.Retention))
+	case store.OutcomeReleased:
+		sql, args = s.q.release, append(args, pgtext.Storable(req.Reason))
+	case store.OutcomeAbandoned:
+		sql, args = s.q.abandon, append(args, pgtext.Storable(req.Reason))
+	default:
+		return req.Check() // not reached: the callers checked req
 	}
-	return s.wrap("release", s.finish(ctx, s.pool, s.q.release, key, fence, pgtext.Storable(reason)))
-}
-
-// Abandon implements [store.Store].
-func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	return s.wrap("abandon", s.finish(ctx, s.pool, s.q.abandon, key, fence, pgtext.Storable(reason)))
-}
-
-// finish runs one of the finishing statements (finishSQL) on q. When it
-// updates nothing, the attempt no longer holds the key: a second statement
-// annotates its journal entry with the late finish.
-func (s *Store) finish(ctx context.Context, q querier, sql, key string, fence int64, args ...any) error {
-	tag, err := s.exec(ctx, q, sql, append([]any{key, fence}, args...)...)
+	tag, err := s.exec(ctx, q, sql, args...)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return s.late(ctx, q, key, fence)
+		if store.IsNotRun(req.Reason) {
+			return store.ErrLeaseLost // an attempt that never ran did not finish late
+		}
+		return s.late(ctx, q, req.Key, req.Fence, req.AttemptID)
 	}
 	return nil
 }
 
-// late annotates the journal entry of fence, which no longer holds key,
-// and returns store.ErrLeaseLost (or the error that prevented the
-// annotation: the caller learns of the lost lease either way, as a store
-// error at worst).
-func (s *Store) late(ctx context.Context, q querier, key string, fence int64) error {
-	if _, err := s.exec(ctx, q, s.q.late, key, fence); err != nil {
+// late annotates the journal entry of the attempt (fence, attemptID),
+// which no longer holds key, and returns store.ErrLeaseLost (or the error
+// that prevented the annotation: the caller learns of the lost lease
+// either way, as a store error at worst).
+func (s *Store) late(ctx context.Context, q querier, key string, fence int64, attemptID string) error {
+	if _, err := s.exec(ctx, q, s.q.late, key, fence, attemptID); err != nil {
 		return fmt.Errorf("%w (annotating the late finish failed: %w)", store.ErrLeaseLost, err)
 	}
 	return store.ErrLeaseLost
 }
 
-// Extend implements [store.Store].
-func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+// Extend implements [store.Store]: one UPDATE conditioned as Finish's;
+// when the attempt no longer holds the key, its journal entry is
+// annotated with the late finish (a refused heartbeat proves the attempt
+// was still running).
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
 	}
+	if err := req.Check(); err != nil {
+		return time.Time{}, err
+	}
 	var until time.Time
-	err := s.queryRow(ctx, s.pool, s.q.extend, key, fence, micros(lease)).Scan(&until)
+	err := s.queryRow(ctx, s.pool, s.q.extend, req.Key, req.Fence, req.AttemptID, micros(req.Lease)).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, s.wrap("extend", s.late(ctx, s.pool, key, fence))
+		return time.Time{}, s.wrap("extend", s.late(ctx, s.pool, req.Key, req.Fence, req.AttemptID))
 	}
 	if err != nil {
 		return time.Time{}, s.wrap("extend", err)
@@ -87,50 +98,86 @@ func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.
 	return until.UTC(), nil
 }
 
-// Completion is one attempt's result for [Store.CompleteBatch].
-type Completion = store.Completion
-
-// CompleteBatch implements [store.BatchCompleter]: it does what
-// [Store.Complete] does for each of cs, in one
-// statement: one round trip and one commit for the whole batch, for
-// consumers that claimed a batch with [Store.ClaimBatch]. errs[i] is nil
-// when cs[i] was recorded and [store.ErrLeaseLost] when its attempt no
-// longer held the key (its journal entry is then annotated with the late
-// finish, as Complete does). err is a store failure: then nothing was
-// recorded, unless a key appears more than once in cs (each repetition
-// takes a further statement, run after the first commits).
-func (s *Store) CompleteBatch(ctx context.Context, cs []Completion) (errs []error, err error) {
+// FinishBatch implements [store.BatchFinisher]: it does what
+// [Store.Finish] does for each of reqs, in order. The completions (without
+// a reason: what the Ledger sends) of distinct keys go in one statement,
+// one round trip and one commit, for consumers that claimed a batch with
+// [Store.ClaimBatch]; the other outcomes, rare in a batch, take a
+// statement each, as Finish does. errs[i] is nil when reqs[i] was
+// recorded and wraps [store.ErrLeaseLost] when its attempt no longer held
+// the key (its journal entry is then annotated with the late finish, as
+// Finish does). A request that [store.FinishRequest.Check] refuses fails
+// the batch before anything is sent. err is a store failure: then which
+// were recorded is unknown (a key that appears more than once takes a
+// further statement for each repetition, run after the first commits).
+func (s *Store) FinishBatch(ctx context.Context, reqs []store.FinishRequest) (errs []error, err error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	errs = make([]error, len(cs))
-	err = inRounds(len(cs), func(i int) string { return cs[i].Key }, func(round []int) error {
-		return s.completeRound(ctx, cs, round, errs)
+	for _, r := range reqs {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
+	}
+	errs = make([]error, len(reqs))
+	err = inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
+		return s.finishRound(ctx, reqs, round, errs)
 	})
 	if err != nil {
-		return nil, s.wrap("complete batch", err)
+		return nil, s.wrap("finish batch", err)
 	}
 	return errs, nil
 }
 
-func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int, errs []error) error {
+// finishRound finishes reqs[i] for each i of round (distinct keys): the
+// completions in one completeBatchSQL statement (or finishSQL's, for one),
+// the others one by one.
+func (s *Store) finishRound(ctx context.Context, reqs []store.FinishRequest, round []int, errs []error) error {
+	var batch []int
+	for _, i := range round {
+		if r := &reqs[i]; r.Outcome == store.OutcomeCompleted && r.Reason == "" {
+			batch = append(batch, i)
+			continue
+		}
+		if err := s.finish(ctx, s.pool, reqs[i]); err != nil {
+			if !errors.Is(err, store.ErrLeaseLost) {
+				return err
+			}
+			errs[i] = err
+		}
+	}
+	switch len(batch) {
+	case 0:
+		return nil
+	case 1:
+		// One statement either way: finishSQL's, without the arrays.
+		i := batch[0]
+		if err := s.finish(ctx, s.pool, reqs[i]); err != nil {
+			if !errors.Is(err, store.ErrLeaseLost) {
+				return err
+			}
+			errs[i] = err
+		}
+		return nil
+	}
 	// By their UTF-8 bytes, as Go compares strings: the statement finds each
 	// key's inputs by binary search over the keys (completeBatchSQL).
-	slices.SortFunc(round, func(a, b int) int {
+	slices.SortFunc(batch, func(a, b int) int {
 		switch {
-		case cs[a].Key < cs[b].Key:
+		case reqs[a].Key < reqs[b].Key:
 			return -1
-		case cs[a].Key > cs[b].Key:
+		case reqs[a].Key > reqs[b].Key:
 			return 1
 		}
 		return 0
 	})
-	n := len(round)
-	keys, fences, results, rets := make([]string, n), make([]int64, n), make([][]byte, n), make([]int64, n)
-	for j, i := range round {
-		keys[j], fences[j], results[j], rets[j] = cs[i].Key, cs[i].Fence, cs[i].Result, micros(cs[i].Retention)
+	n := len(batch)
+	keys, fences, ids, results, rets := make([]string, n), make([]int64, n), make([]string, n), make([][]byte, n), make([]int64, n)
+	for j, i := range batch {
+		r := &reqs[i]
+		keys[j], fences[j], ids[j], results[j], rets[j] = r.Key, r.Fence, r.AttemptID, r.Result, micros(r.Retention)
 	}
-	rows, err := s.query(ctx, s.pool, s.q.completeBatch, keys, fences, results, rets)
+	rows, err := s.query(ctx, s.pool, s.q.completeBatch, keys, fences, ids, results, rets)
 	if err != nil {
 		return err
 	}
@@ -146,8 +193,8 @@ func (s *Store) completeRound(ctx context.Context, cs []Completion, round []int,
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, i := range round {
-		if !done[cs[i].Key] {
+	for _, i := range batch {
+		if !done[reqs[i].Key] {
 			errs[i] = store.ErrLeaseLost
 		}
 	}

@@ -53,35 +53,54 @@ func TestImplicitJournal(t *testing.T) {
 		}
 	}
 
-	for _, k := range []string{"done", "failed", "released", "extended", "abandoned", "resolved", "lapsed", "batch-done"} {
-		claim(k, time.Minute)
+	claimed := map[string]store.ClaimResult{}
+	for _, k := range []string{"done", "done-why", "failed", "released", "extended", "abandoned", "resolved", "lapsed", "batch-done", "batch-done-2"} {
+		claimed[k] = claim(k, time.Minute)
 		want(k, true)
 	}
-	if err := s.Complete(ctx, "done", 1, []byte("ok"), time.Hour); err != nil {
+	end := func(key string, o store.Outcome, reason string) store.FinishRequest {
+		cr := claimed[key]
+		return store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: o,
+			Result: []byte("ok"), Reason: reason, Retention: time.Hour}
+	}
+	if err := s.Finish(ctx, end("done", store.OutcomeCompleted, "")); err != nil {
 		t.Fatal(err)
 	}
 	want("done", true)
-	if err := s.Fail(ctx, "failed", 1, "card declined", time.Hour); err != nil {
+	// A completion with a reason: the attempt's entry keeps the reason,
+	// which the columns do not say.
+	if err := s.Finish(ctx, end("done-why", store.OutcomeCompleted, "sent")); err != nil {
+		t.Fatal(err)
+	}
+	want("done-why", false)
+	if rec, err := s.Get(ctx, "done-why"); err != nil || rec.Reason != "" || rec.Journal[0].Reason != "sent" || rec.Journal[0].Outcome != store.OutcomeCompleted {
+		t.Fatalf("a completion with a reason: %+v, %v", rec, err)
+	}
+	if err := s.Finish(ctx, end("failed", store.OutcomeFailed, "card declined")); err != nil {
 		t.Fatal(err)
 	}
 	want("failed", true)
-	if err := s.Release(ctx, "released", 1, "try later"); err != nil {
+	if err := s.Finish(ctx, end("released", store.OutcomeReleased, "try later")); err != nil {
 		t.Fatal(err)
 	}
 	want("released", true)
-	if _, err := s.Extend(ctx, "extended", 1, time.Hour); err != nil {
+	if _, err := s.Extend(ctx, store.ExtendRequest{Key: "extended", Fence: claimed["extended"].Record.Fence, AttemptID: claimed["extended"].Record.AttemptID, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	want("extended", true)
-	if errs, err := s.CompleteBatch(ctx, []Completion{{Key: "batch-done", Fence: 1, Result: []byte("ok"), Retention: time.Hour}}); err != nil || errs[0] != nil {
-		t.Fatalf("CompleteBatch: %v %v", errs, err)
+	if errs, err := s.FinishBatch(ctx, []store.FinishRequest{end("batch-done", store.OutcomeCompleted, ""), end("batch-done-2", store.OutcomeCompleted, "")}); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("FinishBatch: %v %v", errs, err)
 	}
 	want("batch-done", true)
-	if err := s.Abandon(ctx, "abandoned", 1, "crashed"); err != nil {
+	want("batch-done-2", true)
+	if err := s.Finish(ctx, end("abandoned", store.OutcomeAbandoned, "crashed")); err != nil {
 		t.Fatal(err)
 	}
 	want("abandoned", false)
-	if _, err := s.Resolve(ctx, "resolved", 1, store.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "ops"}); err != nil {
+	if rec, err := s.Get(ctx, "abandoned"); err != nil || rec.AttemptID != "" || rec.Journal[0].AttemptID != claimed["abandoned"].Record.AttemptID {
+		t.Fatalf("abandoned: %+v, %v; want no attempt id in the record, the attempt's in its entry", rec, err)
+	}
+	if _, err := s.Resolve(ctx, store.ResolveRequest{Key: "resolved", Fence: claimed["resolved"].Record.Fence, Done: true, Result: []byte("r"), Reason: "checked", By: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	want("resolved", false)
@@ -147,17 +166,23 @@ func TestImplicitJournalOff(t *testing.T) {
 		}
 		return a
 	}
+	claimed := map[string]store.ClaimResult{}
+	end := func(key string, o store.Outcome, reason string) store.FinishRequest {
+		cr := claimed[key]
+		return store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: o,
+			Result: []byte("ok"), Reason: reason, Retention: time.Hour}
+	}
 	// Written implicitly, ended by the store that writes journals out.
-	if _, err := on.Claim(ctx, req("a")); err != nil {
+	if claimed["a"], err = on.Claim(ctx, req("a")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := off.Extend(ctx, "a", 1, time.Hour); err != nil {
+	if _, err := off.Extend(ctx, store.ExtendRequest{Key: "a", Fence: claimed["a"].Record.Fence, AttemptID: claimed["a"].Record.AttemptID, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if journalNull("a") {
 		t.Fatal("a heartbeat WithImplicitJournal(false) left the journal implicit")
 	}
-	if err := on.Complete(ctx, "a", 1, []byte("ok"), time.Hour); err != nil {
+	if err := on.Finish(ctx, end("a", store.OutcomeCompleted, "")); err != nil {
 		t.Fatal(err)
 	}
 	if journalNull("a") {
@@ -168,19 +193,21 @@ func TestImplicitJournalOff(t *testing.T) {
 	}
 	// Claimed and ended by the store that writes journals out, alone and
 	// in batches.
-	if _, err := off.Claim(ctx, req("b")); err != nil {
+	if claimed["b"], err = off.Claim(ctx, req("b")); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := off.ClaimBatch(ctx, []store.ClaimRequest{req("c"), req("d")}); err != nil || !res[0].Acquired || !res[1].Acquired {
+	res, err := off.ClaimBatch(ctx, []store.ClaimRequest{req("c"), req("d"), req("e")})
+	if err != nil || !res[0].Acquired || !res[1].Acquired || !res[2].Acquired {
 		t.Fatalf("ClaimBatch: %+v %v", res, err)
 	}
-	if err := off.Fail(ctx, "b", 1, "declined", time.Hour); err != nil {
+	claimed["c"], claimed["d"] = res[0], res[1]
+	if err := off.Finish(ctx, end("b", store.OutcomeFailed, "declined")); err != nil {
 		t.Fatal(err)
 	}
-	if errs, err := off.CompleteBatch(ctx, []Completion{{Key: "c", Fence: 1, Result: []byte("ok"), Retention: time.Hour}}); err != nil || errs[0] != nil {
-		t.Fatalf("CompleteBatch: %v %v", errs, err)
+	if errs, err := off.FinishBatch(ctx, []store.FinishRequest{end("c", store.OutcomeCompleted, ""), end("d", store.OutcomeCompleted, "")}); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("FinishBatch: %v %v", errs, err)
 	}
-	for _, k := range []string{"b", "c", "d"} {
+	for _, k := range []string{"b", "c", "d", "e"} {
 		if journalNull(k) {
 			t.Fatalf("%s: WithImplicitJournal(false) wrote an implicit journal", k)
 		}

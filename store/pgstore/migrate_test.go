@@ -17,7 +17,7 @@ import (
 
 func claimNew(t *testing.T, s store.Store, key string) store.ClaimResult {
 	t.Helper()
-	cr, err := s.Claim(context.Background(), store.ClaimRequest{Key: key, Owner: "o", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
+	cr, err := s.Claim(context.Background(), store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "o", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour})
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -70,7 +70,7 @@ func TestMigrateOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Policy: store.AtLeastOnce, Lease: time.Minute})
+	_, err = s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Policy: store.AtLeastOnce, Lease: time.Minute})
 	if !errors.Is(err, ErrNoTable) || !strings.Contains(err.Error(), schema) {
 		t.Fatalf("Claim on a missing table: %v, want an error naming the table", err)
 	}
@@ -189,29 +189,40 @@ func TestMigrateUpgrade(t *testing.T) {
 	defer s.Close()
 	// Implicit journals of each kind: completed, released with a reason,
 	// in progress.
+	claimed := map[string]store.ClaimResult{}
 	for _, k := range []string{"k", "r", "p"} {
-		if _, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: "o", Correlation: "msg-" + k, Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
+		if claimed[k], err = s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "o", Correlation: "msg-" + k, Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("ok"), time.Hour); err != nil {
+	end := func(key string, o store.Outcome, result []byte, reason string) store.FinishRequest {
+		cr := claimed[key]
+		return store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: o, Result: result, Reason: reason, Retention: time.Hour}
+	}
+	if err := s.Finish(ctx, end("k", store.OutcomeCompleted, []byte("ok"), "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "r", 1, "try later"); err != nil {
+	if err := s.Finish(ctx, end("r", store.OutcomeReleased, nil, "try later")); err != nil {
 		t.Fatal(err)
 	}
+	// What a build from before version 4 reads back: no attempt ids.
 	before := map[string]store.Record{}
 	for _, k := range []string{"k", "r", "p"} {
 		if before[k], err = s.Get(ctx, k); err != nil {
 			t.Fatal(err)
 		}
+		before[k].Journal[0].AttemptID = ""
+		rec := before[k]
+		rec.AttemptID = ""
+		before[k] = rec
 	}
 	versions := pgx.Identifier{schema, DefaultTable + "_migrations"}.Sanitize()
 	// Back to version 1: the journal written out (as implicitJournalSQL
-	// writes it), no correlation column.
+	// writes it) without attempt ids, no correlation or attempt_id column.
 	for _, q := range []string{
-		"UPDATE " + s.Table() + " AS t SET journal = " + implicitJournalSQL("t"),
-		"ALTER TABLE " + s.Table() + " DROP COLUMN correlation, ALTER COLUMN journal SET NOT NULL, RESET (vacuum_truncate)",
+		"UPDATE " + s.Table() + " AS t SET journal = " + wireNames.Replace(implicitJournalSQL("t")),
+		"UPDATE " + s.Table() + " AS t SET journal = (SELECT jsonb_agg(j.e - '" + store.WireAttemptID + "' ORDER BY j.o) FROM jsonb_array_elements(t.journal) WITH ORDINALITY AS j(e, o))",
+		"ALTER TABLE " + s.Table() + " DROP COLUMN correlation, DROP COLUMN attempt_id, ALTER COLUMN journal SET NOT NULL, RESET (vacuum_truncate)",
 		"DELETE FROM " + versions + " WHERE version >= 2",
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
@@ -228,13 +239,30 @@ func TestMigrateUpgrade(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, "SELECT reloptions, (SELECT max(version) FROM "+versions+") FROM pg_class WHERE oid = $1::regclass", s.Table()).Scan(&opts, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v < 2 || !strings.Contains(strings.Join(opts, ","), "vacuum_truncate=false") {
-		t.Fatalf("after reopening: version %d, reloptions %v", v, opts)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != len(ms) || !strings.Contains(strings.Join(opts, ","), "vacuum_truncate=false") {
+		t.Fatalf("after reopening: version %d, reloptions %v; want version %d", v, opts, len(ms))
 	}
 	// The journals written out in SQL read back as the implicit ones did.
 	for k, want := range before {
 		if rec, err := s2.Get(ctx, k); err != nil || !reflect.DeepEqual(rec, want) {
 			t.Fatalf("%s after the upgrade:\n got %+v, %v\nwant %+v", k, rec, err, want)
 		}
+	}
+	// A row from before version 4 has no attempt id: no attempt can end
+	// it (nor is one marked as finishing late); it is resolved (or lapses
+	// and is taken over) as usual.
+	if err := s2.Finish(ctx, end("p", store.OutcomeCompleted, []byte("ok"), "")); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("Finish of a row from before version 4: %v, want ErrLeaseLost", err)
+	}
+	if rec, err := s2.Get(ctx, "p"); err != nil || !reflect.DeepEqual(rec, before["p"]) {
+		t.Fatalf("p after a refused finish:\n got %+v, %v\nwant %+v", rec, err, before["p"])
+	}
+	if rec, err := s2.Resolve(ctx, store.ResolveRequest{Key: "p", Fence: claimed["p"].Record.Fence, InProgress: true, Done: true, Result: []byte("ok")}); err != nil ||
+		rec.Status != store.StatusCompleted || rec.Fence != claimed["p"].Record.Fence+1 {
+		t.Fatalf("Resolve of a row from before version 4: %+v, %v", rec, err)
 	}
 }

@@ -1,8 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -17,14 +15,14 @@ type rawRecord struct {
 	result                                          []byte
 	leaseUntil, expiresAt, createdAt, updatedAt     time.Time
 	journal                                         []byte // nil: implicit (store.ImplicitEntry)
-	correlation                                     string
+	correlation, attemptID                          string
 }
 
 // dest returns the scan destinations of the record columns, followed by
 // extra.
 func (r *rawRecord) dest(extra ...any) []any {
 	return append([]any{&r.key, &r.status, &r.policy, &r.fence, &r.attempt, &r.owner, &r.fingerprint, &r.result,
-		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal, &r.correlation}, extra...)
+		&r.reason, &r.leaseUntil, &r.expiresAt, &r.createdAt, &r.updatedAt, &r.journal, &r.correlation, &r.attemptID}, extra...)
 }
 
 // record checks the row and returns it as an store.Record, or an
@@ -43,15 +41,8 @@ func (r *rawRecord) record() (store.Record, error) {
 	}
 	var journal []store.JournalEntry
 	if r.journal != nil {
-		if j := bytes.TrimSpace(r.journal); len(j) == 0 || j[0] != '[' {
-			return store.Record{}, corrupt("journal is not a JSON array: %.60s", r.journal)
-		}
-		if err := json.Unmarshal(r.journal, &journal); err != nil {
-			return store.Record{}, corrupt("journal: %v", err)
-		}
-		for i := range journal {
-			e := &journal[i]
-			e.Started, e.LeaseUntil, e.Ended, e.LateFinish = utc(e.Started), utc(e.LeaseUntil), utc(e.Ended), utc(e.LateFinish)
+		if journal, err = store.UnmarshalJournal(r.journal); err != nil {
+			return store.Record{}, corrupt("%v", err)
 		}
 	}
 	rec := store.Record{
@@ -59,6 +50,7 @@ func (r *rawRecord) record() (store.Record, error) {
 		Status:      status,
 		Policy:      policy,
 		Fence:       r.fence,
+		AttemptID:   r.attemptID,
 		Attempt:     int(r.attempt),
 		Owner:       r.owner,
 		Fingerprint: r.fingerprint,
@@ -76,11 +68,4 @@ func (r *rawRecord) record() (store.Record, error) {
 		rec.Journal = []store.JournalEntry{store.ImplicitEntry(&rec, r.correlation)}
 	}
 	return rec, nil
-}
-
-func utc(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	return t.UTC()
 }

@@ -22,16 +22,68 @@ import (
 //   - Durations are passed as microseconds (bigint) and multiplied by
 //     interval '1 microsecond'.
 //   - The journal is jsonb, manipulated with jsonb_set, ||, - and
-//     jsonb_path_query_array; its entries keep the json field names of
-//     store.JournalEntry, so records decode with encoding/json. It is NULL
-//     (implicit) while it is the one entry the row's columns say: a key's
-//     first attempt (see implicitJournalSQL). The statements on the hot
-//     path keep it NULL; the others write it out before they change it.
+//     jsonb_path_query_array; its entries keep the wire names of
+//     store.JournalEntry (store.WireFence and its kin), so records decode
+//     with store.UnmarshalJournal. The SQL below names a member {Field},
+//     after the JournalEntry field, and newQueries puts in the quoted wire
+//     name (wireNames): the names are spelled once, in package store. The
+//     journal is NULL (implicit) while it is the one entry the row's
+//     columns say: a key's first attempt (see implicitJournalSQL). The
+//     statements on the hot path keep it NULL; the others write it out
+//     before they change it.
+//   - A new row's fence is store.FirstFence of the clock with no floor:
+//     the clock in microseconds since 1970 (firstFenceSQL). Every later
+//     claim or resolution of the row adds one.
+//   - An attempt holds the key while its row is in_progress with the
+//     attempt's fence and attempt id and has not expired (heldSQL); every
+//     statement that ends or extends an attempt is conditioned on that.
 
 // recordColumns are the columns of a record, in the order rawRecord.dest
 // reads them.
 var recordColumns = []string{"key", "status", "policy", "fence", "attempt", "owner", "fingerprint", "result",
-	"reason", "lease_until", "expires_at", "created_at", "updated_at", "journal", "correlation"}
+	"reason", "lease_until", "expires_at", "created_at", "updated_at", "journal", "correlation", "attempt_id"}
+
+// wireNames puts the journal's wire names into the store's SQL: {Field}
+// becomes the SQL string literal of the member name of
+// store.JournalEntry's Field (store.WireAttempt and its kin).
+var wireNames = func() *strings.Replacer {
+	var pairs []string
+	for field, name := range map[string]string{
+		"Attempt": store.WireAttempt, "Fence": store.WireFence, "AttemptID": store.WireAttemptID,
+		"Owner": store.WireOwner, "Correlation": store.WireCorrelation, "Started": store.WireStarted,
+		"LeaseUntil": store.WireLeaseUntil, "Ended": store.WireEnded, "Outcome": store.WireOutcome,
+		"Reason": store.WireReason, "Takeover": store.WireTakeover, "AfterExpiry": store.WireAfterExpiry,
+		"Policy": store.WirePolicy, "LateFinish": store.WireLateFinish, "ResolvedBy": store.WireResolvedBy,
+		"Decision": store.WireDecision,
+	} {
+		pairs = append(pairs, "{"+field+"}", "'"+strings.ReplaceAll(name, "'", "''")+"'")
+	}
+	return strings.NewReplacer(pairs...)
+}()
+
+// firstFenceSQL is store.FirstFence(now, 0) in SQL: the clock now in
+// microseconds since 1970 (UnixMicro), at least 1. extract returns an
+// exact numeric from PostgreSQL 14 on; before, a double whose rounding
+// error stays under half a microsecond, which the cast to bigint rounds
+// away.
+func firstFenceSQL(now string) string {
+	return "greatest((extract(epoch from " + now + ") * 1000000)::bigint, 1)"
+}
+
+// heldSQL is the condition "the attempt (fence, id) holds the row t at
+// now" (store.ApplyFinish): in_progress with that fence and attempt id,
+// and not expired.
+func heldSQL(t, fence, id, now string) string {
+	return t + ".fence = " + fence + " AND " + t + ".attempt_id = " + id + " AND " + t + ".status = 'in_progress' AND " + live(now)
+}
+
+// lateEntrySQL is the condition "the journal entry e is the open entry of
+// the attempt (fence, id)" (store.ApplyFinish's lateEntry): its fence and
+// attempt id, not ended, not yet marked late.
+func lateEntrySQL(e, fence, id string) string {
+	return fmt.Sprintf("%[1]s -> {Fence} = to_jsonb(%[2]s) AND %[1]s -> {AttemptID} = to_jsonb(%[3]s) AND NOT %[1]s ? {Ended} AND NOT %[1]s ? {LateFinish}",
+		e, fence, id)
+}
 
 // cols returns the record columns qualified by alias.
 func cols(alias string) string {
@@ -61,17 +113,18 @@ func live(now string) string { return "t.expires_at + interval '0 s' > " + now }
 // implicitJournalSQL is the journal of the row t written out: t.journal,
 // or when it is NULL the one entry t's columns say, as
 // store.ImplicitEntry builds it when record.go reads the row: the
-// attempt t.attempt with fence t.fence, owner and correlation id t's,
+// attempt t.attempt with fence t.fence, attempt id, owner and correlation id t's,
 // started at t.created_at with t's policy and lease, and once t is no
 // longer in_progress, t's status as its outcome, ended at t.updated_at,
 // with t's reason unless it completed.
 func implicitJournalSQL(t string) string {
 	return fmt.Sprintf(`coalesce(%[1]s.journal, jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-		'a', %[1]s.attempt, 'f', %[1]s.fence, 'o', nullif(%[1]s.owner, ''), 'c', nullif(%[1]s.correlation, ''),
-		's', %[1]s.created_at, 'l', %[1]s.lease_until, 'p', %[1]s.policy,
-		'x', CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.status END,
-		'e', CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.updated_at END,
-		'r', CASE WHEN %[1]s.status IN ('failed', 'released') THEN nullif(%[1]s.reason, '') END))))`, t)
+		{Attempt}, %[1]s.attempt, {Fence}, %[1]s.fence, {AttemptID}, nullif(%[1]s.attempt_id, ''),
+		{Owner}, nullif(%[1]s.owner, ''), {Correlation}, nullif(%[1]s.correlation, ''),
+		{Started}, %[1]s.created_at, {LeaseUntil}, %[1]s.lease_until, {Policy}, %[1]s.policy,
+		{Outcome}, CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.status END,
+		{Ended}, CASE WHEN %[1]s.status <> 'in_progress' THEN %[1]s.updated_at END,
+		{Reason}, CASE WHEN %[1]s.status IN ('failed', 'released') THEN nullif(%[1]s.reason, '') END))))`, t)
 }
 
 // keepImplicit is the journal that a statement whose change the columns
@@ -124,41 +177,42 @@ func patchEntry(j, pick string, match, patch func(e string) string) string {
 // the usual case (a fast path that does not unnest the array), else the
 // one patchEntry finds.
 func patchFenceEntry(j, f string, patch func(e string) string) string {
-	return fmt.Sprintf(`CASE WHEN %[1]s -> -1 -> 'f' = to_jsonb(%[2]s) THEN jsonb_set(%[1]s, '{-1}', %[3]s) ELSE %[4]s END`,
+	return fmt.Sprintf(`CASE WHEN %[1]s -> -1 -> {Fence} = to_jsonb(%[2]s) THEN jsonb_set(%[1]s, '{-1}', %[3]s) ELSE %[4]s END`,
 		j, f, patch("("+j+" -> -1)"),
-		patchEntry(j, "max", func(e string) string { return fmt.Sprintf("%s -> 'f' = to_jsonb(%s)", e, f) }, patch))
+		patchEntry(j, "max", func(e string) string { return fmt.Sprintf("%s -> {Fence} = to_jsonb(%s)", e, f) }, patch))
 }
 
-// reasonPatch is the "r" member of a journal entry: reason, or nothing.
+// reasonPatch is the reason member of a journal entry: reason, or nothing.
 func reasonPatch(reason string) string {
-	return fmt.Sprintf(`CASE WHEN %[1]s <> '' THEN jsonb_build_object('r', %[1]s) ELSE '{}'::jsonb END`, reason)
+	return fmt.Sprintf(`CASE WHEN %[1]s <> '' THEN jsonb_build_object({Reason}, %[1]s) ELSE '{}'::jsonb END`, reason)
 }
 
 // claimIn names the inputs of a claim statement: SQL expressions for one
 // request's fields.
 type claimIn struct {
-	key, owner, corr, policy, lease, ret, fp string
-	take                                     string // in the ON CONFLICT ... WHERE
+	key, id, owner, corr, policy, lease, ret, fp string
+	take                                         string // in the ON CONFLICT ... WHERE
 }
 
-// newRow is the row a claim inserts for a new key; now is the clock. Its
+// newRow is the row a claim inserts for a new key; now is the clock and
+// fence its firstFenceSQL (a statement of many rows computes it once). Its
 // journal is implicit (NULL: the attempt's one entry is in its columns),
 // or that entry written out.
-func newRow(in claimIn, now string, implicit bool) string {
+func newRow(in claimIn, now, fence string, implicit bool) string {
 	journal := "NULL"
 	if !implicit {
-		journal = `jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('a', 1, 'f', 1,
-			'o', nullif(` + in.owner + `, ''), 'c', nullif(` + in.corr + `, ''), 's', ` + now + `,
-			'l', ` + now + ` + ` + in.lease + ` * ` + us + `, 'p', ` + in.policy + `)))`
+		journal = `jsonb_build_array(jsonb_strip_nulls(jsonb_build_object({Attempt}, 1, {Fence}, ` + fence + `,
+			{AttemptID}, nullif(` + in.id + `, ''), {Owner}, nullif(` + in.owner + `, ''), {Correlation}, nullif(` + in.corr + `, ''),
+			{Started}, ` + now + `, {LeaseUntil}, ` + now + ` + ` + in.lease + ` * ` + us + `, {Policy}, ` + in.policy + `)))`
 	}
-	return in.key + `, 'in_progress', ` + in.policy + `, 1, 1, ` + in.owner + `, ` + in.fp + `, NULL, '',
+	return in.key + `, 'in_progress', ` + in.policy + `, ` + fence + `, 1, ` + in.owner + `, ` + in.fp + `, NULL, '',
 		` + now + ` + ` + in.lease + ` * ` + us + `, ` + now + ` + greatest(` + in.lease + `, ` + in.ret + `) * ` + us + `, ` + now + `, ` + now + `,
-		` + journal + `, ` + in.corr
+		` + journal + `, ` + in.corr + `, ` + in.id
 }
 
 // onConflict is the claim's ON CONFLICT clause: when the existing row t is
 // claimable at now (excluded.created_at, the clock), it becomes the new
-// attempt's, continuing its fence and attempt numbers, reason and journal
+// attempt's (its attempt id), continuing its fence and attempt numbers, reason and journal
 // (the new entry is the inserted row's, numbered, marked as a takeover or
 // as after expiry; a takeover marks the lapsed attempt's entry).
 func onConflict(in claimIn) string {
@@ -169,6 +223,7 @@ func onConflict(in claimIn) string {
 		policy = excluded.policy,
 		fence = t.fence + 1,
 		attempt = t.attempt + 1,
+		attempt_id = excluded.attempt_id,
 		owner = excluded.owner,
 		fingerprint = excluded.fingerprint,
 		result = NULL,
@@ -181,17 +236,18 @@ func onConflict(in claimIn) string {
 			CASE
 				WHEN jsonb_typeof(t.journal) <> 'array' THEN '[]'::jsonb
 				WHEN t.status = 'in_progress' AND t.expires_at > `+now+`
-					AND `+j+` -> -1 -> 'f' = to_jsonb(t.fence)
+					AND `+j+` -> -1 -> {Fence} = to_jsonb(t.fence)
 					AND jsonb_typeof(`+j+` -> -1) = 'object'
-					AND coalesce(`+j+` -> -1 ->> 'x', '') = ''
-				THEN jsonb_set(`+j+`, '{-1,x}', '"`+store.OutcomeLapsed+`"')
+					AND coalesce(`+j+` -> -1 ->> {Outcome}, '') = ''
+				THEN jsonb_set(`+j+`, ARRAY['-1', {Outcome}], '"`+string(store.OutcomeLapsed)+`"')
 				ELSE `+j+`
-			END || (jsonb_strip_nulls(jsonb_build_object('o', nullif(excluded.owner, ''), 'c', nullif(excluded.correlation, ''),
-					's', `+now+`, 'l', excluded.lease_until, 'p', excluded.policy)) ||
-				jsonb_build_object('a', t.attempt + 1, 'f', t.fence + 1) ||
+			END || (jsonb_strip_nulls(jsonb_build_object({AttemptID}, nullif(excluded.attempt_id, ''),
+					{Owner}, nullif(excluded.owner, ''), {Correlation}, nullif(excluded.correlation, ''),
+					{Started}, `+now+`, {LeaseUntil}, excluded.lease_until, {Policy}, excluded.policy)) ||
+				jsonb_build_object({Attempt}, t.attempt + 1, {Fence}, t.fence + 1) ||
 				CASE
-					WHEN t.expires_at <= `+now+` THEN '{"ae": true}'::jsonb
-					WHEN t.status = 'in_progress' THEN '{"t": true}'::jsonb
+					WHEN t.expires_at <= `+now+` THEN jsonb_build_object({AfterExpiry}, true)
+					WHEN t.status = 'in_progress' THEN jsonb_build_object({Takeover}, true)
 					ELSE '{}'::jsonb
 				END)`) + `
 	WHERE ` + claimable("t", now, in.take, "excluded.fingerprint")
@@ -205,7 +261,8 @@ func claimReturning(ins, now string) string {
 }
 
 // claimSQL is the claim of one key: $1 key, $2 owner, $3 correlation, $4
-// policy, $5 lease (µs), $6 retention (µs), $7 fingerprint, $8 take lapsed.
+// policy, $5 lease (µs), $6 retention (µs), $7 fingerprint, $8 take lapsed,
+// $9 attempt id.
 //
 // It first reads the key's row from the statement's snapshot, without
 // locking it. If that row is not claimable (a duplicate of a completed or
@@ -234,10 +291,10 @@ func claimReturning(ins, now string) string {
 // holder that completed a moment later).
 func claimSQL(table, now string, implicit bool) string {
 	in := claimIn{key: "$1::text", owner: "$2::text", corr: "$3::text", policy: "$4::text",
-		lease: "$5::bigint", ret: "$6::bigint", fp: "$7::text", take: "$8::boolean"}
+		lease: "$5::bigint", ret: "$6::bigint", fp: "$7::text", take: "$8::boolean", id: "$9::text"}
 	return `WITH ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	SELECT ` + newRow(in, now, implicit) + `
+	SELECT ` + newRow(in, now, firstFenceSQL(now), implicit) + `
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x WHERE x.key = $1::text AND NOT ` + claimable("x", now, "$8::boolean", in.fp) + `)
 	` + onConflict(in) + `
 	RETURNING ` + cols("t") + `, t.xmax = 0 AS inserted
@@ -256,14 +313,14 @@ WHERE t.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)`
 // ANY: the planner looks them up by key whatever its statistics say, never
 // scanning the table), the second time only for keys not acquired.
 func claimBatchSQL(table, now string, implicit bool) string {
-	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
+	in := claimIn{key: "r.key", id: "r.id", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp", take: "(SELECT r.take FROM r WHERE r.key = t.key)"}
-	return `WITH c AS (SELECT ` + now + ` AS now),
-r AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::boolean[])
-	AS u(key, owner, corr, policy, lease, ret, fp, take)),
+	return `WITH c AS (SELECT ` + now + ` AS now, ` + firstFenceSQL(now) + ` AS fence),
+r AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::boolean[], $9::text[])
+	AS u(key, owner, corr, policy, lease, ret, fp, take, id)),
 ins AS (
 	INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-	SELECT ` + newRow(in, "c.now", implicit) + `
+	SELECT ` + newRow(in, "c.now", "c.fence", implicit) + `
 	FROM r, c
 	WHERE NOT EXISTS (SELECT 1 FROM ` + table + ` AS x
 		WHERE x.key = ANY ($1::text[]) AND x.key = r.key AND NOT ` + claimable("x", "c.now", "r.take", in.fp) + `)
@@ -281,100 +338,116 @@ WHERE (SELECT count(*) FROM ins) < (SELECT count(*) FROM r)
 
 // claimNewSQL is the first statement of a batch claim while keys are
 // mostly new: it inserts the new record row of each key that has no row
-// ($1 .. $7 as in claimBatchSQL), in key order, and does nothing at all for
+// ($1 .. $7 as in claimBatchSQL, $8 the attempt ids), in key order, and does nothing at all for
 // a key that has one, whatever its state: no check, no lock, no write (a
 // batch of keys that all exist writes nothing and flushes no commit). It
-// returns the keys it inserted and their row's times; claimBatchSQL then
+// returns the keys it inserted and their row's fence and times; claimBatchSQL then
 // claims the others (an expired, released or lapsed row is claimable, a
 // completed one is a duplicate). A key being inserted by a concurrent
 // transaction is waited for, as by any INSERT, and then left to
 // claimBatchSQL if that transaction committed.
 func claimNewSQL(table, now string, implicit bool) string {
-	in := claimIn{key: "r.key", owner: "r.owner", corr: "r.corr", policy: "r.policy",
+	in := claimIn{key: "r.key", id: "r.id", owner: "r.owner", corr: "r.corr", policy: "r.policy",
 		lease: "r.lease", ret: "r.ret", fp: "r.fp"}
-	return `WITH c AS (SELECT ` + now + ` AS now)
+	return `WITH c AS (SELECT ` + now + ` AS now, ` + firstFenceSQL(now) + ` AS fence)
 INSERT INTO ` + table + ` AS t (` + strings.Join(recordColumns, ", ") + `)
-SELECT ` + newRow(in, "c.now", implicit) + `
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[])
-	AS r(key, owner, corr, policy, lease, ret, fp), c
+SELECT ` + newRow(in, "c.now", "c.fence", implicit) + `
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
+	AS r(key, owner, corr, policy, lease, ret, fp, id), c
 ORDER BY r.key COLLATE "C"
 ON CONFLICT (key) DO NOTHING
-RETURNING t.key, t.lease_until, t.expires_at, t.created_at`
+RETURNING t.key, t.fence, t.lease_until, t.expires_at, t.created_at`
 }
 
 // ending is how finishSQL ends an attempt.
 type ending struct {
 	status  store.Status
-	outcome string
-	set     func(now string) string // more assignments, with $3 (result or reason) and $4 (retention, µs)
+	outcome store.Outcome
+	set     func(now string) string // more assignments, with $4 (result or reason) and $5 (retention, µs)
 	reason  string                  // the journal entry's reason
+	// written: the row's columns cannot say the ended entry, so the
+	// journal is written out even when it was implicit.
+	written bool
 }
 
 var (
-	endComplete = ending{store.StatusCompleted, store.OutcomeCompleted,
-		func(now string) string { return "result = $3::bytea, expires_at = " + now + " + $4::bigint * " + us }, "''"}
-	endFail = ending{store.StatusFailed, store.OutcomeFailed,
-		func(now string) string { return "reason = $3::text, expires_at = " + now + " + $4::bigint * " + us }, "$3::text"}
-	endRelease = ending{store.StatusReleased, store.OutcomeReleased,
-		func(string) string { return "reason = $3::text" }, "$3::text"}
-	endAbandon = ending{store.StatusInProgress, store.OutcomeAbandoned,
-		func(string) string { return "reason = $3::text" }, "$3::text"}
+	endComplete = ending{status: store.StatusCompleted, outcome: store.OutcomeCompleted,
+		set: func(now string) string { return "result = $4::bytea, expires_at = " + now + " + $5::bigint * " + us }, reason: "''"}
+	// endCompleteReason is a completion with a reason ($6), which the
+	// record does not keep and the attempt's entry does
+	// (store.ApplyFinish): an entry the columns cannot say. The Ledger
+	// never sends one; the usual completion keeps its statement.
+	endCompleteReason = ending{status: store.StatusCompleted, outcome: store.OutcomeCompleted,
+		set: endComplete.set, reason: "$6::text", written: true}
+	endFail = ending{status: store.StatusFailed, outcome: store.OutcomeFailed,
+		set: func(now string) string { return "reason = $4::text, expires_at = " + now + " + $5::bigint * " + us }, reason: "$4::text"}
+	endRelease = ending{status: store.StatusReleased, outcome: store.OutcomeReleased,
+		set: func(string) string { return "reason = $4::text" }, reason: "$4::text"}
+	// An abandoned attempt gives up the record's attempt id, so that it
+	// cannot end twice; its entry keeps it. The row stays in_progress,
+	// which the columns cannot tell from a running attempt.
+	endAbandon = ending{status: store.StatusInProgress, outcome: store.OutcomeAbandoned,
+		set: func(string) string { return "reason = $4::text, attempt_id = ''" }, reason: "$4::text", written: true}
 )
 
-// finishSQL ends the attempt holding fence $2 of key $1 (store.ApplyFinish):
-// one UPDATE conditioned on the fence, the status and the expiry, that
-// also records the outcome in the attempt's journal entry. It updates no
-// row when the attempt no longer holds the key; lateSQL then annotates
-// the stale attempt's entry.
+// finishSQL ends the attempt that holds key $1 with fence $2 and attempt
+// id $3 (store.ApplyFinish): one UPDATE conditioned on heldSQL, that also
+// records the outcome in the attempt's journal entry. It updates no row
+// when the attempt no longer holds the key; lateSQL then annotates the
+// stale attempt's entry.
 //
 // Under READ COMMITTED an UPDATE that finds the row locked by a concurrent
 // writer waits for it and re-checks its WHERE on the new version: a
 // takeover that commits first makes the stale holder's UPDATE match
-// nothing.
+// nothing, and so does a concurrent finish of the same attempt (an
+// abandon clears the attempt id; any other ending leaves the row not
+// in_progress), so an attempt ends once.
 //
-// An implicit journal stays implicit: the row's new status, times and
-// reason say the entry's outcome. An abandoned attempt's (still
-// in_progress) do not, so abandon writes the journal out.
+// An implicit journal stays implicit when the row's new status, times and
+// reason say the entry's outcome; otherwise (e.written) the journal is
+// written out.
 func finishSQL(table, now string, e ending, implicit bool) string {
 	patch := func(j string) string {
 		return patchFenceEntry(j, "$2::bigint", func(x string) string {
-			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', %s, 'l', %s, 'x', '%s') || %s",
+			return fmt.Sprintf("(%s - {Reason}) || jsonb_build_object({Ended}, %s, {LeaseUntil}, %s, {Outcome}, '%s') || %s",
 				x, now, now, e.outcome, reasonPatch(e.reason))
 		})
 	}
 	journal := keepImplicit("t", implicit, patch)
-	if e.status == store.StatusInProgress {
+	if e.written {
 		journal = patch(implicitJournalSQL("t"))
 	}
 	return `UPDATE ` + table + ` AS t SET
 	status = '` + string(e.status) + `', lease_until = ` + now + `, updated_at = ` + now + `, ` + e.set(now) + `,
 	journal = ` + journal + `
-WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now)
+WHERE t.key = $1 AND ` + heldSQL("t", "$2::bigint", "$3::text", now)
 }
 
-// lateSQL annotates the journal entry of a stale attempt (fence $2 of key
-// $1: not ended, not yet annotated) with the time it tried to finish or
-// heartbeat after losing the key (transition.annotateLate). It runs only
-// after a finishing statement or a heartbeat was refused.
+// lateSQL annotates the journal entry of a stale attempt (fence $2 and
+// attempt id $3 of key $1: not ended, not yet annotated) with the time it
+// tried to finish or heartbeat after losing the key
+// (store.ApplyFinish's annotateLate). It runs only after a finishing
+// statement or a heartbeat was refused, and never for an ending whose
+// reason says the attempt did not run (store.IsNotRun): the caller
+// decides.
 func lateSQL(table, now string) string {
-	match := func(e string) string {
-		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb($2::bigint) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
-	}
+	match := func(e string) string { return lateEntrySQL(e, "$2::bigint", "$3::text") }
 	return `UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", match, func(x string) string {
-		return x + " || jsonb_build_object('lf', " + now + ")"
+		return x + " || jsonb_build_object({LateFinish}, " + now + ")"
 	}) + `
 WHERE t.key = $1 AND ` + live(now) + `
-	AND (t.fence <> $2 OR t.status <> 'in_progress')
+	AND NOT (t.fence = $2::bigint AND t.attempt_id = $3::text AND t.status = 'in_progress')
 	AND jsonb_typeof(t.journal) = 'array'
 	AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e) WHERE ` + match("j.e") + `)`
 }
 
-// completeBatchSQL completes many attempts (distinct keys): $1 keys, $2
-// fences, $3 results, $4 retentions (µs). It returns the keys completed.
+// completeBatchSQL is the completions of FinishBatch: it completes many
+// attempts (distinct keys, no reason): $1 keys, $2 fences, $3 attempt ids,
+// $4 results, $5 retentions (µs). It returns the keys completed.
 // The second UPDATE annotates the stale attempts among them (their rows are
 // not the first's, so no row is written twice).
 //
-// The keys come sorted by their UTF-8 bytes (completeRound sorts them as
+// The keys come sorted by their UTF-8 bytes (finishRound sorts them as
 // Go compares strings). The first UPDATE finds its rows by key = ANY (by
 // primary key whatever the statistics say) and reads each row's inputs
 // from the arrays at the key's position: a binary search (width_bucket)
@@ -387,36 +460,34 @@ WHERE t.key = $1 AND ` + live(now) + `
 // complete every key (a one-time filter), so the usual batch reads each
 // row once.
 func completeBatchSQL(table, now string, implicit bool) string {
-	match := func(e string) string {
-		return fmt.Sprintf("%[1]s -> 'f' = to_jsonb(r.fence) AND NOT %[1]s ? 'e' AND NOT %[1]s ? 'lf'", e)
-	}
+	match := func(e string) string { return lateEntrySQL(e, "r.fence", "r.id") }
 	at := func(array string) string { return "(" + array + ")[width_bucket(convert_to(t.key, 'UTF8'), k.keys)]" }
 	fence := at("$2::bigint[]")
 	return `WITH c AS (SELECT ` + now + ` AS now),
 k AS MATERIALIZED (SELECT array_agg(convert_to(u.key, 'UTF8') ORDER BY u.o) AS keys FROM unnest($1::text[]) WITH ORDINALITY AS u(key, o)),
-r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[]) AS u(key, fence, result, ret)),
+r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(key, fence, id)),
 fin AS (
 	UPDATE ` + table + ` AS t SET
 		status = 'completed', lease_until = c.now, updated_at = c.now,
-		result = ` + at("$3::bytea[]") + `, expires_at = c.now + ` + at("$4::bigint[]") + ` * ` + us + `,
+		result = ` + at("$4::bytea[]") + `, expires_at = c.now + ` + at("$5::bigint[]") + ` * ` + us + `,
 		journal = ` + keepImplicit("t", implicit, func(j string) string {
 		return patchFenceEntry(j, fence, func(x string) string {
-			return fmt.Sprintf("(%s - 'r') || jsonb_build_object('e', c.now, 'l', c.now, 'x', '%s')", x, store.OutcomeCompleted)
+			return fmt.Sprintf("(%s - {Reason}) || jsonb_build_object({Ended}, c.now, {LeaseUntil}, c.now, {Outcome}, '%s')", x, store.OutcomeCompleted)
 		})
 	}) + `
 	FROM c, k
-	WHERE t.key = ANY ($1::text[]) AND ` + at("$1::text[]") + ` = t.key AND t.fence = ` + fence + ` AND t.status = 'in_progress' AND ` + live("c.now") + `
+	WHERE t.key = ANY ($1::text[]) AND ` + at("$1::text[]") + ` = t.key AND ` + heldSQL("t", fence, at("$3::text[]"), "c.now") + `
 	RETURNING t.key
 ),
 late AS (
 	UPDATE ` + table + ` AS t SET journal = ` + patchEntry("t.journal", "min", match, func(x string) string {
-		return x + " || jsonb_build_object('lf', c.now)"
+		return x + " || jsonb_build_object({LateFinish}, c.now)"
 	}) + `
 	FROM r, c
 	WHERE (SELECT count(*) FROM fin) < cardinality($1::text[])
 		AND t.key = ANY ($1::text[]) AND t.key = r.key AND NOT EXISTS (SELECT 1 FROM fin WHERE fin.key = r.key)
 		AND ` + live("c.now") + `
-		AND (t.fence <> r.fence OR t.status <> 'in_progress')
+		AND NOT (t.fence = r.fence AND t.attempt_id = r.id AND t.status = 'in_progress')
 		AND jsonb_typeof(t.journal) = 'array'
 		AND EXISTS (SELECT 1 FROM jsonb_array_elements(t.journal) AS j(e) WHERE ` + match("j.e") + `)
 	RETURNING 1
@@ -424,64 +495,69 @@ late AS (
 SELECT key FROM fin`
 }
 
-// extendSQL renews the lease of fence $2 of key $1 to now + $3 µs
-// (store.ApplyExtend) and returns the new LeaseUntil; no row when the
-// attempt no longer holds the key (lateSQL then annotates its entry: a
-// refused heartbeat proves the attempt was still running).
+// extendSQL renews the lease of the attempt with fence $2 and attempt id
+// $3 of key $1 to now + $4 µs (store.ApplyExtend) and returns the new
+// LeaseUntil; no row when the attempt no longer holds the key (lateSQL
+// then annotates its entry: a refused heartbeat proves the attempt was
+// still running).
 func extendSQL(table, now string, implicit bool) string {
-	until := now + " + $3::bigint * " + us
+	until := now + " + $4::bigint * " + us
 	return `UPDATE ` + table + ` AS t SET
 	lease_until = ` + until + `,
 	expires_at = greatest(t.expires_at, ` + until + `),
 	updated_at = ` + now + `,
 	journal = ` + keepImplicit("t", implicit, func(j string) string {
 		return patchFenceEntry(j, "$2::bigint", func(x string) string {
-			return x + " || jsonb_build_object('l', " + until + ")"
+			return x + " || jsonb_build_object({LeaseUntil}, " + until + ")"
 		})
 	}) + `
-WHERE t.key = $1 AND t.fence = $2 AND t.status = 'in_progress' AND ` + live(now) + `
+WHERE t.key = $1 AND ` + heldSQL("t", "$2::bigint", "$3::text", now) + `
 RETURNING t.lease_until`
 }
 
 // resolveSQL applies an operator's decision (store.ApplyResolve): $1 key,
-// $2 fence (0: any), $3 done, $4 result, $5 reason, $6 retention (µs), $7
-// by, $8 in progress only (store.Resolution.InProgress: the status must be
-// in_progress, whatever the lease). It returns the record; no row means
-// absent, expired, another fence or not in progress (the caller tells
-// which with the exists statement).
+// $2 done, $3 result, $4 reason, $5 retention (µs), $6 by, and the
+// conditions of store.ResolveRequest: $7 fence (0: any), $8 attempt id
+// ("": any; else the row is in_progress with it), $9 in progress only,
+// $10 lapsed only (in_progress and the lease passed). It returns the
+// record; no row means absent, expired, or a condition failed (the caller
+// tells which with the exists statement).
 func resolveSQL(table, now string) string {
-	outcome := `CASE WHEN $3::boolean THEN '` + store.OutcomeResolvedDone + `' ELSE '` + store.OutcomeResolvedNotDone + `' END`
+	outcome := `CASE WHEN $2::boolean THEN '` + string(store.OutcomeResolvedDone) + `' ELSE '` + string(store.OutcomeResolvedNotDone) + `' END`
 	// A decision is never implicit: the journal is written out.
 	j := implicitJournalSQL("t")
-	openEntry := `(SELECT coalesce(j.e ->> 'x', '') = '' FROM jsonb_array_elements(` + j + `) WITH ORDINALITY AS j(e, o)
-			WHERE j.e -> 'f' = to_jsonb(t.fence) ORDER BY j.o DESC LIMIT 1)`
+	openEntry := `(SELECT coalesce(j.e ->> {Outcome}, '') = '' FROM jsonb_array_elements(` + j + `) WITH ORDINALITY AS j(e, o)
+			WHERE j.e -> {Fence} = to_jsonb(t.fence) ORDER BY j.o DESC LIMIT 1)`
 	return `WITH c AS (SELECT ` + now + ` AS now)
 UPDATE ` + table + ` AS t SET
 	fence = t.fence + 1,
 	updated_at = c.now,
 	lease_until = c.now,
-	reason = $5::text,
-	status = CASE WHEN $3::boolean THEN 'completed' ELSE 'released' END,
-	result = CASE WHEN $3::boolean THEN $4::bytea END,
-	expires_at = CASE WHEN $3::boolean THEN c.now + $6::bigint * ` + us + ` ELSE t.expires_at END,
+	reason = $4::text,
+	status = CASE WHEN $2::boolean THEN 'completed' ELSE 'released' END,
+	result = CASE WHEN $2::boolean THEN $3::bytea END,
+	expires_at = CASE WHEN $2::boolean THEN c.now + $5::bigint * ` + us + ` ELSE t.expires_at END,
 	journal = CASE
 		-- The attempt of the current fence has no outcome yet: this decides it.
 		WHEN jsonb_typeof(` + j + `) = 'array' AND ` + openEntry + ` IS TRUE
 		THEN ` + patchFenceEntry(j, "t.fence", func(x string) string {
-		return fmt.Sprintf(`(%[1]s - 'r' - 'rb') || jsonb_build_object('e', c.now, 'x', %[2]s) || %[3]s ||
-				CASE WHEN $7::text <> '' THEN jsonb_build_object('rb', $7::text) ELSE '{}'::jsonb END ||
-				CASE WHEN (%[1]s ->> 'l')::timestamptz > c.now THEN jsonb_build_object('l', c.now) ELSE '{}'::jsonb END`,
-			x, outcome, reasonPatch("$5::text"))
+		return fmt.Sprintf(`(%[1]s - {Reason} - {ResolvedBy}) || jsonb_build_object({Ended}, c.now, {Outcome}, %[2]s) || %[3]s ||
+				CASE WHEN $6::text <> '' THEN jsonb_build_object({ResolvedBy}, $6::text) ELSE '{}'::jsonb END ||
+				CASE WHEN (%[1]s ->> {LeaseUntil})::timestamptz > c.now THEN jsonb_build_object({LeaseUntil}, c.now) ELSE '{}'::jsonb END`,
+			x, outcome, reasonPatch("$4::text"))
 	}) + `
 		-- Otherwise the decision gets an entry of its own.
 		ELSE ` + trimJournal(`CASE WHEN jsonb_typeof(`+j+`) = 'array' THEN `+j+` ELSE '[]'::jsonb END ||
-			jsonb_strip_nulls(jsonb_build_object('a', t.attempt, 'f', t.fence + 1, 'o', nullif($7::text, ''),
-				's', c.now, 'l', c.now, 'e', c.now, 'x', `+outcome+`, 'r', nullif($5::text, ''),
-				'rb', nullif($7::text, ''), 'd', true))`) + `
+			jsonb_strip_nulls(jsonb_build_object({Attempt}, t.attempt, {Fence}, t.fence + 1, {Owner}, nullif($6::text, ''),
+				{Started}, c.now, {LeaseUntil}, c.now, {Ended}, c.now, {Outcome}, `+outcome+`, {Reason}, nullif($4::text, ''),
+				{ResolvedBy}, nullif($6::text, ''), {Decision}, true))`) + `
 	END
 FROM c
-WHERE t.key = $1 AND ` + live("c.now") + ` AND ($2::bigint = 0 OR t.fence = $2::bigint)
-	AND (NOT $8::boolean OR t.status = 'in_progress')
+WHERE t.key = $1 AND ` + live("c.now") + `
+	AND ($7::bigint = 0 OR t.fence = $7::bigint)
+	AND ($8::text = '' OR (t.status = 'in_progress' AND t.attempt_id = $8::text))
+	AND (NOT $9::boolean OR t.status = 'in_progress')
+	AND (NOT $10::boolean OR (t.status = 'in_progress' AND t.lease_until <= c.now))
 RETURNING ` + cols("t")
 }
 
@@ -489,8 +565,8 @@ RETURNING ` + cols("t")
 // clock.
 type queries struct {
 	now, claim, claimBatch, claimNew                          string
-	complete, fail, release, abandon, late, extend            string
-	completeBatch                                             string
+	complete, completeReason, fail, release, abandon          string
+	late, extend, completeBatch                               string
 	get, exists, list, listStatus, listStuck, listStuckStatus string
 	resolve, delete, sweep                                    string
 }
@@ -505,25 +581,27 @@ func newQueries(table, clockTable string, implicit bool) queries {
 			where + "\nORDER BY t.key LIMIT $2"
 	}
 	stuck := " AND t.status = 'in_progress' AND t.lease_until <= " + now
+	w := wireNames.Replace
 	return queries{
 		now:             "SELECT " + now,
-		claim:           claimSQL(table, now, implicit),
-		claimBatch:      claimBatchSQL(table, now, implicit),
-		claimNew:        claimNewSQL(table, now, implicit),
-		complete:        finishSQL(table, now, endComplete, implicit),
-		fail:            finishSQL(table, now, endFail, implicit),
-		release:         finishSQL(table, now, endRelease, implicit),
-		abandon:         finishSQL(table, now, endAbandon, implicit),
-		late:            lateSQL(table, now),
-		extend:          extendSQL(table, now, implicit),
-		completeBatch:   completeBatchSQL(table, now, implicit),
+		claim:           w(claimSQL(table, now, implicit)),
+		claimBatch:      w(claimBatchSQL(table, now, implicit)),
+		claimNew:        w(claimNewSQL(table, now, implicit)),
+		complete:        w(finishSQL(table, now, endComplete, implicit)),
+		completeReason:  w(finishSQL(table, now, endCompleteReason, implicit)),
+		fail:            w(finishSQL(table, now, endFail, implicit)),
+		release:         w(finishSQL(table, now, endRelease, implicit)),
+		abandon:         w(finishSQL(table, now, endAbandon, implicit)),
+		late:            w(lateSQL(table, now)),
+		extend:          w(extendSQL(table, now, implicit)),
+		completeBatch:   w(completeBatchSQL(table, now, implicit)),
 		get:             "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE t.key = $1 AND " + live(now),
 		exists:          "SELECT EXISTS (SELECT 1 FROM " + table + " AS t WHERE t.key = $1 AND " + live(now) + ")",
 		list:            list(""),
 		listStatus:      list(" AND t.status = $3"),
 		listStuck:       list(stuck),
 		listStuckStatus: list(stuck + " AND t.status = $3"),
-		resolve:         resolveSQL(table, now),
+		resolve:         w(resolveSQL(table, now)),
 		delete:          "DELETE FROM " + table + " AS t WHERE t.key = $1 AND " + live(now),
 		// Bounded batches: lock at most $1 expired rows, oldest first (an
 		// index range scan on expires_at that stops at the first live

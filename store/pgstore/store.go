@@ -15,7 +15,7 @@ import (
 )
 
 // Store is an [store.Store] kept in one PostgreSQL table. It also
-// implements [store.BatchClaimer] and [store.TxStore] for [pgx.Tx]; see [SQL]
+// implements [store.BatchClaimer], [store.BatchFinisher] and [store.TxStore] for [pgx.Tx]; see [SQL]
 // for *sql.Tx. Make one with [Open] or [New]; it is safe for concurrent use
 // by many goroutines, and any number of processes may use the same table.
 type Store struct {
@@ -39,6 +39,7 @@ type Store struct {
 var (
 	_ store.Store           = (*Store)(nil)
 	_ store.BatchClaimer    = (*Store)(nil)
+	_ store.BatchFinisher   = (*Store)(nil)
 	_ store.TxStore[pgx.Tx] = (*Store)(nil)
 )
 

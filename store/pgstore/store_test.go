@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func req(key string) store.ClaimRequest {
-	return store.ClaimRequest{Key: key, Owner: "o", Correlation: "c", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "o", Correlation: "c", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 }
 
 // TestCorruptRows: a row whose status, policy or journal cannot be decoded
@@ -27,19 +27,21 @@ func TestCorruptRows(t *testing.T) {
 	for _, tc := range []struct{ name, set string }{
 		{"status", "status = 'done'"},
 		{"policy", "policy = 'exactly_once'"},
-		{"journal_object", `journal = '{"a": 1}'`},
+		{"journal_object", `journal = '{"` + store.WireAttempt + `": 1}'`},
 		{"journal_elements", `journal = '[1, "x"]'`},
-		{"journal_types", `journal = '[{"a": "one", "f": 1}]'`},
+		{"journal_types", `journal = '[{"` + store.WireAttempt + `": "one", "` + store.WireFence + `": 1}]'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clocks := new(testClocks)
 			s := newTestStore(t, clocks)
 			ctx := context.Background()
+			fences := map[string]int64{}
 			for _, key := range []string{"k", "lapsed"} {
 				cr := claimNew(t, s, key)
+				fences[key] = cr.Record.Fence
 				if key == "k" {
-					if err := s.Complete(ctx, key, cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+					if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -67,7 +69,8 @@ func TestCorruptRows(t *testing.T) {
 				t.Fatalf("List over a corrupt row: %v, want ErrCorrupt", err)
 			}
 			var n int
-			s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Table()+" WHERE fence <> 1 AND key IN ('k', 'lapsed')").Scan(&n)
+			s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Table()+" WHERE (key = 'k' AND fence <> $1) OR (key = 'lapsed' AND fence <> $2)",
+				fences["k"], fences["lapsed"]).Scan(&n)
 			if n != 0 && tc.name != "journal_types" {
 				t.Fatal("a claim overwrote a corrupt row")
 			}
@@ -76,7 +79,7 @@ func TestCorruptRows(t *testing.T) {
 			}
 			clocks.advance(t, 2*time.Hour) // expired: absent, claimable
 			cr := claimNew(t, s, "k")
-			if !cr.Acquired || cr.Record.Fence != 2 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+			if !cr.Acquired || cr.Record.Fence != fences["k"]+1 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
 				t.Fatalf("claim of an expired corrupt row: %+v", cr)
 			}
 		})
@@ -94,6 +97,7 @@ func TestClaimRace(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		acquired = map[string]int{}
+		fences   = map[string][]int64{} // every fence each key's claims found or made
 		wg       sync.WaitGroup
 		start    = make(chan struct{})
 	)
@@ -108,14 +112,15 @@ func TestClaimRace(t *testing.T) {
 					t.Errorf("Claim: %v", err)
 					return
 				}
-				if !cr.Acquired && (cr.Record.Key != r.Key || cr.Record.Status != store.StatusInProgress || cr.Record.Fence != 1) {
+				if !cr.Acquired && (cr.Record.Key != r.Key || cr.Record.Status != store.StatusInProgress || cr.Record.Attempt != 1) {
 					t.Errorf("Claim not acquired found %+v, want the winner's in_progress record", cr.Record)
 				}
+				mu.Lock()
 				if cr.Acquired {
-					mu.Lock()
 					acquired[r.Key]++
-					mu.Unlock()
 				}
+				fences[r.Key] = append(fences[r.Key], cr.Record.Fence)
+				mu.Unlock()
 			}
 		})
 	}
@@ -123,8 +128,12 @@ func TestClaimRace(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d claims ran again because their key changed under them", s.reruns.Load())
 	for i := range keys {
-		if n := acquired[fmt.Sprintf("race-%d", i)]; n != 1 {
+		k := fmt.Sprintf("race-%d", i)
+		if n := acquired[k]; n != 1 {
 			t.Fatalf("key %d acquired %d times", i, n)
+		}
+		if f := fences[k]; slices.Min(f) != slices.Max(f) {
+			t.Fatalf("key %d: claims found fences %v, want the winner's alone", i, f)
 		}
 	}
 }
@@ -141,7 +150,7 @@ func TestTakeoverRace(t *testing.T) {
 			ctx := context.Background()
 			r := req("k")
 			r.Policy = p
-			claimNew(t, s, "k")
+			first := claimNew(t, s, "k")
 			if p == store.AtMostOnce {
 				if _, err := s.Pool().Exec(ctx, "UPDATE "+s.Table()+" SET policy = 'at_most_once'"); err != nil {
 					t.Fatal(err)
@@ -165,11 +174,11 @@ func TestTakeoverRace(t *testing.T) {
 					defer mu.Unlock()
 					if cr.Acquired {
 						winners++
-						if !cr.Takeover || cr.Record.Fence != 2 {
-							t.Errorf("winner: takeover %v fence %d", cr.Takeover, cr.Record.Fence)
+						if !cr.Takeover || cr.Record.Fence != first.Record.Fence+1 {
+							t.Errorf("winner: takeover %v fence %d, want %d", cr.Takeover, cr.Record.Fence, first.Record.Fence+1)
 						}
-					} else if cr.Record.Fence != 2 {
-						t.Errorf("loser found fence %d, want the winner's 2", cr.Record.Fence)
+					} else if cr.Record.Fence != first.Record.Fence+1 {
+						t.Errorf("loser found fence %d, want the winner's %d", cr.Record.Fence, first.Record.Fence+1)
 					}
 				})
 			}
@@ -243,32 +252,38 @@ func claimBatchRace(t *testing.T, prime func(*Store)) {
 	}
 }
 
-// TestCompleteBatch: per-key outcomes, stale attempts annotated, keys
-// given twice.
-func TestCompleteBatch(t *testing.T) {
+// TestFinishBatch: per-key outcomes, stale attempts annotated, keys given
+// twice, completions batched with other outcomes.
+func TestFinishBatch(t *testing.T) {
 	t.Parallel()
 	clocks := new(testClocks)
 	s := newTestStore(t, clocks)
 	ctx := context.Background()
-	a, b := claimNew(t, s, "a"), claimNew(t, s, "b")
+	a, b, rel := claimNew(t, s, "a"), claimNew(t, s, "b"), claimNew(t, s, "rel")
 	r := req("stale")
 	r.Lease = time.Second
-	if _, err := s.Claim(ctx, r); err != nil {
+	stale, err := s.Claim(ctx, r)
+	if err != nil {
 		t.Fatal(err)
 	}
 	clocks.advance(t, 2*time.Second)
-	claimNew(t, s, "stale") // takes over: fence 2
-	errs, err := s.CompleteBatch(ctx, []Completion{
-		{Key: "a", Fence: a.Record.Fence, Result: []byte("ra"), Retention: time.Hour},
-		{Key: "stale", Fence: 1, Result: []byte("late"), Retention: time.Hour},
-		{Key: "absent", Fence: 1, Retention: time.Hour},
-		{Key: "b", Fence: b.Record.Fence, Result: []byte("rb"), Retention: 2 * time.Hour},
-		{Key: "a", Fence: a.Record.Fence, Result: []byte("again"), Retention: time.Hour},
+	taken := claimNew(t, s, "stale") // takes over
+	done := func(cr store.ClaimResult, result string, retention time.Duration) store.FinishRequest {
+		return store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+			Outcome: store.OutcomeCompleted, Result: []byte(result), Retention: retention}
+	}
+	errs, err := s.FinishBatch(ctx, []store.FinishRequest{
+		done(a, "ra", time.Hour),
+		done(stale, "late", time.Hour),
+		{Key: "absent", Fence: 1, AttemptID: "none", Outcome: store.OutcomeCompleted, Retention: time.Hour},
+		done(b, "rb", 2*time.Hour),
+		done(a, "again", time.Hour),
+		{Key: "rel", Fence: rel.Record.Fence, AttemptID: rel.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "later"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []error{nil, store.ErrLeaseLost, store.ErrLeaseLost, nil, store.ErrLeaseLost}
+	want := []error{nil, store.ErrLeaseLost, store.ErrLeaseLost, nil, store.ErrLeaseLost, nil}
 	for i := range want {
 		if !errors.Is(errs[i], want[i]) || (want[i] == nil) != (errs[i] == nil) {
 			t.Fatalf("errs[%d] = %v, want %v", i, errs[i], want[i])
@@ -278,50 +293,70 @@ func TestCompleteBatch(t *testing.T) {
 	for key, res := range map[string]string{"a": "ra", "b": "rb"} {
 		rec, err := s.Get(ctx, key)
 		if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != res || rec.Journal[0].Outcome != store.OutcomeCompleted {
-			t.Fatalf("%q after CompleteBatch: %+v, %v", key, rec, err)
+			t.Fatalf("%q after FinishBatch: %+v, %v", key, rec, err)
 		}
 		if key == "b" && rec.ExpiresAt.Sub(now) < 119*time.Minute {
 			t.Fatalf("b expires at %v, want 2h from %v", rec.ExpiresAt, now)
 		}
 	}
+	if rec, err := s.Get(ctx, "rel"); err != nil || rec.Status != store.StatusReleased || rec.Reason != "later" {
+		t.Fatalf("rel after FinishBatch: %+v, %v", rec, err)
+	}
 	rec, _ := s.Get(ctx, "stale")
-	if rec.Status != store.StatusInProgress || rec.Fence != 2 || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
-		t.Fatalf("stale key after CompleteBatch: %+v", rec)
+	if rec.Status != store.StatusInProgress || rec.Fence != taken.Record.Fence || rec.Journal[0].LateFinish.IsZero() || !rec.Journal[1].LateFinish.IsZero() {
+		t.Fatalf("stale key after FinishBatch: %+v", rec)
 	}
 	// The holder of the takeover completes in a batch: its entry (the
 	// journal's second, written out) ends, the lapsed one is kept.
-	errs, err = s.CompleteBatch(ctx, []Completion{
-		{Key: "b", Fence: b.Record.Fence, Result: []byte("twice"), Retention: time.Hour},
-		{Key: "stale", Fence: 2, Result: []byte("taken"), Retention: time.Hour},
-	})
+	errs, err = s.FinishBatch(ctx, []store.FinishRequest{done(b, "twice", time.Hour), done(taken, "taken", time.Hour)})
 	if err != nil || errs[0] == nil || errs[1] != nil {
-		t.Fatalf("second CompleteBatch = %v, %v; want lease lost for b only", errs, err)
+		t.Fatalf("second FinishBatch = %v, %v; want lease lost for b only", errs, err)
 	}
 	rec, _ = s.Get(ctx, "stale")
 	if rec.Status != store.StatusCompleted || string(rec.Result) != "taken" || len(rec.Journal) != 2 ||
 		rec.Journal[0].Outcome != store.OutcomeLapsed || rec.Journal[1].Outcome != store.OutcomeCompleted {
-		t.Fatalf("taken-over key after CompleteBatch: %+v", rec)
+		t.Fatalf("taken-over key after FinishBatch: %+v", rec)
 	}
-	if errs, err := s.CompleteBatch(ctx, nil); err != nil || len(errs) != 0 {
-		t.Fatalf("CompleteBatch(nil) = %v, %v", errs, err)
+	// The same attempt id with another fence, and the same fence with
+	// another attempt id, do not hold the key.
+	c := claimNew(t, s, "c")
+	wrongFence, wrongID := done(c, "x", time.Hour), done(c, "x", time.Hour)
+	wrongFence.Fence++
+	wrongID.AttemptID = store.NewAttemptID()
+	if errs, err := s.FinishBatch(ctx, []store.FinishRequest{wrongFence, wrongID, done(a, "x", time.Hour)}); err != nil ||
+		!errors.Is(errs[0], store.ErrLeaseLost) || !errors.Is(errs[1], store.ErrLeaseLost) {
+		t.Fatalf("FinishBatch of another fence, another attempt id: %v, %v; want ErrLeaseLost for both", errs, err)
+	}
+	if rec, err := s.Get(ctx, "c"); err != nil || rec.Status != store.StatusInProgress {
+		t.Fatalf("c after refused completions: %+v, %v", rec, err)
+	}
+	if errs, err := s.FinishBatch(ctx, nil); err != nil || len(errs) != 0 {
+		t.Fatalf("FinishBatch(nil) = %v, %v", errs, err)
+	}
+	if _, err := s.FinishBatch(ctx, []store.FinishRequest{done(c, "x", time.Hour), {Key: "c", Fence: 1, Outcome: store.OutcomeCompleted}}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("FinishBatch with a request without an attempt id: %v, want ErrInvalid", err)
+	}
+	if rec, err := s.Get(ctx, "c"); err != nil || rec.Status != store.StatusInProgress {
+		t.Fatalf("c after a refused batch: %+v, %v; want nothing sent", rec, err)
 	}
 }
 
-// TestCompleteBatchKeyOrder: each key gets its own result and retention
+// TestFinishBatchKeyOrder: each key gets its own result and retention
 // whatever the keys' order in the call, with keys whose byte order is not
 // their linguistic order (the statement looks each key's inputs up in the
 // keys sorted by byte).
-func TestCompleteBatchKeyOrder(t *testing.T) {
+func TestFinishBatchKeyOrder(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	keys := []string{"é", "B", "a", "Z", "a b", "ä", "aa", "`", "日本", "b"}
-	var cs []Completion
+	var cs []store.FinishRequest
 	for i, k := range keys {
 		cr := claimNew(t, s, k)
-		cs = append(cs, Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("result of " + k), Retention: time.Duration(i+1) * time.Hour})
+		cs = append(cs, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted,
+			Result: []byte("result of " + k), Retention: time.Duration(i+1) * time.Hour})
 	}
-	errs, err := s.CompleteBatch(ctx, cs)
+	errs, err := s.FinishBatch(ctx, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,10 +372,10 @@ func TestCompleteBatchKeyOrder(t *testing.T) {
 	}
 }
 
-// TestCompleteBatchEncoding: in a database whose encoding orders some
+// TestFinishBatchEncoding: in a database whose encoding orders some
 // keys otherwise than their UTF-8 bytes do (WIN1252: "ÿ" is 0xFF, "€"
-// 0x80), CompleteBatch still finds each key's inputs.
-func TestCompleteBatchEncoding(t *testing.T) {
+// 0x80), FinishBatch still finds each key's inputs.
+func TestFinishBatchEncoding(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	admin := testPool(t)
@@ -366,15 +401,16 @@ func TestCompleteBatchEncoding(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	keys := []string{"ÿ", "€", "a"} // UTF-8: 61 < C3 BF < E2 82 AC; WIN1252: 80 < 61 < FF
-	var cs []Completion
+	var cs []store.FinishRequest
 	for _, k := range keys {
 		cr, err := s.Claim(ctx, req(k))
 		if err != nil || !cr.Acquired {
 			t.Fatalf("Claim %q: %+v, %v", k, cr, err)
 		}
-		cs = append(cs, Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("result of " + k), Retention: time.Hour})
+		cs = append(cs, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted,
+			Result: []byte("result of " + k), Retention: time.Hour})
 	}
-	errs, err := s.CompleteBatch(ctx, cs)
+	errs, err := s.FinishBatch(ctx, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +433,7 @@ func TestJournalTrim(t *testing.T) {
 		if !cr.Acquired || cr.Record.Attempt != i {
 			t.Fatalf("claim %d: %+v", i, cr)
 		}
-		if err := s.Release(ctx, "k", cr.Record.Fence, fmt.Sprint("try ", i)); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: fmt.Sprint("try ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -429,7 +465,7 @@ func TestTextSanitized(t *testing.T) {
 	if err != nil || !cr.Acquired {
 		t.Fatalf("Claim: %+v, %v", cr, err)
 	}
-	if err := s.Release(ctx, "k", cr.Record.Fence, "bad \xfe\x00 reason"); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "bad \xfe\x00 reason"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, "k")
@@ -448,21 +484,21 @@ func TestResolveDefaultRetention(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
-	claimNew(t, s, "k")
-	rec, err := s.Resolve(ctx, "k", 0, store.Resolution{Done: true, Result: []byte("r"), Reason: "checked", By: "alice"})
+	first := claimNew(t, s, "k")
+	rec, err := s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: true, Result: []byte("r"), Reason: "checked", By: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now, _ := s.Now(ctx)
-	if d := rec.ExpiresAt.Sub(now); d < idem.DefaultRetention-time.Minute || d > idem.DefaultRetention {
-		t.Fatalf("ExpiresAt in %v, want %v", d, idem.DefaultRetention)
+	if d := rec.ExpiresAt.Sub(now); d < store.DefaultRetention-time.Minute || d > store.DefaultRetention {
+		t.Fatalf("ExpiresAt in %v, want %v", d, store.DefaultRetention)
 	}
 	if j := rec.Journal[0]; j.Outcome != store.OutcomeResolvedDone || j.ResolvedBy != "alice" || j.Reason != "checked" {
 		t.Fatalf("journal %+v", rec.Journal)
 	}
 	// A second decision gets an entry of its own.
-	rec, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: false, Reason: "undo", By: "bob"})
-	if err != nil || len(rec.Journal) != 2 || !rec.Journal[1].Decision || rec.Journal[1].ResolvedBy != "bob" || rec.Journal[1].Fence != 3 {
+	rec, err = s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: false, Reason: "undo", By: "bob"})
+	if err != nil || len(rec.Journal) != 2 || !rec.Journal[1].Decision || rec.Journal[1].ResolvedBy != "bob" || rec.Journal[1].Fence != first.Record.Fence+2 {
 		t.Fatalf("second Resolve: %+v, %v", rec.Journal, err)
 	}
 }
@@ -498,21 +534,21 @@ func TestForeverRetention(t *testing.T) {
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
 	forever := time.Duration(math.MaxInt64)
-	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Lease: forever, Retention: forever})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := cr.Now.Add(forever); cr.Record.ExpiresAt.Before(want.Add(-time.Second)) || cr.Record.LeaseUntil.Before(want.Add(-time.Second)) {
 		t.Fatalf("claimed with lease and retention %v: LeaseUntil %v, ExpiresAt %v, want about %v", forever, cr.Record.LeaseUntil, cr.Record.ExpiresAt, want)
 	}
-	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("v"), forever); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("v"), Retention: forever}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, "k")
 	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("Get after Complete with retention %v = %v, %v; want completed", forever, rec.Status, err)
 	}
-	again, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	again, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || again.Acquired {
 		t.Fatalf("claim of a key completed with retention %v: acquired %v, %v; want a duplicate", forever, again.Acquired, err)
 	}

@@ -18,7 +18,7 @@ func fill(t testing.TB, s *Store, prefix string, n int, status store.Status, exp
 	t.Helper()
 	_, err := s.Pool().Exec(context.Background(), `INSERT INTO `+s.Table()+` (`+strings.Join(recordColumns, ", ")+`)
 		SELECT $1 || i, $2, 'at_least_once', 1, 1, 'filler', '', 'r', '',
-			now() + $4::bigint * interval '1 microsecond', now() + $3::bigint * interval '1 microsecond', now(), now(), '[]', ''
+			now() + $4::bigint * interval '1 microsecond', now() + $3::bigint * interval '1 microsecond', now(), now(), '[]', '', ''
 		FROM generate_series(1, $5::int) i`, prefix, string(status), micros(expiresIn), micros(leaseIn), n)
 	if err != nil {
 		t.Fatalf("filling %d rows: %v", n, err)
@@ -169,15 +169,17 @@ func TestSweepKeepsUp(t *testing.T) {
 	const keys = 1000
 	for i := range keys {
 		k := fmt.Sprintf("k-%d", i)
-		cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Policy: store.AtLeastOnce, Lease: time.Second, Retention: time.Second})
+		// A minute, which the test's clock passes every 100 keys: a second
+		// could pass between a claim and its completion on a loaded server.
+		cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Minute})
 		if err != nil || !cr.Acquired {
 			t.Fatalf("Claim(%q): %+v, %v", k, cr, err)
 		}
-		if err := s.Complete(ctx, k, cr.Record.Fence, nil, time.Second); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if i%100 == 99 {
-			clocks.advance(t, 2*time.Second) // the records so far expire
+			clocks.advance(t, 2*time.Minute) // the records so far expire
 		}
 	}
 	close(stop)
@@ -274,27 +276,39 @@ func TestPlans(t *testing.T) {
 	// With stale statistics (a burst of new rows since ANALYZE) the hot
 	// statements still look keys up by primary key alone.
 	fill(t, s, "burst-", 30000, store.StatusInProgress, time.Hour, time.Minute)
-	plan = explain(t, s, s.q.complete, "text, bigint, bytea, bigint", "'burst-5', 1, 'r', 1000000")
+	for name, sql := range map[string]string{"complete": s.q.complete, "fail": s.q.fail, "release": s.q.release, "abandon": s.q.abandon} {
+		types, args := "text, bigint, text, text", "'burst-5', 1, '', 'why'"
+		if name == "complete" {
+			types, args = "text, bigint, text, bytea, bigint", "'burst-5', 1, '', 'r', 1000000"
+		} else if name == "fail" {
+			types, args = "text, bigint, text, text, bigint", "'burst-5', 1, '', 'why', 1000000"
+		}
+		plan = explain(t, s, sql, types, args)
+		if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) || strings.Contains(plan, "Bitmap") {
+			t.Errorf("Finish (%s) does not look the key up by key alone:\n%s", name, plan)
+		}
+	}
+	plan = explain(t, s, s.q.extend, "text, bigint, text, bigint", "'burst-5', 1, '', 1000000")
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) || strings.Contains(plan, "Bitmap") {
-		t.Errorf("Complete does not look the key up by key alone:\n%s", plan)
+		t.Errorf("Extend does not look the key up by key alone:\n%s", plan)
 	}
 	for _, keys := range []string{"'burst-1','burst-2','new-1'", "'new-2','new-3','new-4'"} {
-		plan = explain(t, s, s.q.claimBatch, "text[], text[], text[], text[], bigint[], bigint[], text[], boolean[]",
+		plan = explain(t, s, s.q.claimBatch, "text[], text[], text[], text[], bigint[], bigint[], text[], boolean[], text[]",
 			"ARRAY["+keys+"], ARRAY['o','o','o'], ARRAY['c','c','c'], ARRAY['at_least_once','at_least_once','at_least_once'], "+
-				"ARRAY[1000000,1000000,1000000]::bigint[], ARRAY[1000000,1000000,1000000]::bigint[], ARRAY['','',''], ARRAY[false,false,false]")
+				"ARRAY[1000000,1000000,1000000]::bigint[], ARRAY[1000000,1000000,1000000]::bigint[], ARRAY['','',''], ARRAY[false,false,false], ARRAY['i1','i2','i3']")
 		if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
 			t.Errorf("ClaimBatch does not look the keys up by key alone:\n%s", plan)
 		}
 	}
-	plan = explain(t, s, s.q.claim, "text, text, text, text, bigint, bigint, text, boolean",
-		"'burst-7', 'o', 'c', 'at_least_once', 1000000, 1000000, '', false")
+	plan = explain(t, s, s.q.claim, "text, text, text, text, bigint, bigint, text, boolean, text",
+		"'burst-7', 'o', 'c', 'at_least_once', 1000000, 1000000, '', false, 'i'")
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
 		t.Errorf("Claim does not look the key up by key alone:\n%s", plan)
 	}
-	plan = explain(t, s, s.q.completeBatch, "text[], bigint[], bytea[], bigint[]",
-		"ARRAY['burst-1','burst-2'], ARRAY[1,1]::bigint[], ARRAY['r','r']::bytea[], ARRAY[1000000,1000000]::bigint[]")
+	plan = explain(t, s, s.q.completeBatch, "text[], bigint[], text[], bytea[], bigint[]",
+		"ARRAY['burst-1','burst-2'], ARRAY[1,1]::bigint[], ARRAY['',''], ARRAY['r','r']::bytea[], ARRAY[1000000,1000000]::bigint[]")
 	if strings.Contains(plan, "expires_at_idx") || strings.Contains(plan, "Seq Scan on "+s.names.table) {
-		t.Errorf("CompleteBatch does not look the keys up by key alone:\n%s", plan)
+		t.Errorf("FinishBatch does not look the keys up by key alone:\n%s", plan)
 	}
 }
 

@@ -50,6 +50,9 @@ func (s *Store) InTx(ctx context.Context, req store.ClaimRequest, retention time
 // caller rolls the transaction back unless commit was called.
 func (s *Store) runTx(ctx context.Context, req store.ClaimRequest, retention time.Duration,
 	on func(op func(q querier) error) error, fn func(ctx context.Context) ([]byte, error), commit func() error) (store.ClaimResult, []byte, error) {
+	if err := req.Check(); err != nil {
+		return store.ClaimResult{}, nil, err
+	}
 	var res store.ClaimResult
 	err := on(func(q querier) (err error) {
 		res, err = s.claimOne(ctx, q, req)
@@ -66,7 +69,8 @@ func (s *Store) runTx(ctx context.Context, req store.ClaimRequest, retention tim
 		return res, nil, err
 	}
 	err = on(func(q querier) error {
-		return s.finish(ctx, q, s.q.complete, req.Key, res.Record.Fence, val, micros(retention))
+		return s.finish(ctx, q, store.FinishRequest{Key: req.Key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID,
+			Outcome: store.OutcomeCompleted, Result: val, Retention: retention})
 	})
 	if err != nil {
 		// ErrLeaseLost only if the record's retention passed while fn ran:

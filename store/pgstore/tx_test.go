@@ -135,8 +135,10 @@ func TestDoTxExactlyOnce(t *testing.T) {
 				t.Fatalf("counter = %d after %d concurrent DoTx calls, want 1", n, calls)
 			}
 			rec, err := s.Get(context.Background(), key.String())
-			if err != nil || rec.Status != store.StatusCompleted || rec.Fence != 1 || string(rec.Result) != "done" {
-				t.Fatalf("record %+v, %v; want completed at fence 1 with the result", rec, err)
+			// One claim committed: the record's first, whose fence is its
+			// creation time's.
+			if err != nil || rec.Status != store.StatusCompleted || rec.Attempt != 1 || rec.Fence != store.FirstFence(rec.CreatedAt, 0) || string(rec.Result) != "done" {
+				t.Fatalf("record %+v, %v; want completed by its first attempt with the result", rec, err)
 			}
 			if j := rec.Journal; len(j) != 1 || j[0].Outcome != store.OutcomeCompleted || j[0].Ended.IsZero() {
 				t.Fatalf("journal %+v, want one completed entry", j)
@@ -197,8 +199,13 @@ func TestDoTxRollback(t *testing.T) {
 				t.Fatalf("first DoTx: %v, want boom", err)
 			}
 			res := <-secondDone
-			if res.Replayed || res.Fence != 1 || string(res.Value) != "done" {
-				t.Fatalf("second DoTx: %+v, want it executed at fence 1", res)
+			rec, err := s.Get(ctx, key.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first claim rolled back: the second made the record.
+			if res.Replayed || res.Fence != rec.Fence || rec.Attempt != 1 || rec.Fence != store.FirstFence(rec.CreatedAt, 0) || string(res.Value) != "done" {
+				t.Fatalf("second DoTx: %+v, record %+v; want it executed as the record's first attempt", res, rec)
 			}
 			if n := counter(); n != 1 {
 				t.Fatalf("counter = %d, want 1", n)
@@ -213,7 +220,7 @@ func TestInTxNotAcquired(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, new(testClocks))
 	ctx := context.Background()
-	r := store.ClaimRequest{Key: "k", Owner: "holder", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "holder", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 	if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
 		t.Fatal(cr, err)
 	}

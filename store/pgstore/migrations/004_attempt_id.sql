@@ -1,0 +1,13 @@
+-- 004: attempts have an identity. attempt_id is the id of the row's
+-- latest attempt (store.Record.AttemptID): while the row is in_progress it
+-- names the attempt that holds the key, and every statement that ends or
+-- extends an attempt is conditioned on it as well as on the fence. An
+-- abandoned attempt clears it (''). Each journal entry keeps its
+-- attempt's id in its own member.
+--
+-- Rows written before have '' (no attempt id): no attempt can finish or
+-- extend them (every attempt has an id), so an attempt that was running
+-- during the upgrade lapses, and is taken over or resolved as usual.
+-- Adding a column with a constant default rewrites nothing and takes the
+-- table's lock only for a moment.
+ALTER TABLE {{table}} ADD COLUMN attempt_id text NOT NULL DEFAULT '';
