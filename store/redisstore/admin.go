@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,25 +61,29 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return fromMicros(t.UnixMicro() + s.offset()), nil
 }
 
-// Resolve implements [store.Store]: one script that bumps the fence and
-// records the decision, checking the fence when it is not zero and the
-// status when r.InProgress.
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
+// Resolve implements [store.Store]: one script that checks r's conditions
+// (its fence, attempt id, in progress, lapsed), bumps the fence and
+// records the decision.
+func (s *Store) Resolve(ctx context.Context, r store.ResolveRequest) (store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
-	done, inProgress := "0", "0"
+	key := r.Key
+	done, inProgress, lapsed := argFlag[0], argFlag[0], argFlag[0]
 	if r.InProgress {
-		inProgress = "1"
+		inProgress = argFlag[1]
+	}
+	if r.Lapsed {
+		lapsed = argFlag[1]
 	}
 	ret := r.Retention
 	if r.Done {
-		done = "1"
+		done = argFlag[1]
 		if ret <= 0 {
-			ret = idem.DefaultRetention
+			ret = store.DefaultRetention
 		}
 	}
-	v, err := s.eval(ctx, scriptResolve, key, s.args(fence, done, r.Result, r.Reason, micros(ret), r.By, inProgress))
+	v, err := s.eval(ctx, scriptResolve, key, s.args(r.Fence, r.AttemptID, done, r.Result, r.Reason, micros(ret), r.By, inProgress, lapsed))
 	if v == nil {
 		return store.Record{}, s.wrap("resolve", key, err)
 	}

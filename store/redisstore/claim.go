@@ -13,12 +13,13 @@ import (
 // Claim implements [store.Store]: one script (one round trip) that reads
 // the key's hash and writes it only if the key is claimable. A new key
 // costs the script an EXISTS and an HSET; it sends back only the server's
-// time, and the store builds the record it wrote.
+// time, and the store builds the record it wrote, whose fence is that
+// time in microseconds ([store.FirstFence]).
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	if err := s.check(ctx); err != nil {
 		return store.ClaimResult{}, err
 	}
-	if err := checkPolicy(req.Policy); err != nil {
+	if err := req.Check(); err != nil {
 		return store.ClaimResult{}, err
 	}
 	v, err := s.eval(ctx, scriptClaim, req.Key, s.claimArgs(req))
@@ -38,50 +39,37 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	return res, nil
 }
 
-// undo ends an attempt whose claim WAIT could not confirm: it never ran.
-// A claim of a free key is released, so that the key is not left to lapse
-// (and, under AtMostOnce, to become indeterminate) for that attempt. A
-// takeover is abandoned instead (left lapsed at once, as after a crash):
-// releasing it would forget the lapsed attempt it took over, which may
-// have done the effect, and the next claim would be a fresh one, not a
-// takeover, so an AtMostOnce key would run again instead of being
-// indeterminate. Either way the reason marks the attempt as not run
-// (store.NotRunReason), so a later Reconcile hook is asked about the
-// attempt before it: the rule of store.UndoClaim, here by the finishing
-// script directly, with no WAIT of its own.
-// Best effort: its errors are dropped, and the undo may itself not reach
-// the replicas.
+// undo ends an attempt whose claim WAIT could not confirm: it never ran
+// ([store.UndoRequest]). A claim of a free key is released, so that the
+// key is not left to lapse (and, under AtMostOnce, to become
+// indeterminate) for that attempt. A takeover is abandoned instead (left
+// lapsed at once, as after a crash): releasing it would forget the lapsed
+// attempt it took over, which may have done the effect, and the next
+// claim would be a fresh one, not a takeover, so an AtMostOnce key would
+// run again instead of being indeterminate. Either way the reason marks
+// the attempt as not run (store.NotRunReason), so a later Reconcile hook
+// is asked about the attempt before it. The finishing script is run
+// directly, with no WAIT of its own ([Store.Finish] would wait for the
+// replicas that just failed to answer). Best effort: its errors are
+// dropped, and the undo may itself not reach the replicas.
 func (s *Store) undo(res store.ClaimResult) {
 	if !res.Acquired {
 		return
 	}
-	st := store.StatusReleased
-	if res.Takeover {
-		st = store.StatusInProgress // abandoned: lapsed at once
-	}
+	req := store.UndoRequest(res.Record, res.Takeover, "the claim was not acknowledged by enough replicas")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(res.Record.Key)},
-		s.args(res.Record.Fence, string(st), undoReason, int64(0))...).Result()
-}
-
-// undoReason is the reason undo records.
-var undoReason = store.NotRunReason("the claim was not acknowledged by enough replicas")
-
-func checkPolicy(p store.Policy) error {
-	if p != store.AtLeastOnce && p != store.AtMostOnce {
-		return fmt.Errorf("redisstore: claim with unknown policy %v", p)
-	}
-	return nil
+	_, _ = scriptFinish.Run(ctx, s.client, []string{s.rkey(req.Key)}, s.finishArgs(req)...).Result()
 }
 
 func (s *Store) claimArgs(req store.ClaimRequest) []any {
-	take := argTake[0]
+	take := argFlag[0]
 	if req.TakeLapsed {
-		take = argTake[1]
+		take = argFlag[1]
 	}
 	// The policy was checked: 0 or 1.
-	return append(s.argsCap(7), req.Owner, req.Correlation, argPolicy[req.Policy], micros(req.Lease), micros(req.Retention), req.Fingerprint, take)
+	return append(s.argsCap(8), req.AttemptID, req.Owner, req.Correlation, argPolicy[req.Policy],
+		micros(req.Lease), micros(req.Retention), req.Fingerprint, take)
 }
 
 // claimResult reads the claim script's answer.
@@ -101,12 +89,14 @@ func claimResult(req store.ClaimRequest, v any) (store.ClaimResult, error) {
 		lease := time.Duration(micros(req.Lease)) * time.Microsecond
 		ret := time.Duration(micros(req.Retention)) * time.Microsecond
 		lu := now.Add(lease)
+		fence := store.FirstFence(now, 0) // the script's: now in microseconds
 		res.Acquired = true
 		res.Record = store.Record{
 			Key:         req.Key,
 			Status:      store.StatusInProgress,
 			Policy:      req.Policy,
-			Fence:       1,
+			Fence:       fence,
+			AttemptID:   req.AttemptID,
 			Attempt:     1,
 			Owner:       req.Owner,
 			Fingerprint: req.Fingerprint,
@@ -115,7 +105,7 @@ func claimResult(req store.ClaimRequest, v any) (store.ClaimResult, error) {
 			CreatedAt:   now,
 			UpdatedAt:   now,
 			Journal: []store.JournalEntry{{
-				Attempt: 1, Fence: 1, Owner: req.Owner, Correlation: req.Correlation,
+				Attempt: 1, Fence: fence, AttemptID: req.AttemptID, Owner: req.Owner, Correlation: req.Correlation,
 				Started: now, LeaseUntil: lu, Policy: req.Policy.String(),
 			}},
 		}
@@ -150,7 +140,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]st
 		return nil, err
 	}
 	for _, r := range reqs {
-		if err := checkPolicy(r.Policy); err != nil {
+		if err := r.Check(); err != nil {
 			return nil, err
 		}
 	}

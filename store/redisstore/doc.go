@@ -8,16 +8,18 @@
 // # Layout
 //
 // The record of key k is the hash named prefix+k ([WithPrefix], default
-// "idem:"), with one field per [store.Record] field; times are unix
-// microseconds of the server's clock. The journal is a JSON array in one
-// field, with the JSON names of [store.JournalEntry] and its times as RFC
-// 3339 strings in UTC, exactly as encoding/json writes a time.Time, so
-// json.Unmarshal reads it as it is (the scripts format them; the tests
-// check the round trip). A record whose history is a single attempt of a
-// fresh key (claimed, extended, finished: the common life) has no journal
-// field yet: its one entry is what its other fields say, plus the claim's
-// correlation id and the entry's outcome in two small fields, and the
-// store builds it when it reads the record. The scripts on the hot path
+// "idem:"), with one field per [store.Record] field (the attempt id among
+// them); times are unix microseconds of the server's clock. The journal
+// is a JSON array in one field, with the wire names of
+// [store.JournalEntry] (the store.Wire* constants, from which the scripts
+// are generated) and its times as RFC 3339 strings in UTC, exactly as
+// encoding/json writes a time.Time, so [store.UnmarshalJournal] reads it
+// as it is (the scripts format them; the tests check the round trip). A
+// record whose history is a single attempt of a fresh key (claimed,
+// extended, finished: the common life) has no journal field yet: its one
+// entry is what its other fields say, plus the claim's correlation id and,
+// after an abandon, the entry's outcome and attempt id, in small fields,
+// and the store builds it when it reads the record. The scripts on the hot path
 // therefore neither format times nor parse JSON, and such a record stays
 // in Redis's compact hash encoding (listpack; about 300 bytes with a short
 // result). The first write that needs more (a second attempt, a takeover,
@@ -41,6 +43,25 @@
 // builds the record it wrote. [Store.ClaimBatch] pipelines one script per
 // key in one round trip.
 //
+// The scripts that end or extend an attempt ([Store.Finish],
+// [Store.Extend]) apply only while the record is in_progress with the
+// attempt's fence and attempt id, in the same script that writes; an
+// abandon clears the record's attempt id, so an attempt ends once.
+//
+// # Fences
+//
+// A new record's first fence is the server's clock (Redis TIME) in
+// microseconds, read by the claim script ([store.FirstFence] with no floor
+// of the store's own); every later claim of the record, and every
+// resolution, adds one. So a key deleted, swept or dropped by Redis and
+// claimed anew starts above every fence it had, unless the server's clock
+// (after a restart, or on the replica a failover promoted) is behind by
+// more than the time between the old record's last claim and its removal.
+// Lua numbers are doubles, exact up to 2^53: fences stay exact until the
+// year 2255. The scripts never let Lua's tostring or cjson format a fence
+// (both write 14 significant digits: 1.7e+15); the journal's JSON is
+// written by the scripts' own encoder.
+//
 // # Expiry
 //
 // Every script checks the record's ExpiresAt against the server's clock:
@@ -48,8 +69,10 @@
 // the hash yet. Redis drops it by itself (PEXPIREAT) [WithKeepExpired]
 // after ExpiresAt (default 24 hours). Until then the store remembers the
 // key's fence and attempt numbers, so that a claim after the expiry
-// continues them and a holder from before the expiry is still refused.
-// [Store.Sweep] deletes expired records before Redis does.
+// continues them (and its journal); after that, a claim makes a new
+// record, whose fence the clock makes higher (see Fences). A holder from
+// before the expiry is refused either way. [Store.Sweep] deletes expired
+// records before Redis does.
 //
 // # Retries and call ids
 //
@@ -85,9 +108,11 @@
 //     resolves it: nothing is repeated, nothing is lost silently.
 //   - A lost claim (the record is absent again, or as it was before the
 //     claim): the next delivery claims the key while the first holder is
-//     still running, so two attempts run, and the second may get the same
-//     fence number as the first. Under both policies the effect may happen
-//     twice: AtMostOnce's guarantee does not survive the loss of a claim.
+//     still running, so two attempts run, and when the record was there
+//     before, the second gets the same fence number as the first (its
+//     attempt id differs, so the first's writes are still refused). Under
+//     both policies the effect may happen twice: AtMostOnce's guarantee
+//     does not survive the loss of a claim.
 //   - A lost heartbeat (Extend): the lease ends earlier than the holder
 //     thinks; under AtLeastOnce another attempt may take over while it
 //     runs. The holder's next heartbeat or completion is refused.
@@ -119,6 +144,22 @@
 // refuse every write with it; durability is the server's configuration,
 // which the store reports but does not change.
 //
+// # Upgrading from a version without attempt ids
+//
+// A hash written by an earlier version has no attempt id field: the store
+// reads its attempt id as "", so no attempt can finish or extend it (its
+// holder's Finish and Extend get [store.ErrLeaseLost]). It lapses as
+// usual: AtLeastOnce takes it over, AtMostOnce reports it indeterminate
+// until a Reconcile hook or an operator resolves it. Its journal entries
+// have no attempt ids; fences continue from where it was. The new scripts
+// have new SHA1s: each server loads them on its first NOSCRIPT.
+//
+// Do not run the two versions on the same prefix at once: the earlier
+// version's scripts write the journal with cjson, which turns the 16-digit
+// fences of new records into 1.7e+15, and both versions then read such a
+// record as corrupt. Stop the old writers, then start the new (or move to
+// a new prefix).
+//
 // # Connections
 //
 // Each call takes one connection from the client's pool for one round
@@ -129,15 +170,15 @@
 //
 // # Costs
 //
-// Claim, Complete, Fail, Release, Abandon, Extend, Get, Resolve and
-// Delete are each one script on one key: O(1), plus the journal (at most
-// [store.MaxJournal] entries) for the scripts that edit it. A claim of a new
-// key costs Redis TIME, EXISTS, one HSET of 12 fields and a PEXPIREAT;
-// a completion TIME, one HMGET, one HSET and a PEXPIREAT. List and Sweep
-// SCAN the keys under the prefix (see [Store.List]): their cost grows with
-// the number of records, so they are for operators, not for a hot path.
+// Claim, Finish, Extend, Get, Resolve and Delete are each one script on
+// one key: O(1), plus the journal (at most [store.MaxJournal] entries) for
+// the scripts that edit it. A claim of a new key costs Redis TIME, EXISTS,
+// one HSET of 13 fields and a PEXPIREAT; a completion TIME, one HMGET, one
+// HSET and a PEXPIREAT. List and Sweep SCAN the keys under the prefix (see
+// [Store.List]): their cost grows with the number of records, so they are
+// for operators, not for a hot path.
 //
-// [Store.ClaimBatch] and [Store.CompleteBatch] pipeline their scripts in
+// [Store.ClaimBatch] and [Store.FinishBatch] pipeline their scripts in
 // one round trip; a Ledger made with [idem.WithCoalescing] uses them for
 // the claims and completions of concurrent calls. On a loaded 2-core
 // machine that doubled Do's rate at 50 callers (see docs/benchmarks.md).

@@ -90,7 +90,7 @@ func newFaultRig(t *testing.T, retries, relay bool) *faultRig {
 // pipeline pool's connection; it fails t unless the relay cut them.
 func (f *faultRig) cutBatch(t *testing.T, n int, call func()) {
 	t.Helper()
-	if _, err := f.s.ClaimBatch(context.Background(), []store.ClaimRequest{{Key: "warm", Lease: time.Minute}}); err != nil {
+	if _, err := f.s.ClaimBatch(context.Background(), []store.ClaimRequest{{AttemptID: store.NewAttemptID(), Key: "warm", Lease: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	f.px.CutAnswersAfter(n)
@@ -195,8 +195,9 @@ func TestFaultClientKill(t *testing.T) {
 			f := newFaultRig(t, retries, false)
 			s, check := f.s, f.check
 			var cr store.ClaimResult
+			req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour}
 			err := killDuringCall(t, s, func() (err error) {
-				cr, err = s.Claim(context.Background(), store.ClaimRequest{Key: "k", Owner: "killed", Lease: time.Minute, Retention: time.Hour})
+				cr, err = s.Claim(context.Background(), req)
 				return err
 			})
 			if !retries {
@@ -213,10 +214,10 @@ func TestFaultClientKill(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
-				t.Fatalf("Claim retried after its connection was killed: %+v, %v; want acquired, fence 1", cr, err)
+			if err != nil || !cr.Acquired || cr.Record.Attempt != 1 || cr.Record.AttemptID != req.AttemptID {
+				t.Fatalf("Claim retried after its connection was killed: %+v, %v; want acquired, attempt 1", cr, err)
 			}
-			if rec, err := check.Get(context.Background(), "k"); err != nil || rec.Fence != 1 || rec.Owner != "killed" {
+			if rec, err := check.Get(context.Background(), "k"); err != nil || rec.Fence != cr.Record.Fence || rec.Attempt != 1 || rec.AttemptID != req.AttemptID || rec.Owner != "killed" {
 				t.Fatalf("after the retried claim: %+v, %v", brief(rec), err)
 			}
 		})
@@ -225,11 +226,13 @@ func TestFaultClientKill(t *testing.T) {
 				f := newFaultRig(t, retries, false)
 				s, check := f.s, f.check
 				ctx := context.Background()
-				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "killed", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
-				err = killDuringCall(t, s, func() error { return s.Complete(ctx, "k", cr.Record.Fence, []byte("sent"), time.Hour) })
+				err = killDuringCall(t, s, func() error {
+					return s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("sent"), Retention: time.Hour})
+				})
 				if retries {
 					if err != nil {
 						t.Fatalf("Complete retried after its connection was killed: %v", err)
@@ -287,28 +290,34 @@ func TestFaultAnswerLost(t *testing.T) {
 				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
 				px.DropAnswers(1)
-				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour}
+				cr, err := s.Claim(ctx, req)
 				if retries {
-					if err != nil || !cr.Acquired || cr.Takeover || cr.Record.Fence != 1 || cr.Record.Owner != "lost" {
-						t.Fatalf("Claim whose first answer was lost, retried: %+v, %v; want acquired, fence 1", cr, err)
+					if err != nil || !cr.Acquired || cr.Takeover || cr.Record.Attempt != 1 || cr.Record.AttemptID != req.AttemptID || cr.Record.Owner != "lost" {
+						t.Fatalf("Claim whose first answer was lost, retried: %+v, %v; want acquired, attempt 1", cr, err)
 					}
 					return
 				}
 				wantStoreErr(t, "Claim whose answer was lost", err)
-				// It ran: the claim holds the key, and nobody runs it.
-				followsPolicy(t, f.clocks, check, p, store.Record{Fence: 1})
+				// It ran: the claim holds the key (its caller can tell by the
+				// attempt id), and nobody runs it.
+				rec, err := check.Get(ctx, "k")
+				if err != nil || rec.AttemptID != req.AttemptID || rec.Attempt != 1 {
+					t.Fatalf("after the claim whose answer was lost: %+v, %v; want held by its attempt %q", brief(rec), err, req.AttemptID)
+				}
+				followsPolicy(t, f.clocks, check, p, rec)
 			})
 			t.Run(name+"/complete/"+p.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFaultRig(t, retries, true)
 				s, check, px := f.s, f.check, f.px
 				ctx := context.Background()
-				cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
+				cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "lost", Policy: p, Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
 				px.DropAnswers(1)
-				err = s.Complete(ctx, "k", cr.Record.Fence, []byte("sent"), time.Hour)
+				err = s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("sent"), Retention: time.Hour})
 				if retries {
 					if err != nil {
 						t.Fatalf("Complete whose first answer was lost, retried: %v; want nil (it completed)", err)
@@ -330,12 +339,12 @@ func TestFaultAnswerLost(t *testing.T) {
 			f := newFaultRig(t, retries, true)
 			s, px := f.s, f.px
 			ctx := context.Background()
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "lost", Lease: time.Minute, Retention: time.Hour})
 			if err != nil || !cr.Acquired {
 				t.Fatal(cr, err)
 			}
 			px.DropAnswers(1)
-			until, err := s.Extend(ctx, "k", cr.Record.Fence, time.Hour)
+			until, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Hour})
 			if retries != (err == nil) || (err == nil && until.Before(cr.Now.Add(time.Hour))) {
 				t.Fatalf("Extend whose first answer was lost: %v, %v", until, err)
 			}
@@ -344,7 +353,7 @@ func TestFaultAnswerLost(t *testing.T) {
 			}
 			_ = s.client.Ping(ctx).Err() // a new connection, so that the next drop hits the release
 			px.DropAnswers(1)
-			err = s.Release(ctx, "k", cr.Record.Fence, "retry")
+			err = s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "retry"})
 			if retries != (err == nil) {
 				t.Fatalf("Release whose first answer was lost: %v", err)
 			}
@@ -384,8 +393,10 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 			s, check := f.s, f.check
 			ctx := context.Background()
 			reqs := make([]store.ClaimRequest, len(keys))
+			ids := map[string]string{} // key: the attempt id of its claim in the batch
 			for i, k := range keys {
-				reqs[i] = store.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
+				reqs[i] = store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour}
+				ids[k] = reqs[i].AttemptID
 			}
 			var (
 				res []store.ClaimResult
@@ -402,48 +413,48 @@ func TestFaultBatchCutMidPipeline(t *testing.T) {
 					t.Fatalf("ClaimBatch cut mid-pipeline, retried: %d results, %v", len(res), err)
 				}
 				for i, r := range res {
-					if !r.Acquired || r.Err != nil || r.Record.Fence != 1 || r.Record.Owner != "cut" {
-						t.Fatalf("ClaimBatch cut mid-pipeline, retried: %q: %+v; want acquired by its own claim, fence 1", keys[i], brief(r.Record))
+					if !r.Acquired || r.Err != nil || r.Record.Attempt != 1 || r.Record.AttemptID != reqs[i].AttemptID || r.Record.Owner != "cut" {
+						t.Fatalf("ClaimBatch cut mid-pipeline, retried: %q: %+v; want acquired by its own claim, attempt 1", keys[i], brief(r.Record))
 					}
 				}
 			}
 			// Redis ran every claim: each key is held by it.
 			for _, k := range keys {
-				if rec, err := check.Get(ctx, k); err != nil || rec.Status != store.StatusInProgress || rec.Fence != 1 || rec.Owner != "cut" {
+				if rec, err := check.Get(ctx, k); err != nil || rec.Status != store.StatusInProgress || rec.Attempt != 1 || rec.AttemptID != ids[k] || rec.Owner != "cut" {
 					t.Fatalf("%q after the cut batch: %+v, %v", k, brief(rec), err)
 				}
 			}
 		})
-		t.Run(name+"/complete_batch", func(t *testing.T) {
+		t.Run(name+"/finish_batch", func(t *testing.T) {
 			t.Parallel()
 			f := newFaultRig(t, retries, true)
 			s, check := f.s, f.check
 			ctx := context.Background()
-			cs := make([]store.Completion, len(keys))
+			cs := make([]store.FinishRequest, len(keys))
 			for i, k := range keys {
-				cr, err := check.Claim(ctx, store.ClaimRequest{Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour})
+				cr, err := check.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "cut", Lease: time.Minute, Retention: time.Hour})
 				if err != nil || !cr.Acquired {
 					t.Fatal(cr, err)
 				}
-				cs[i] = store.Completion{Key: k, Fence: cr.Record.Fence, Result: []byte("r" + k), Retention: time.Hour}
+				cs[i] = store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r" + k), Retention: time.Hour}
 			}
 			var (
 				errs []error
 				err  error
 			)
-			f.cutBatch(t, 20, func() { errs, err = s.CompleteBatch(ctx, cs) })
+			f.cutBatch(t, 20, func() { errs, err = s.FinishBatch(ctx, cs) })
 			if !retries {
-				wantStoreErr(t, "CompleteBatch cut mid-pipeline", err)
+				wantStoreErr(t, "FinishBatch cut mid-pipeline", err)
 				if errs != nil {
-					t.Fatalf("CompleteBatch cut mid-pipeline returned answers %v with its error", errs)
+					t.Fatalf("FinishBatch cut mid-pipeline returned answers %v with its error", errs)
 				}
 			} else {
 				if err != nil || len(errs) != len(keys) {
-					t.Fatalf("CompleteBatch cut mid-pipeline, retried: %v, %v", errs, err)
+					t.Fatalf("FinishBatch cut mid-pipeline, retried: %v, %v", errs, err)
 				}
 				for i, e := range errs {
 					if e != nil {
-						t.Fatalf("CompleteBatch cut mid-pipeline, retried: %q: %v, want nil (it completed)", keys[i], e)
+						t.Fatalf("FinishBatch cut mid-pipeline, retried: %q: %v, want nil (it completed)", keys[i], e)
 					}
 				}
 			}

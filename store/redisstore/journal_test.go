@@ -116,7 +116,7 @@ func TestJournalForms(t *testing.T) {
 	s := newTestStore(t, clocks)
 	ctx := context.Background()
 	req := func(key string) store.ClaimRequest {
-		return store.ClaimRequest{Key: key, Owner: "w/1 \"q\" é", Correlation: "msg-1 </>&", Policy: store.AtMostOnce,
+		return store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "w/1 \"q\" é", Correlation: "msg-1 </>&", Policy: store.AtMostOnce,
 			Lease: time.Minute + 123456*time.Microsecond, Retention: time.Hour, Fingerprint: "fp"}
 	}
 	hasJ := func(key string) bool {
@@ -145,57 +145,96 @@ func TestJournalForms(t *testing.T) {
 		}
 	}
 
-	cr := claim("fresh")
+	firsts := map[string]store.Record{} // the first claims' records
+	claimFirst := func(key string) store.ClaimResult {
+		cr := claim(key)
+		firsts[key] = cr.Record
+		return cr
+	}
+
+	cr := claimFirst("fresh")
 	want("fresh", false)
-	if _, err := s.Extend(ctx, "fresh", cr.Record.Fence, 2*time.Minute); err != nil {
+	if _, err := s.Extend(ctx, store.ExtendRequest{Key: "fresh", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	want("fresh", false)
 
 	for _, end := range []string{"complete", "fail", "release", "abandon"} {
 		key := "end-" + end
-		cr := claim(key)
+		cr := claimFirst(key)
 		var err error
 		switch end {
 		case "complete":
-			err = s.Complete(ctx, key, cr.Record.Fence, []byte("res"), time.Hour)
+			err = s.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("res"), Retention: time.Hour})
 		case "fail":
-			err = s.Fail(ctx, key, cr.Record.Fence, "card declined", time.Hour)
+			err = s.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: "card declined", Retention: time.Hour})
 		case "release":
-			err = s.Release(ctx, key, cr.Record.Fence, "smtp refused")
+			err = s.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "smtp refused"})
 		case "abandon":
-			err = s.Abandon(ctx, key, cr.Record.Fence, "reset after send")
+			err = s.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "reset after send"})
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", end, err)
 		}
 		want(key, false)
-		// A stale write is refused without a trace to leave.
-		if err := s.Complete(ctx, key, cr.Record.Fence+1, nil, time.Hour); err != store.ErrLeaseLost {
-			t.Fatalf("stale Complete: %v", err)
+		// A stale write (the same attempt again, another fence or another
+		// attempt id) is refused without a trace to leave.
+		for _, stale := range []store.FinishRequest{
+			{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID},
+			{Key: key, Fence: cr.Record.Fence + 1, AttemptID: cr.Record.AttemptID},
+			{Key: key, Fence: cr.Record.Fence, AttemptID: "other"},
+		} {
+			stale.Outcome, stale.Retention = store.OutcomeCompleted, time.Hour
+			if err := s.Finish(ctx, stale); err != store.ErrLeaseLost {
+				t.Fatalf("stale Complete %+v: %v", stale, err)
+			}
+			want(key, false)
 		}
-		want(key, false)
+		if end == "abandon" {
+			// The record gave up the attempt id; its entry keeps it.
+			rec := checkJournal(t, s, key)
+			if rec.AttemptID != "" || rec.Journal[0].AttemptID != cr.Record.AttemptID || rec.Journal[0].Outcome != store.OutcomeAbandoned {
+				t.Fatalf("abandoned: attempt id %q, entry %+v; want none, the entry the attempt's (%q), abandoned", rec.AttemptID, rec.Journal[0], cr.Record.AttemptID)
+			}
+		}
 	}
 
-	// Abandon then complete: still one implicit entry.
-	cr = claim("abandon-complete")
-	_ = s.Abandon(ctx, "abandon-complete", cr.Record.Fence, "x")
-	if err := s.Complete(ctx, "abandon-complete", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+	// A completion with a reason keeps it in its entry (not in the record):
+	// the journal is written.
+	cr = claim("complete-reason")
+	if err := s.Finish(ctx, store.FinishRequest{Key: "complete-reason", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+		Outcome: store.OutcomeCompleted, Result: []byte("r"), Reason: "done, with a note", Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	want("abandon-complete", false)
+	want("complete-reason", true)
+	if rec := checkJournal(t, s, "complete-reason"); rec.Reason != "" || rec.Journal[0].Reason != "done, with a note" || rec.Journal[0].Outcome != store.OutcomeCompleted {
+		t.Fatalf("completed with a reason: record reason %q, entry %+v", rec.Reason, rec.Journal[0])
+	}
 
-	// Abandon then extend: the entry keeps its end, so the journal is written.
+	// Abandoned, then extended by the same attempt: refused (it has
+	// ended), nothing written.
 	cr = claim("abandon-extend")
-	_ = s.Abandon(ctx, "abandon-extend", cr.Record.Fence, "x")
-	if _, err := s.Extend(ctx, "abandon-extend", cr.Record.Fence, time.Minute); err != nil {
-		t.Fatal(err)
+	noErr(t, s.Finish(ctx, store.FinishRequest{Key: "abandon-extend", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "x"}))
+	if _, err := s.Extend(ctx, store.ExtendRequest{Key: "abandon-extend", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute}); err != store.ErrLeaseLost {
+		t.Fatalf("Extend after Abandon: %v, want ErrLeaseLost", err)
 	}
-	want("abandon-extend", true)
-	if err := s.Complete(ctx, "abandon-extend", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
-		t.Fatal(err)
+	want("abandon-extend", false)
+
+	// Abandoned, then taken over: the journal is written, the abandoned
+	// entry with its attempt id.
+	cr = claim("abandon-take")
+	noErr(t, s.Finish(ctx, store.FinishRequest{Key: "abandon-take", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeAbandoned, Reason: "x"}))
+	take := req("abandon-take")
+	take.TakeLapsed = true
+	cr2, err := s.Claim(ctx, take)
+	if err != nil || !cr2.Takeover || cr2.Record.Fence != cr.Record.Fence+1 || cr2.Record.AttemptID != take.AttemptID {
+		t.Fatalf("takeover of an abandoned attempt: %v %+v", err, brief(cr2.Record))
 	}
-	want("abandon-extend", true)
+	want("abandon-take", true)
+	if rec := checkJournal(t, s, "abandon-take"); len(rec.Journal) != 2 || rec.Journal[0].AttemptID != cr.Record.AttemptID ||
+		rec.Journal[0].Outcome != store.OutcomeAbandoned || rec.Journal[1].AttemptID != take.AttemptID {
+		t.Fatalf("journal after the takeover of an abandoned attempt: %+v", rec.Journal)
+	}
 
 	// Released, claimed again: two entries.
 	if _, err := s.Claim(ctx, req("end-release")); err != nil {
@@ -212,7 +251,24 @@ func TestJournalForms(t *testing.T) {
 		t.Fatalf("takeover: %v %+v", err, cr2)
 	}
 	want("takeover", true)
-	if _, err := s.Extend(ctx, "takeover", cr.Record.Fence, time.Minute); err != store.ErrLeaseLost {
+	// Not marked late: a stale release of a claim that never ran, and
+	// writes that name the stale fence with another attempt id.
+	stale := store.FinishRequest{Key: "takeover", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: store.NotRunReason("undone")}
+	if err := s.Finish(ctx, stale); err != store.ErrLeaseLost {
+		t.Fatalf("stale not-run Release: %v", err)
+	}
+	other := store.ExtendRequest{Key: "takeover", Fence: cr.Record.Fence, AttemptID: "other", Lease: time.Minute}
+	if _, err := s.Extend(ctx, other); err != store.ErrLeaseLost {
+		t.Fatalf("Extend of another attempt: %v", err)
+	}
+	stale.AttemptID, stale.Reason = "other", "late"
+	if err := s.Finish(ctx, stale); err != store.ErrLeaseLost {
+		t.Fatalf("Release of another attempt: %v", err)
+	}
+	if rec := checkJournal(t, s, "takeover"); !rec.Journal[0].LateFinish.IsZero() {
+		t.Fatalf("stale attempt's entry %+v marked late by writes that were not its own, or never ran", rec.Journal[0])
+	}
+	if _, err := s.Extend(ctx, store.ExtendRequest{Key: "takeover", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute}); err != store.ErrLeaseLost {
 		t.Fatalf("stale Extend: %v", err)
 	}
 	if rec := checkJournal(t, s, "takeover"); rec.Journal[0].LateFinish.IsZero() || rec.Journal[0].Outcome != store.OutcomeLapsed {
@@ -221,16 +277,16 @@ func TestJournalForms(t *testing.T) {
 
 	// Resolved from the implicit form.
 	cr = claim("resolve")
-	if _, err := s.Resolve(ctx, "resolve", cr.Record.Fence, store.Resolution{Done: true, Result: []byte("r"), Reason: "found", By: "op"}); err != nil {
+	if _, err := s.Resolve(ctx, store.ResolveRequest{Key: "resolve", Fence: cr.Record.Fence, Done: true, Result: []byte("r"), Reason: "found", By: "op"}); err != nil {
 		t.Fatal(err)
 	}
 	want("resolve", true)
 
 	// Expired, claimed again.
 	clocks.advance(t, 2*time.Hour)
-	cr, err := s.Claim(ctx, req("end-complete"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 2 {
-		t.Fatalf("claim after expiry: %v %+v", err, cr)
+	cr, err = s.Claim(ctx, req("end-complete"))
+	if f := firsts["end-complete"].Fence; err != nil || !cr.Acquired || cr.Record.Fence != f+1 {
+		t.Fatalf("claim after expiry: %v %+v; want fence %d", err, cr, f+1)
 	}
 	rec := checkJournal(t, s, "end-complete")
 	if len(rec.Journal) != 2 || !rec.Journal[1].AfterExpiry {
@@ -244,11 +300,12 @@ func TestJournalTrim(t *testing.T) {
 	ctx := context.Background()
 	r := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
 	for i := range store.MaxJournal + 5 {
+		r.AttemptID = store.NewAttemptID()
 		cr, err := s.Claim(ctx, r)
 		if err != nil || !cr.Acquired {
 			t.Fatalf("claim %d: %v %v", i, err, cr.Acquired)
 		}
-		if err := s.Release(ctx, "k", cr.Record.Fence, "again "+strconv.Itoa(i)); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "again " + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -44,9 +44,11 @@ func WithPrefix(prefix string) Option {
 // (ExpiresAt) has passed (default [DefaultKeepExpired]). The store reads
 // such a record as absent, exactly as if Redis had dropped it, but it
 // remembers the key's fence and attempt numbers: a claim after the expiry
-// continues them, so that a holder from before the expiry (a process that
-// stalled for longer than the retention) is still refused. Once Redis
-// drops the hash, the numbering of the key starts again at 1. Zero lets
+// continues them (and the journal). Once Redis drops the hash, the
+// attempt numbers of the key start again at 1, and its fences at the
+// server's clock in microseconds, above the old ones (see the package
+// doc's Fences), so a holder from before the expiry (a process that
+// stalled for longer than the retention) is refused either way. Zero lets
 // Redis drop a record at its ExpiresAt. [Store.Sweep] deletes expired
 // records earlier.
 //

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -20,8 +19,8 @@ func decode(key string, flat []any) (store.Record, error) {
 	}
 	rec := store.Record{Key: key}
 	var (
-		have               int
-		st, po, js, cr, jx string
+		have                   int
+		st, po, js, cr, jx, ji string
 	)
 	const (
 		hSt = 1 << iota
@@ -64,6 +63,8 @@ func decode(key string, flat []any) (store.Record, error) {
 		case "a":
 			n, err = num("attempt", v, hA)
 			rec.Attempt = int(n)
+		case "i":
+			rec.AttemptID = v
 		case "o":
 			rec.Owner = v
 		case "fp":
@@ -92,6 +93,8 @@ func decode(key string, flat []any) (store.Record, error) {
 			cr = v
 		case "jx":
 			jx = v
+		case "ji":
+			ji = v
 		}
 		if err != nil {
 			return corrupt("%v", err)
@@ -108,32 +111,34 @@ func decode(key string, flat []any) (store.Record, error) {
 		return corrupt("policy %q is not at_least_once or at_most_once", po)
 	}
 	if have&hJ == 0 {
-		rec.Journal = []store.JournalEntry{implicitEntry(&rec, po, cr, jx)}
+		rec.Journal = []store.JournalEntry{implicitEntry(&rec, po, cr, jx, ji)}
 		return rec, nil
 	}
-	if len(js) == 0 || js[0] != '[' {
-		return corrupt("journal is not a JSON array: %.60q", js)
-	}
-	if err := json.Unmarshal([]byte(js), &rec.Journal); err != nil {
-		return corrupt("journal: %v", err)
+	if rec.Journal, err = store.UnmarshalJournal([]byte(js)); err != nil {
+		return corrupt("%v", err)
 	}
 	return rec, nil
 }
 
 // implicitEntry is the one journal entry of a record whose hash has no
 // journal field: the entry its other fields say (see scripts.go). Its
-// outcome is the jx field, or else the status unless in_progress.
-func implicitEntry(rec *store.Record, policy, corr, outcome string) store.JournalEntry {
+// outcome is the jx field, or else the status unless in_progress; its
+// attempt id is the ji field (an abandoned attempt's), or else the
+// record's.
+func implicitEntry(rec *store.Record, policy, corr, outcome, attemptID string) store.JournalEntry {
+	if attemptID == "" {
+		attemptID = rec.AttemptID
+	}
 	e := store.JournalEntry{
-		Attempt: rec.Attempt, Fence: rec.Fence, Owner: rec.Owner, Correlation: corr,
+		Attempt: rec.Attempt, Fence: rec.Fence, AttemptID: attemptID, Owner: rec.Owner, Correlation: corr,
 		Started: rec.CreatedAt, LeaseUntil: rec.LeaseUntil, Policy: policy,
 	}
 	if outcome == "" && rec.Status != store.StatusInProgress {
 		outcome = string(rec.Status)
 	}
 	if outcome != "" {
-		e.Outcome, e.Ended = outcome, rec.UpdatedAt
-		if outcome != store.OutcomeCompleted {
+		e.Outcome, e.Ended = store.Outcome(outcome), rec.UpdatedAt
+		if e.Outcome != store.OutcomeCompleted {
 			e.Reason = rec.Reason
 		}
 	}

@@ -86,7 +86,7 @@ func ringShards(t *testing.T, n int) (*redis.Ring, []*redis.Client) {
 
 // TestRingScripts: on a Ring of two shards, the scripts reach every shard.
 // A Ring sends SCRIPT LOAD (which has no key) to a shard of its choosing,
-// so ClaimBatch and CompleteBatch, which pipeline EVALSHA and load the
+// so ClaimBatch and FinishBatch (then CompleteBatch), which pipeline EVALSHA and load the
 // script when the server lacks it, failed with "the server keeps
 // forgetting the store's scripts" for the keys of the other shard; and
 // Ping loaded the scripts on one shard only.
@@ -106,7 +106,7 @@ func TestRingScripts(t *testing.T) {
 
 	var reqs []store.ClaimRequest
 	for i := range 20 {
-		reqs = append(reqs, store.ClaimRequest{Key: fmt.Sprint("k", i), Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		reqs = append(reqs, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: fmt.Sprint("k", i), Owner: "o", Lease: time.Minute, Retention: time.Hour})
 	}
 	// A new server has no scripts: the batch loads its script on both shards.
 	flush()
@@ -131,22 +131,23 @@ func TestRingScripts(t *testing.T) {
 	}
 
 	flush()
-	cs := make([]store.Completion, len(res))
+	cs := make([]store.FinishRequest, len(res))
 	for i, r := range res {
-		cs[i] = store.Completion{Key: r.Record.Key, Fence: r.Record.Fence, Result: []byte("done"), Retention: time.Hour}
+		cs[i] = store.FinishRequest{Key: r.Record.Key, Fence: r.Record.Fence, AttemptID: r.Record.AttemptID,
+			Outcome: store.OutcomeCompleted, Result: []byte("done"), Retention: time.Hour}
 	}
-	errs, err := s.CompleteBatch(ctx, cs)
+	errs, err := s.FinishBatch(ctx, cs)
 	if err != nil {
-		t.Fatalf("CompleteBatch on a Ring whose shards lack the script: %v", err)
+		t.Fatalf("FinishBatch on a Ring whose shards lack the script: %v", err)
 	}
 	for i, e := range errs {
 		if e != nil {
-			t.Fatalf("CompleteBatch of %s: %v", cs[i].Key, e)
+			t.Fatalf("FinishBatch of %s: %v", cs[i].Key, e)
 		}
 	}
 	for _, r := range reqs {
 		if rec, err := s.Get(ctx, r.Key); err != nil || rec.Status != store.StatusCompleted {
-			t.Fatalf("%s after CompleteBatch: %+v, %v", r.Key, brief(rec), err)
+			t.Fatalf("%s after FinishBatch: %+v, %v", r.Key, brief(rec), err)
 		}
 	}
 

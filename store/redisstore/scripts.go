@@ -1,6 +1,10 @@
 package redisstore
 
 import (
+	"fmt"
+	"strings"
+
+	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -11,6 +15,8 @@ import (
 //	po  policy: at_least_once, at_most_once
 //	f   fence (decimal)
 //	a   attempt (decimal)
+//	i   attempt id: the latest claim's; "" once that attempt is abandoned
+//	    (absent in a hash written before attempt ids: read as "")
 //	o   owner
 //	fp  fingerprint
 //	r   result (bytes)
@@ -20,29 +26,32 @@ import (
 //	c   created at, unix microseconds
 //	u   updated at, unix microseconds
 //	n   the call id of the last write (see below)
-//	j   journal: a JSON array of store.JournalEntry, with its JSON names
-//	    and its times as RFC 3339 strings in UTC (what encoding/json makes
-//	    of a time.Time), so json.Unmarshal reads it as it is
+//	j   journal: a JSON array of store.JournalEntry, with its wire names
+//	    (store.Wire*) and its times as RFC 3339 strings in UTC (what
+//	    encoding/json makes of a time.Time), so store.UnmarshalJournal
+//	    reads it as it is
 //
 // A record whose whole history is one attempt of a fresh key (claimed,
 // heartbeated, finished: the common life) has no j: its journal is the
-// one entry that the other fields already say, with two more fields:
+// one entry that the other fields already say, with up to three more
+// fields:
 //
 //	cr  the claim's correlation id
 //	jx  the entry's outcome where the status does not say it: abandoned
-//	    (an in_progress record whose attempt ended), or the outcome of an
-//	    abandoned attempt that finished after all
+//	    (an in_progress record whose attempt ended)
+//	ji  the entry's attempt id where the record no longer says it: the
+//	    abandoned attempt's (the record's i is then "")
 //
-// That entry is {a: a, f: f, o: o, c: cr, s: c, l: lu, p: po} and, once it
-// has an outcome x (jx if set, else the status unless in_progress),
-// {x: x, e: u, r: rs unless x is completed}. Every write
-// keeps those equalities or writes j instead (the first claim over an
-// existing record, a heartbeat after an abandon, a resolution), so the
-// scripts on the hot path neither format times nor touch JSON, and the
-// hash of such a record stays small enough for Redis's compact (listpack)
-// encoding. The store builds the entry when it reads the record
-// (record.go); the scripts build it (implicit, below) before they edit
-// the journal.
+// That entry is Attempt a, Fence f, AttemptID ji or else i, Owner o,
+// Correlation cr, Started c, LeaseUntil lu, Policy po and, once it has an
+// outcome x (jx if set, else the status unless in_progress), Outcome x,
+// Ended u and Reason rs unless x is completed. Every write keeps those
+// equalities or writes j instead (the first claim over an existing
+// record, a heartbeat after an abandon, a resolution), so the scripts on
+// the hot path neither format times nor touch JSON, and the hash of such a
+// record stays small enough for Redis's compact (listpack) encoding. The
+// store builds the entry when it reads the record (record.go); the
+// scripts build it (implicit, below) before they edit the journal.
 //
 // Every script takes the one key it touches as KEYS[1] (Redis Cluster
 // routes it; no script touches a second key) and starts its ARGV with:
@@ -64,10 +73,14 @@ import (
 // (Lua makes a closure per local function on every run) only on the paths
 // that need them.
 //
-// Lua numbers are doubles: unix microseconds (about 2^51 today) are exact.
-// Numbers are handed to redis.call as numbers, which Redis formats as
-// integers ("%.17g" in 7.0, fpconv in 7.2+: plain digits below 10^21), and
-// returned as integer replies; tostring (14 digits) is never used on them.
+// Lua numbers are doubles: unix microseconds (about 2^51 today), and so
+// fences, which start at the clock in microseconds, are exact up to 2^53
+// (the year 2255). Numbers are handed to redis.call as numbers, which
+// Redis formats as integers ("%.17g" in 7.0, fpconv in 7.2+: plain digits
+// below 10^21), and returned as integer replies; tostring and cjson, which
+// write 14 significant digits (1.7e+15 for a fence), are never used on
+// them: the journal's JSON is written by encode (below), which formats
+// integers with '%.0f'.
 
 // header starts every script: the key and the store's clock.
 const header = `
@@ -86,8 +99,46 @@ else
 end
 `
 
+// wireNames are the Lua names of the journal's wire names (the JSON
+// members of a store.JournalEntry), in the order of the type's fields,
+// which is the order encode writes them in.
+var wireNames = []struct{ lua, wire string }{
+	{"wAttempt", store.WireAttempt},
+	{"wFence", store.WireFence},
+	{"wAttemptID", store.WireAttemptID},
+	{"wOwner", store.WireOwner},
+	{"wCorrelation", store.WireCorrelation},
+	{"wStarted", store.WireStarted},
+	{"wLease", store.WireLeaseUntil},
+	{"wEnded", store.WireEnded},
+	{"wOutcome", store.WireOutcome},
+	{"wReason", store.WireReason},
+	{"wTakeover", store.WireTakeover},
+	{"wAfterExpiry", store.WireAfterExpiry},
+	{"wPolicy", store.WirePolicy},
+	{"wLateFinish", store.WireLateFinish},
+	{"wResolvedBy", store.WireResolvedBy},
+	{"wDecision", store.WireDecision},
+}
+
+// wireLocals declares wireNames as Lua locals, and members as their list:
+// the scripts spell the journal's member names only through them, so the
+// names are written once, in package store.
+var wireLocals = func() string {
+	lua := make([]string, len(wireNames))
+	wire := make([]string, len(wireNames))
+	for i, n := range wireNames {
+		if strings.Trim(n.wire, "abcdefghijklmnopqrstuvwxyz") != "" || n.wire == "" {
+			panic(fmt.Sprintf("redisstore: journal wire name %q is not lower-case letters", n.wire))
+		}
+		lua[i], wire[i] = n.lua, "'"+n.wire+"'"
+	}
+	names := strings.Join(lua, ", ")
+	return "\nlocal " + names + " = " + strings.Join(wire, ", ") + "\nlocal members = {" + names + "}\n"
+}()
+
 // helpers is what the slow paths share.
-const helpers = `
+var helpers = wireLocals + `
 local floor = math.floor
 
 local function expireat(ex)
@@ -148,6 +199,7 @@ local statuses = {in_progress = true, completed = true, failed = true, released 
 local function corrupt(why) return {-1, now, why} end
 
 -- journal decodes an explicit journal; nil if it is not a JSON array.
+-- (cjson reads integers up to 2^53 exactly.)
 local function journal(s)
   if string.sub(s, 1, 1) ~= '[' then return nil end
   local ok, j = pcall(cjson.decode, s)
@@ -160,14 +212,17 @@ end
 local function implicit(h)
   local a, f, c, lu, u = num(h.a), num(h.f), num(h.c), num(h.lu), num(h.u)
   if not (a and f and c and lu and u) then return nil end
-  local e = {a = a, f = f, s = fmt(c), l = fmt(lu), p = h.po}
-  if h.o and h.o ~= '' then e.o = h.o end
-  if h.cr and h.cr ~= '' then e.c = h.cr end
+  local e = {[wAttempt] = a, [wFence] = f, [wStarted] = fmt(c), [wLease] = fmt(lu), [wPolicy] = h.po}
+  local aid = h.ji
+  if not aid or aid == '' then aid = h.i end
+  if aid and aid ~= '' then e[wAttemptID] = aid end
+  if h.o and h.o ~= '' then e[wOwner] = h.o end
+  if h.cr and h.cr ~= '' then e[wCorrelation] = h.cr end
   local x = h.jx
   if (not x or x == '') and h.st ~= 'in_progress' then x = h.st end
   if x and x ~= '' then
-    e.x, e.e = x, fmt(u)
-    if x ~= 'completed' and h.rs and h.rs ~= '' then e.r = h.rs end
+    e[wOutcome], e[wEnded] = x, fmt(u)
+    if x ~= 'completed' and h.rs and h.rs ~= '' then e[wReason] = h.rs end
   end
   return {e}
 end
@@ -178,15 +233,52 @@ local function journalOf(h)
   return implicit(h)
 end
 
+-- value is the JSON of a member's value, or nil to leave the member out
+-- (as encoding/json's omitempty does): integers in plain digits, strings
+-- escaped by cjson.
+local function value(v)
+  local ty = type(v)
+  if ty == 'number' then
+    if v == floor(v) and v > -9007199254740992 and v < 9007199254740992 then return string.format('%.0f', v) end
+    return string.format('%.17g', v)
+  elseif ty == 'string' then
+    if v ~= '' then return cjson.encode(v) end
+  elseif ty == 'boolean' then
+    if v then return 'true' end
+  elseif ty == 'table' then
+    return cjson.encode(v)
+  end
+  return nil
+end
+
+local known = {}
+for _, k in ipairs(members) do known[k] = true end
+
+-- encode writes a journal as JSON, its members in the order Go writes
+-- them, then any it does not know (a newer version's), kept as they came.
 local function encode(j)
-  if #j == 0 then return '[]' end
-  return cjson.encode(j)
+  local out = {}
+  for n = 1, #j do
+    local e, m = j[n], {}
+    for _, k in ipairs(members) do
+      local v = value(e[k])
+      if v then m[#m + 1] = '"' .. k .. '":' .. v end
+    end
+    for k, v in pairs(e) do
+      if type(k) == 'string' and not known[k] then
+        v = value(v)
+        if v then m[#m + 1] = cjson.encode(k) .. ':' .. v end
+      end
+    end
+    out[n] = '{' .. table.concat(m, ',') .. '}'
+  end
+  return '[' .. table.concat(out, ',') .. ']'
 end
 
 -- setJournal writes j and drops the fields of the implicit journal.
 local function setJournal(h, j)
   redis.call('HSET', K, 'j', encode(j))
-  if not h.j then redis.call('HDEL', K, 'cr', 'jx') end
+  if not h.j then redis.call('HDEL', K, 'cr', 'jx', 'ji') end
 end
 
 local function trim(j)
@@ -196,21 +288,21 @@ end
 -- entry returns the newest journal entry of fence f.
 local function entry(j, f)
   for i = #j, 1, -1 do
-    if j[i].f == f then return j[i] end
+    if j[i][wFence] == f then return j[i] end
   end
   return nil
 end
 
--- late marks the open entry of a stale attempt (fence f) that tried to
--- write after its lease was taken: it was still running.
-local function late(h, f)
-  if not h.j then return end -- the one implicit entry is the record's own fence
+-- late marks the open entry of a stale attempt (fence f, attempt id aid)
+-- that tried to write after its lease was taken: it was still running.
+local function late(h, f, aid)
+  if not h.j then return end -- the one implicit entry is the record's own attempt
   local j = journal(h.j)
   if not j then return end
   for i = 1, #j do
     local e = j[i]
-    if e.f == f and e.e == nil and e.lf == nil then
-      e.lf = fmt(now)
+    if e[wFence] == f and e[wAttemptID] == aid and e[wEnded] == nil and e[wLateFinish] == nil then
+      e[wLateFinish] = fmt(now)
       redis.call('HSET', K, 'j', encode(j))
       return
     end
@@ -220,26 +312,29 @@ end
 
 // claimScript claims KEYS[1].
 //
-//	ARGV[3] call id, [4] owner, [5] correlation, [6] policy, [7] lease µs,
-//	[8] retention µs, [9] fingerprint, [10] "1" to take a lapsed
-//	AtMostOnce attempt
+//	ARGV[3] call id, [4] attempt id, [5] owner, [6] correlation,
+//	[7] policy, [8] lease µs, [9] retention µs, [10] fingerprint,
+//	[11] "1" to take a lapsed AtMostOnce attempt
 //
-// A lapsed attempt is taken over only when its fingerprint or [9] is
-// empty, or they are equal (store.ApplyClaim).
+// A lapsed attempt is taken over only when its fingerprint or [10] is
+// empty, or they are equal (store.ApplyClaim). A new record's fence is
+// the clock in microseconds (store.FirstFence with no floor), so that a
+// key deleted, swept or dropped by Redis and claimed anew starts above
+// the fences it had; every other claim adds one.
 //
 // Returns {1, now} when it made a new record (the caller knows it whole),
 // {2, now, hash} when it acquired an existing record, {3, now, hash} when
 // that was a takeover, {0, now, hash} when not acquired (the record as
 // found), {-1, now, why} for a record it cannot read (left alone).
-const claimScript = header + `
-local id, owner, corr, policy = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local lease, ret = tonumber(ARGV[7]), tonumber(ARGV[8])
+var claimScript = header + `
+local id, aid, owner, corr, policy = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local lease, ret = tonumber(ARGV[8]), tonumber(ARGV[9])
 local lu = now + lease
 local ex = now + math.max(lease, ret)
 
 if redis.call('EXISTS', K) == 0 then
-  redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', '1', 'a', '1', 'o', owner, 'cr', corr,
-    'fp', ARGV[9], 'lu', lu, 'ex', ex, 'c', sn, 'u', sn, 'n', id)
+  redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', sn, 'a', '1', 'i', aid, 'o', owner, 'cr', corr,
+    'fp', ARGV[10], 'lu', lu, 'ex', ex, 'c', sn, 'u', sn, 'n', id)
   redis.call('PEXPIREAT', K, math.floor((ex + extra + 999) / 1000))
   return {1, now}
 end
@@ -250,7 +345,7 @@ if h.n == id then
   local code = 2
   if h.j then
     local j = journal(h.j)
-    if j and #j > 0 and j[#j].t then code = 3 end
+    if j and #j > 0 and j[#j][wTakeover] then code = 3 end
   end
   return {code, now, flat}
 end
@@ -264,11 +359,11 @@ if not expired then
   if st == 'in_progress' then
     local rlu = num(h.lu)
     if not rlu then return corrupt('lease is not a number') end
-    if now < rlu or (h.po ~= 'at_least_once' and ARGV[10] ~= '1') then return {0, now, flat} end
+    if now < rlu or (h.po ~= 'at_least_once' and ARGV[11] ~= '1') then return {0, now, flat} end
     -- A lapsed attempt of another request (both fingerprints set, unequal)
     -- is not taken over: it may have done its request's effect.
     local rfp = h.fp or ''
-    if rfp ~= '' and ARGV[9] ~= '' and rfp ~= ARGV[9] then return {0, now, flat} end
+    if rfp ~= '' and ARGV[10] ~= '' and rfp ~= ARGV[10] then return {0, now, flat} end
     takeover = true
   elseif st ~= 'released' then
     return corrupt('unknown status')
@@ -285,18 +380,18 @@ if not expired then
 end
 if takeover and #j > 0 then
   local last = j[#j]
-  if last.f == f and (last.x == nil or last.x == '') then last.x = 'lapsed' end
+  if last[wFence] == f and (last[wOutcome] == nil or last[wOutcome] == '') then last[wOutcome] = 'lapsed' end
 end
 f, a = f + 1, a + 1
-local e = {a = a, f = f, s = fmt(now), l = fmt(lu), p = policy}
-if owner ~= '' then e.o = owner end
-if corr ~= '' then e.c = corr end
-if takeover then e.t = true end
-if expired then e.ae = true end
+local e = {[wAttempt] = a, [wFence] = f, [wAttemptID] = aid, [wStarted] = fmt(now), [wLease] = fmt(lu), [wPolicy] = policy}
+if owner ~= '' then e[wOwner] = owner end
+if corr ~= '' then e[wCorrelation] = corr end
+if takeover then e[wTakeover] = true end
+if expired then e[wAfterExpiry] = true end
 j[#j + 1] = e
 trim(j)
-redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', f, 'a', a, 'o', owner,
-  'fp', ARGV[9], 'r', '', 'lu', lu, 'ex', ex, 'c', created, 'u', now, 'n', id)
+redis.call('HSET', K, 'st', 'in_progress', 'po', policy, 'f', f, 'a', a, 'i', aid, 'o', owner,
+  'fp', ARGV[10], 'r', '', 'lu', lu, 'ex', ex, 'c', created, 'u', now, 'n', id)
 setJournal(h, j)
 expireat(ex)
 local code = 2
@@ -304,15 +399,17 @@ if takeover then code = 3 end
 return {code, now, redis.call('HGETALL', K)}
 `
 
-// heldHeader is shared by the scripts that end or extend the attempt
-// holding fence ARGV[4]. It reads what they decide on and answers at once
-// when this very call ran before ({2, lease until}), when the key is
-// absent or expired ({0}), or when the record cannot be read. After it,
-// held says whether the attempt still holds the key, and implicit whether
-// the record's journal is the implicit one (see above).
+// heldHeader is shared by the scripts that end or extend the attempt with
+// fence ARGV[4] and attempt id ARGV[5]. It reads what they decide on and
+// answers at once when this very call ran before ({2, lease until}), when
+// the key is absent or expired ({0}), or when the record cannot be read.
+// After it, held says whether the attempt still holds the key (the record
+// is in_progress with its fence and attempt id), and implicit_open
+// whether the record's journal is the implicit one with its entry open
+// (see above).
 const heldHeader = header + `
-local id, fence = ARGV[3], tonumber(ARGV[4])
-local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'jx')
+local id, fence, aid = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local v = redis.call('HMGET', K, 'st', 'f', 'ex', 'j', 'n', 'jx', 'i')
 local st, rf, rex, rj, rjx = v[1], v[2], v[3], v[4], v[6]
 if v[5] == id then return {2, tonumber(redis.call('HGET', K, 'lu'))} end
 if not st and not rf and not rex then
@@ -326,81 +423,86 @@ if not rf then return {-1, now, 'fence is not a number'} end
 if st ~= 'in_progress' and st ~= 'completed' and st ~= 'failed' and st ~= 'released' then
   return {-1, now, 'unknown status'}
 end
-local held = rf == fence and st == 'in_progress'
+-- A hash without i (written before attempt ids) is held by no attempt.
+local held = rf == fence and st == 'in_progress' and v[7] == aid
 local implicit_open = not rj and (not rjx or rjx == '')
--- A refused call finds the implicit journal's one entry under the
--- record's own fence, closed unless the record is in progress: nothing
--- to mark late.
+-- A refused call finds the implicit journal's one entry, the record's own
+-- attempt, or closed: nothing to mark late.
 if not held and not rj then return {0} end
 `
 
-// finishScript ends the attempt holding the fence.
+// finishScript ends the attempt that holds the key.
 //
-//	ARGV[3] call id, [4] fence, [5] status to write (completed, failed,
-//	released, or in_progress to abandon), [6] result (completed) or
-//	reason, [7] retention µs (completed, failed)
+//	ARGV[3] call id, [4] fence, [5] attempt id, [6] outcome (completed,
+//	failed, released, abandoned), [7] result (completed), [8] reason,
+//	[9] retention µs (completed, failed), [10] "1" when the reason says
+//	the attempt never ran (store.NotRunReason): a refused call then marks
+//	nothing late
 //
 // Returns {1} done, {2, ...} done by an earlier run of this call, {0}
 // lease lost, {-1, now, why} corrupt.
-const finishScript = heldHeader + `
-local status, payload = ARGV[5], ARGV[6]
-local outcome = status
-if status == 'in_progress' then outcome = 'abandoned' end
+var finishScript = heldHeader + `
+local outcome, reason = ARGV[6], ARGV[8]
 local nex
-if status == 'completed' or status == 'failed' then nex = now + tonumber(ARGV[7]) end
+if outcome == 'completed' or outcome == 'failed' then nex = now + tonumber(ARGV[9]) end
 
-if held and not rj then
-  -- The implicit journal stays implicit: its entry ends now (e = u, l = lu),
-  -- with the status as its outcome, or jx where the status does not say it.
-  if status == 'completed' then
-    redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
-  elseif status == 'in_progress' then
-    redis.call('HSET', K, 'rs', payload, 'lu', sn, 'u', sn, 'jx', outcome, 'n', id)
+-- The implicit journal stays implicit: its entry ends now (Ended = u,
+-- LeaseUntil = lu), with the status as its outcome, or jx where the
+-- status does not say it. (A completion with a reason keeps it in its
+-- entry only: the journal is written.)
+if held and implicit_open and (outcome ~= 'completed' or reason == '') then
+  if outcome == 'completed' then
+    redis.call('HSET', K, 'st', outcome, 'r', ARGV[7], 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
+  elseif outcome == 'abandoned' then
+    -- The record gives up the attempt id (it cannot end twice); ji keeps
+    -- it for the entry.
+    redis.call('HSET', K, 'rs', reason, 'lu', sn, 'u', sn, 'jx', outcome, 'i', '', 'ji', aid, 'n', id)
   elseif nex then
-    redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
+    redis.call('HSET', K, 'st', outcome, 'rs', reason, 'ex', nex, 'lu', sn, 'u', sn, 'n', id)
   else
-    redis.call('HSET', K, 'st', status, 'rs', payload, 'lu', sn, 'u', sn, 'n', id)
+    redis.call('HSET', K, 'st', outcome, 'rs', reason, 'lu', sn, 'u', sn, 'n', id)
   end
-  if status ~= 'in_progress' and rjx and rjx ~= '' then redis.call('HDEL', K, 'jx') end
   if nex then redis.call('PEXPIREAT', K, math.floor((nex + extra + 999) / 1000)) end
   return {1}
 end
 ` + helpers + `
 local h = load()
 if not held then
-  late(h, fence)
+  -- A claim that never ran leaves no trace of a late finish.
+  if ARGV[10] ~= '1' then late(h, fence, aid) end
   return {0}
 end
-local j = journal(h.j)
+local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 local e = entry(j, fence)
 if e then
   local ts = fmt(now)
-  e.e, e.l, e.x = ts, ts, outcome
-  if status ~= 'completed' and payload ~= '' then e.r = payload else e.r = nil end
+  e[wEnded], e[wLease], e[wOutcome] = ts, ts, outcome
+  if reason ~= '' then e[wReason] = reason else e[wReason] = nil end
 end
-if status == 'completed' then
-  redis.call('HSET', K, 'st', status, 'r', payload, 'ex', nex)
-elseif status == 'in_progress' then
-  redis.call('HSET', K, 'rs', payload)
+if outcome == 'completed' then
+  redis.call('HSET', K, 'st', outcome, 'r', ARGV[7], 'ex', nex)
+elseif outcome == 'abandoned' then
+  redis.call('HSET', K, 'rs', reason, 'i', '')
 elseif nex then
-  redis.call('HSET', K, 'st', status, 'rs', payload, 'ex', nex)
+  redis.call('HSET', K, 'st', outcome, 'rs', reason, 'ex', nex)
 else
-  redis.call('HSET', K, 'st', status, 'rs', payload)
+  redis.call('HSET', K, 'st', outcome, 'rs', reason)
 end
-redis.call('HSET', K, 'lu', now, 'u', now, 'j', encode(j), 'n', id)
+redis.call('HSET', K, 'lu', now, 'u', now, 'n', id)
+setJournal(h, j)
 if nex then expireat(nex) end
 return {1}
 `
 
-// extendScript renews the lease of the attempt holding the fence.
+// extendScript renews the lease of the attempt that holds the key.
 //
-//	ARGV[3] call id, [4] fence, [5] lease µs
+//	ARGV[3] call id, [4] fence, [5] attempt id, [6] lease µs
 //
 // Returns {1, lease until}, {2, lease until} when an earlier run of this
 // call did it, {0} lease lost, {-1, now, why} corrupt.
-const extendScript = heldHeader + `
-local lu = now + tonumber(ARGV[5])
+var extendScript = heldHeader + `
+local lu = now + tonumber(ARGV[6])
 if held and implicit_open then
   -- The implicit journal stays implicit: its entry's lease is lu.
   if rex < lu then
@@ -414,13 +516,13 @@ end
 ` + helpers + `
 local h = load()
 if not held then
-  late(h, fence)
+  late(h, fence, aid)
   return {0}
 end
 local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
 local e = entry(j, fence)
-if e then e.l = fmt(lu) end
+if e then e[wLease] = fmt(lu) end
 if rex < lu then
   redis.call('HSET', K, 'ex', lu)
   expireat(lu)
@@ -432,15 +534,16 @@ return {1, lu}
 
 // resolveScript applies an operator's (or a reconciler's) decision.
 //
-//	ARGV[3] call id, [4] fence (0: any), [5] "1" done, [6] result,
-//	[7] reason, [8] retention µs (done), [9] by, [10] "1" in progress
-//	only (store.Resolution.InProgress: the status must be in_progress,
-//	whatever the lease)
+//	ARGV[3] call id, [4] fence (0: any), [5] attempt id ("": any; else
+//	the record must be in_progress with it), [6] "1" done, [7] result,
+//	[8] reason, [9] retention µs (done), [10] by, [11] "1" in progress
+//	only (the status must be in_progress, whatever the lease), [12] "1"
+//	lapsed only (in_progress with its lease passed)
 //
-// Returns {1, now, hash} resolved, {0} not found, {2} lease lost (another
-// fence, or not in progress), {-1, now, why} corrupt.
-const resolveScript = header + helpers + `
-local id, fence = ARGV[3], tonumber(ARGV[4])
+// Returns {1, now, hash} resolved, {0} not found, {2} lease lost (a
+// condition failed), {-1, now, why} corrupt.
+var resolveScript = header + helpers + `
+local id, fence, aid = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local h, flat = load()
 if h.n == id then return {1, now, flat} end
 if #flat == 0 then return {0} end
@@ -452,30 +555,33 @@ if not f or not a or not rlu then return corrupt('fence, attempt or lease is not
 if not statuses[h.st] then return corrupt('unknown status') end
 local j = journalOf(h)
 if not j then return corrupt('journal is not a JSON array') end
-if fence ~= 0 and f ~= fence then return {2} end
-if ARGV[10] == '1' and h.st ~= 'in_progress' then return {2} end
-local done, reason, by = ARGV[5] == '1', ARGV[7], ARGV[9]
+local inProgress = h.st == 'in_progress'
+if (fence ~= 0 and f ~= fence) or (aid ~= '' and (h.i ~= aid or not inProgress)) or
+  (ARGV[11] == '1' and not inProgress) or (ARGV[12] == '1' and not (inProgress and now >= rlu)) then
+  return {2}
+end
+local done, reason, by = ARGV[6] == '1', ARGV[8], ARGV[10]
 local outcome = 'resolved-not-done'
 if done then
   outcome = 'resolved-done'
-  local ex = now + tonumber(ARGV[8])
-  redis.call('HSET', K, 'st', 'completed', 'r', ARGV[6], 'ex', ex)
+  local ex = now + tonumber(ARGV[9])
+  redis.call('HSET', K, 'st', 'completed', 'r', ARGV[7], 'ex', ex)
   expireat(ex)
 else
   redis.call('HSET', K, 'st', 'released', 'r', '')
 end
 local ts = fmt(now)
 local e = entry(j, f)
-if e and (e.x == nil or e.x == '') then
-  e.e, e.x = ts, outcome
-  if reason ~= '' then e.r = reason else e.r = nil end
-  if by ~= '' then e.rb = by else e.rb = nil end
+if e and (e[wOutcome] == nil or e[wOutcome] == '') then
+  e[wEnded], e[wOutcome] = ts, outcome
+  if reason ~= '' then e[wReason] = reason else e[wReason] = nil end
+  if by ~= '' then e[wResolvedBy] = by else e[wResolvedBy] = nil end
   -- The open entry of the record's fence carries the record's lease.
-  if rlu > now then e.l = ts end
+  if rlu > now then e[wLease] = ts end
 else
-  local n = {a = a, f = f + 1, s = ts, l = ts, e = ts, x = outcome, d = true}
-  if by ~= '' then n.o = by; n.rb = by end
-  if reason ~= '' then n.r = reason end
+  local n = {[wAttempt] = a, [wFence] = f + 1, [wStarted] = ts, [wLease] = ts, [wEnded] = ts, [wOutcome] = outcome, [wDecision] = true}
+  if by ~= '' then n[wOwner] = by; n[wResolvedBy] = by end
+  if reason ~= '' then n[wReason] = reason end
   j[#j + 1] = n
   trim(j)
 end
@@ -515,6 +621,9 @@ end
 return 0
 `
 
+// The scripts, by their SHA1: a server that lacks one (a new version's
+// script, a restarted server) loads it on its first NOSCRIPT (Script.Run,
+// eval and pipeline do).
 var (
 	scriptClaim   = redis.NewScript(claimScript)
 	scriptFinish  = redis.NewScript(finishScript)

@@ -17,7 +17,7 @@ import (
 )
 
 // Store is an [store.Store] kept in Redis, one hash per key. It also
-// implements [store.BatchClaimer]. Make one with [Open] or [New]; it is safe
+// implements [store.BatchClaimer] and [store.BatchFinisher]. Make one with [Open] or [New]; it is safe
 // for concurrent use by many goroutines, and any number of processes may
 // share a prefix.
 type Store struct {
@@ -36,8 +36,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store        = (*Store)(nil)
-	_ store.BatchClaimer = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.BatchClaimer  = (*Store)(nil)
+	_ store.BatchFinisher = (*Store)(nil)
 )
 
 // URL parameters read by [Open] (and removed before the URL is handed to
@@ -294,7 +295,7 @@ func (s *Store) clockArgs() (off, extra any) {
 // Arguments boxed once.
 var (
 	argZero   any = int64(0)
-	argTake       = [2]any{"0", "1"}
+	argFlag       = [2]any{"0", "1"} // false, true
 	argPolicy     = [2]any{store.AtLeastOnce.String(), store.AtMostOnce.String()}
 )
 

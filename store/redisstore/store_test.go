@@ -102,11 +102,11 @@ func TestCorrupt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newTestStore(t, nil)
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if tc.name == "journal_bad_time" || strings.HasPrefix(tc.name, "journal") {
 				// Give the record an explicit journal first, then damage it.
-				_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+				_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute})
 				noErr(t, err)
 			}
 			c := testClient(t)
@@ -126,19 +126,19 @@ func TestCorrupt(t *testing.T) {
 			}
 			_, err = s.Get(ctx, "k")
 			wantCorrupt("Get", err)
-			_, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour, TakeLapsed: true})
+			_, err = s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour, TakeLapsed: true})
 			wantCorrupt("Claim", err)
 			_, err = s.List(ctx, store.ListQuery{})
 			wantCorrupt("List", err)
-			_, err = s.Resolve(ctx, "k", 0, store.Resolution{Done: true})
+			_, err = s.Resolve(ctx, store.ResolveRequest{Key: "k", Done: true})
 			wantCorrupt("Resolve", err)
 			switch tc.name {
 			case "policy", "lease", "journal_bad_time":
 				// The scripts do not need these to end the attempt; the
 				// store refuses to read them.
 			default:
-				wantCorrupt("Complete", s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour))
-				_, err = s.Extend(ctx, "k", cr.Record.Fence, time.Minute)
+				wantCorrupt("Complete", s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}))
+				_, err = s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute})
 				wantCorrupt("Extend", err)
 				after, _ := c.HGetAll(ctx, s.rkey("k")).Result()
 				if fmt.Sprint(after) != fmt.Sprint(before) {
@@ -154,7 +154,7 @@ func TestCorrupt(t *testing.T) {
 	t.Run("wrong_type", func(t *testing.T) {
 		s := newTestStore(t, nil)
 		noErr(t, testClient(t).Set(ctx, s.rkey("k"), "a string", time.Hour).Err())
-		_, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		_, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Lease: time.Minute, Retention: time.Hour})
 		if err == nil || errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Claim of a key that is not a hash: %v, want an error", err)
 		}
@@ -167,17 +167,25 @@ func TestCallID(t *testing.T) {
 	s := newTestStore(t, nil)
 	ctx := context.Background()
 	keys := []string{s.rkey("k")}
-	req := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
 	args := s.claimArgs(req)
+	var first store.ClaimResult
 	for i := range 2 {
 		v, err := scriptClaim.Run(ctx, s.client, keys, args...).Result()
 		noErr(t, err)
 		cr, err := claimResult(req, v)
-		if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
-			t.Fatalf("claim run %d: %+v, %v; want acquired, fence 1", i, cr, err)
+		if i == 0 {
+			first = cr
+		}
+		if err != nil || !cr.Acquired || cr.Record.Fence != first.Record.Fence || cr.Record.Attempt != 1 || cr.Record.AttemptID != req.AttemptID {
+			t.Fatalf("claim run %d: %+v, %v; want acquired by the first run (fence %d, attempt 1)", i, cr, err, first.Record.Fence)
 		}
 	}
-	fargs := s.args(int64(1), string(store.StatusCompleted), []byte("r"), micros(time.Hour))
+	if f := first.Record.Fence; f < first.Now.UnixMicro() {
+		t.Fatalf("a new record's fence %d is below the clock's %d µs", f, first.Now.UnixMicro())
+	}
+	fin := store.FinishRequest{Key: "k", Fence: first.Record.Fence, AttemptID: req.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}
+	fargs := s.finishArgs(fin)
 	for i := range 2 {
 		v, err := scriptFinish.Run(ctx, s.client, keys, fargs...).Result()
 		noErr(t, err)
@@ -185,8 +193,9 @@ func TestCallID(t *testing.T) {
 			t.Fatalf("complete run %d: %v", i, a)
 		}
 	}
-	// Another call with the same fence is refused.
-	if err := s.Complete(ctx, "k", 1, []byte("again"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	// Another call for the same attempt is refused.
+	fin.Result = []byte("again")
+	if err := s.Finish(ctx, fin); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("a second completion: %v, want ErrLeaseLost", err)
 	}
 }
@@ -199,11 +208,11 @@ func TestKeepExpired(t *testing.T) {
 	for _, keep := range []time.Duration{0, time.Hour} {
 		t.Run(keep.String(), func(t *testing.T) {
 			s := newTestStore(t, nil, WithKeepExpired(keep))
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			const ret = 50 * time.Millisecond
 			before := time.Now()
-			noErr(t, s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), ret))
+			noErr(t, s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: ret}))
 			ttl, err := c.PTTL(ctx, s.rkey("k")).Result()
 			noErr(t, err)
 			// The hash lives keep past the record's expiry, ret after the
@@ -222,16 +231,19 @@ func TestKeepExpired(t *testing.T) {
 			}
 			exists, err := c.Exists(ctx, s.rkey("k")).Result()
 			noErr(t, err)
-			cr, err = s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
+			old := cr.Record.Fence
+			cr, err = s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if keep == 0 {
-				if exists != 0 || cr.Record.Fence != 1 {
-					t.Fatalf("keep 0: the hash exists %v, the next claim has fence %d; want gone, 1", exists == 1, cr.Record.Fence)
+				// A new record: its fence is the clock's, above the old one's.
+				if exists != 0 || cr.Record.Fence <= old || cr.Record.Fence < cr.Now.UnixMicro() || cr.Record.Attempt != 1 {
+					t.Fatalf("keep 0: the hash exists %v, the next claim has fence %d attempt %d; want gone, above %d and the clock's %d, attempt 1",
+						exists == 1, cr.Record.Fence, cr.Record.Attempt, old, cr.Now.UnixMicro())
 				}
 				return
 			}
-			if exists != 1 || cr.Record.Fence != 2 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
-				t.Fatalf("keep 1h: the hash exists %v, the next claim has fence %d; want kept, 2 (after expiry)", exists == 1, cr.Record.Fence)
+			if exists != 1 || cr.Record.Fence != old+1 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+				t.Fatalf("keep 1h: the hash exists %v, the next claim has fence %d; want kept, %d (after expiry)", exists == 1, cr.Record.Fence, old+1)
 			}
 		})
 	}
@@ -250,7 +262,7 @@ func TestWait(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	req := store.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: time.Minute, Retention: time.Hour}
 	_, err = s.Claim(ctx, req)
 	var nr *NotReplicatedError
 	if !errors.As(err, &nr) || nr.Want != 1 || nr.Got != 0 {
@@ -261,7 +273,8 @@ func TestWait(t *testing.T) {
 	if err != nil || rec.Status != store.StatusReleased {
 		t.Fatalf("after an unconfirmed claim: %+v, %v; want it released", brief(rec), err)
 	}
-	_, err = s.ClaimBatch(ctx, []store.ClaimRequest{req, {Key: "k2", Lease: time.Minute, Retention: time.Hour}})
+	req.AttemptID = store.NewAttemptID()
+	_, err = s.ClaimBatch(ctx, []store.ClaimRequest{req, {AttemptID: store.NewAttemptID(), Key: "k2", Lease: time.Minute, Retention: time.Hour}})
 	if !errors.As(err, &nr) {
 		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v", err)
 	}
@@ -271,11 +284,12 @@ func TestWait(t *testing.T) {
 
 	// With WAIT 0 replicas nothing changes.
 	s0 := New(s.client, WithPrefix(s.Prefix()), WithWait(0, time.Second))
+	req.AttemptID = store.NewAttemptID()
 	cr, err := s0.Claim(ctx, req)
 	if err != nil || !cr.Acquired {
 		t.Fatal(cr, err)
 	}
-	err = s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour)
+	err = s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour})
 	if !errors.As(err, &nr) {
 		t.Fatalf("Complete with WAIT 1 and no replica: %v", err)
 	}
@@ -305,12 +319,15 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	most := store.ClaimRequest{Key: "most", Owner: "first", Correlation: "c1", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
-	least := store.ClaimRequest{Key: "least", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	most := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "most", Owner: "first", Correlation: "c1", Policy: store.AtMostOnce, Lease: time.Minute, Retention: time.Hour}
+	least := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "least", Owner: "first", Correlation: "c1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	first := map[string]int64{} // the first attempts' fences
 	for _, r := range []store.ClaimRequest{most, least} {
-		if cr, err := s.Claim(ctx, r); err != nil || !cr.Acquired {
+		cr, err := s.Claim(ctx, r)
+		if err != nil || !cr.Acquired {
 			t.Fatalf("first claim of %s: %+v, %v", r.Key, cr, err)
 		}
+		first[r.Key] = cr.Record.Fence
 	}
 	clocks.advance(t, 2*time.Minute) // the first attempts crashed: their leases lapse
 
@@ -318,22 +335,22 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 	// plain claim takes the AtLeastOnce one over (ClaimBatch, with a free
 	// key beside it, which is released); WAIT confirms neither.
 	take := most
-	take.Owner, take.Correlation, take.TakeLapsed = "reconciler", "c2", true
+	take.AttemptID, take.Owner, take.Correlation, take.TakeLapsed = store.NewAttemptID(), "reconciler", "c2", true
 	_, err = sw.Claim(ctx, take)
 	var nr *NotReplicatedError
 	if !errors.As(err, &nr) {
 		t.Fatalf("takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	again := least
-	again.Owner, again.Correlation = "second", "c2"
-	free := store.ClaimRequest{Key: "free", Owner: "second", Lease: time.Minute, Retention: time.Hour}
+	again.AttemptID, again.Owner, again.Correlation = store.NewAttemptID(), "second", "c2"
+	free := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "free", Owner: "second", Lease: time.Minute, Retention: time.Hour}
 	if _, err := sw.ClaimBatch(ctx, []store.ClaimRequest{again, free}); !errors.As(err, &nr) {
 		t.Fatalf("batch takeover with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
 	for _, k := range []string{"most", "least"} {
 		rec, err := s.Get(ctx, k)
-		if err != nil || rec.Status != store.StatusInProgress || rec.Fence != 2 {
-			t.Fatalf("%s after an unconfirmed takeover: %+v, %v; want in_progress at fence 2", k, brief(rec), err)
+		if err != nil || rec.Status != store.StatusInProgress || rec.Fence != first[k]+1 || rec.AttemptID != "" {
+			t.Fatalf("%s after an unconfirmed takeover: %+v, %v; want in_progress at fence %d, its attempt abandoned", k, brief(rec), err, first[k]+1)
 		}
 		last := rec.Journal[len(rec.Journal)-1]
 		if last.Outcome != store.OutcomeAbandoned || !last.NotRun() {
@@ -348,6 +365,7 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 	// them: the AtMostOnce one indeterminate, the AtLeastOnce one taken
 	// over, and a Reconcile hook is asked about the first attempt, the one
 	// that may have run.
+	most.AttemptID = store.NewAttemptID()
 	cr, err := s.Claim(ctx, most)
 	if err != nil || cr.Acquired || !cr.Record.Lapsed(cr.Now) {
 		t.Fatalf("plain AtMostOnce claim after the unconfirmed takeover: %+v, %v; want not acquired, lapsed (indeterminate)", brief(cr.Record), err)
@@ -360,8 +378,8 @@ func TestWaitAbandonsTakeover(t *testing.T) {
 				asked = append(asked, lp)
 				return nil, false, nil
 			}))
-		if err != nil || !res.Takeover || res.Fence != 3 {
-			t.Fatalf("%s: the next call after the unconfirmed takeover: %+v, %v; want a takeover at fence 3", k, res, err)
+		if err != nil || !res.Takeover || res.Fence != first[k]+2 {
+			t.Fatalf("%s: the next call after the unconfirmed takeover: %+v, %v; want a takeover at fence %d", k, res, err, first[k]+2)
 		}
 		if len(asked) != 1 || asked[0].Attempt != 1 || asked[0].Owner != "first" || asked[0].Correlation != "c1" {
 			t.Fatalf("%s: the Reconcile hook was asked about %+v; want once, about attempt 1 (first, c1)", k, asked)
@@ -384,12 +402,12 @@ func TestWaitReleaseNotRun(t *testing.T) {
 	if d.Replicas > 0 {
 		t.Skipf("the test server has %d replicas", d.Replicas)
 	}
-	req := store.ClaimRequest{Key: "one", Owner: "first", Lease: time.Minute, Retention: time.Hour}
+	req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "one", Owner: "first", Lease: time.Minute, Retention: time.Hour}
 	var nr *NotReplicatedError
 	if _, err := sw.Claim(ctx, req); !errors.As(err, &nr) {
 		t.Fatalf("Claim with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
-	req.Key = "batch"
+	req.Key, req.AttemptID = "batch", store.NewAttemptID()
 	if _, err := sw.ClaimBatch(ctx, []store.ClaimRequest{req}); !errors.As(err, &nr) {
 		t.Fatalf("ClaimBatch with WAIT 1 and no replica: %v, want a *NotReplicatedError", err)
 	}
@@ -405,8 +423,8 @@ func TestWaitReleaseNotRun(t *testing.T) {
 				asked = append(asked, lp)
 				return nil, false, nil
 			}))
-		if err != nil || string(res.Value) != "ran" || res.Fence != 2 {
-			t.Fatalf("%s: the next call: %+v, %v; want fn run at fence 2", k, res, err)
+		if err != nil || string(res.Value) != "ran" || res.Fence != rec.Fence+1 {
+			t.Fatalf("%s: the next call: %+v, %v; want fn run at fence %d", k, res, err, rec.Fence+1)
 		}
 		if len(asked) != 0 {
 			t.Fatalf("%s: the Reconcile hook was asked about %+v, an attempt that never ran", k, asked)
@@ -474,7 +492,7 @@ func TestRoundTrips(t *testing.T) {
 	noErr(t, s.Ping(ctx))
 	reqs := make([]store.ClaimRequest, 10)
 	for i := range reqs {
-		reqs[i] = store.ClaimRequest{Key: fmt.Sprint("warm", i), Lease: time.Minute, Retention: time.Hour}
+		reqs[i] = store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: fmt.Sprint("warm", i), Lease: time.Minute, Retention: time.Hour}
 	}
 	_, err = s.ClaimBatch(ctx, reqs) // connects the pipeline pool's connection
 	noErr(t, err)
@@ -491,18 +509,25 @@ func TestRoundTrips(t *testing.T) {
 	h.pipelines.Store(0)
 	for _, call := range []func() error{
 		func() error {
-			_, err := s.Claim(ctx, store.ClaimRequest{Key: "x", Lease: time.Minute, Retention: time.Hour})
+			_, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "x", Lease: time.Minute, Retention: time.Hour})
 			return err
 		},
-		func() error { _, err := s.Extend(ctx, "k0", res[0].Record.Fence, time.Minute); return err },
-		func() error { return s.Complete(ctx, "k0", res[0].Record.Fence, []byte("r"), time.Hour) },
-		func() error { return s.Release(ctx, "k1", res[1].Record.Fence, "") },
 		func() error {
-			_, err := s.Claim(ctx, store.ClaimRequest{Key: "k0", Lease: time.Minute, Retention: time.Hour})
+			_, err := s.Extend(ctx, store.ExtendRequest{Key: "k0", Fence: res[0].Record.Fence, AttemptID: res[0].Record.AttemptID, Lease: time.Minute})
+			return err
+		},
+		func() error {
+			return s.Finish(ctx, store.FinishRequest{Key: "k0", Fence: res[0].Record.Fence, AttemptID: res[0].Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour})
+		},
+		func() error {
+			return s.Finish(ctx, store.FinishRequest{Key: "k1", Fence: res[1].Record.Fence, AttemptID: res[1].Record.AttemptID, Outcome: store.OutcomeReleased})
+		},
+		func() error {
+			_, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k0", Lease: time.Minute, Retention: time.Hour})
 			return err
 		},
 		func() error { _, err := s.Get(ctx, "k0"); return err },
-		func() error { _, err := s.Resolve(ctx, "k2", 0, store.Resolution{}); return err },
+		func() error { _, err := s.Resolve(ctx, store.ResolveRequest{Key: "k2"}); return err },
 		func() error { return s.Delete(ctx, "k3") },
 	} {
 		h.single.Store(0)
@@ -521,10 +546,10 @@ func TestPrefixes(t *testing.T) {
 	b := New(testClient(t), WithPrefix(newPrefix(t)+"*?[x]\\"))
 	for _, s := range []*Store{a, b} {
 		for _, k := range []string{"k", "*", "a:b"} {
-			cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: s.Prefix(), Lease: time.Minute, Retention: time.Hour})
+			cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: s.Prefix(), Lease: time.Minute, Retention: time.Hour})
 			noErr(t, err)
 			if s == b {
-				noErr(t, s.Complete(ctx, k, cr.Record.Fence, nil, time.Millisecond))
+				noErr(t, s.Finish(ctx, store.FinishRequest{Key: k, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Retention: time.Millisecond}))
 			}
 		}
 	}
@@ -553,7 +578,7 @@ func TestContext(t *testing.T) {
 	s := newTestStore(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: time.Minute, Retention: time.Hour})
+	_, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Lease: time.Minute, Retention: time.Hour})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a cancelled context: %v", err)
 	}
@@ -563,24 +588,25 @@ func TestContext(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer dcancel()
 	time.Sleep(time.Millisecond)
-	if err := s.Complete(dctx, "k", 1, nil, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Finish(dctx, store.FinishRequest{Key: "k", Fence: 1, AttemptID: "a", Outcome: store.OutcomeCompleted, Retention: time.Hour}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Complete past its deadline: %v", err)
 	}
 }
 
 // One bad key in a batch fails only that key, at its own index: a corrupt
 // record (ErrCorrupt naming it) and a key that holds no hash (the script's
-// WRONGTYPE), in ClaimBatch and CompleteBatch alike; the batch's other keys
-// are claimed and completed.
+// WRONGTYPE), in ClaimBatch and FinishBatch alike; the batch's other keys
+// are claimed and completed. A request FinishBatch refuses (no attempt
+// id) fails alone too, unsent.
 func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 	ctx := context.Background()
 	s := newTestStore(t, nil)
 	c := testClient(t)
-	fences := map[string]int64{}
+	held := map[string]store.Record{} // the records of the claims that hold the keys
 	for _, k := range []string{"a", "bad", "b"} {
-		cr, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: "o", Lease: time.Minute, Retention: time.Hour})
+		cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "o", Lease: time.Minute, Retention: time.Hour})
 		noErr(t, err)
-		fences[k] = cr.Record.Fence
+		held[k] = cr.Record
 	}
 	noErr(t, c.HSet(ctx, s.rkey("bad"), "st", "bogus").Err())
 	noErr(t, c.Set(ctx, s.rkey("str"), "not a hash", 0).Err())
@@ -601,7 +627,7 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 	}
 	reqs := make([]store.ClaimRequest, len(keys))
 	for i, k := range keys {
-		reqs[i] = store.ClaimRequest{Key: k, Owner: "o2", Lease: time.Minute, Retention: time.Hour}
+		reqs[i] = store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "o2", Lease: time.Minute, Retention: time.Hour}
 	}
 	res, err := s.ClaimBatch(ctx, reqs)
 	noErr(t, err)
@@ -616,27 +642,35 @@ func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 			if r.Err != nil || !r.Acquired || r.Record.Key != "new" {
 				t.Fatalf("ClaimBatch of a new key beside bad ones: %+v, %v", brief(r.Record), r.Err)
 			}
-			fences["new"] = r.Record.Fence
+			held["new"] = r.Record
 		default:
 			if r.Err != nil || r.Acquired || r.Record.Key != keys[i] || r.Record.Owner != "o" {
 				t.Fatalf("ClaimBatch of held key %q beside bad ones: acquired %v, %+v, %v; want busy, held by o", keys[i], r.Acquired, brief(r.Record), r.Err)
 			}
 		}
 	}
-	cs := make([]store.Completion, len(keys))
+	cs := make([]store.FinishRequest, len(keys), len(keys)+1)
 	for i, k := range keys {
-		cs[i] = store.Completion{Key: k, Fence: max(fences[k], 1), Result: []byte("r" + k), Retention: time.Hour}
+		id := held[k].AttemptID
+		if id == "" {
+			id = "none" // str: no claim holds it
+		}
+		cs[i] = store.FinishRequest{Key: k, Fence: max(held[k].Fence, 1), AttemptID: id, Outcome: store.OutcomeCompleted, Result: []byte("r" + k), Retention: time.Hour}
 	}
-	errs, err := s.CompleteBatch(ctx, cs)
+	cs = append(cs, store.FinishRequest{Key: "a", Fence: held["a"].Fence, Outcome: store.OutcomeCompleted})
+	errs, err := s.FinishBatch(ctx, cs)
 	noErr(t, err)
-	for i, e := range errs {
+	if len(errs) != len(cs) || !errors.Is(errs[len(keys)], store.ErrInvalid) {
+		t.Fatalf("FinishBatch: %d answers for %d, the one without an attempt id %v; want ErrInvalid", len(errs), len(cs), errs[len(errs)-1])
+	}
+	for i, e := range errs[:len(keys)] {
 		if keys[i] == "bad" || keys[i] == "str" {
-			wantBad("CompleteBatch", i, e)
+			wantBad("FinishBatch", i, e)
 			continue
 		}
 		noErr(t, e)
 		if rec, err := s.Get(ctx, keys[i]); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != "r"+keys[i] {
-			t.Fatalf("%q after CompleteBatch beside bad keys: %+v, %v", keys[i], brief(rec), err)
+			t.Fatalf("%q after FinishBatch beside bad keys: %+v, %v", keys[i], brief(rec), err)
 		}
 	}
 }
