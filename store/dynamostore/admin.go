@@ -100,8 +100,12 @@ func (s *Store) scan(ctx context.Context, e *expr, filter, projection string, f 
 
 // Resolve implements store.Store: a consistent read, then the decided
 // record written with a PutItem conditioned on the item being the one
-// read (read again and decided again if another write came first).
-func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Resolution) (store.Record, error) {
+// read (read again and decided again if another write came first). r's
+// conditions are checked in Go on the record read, by the store package's
+// rules ([store.ApplyResolve]), and hold at the write because the write is
+// conditioned on the item being the one read.
+func (s *Store) Resolve(ctx context.Context, r store.ResolveRequest) (store.Record, error) {
+	key := r.Key
 	if err := s.check(ctx); err != nil {
 		return store.Record{}, err
 	}
@@ -119,7 +123,7 @@ func (s *Store) Resolve(ctx context.Context, key string, fence int64, r store.Re
 		if rec != nil && pending != nil && found == call {
 			return *pending, nil
 		}
-		next, rerr := store.ApplyResolve(rec, fence, r, s.now())
+		next, rerr := store.ApplyResolve(rec, r, s.now())
 		if rerr != nil {
 			return store.Record{}, rerr
 		}

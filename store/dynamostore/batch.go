@@ -34,8 +34,17 @@ var _ store.BatchClaimer = (*Store)(nil)
 // no more claims, waits for those in flight, undoes the claims they
 // acquired (best effort: a claim of a free key is released, a takeover
 // abandoned, left lapsed at once as after a crash; both as not run, see
-// [store.NotRunReason]), and returns the error.
+// [store.NotRunReason]), and returns the error. A request that
+// [store.ClaimRequest.Check] refuses refuses the whole batch
+// ([store.ErrInvalid]) before anything is sent.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+	// A request the store refuses (store.ErrInvalid) refuses the batch
+	// before anything is sent, so there is nothing to undo.
+	for _, r := range reqs {
+		if err := r.Check(); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestRealClock(t *testing.T) {
 	ctx := context.Background()
 	// The second claim must come within the lease: dynalite took more
 	// than a second to answer on a loaded machine.
-	r := store.ClaimRequest{Key: "k", Owner: "a", Lease: 3 * time.Second, Retention: time.Hour}
+	r := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "a", Lease: 3 * time.Second, Retention: time.Hour}
 	before := time.Now()
 	cr, err := s.Claim(ctx, r)
 	if err != nil || !cr.Acquired {

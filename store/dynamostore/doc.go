@@ -1,8 +1,8 @@
 // Package dynamostore is an store.Store kept in one DynamoDB table
 // (aws-sdk-go-v2): one item per key; every write a conditional PutItem,
 // UpdateItem or DeleteItem on one item, those that end or extend an
-// attempt with its fence in the condition; expiry checked in code on every
-// call; the client's clock.
+// attempt with its fence and attempt id in the condition; expiry checked
+// in code on every call; the client's clock.
 //
 //	client := dynamodb.NewFromConfig(cfg)
 //	if err := dynamostore.CreateTable(ctx, client, "idem"); err != nil { ... }
@@ -18,11 +18,19 @@
 // item in it.
 //
 // An item's attributes are named after the [store.Record] fields (status,
-// policy, fence, attempt, owner, fingerprint, result, reason, lease_until,
-// expires_at, created_at, updated_at), times as numbers of unix
-// nanoseconds; "journal" is a map from each attempt's fence to its
-// [store.JournalEntry] (the entry's JSON names), and "call" is the id of
-// the call that wrote the item last (see Retries).
+// policy, fence, attempt, attempt_id, owner, fingerprint, result, reason,
+// lease_until, expires_at, created_at, updated_at), times as numbers of
+// unix nanoseconds, attempt_id, reason and result absent when empty;
+// "journal" is a map from each attempt's fence to its [store.JournalEntry]
+// (a map under the entry's JSON names, the store.Wire* constants), and
+// "call" is the id of the call that wrote the item last (see Retries).
+//
+// Items written before attempt ids have no attempt_id, and their journal
+// entries none either: they read as AttemptID "", which no attempt's write
+// names (a claim needs an attempt id), so no new attempt can finish or
+// extend them. Such an item is finished already, or its attempt lapses and
+// is taken over or resolved as usual. No migration is needed: the table's
+// key is unchanged.
 //
 // # Calls
 //
@@ -40,18 +48,22 @@
 // a busy key, a read and a write for a new one (see its doc for when that
 // is the cheaper choice).
 //
-// Complete, Fail, Release, Abandon and Extend are each one UpdateItem
-// conditioned on the record being in_progress under the caller's fence,
-// unexpired, with its journal entry (and, for Extend, on the lease staying
-// within ExpiresAt). Unlike Powertools, whose completion and deletion are
-// unconditional, a stale holder is refused ([store.ErrLeaseLost]); the item
-// found then is read as for a claim, and the stale attempt's journal entry
-// is marked with LateFinish by a conditioned PutItem. An extension past
-// ExpiresAt takes the same path.
+// Finish and Extend are each one UpdateItem conditioned on the attempt
+// holding the key: the record in_progress under the caller's fence and
+// attempt id, unexpired, with its journal entry (and, for Extend, on the
+// lease staying within ExpiresAt). Finish(abandoned) removes attempt_id in
+// the same update, so an attempt ends once. Unlike Powertools, whose
+// completion and deletion are unconditional, a stale holder is refused
+// ([store.ErrLeaseLost]); the item found then is decided by the store
+// package's rules ([store.ApplyFinish], [store.ApplyExtend]), and the
+// stale attempt's open journal entry is marked with LateFinish by a
+// conditioned PutItem (not for a Finish whose reason says the attempt
+// never ran, [store.IsNotRun]). An extension past ExpiresAt takes the same
+// path.
 //
-// Get is a consistent GetItem. Resolve reads the item (consistent) and
-// writes the decision with a PutItem conditioned on the item being the one
-// read. Delete is one DeleteItem conditioned on the record existing
+// Get is a consistent GetItem. Resolve reads the item (consistent),
+// checks the request's conditions on it ([store.ApplyResolve]) and writes
+// the decision with a PutItem conditioned on the item being the one read. Delete is one DeleteItem conditioned on the record existing
 // unexpired.
 //
 // List and Sweep are Scans, for operators: DynamoDB keeps no order across
@@ -87,6 +99,23 @@
 // synchronized (NTP; Amazon Time Sync on AWS keeps them within about a
 // millisecond) and leases long compared to the skew.
 //
+// # Fences
+//
+// A new item's first fence is the claiming client's clock in microseconds
+// since 1970 ([store.FirstFence], with no floor: the store keeps no record
+// of deleted items), and every later claim or resolution of the item adds
+// one. While the item exists (past its ExpiresAt too, until TTL or Sweep
+// deletes it, see [WithKeepExpired]) its fences therefore never repeat.
+// Once it is deleted ([Store.Delete], [Store.Sweep], TTL), the key's next
+// item starts from the clock again, which is above every fence the old
+// item had as long as the new claimer's clock is not behind the clock of
+// the old item's last claim by more than the time between that claim and
+// the deletion. A client whose clock is further behind (a large skew, a
+// clock stepped back) can give the new item a fence at or below the
+// deleted one's. The store still refuses a holder of the deleted item
+// (its attempt id is in every condition with the fence), but a fence
+// used outside the store as a fencing token may then repeat.
+//
 // # Expiry and TTL
 //
 // A record counts as absent from its ExpiresAt on, checked in code on
@@ -112,7 +141,7 @@
 // # Size limit
 //
 // DynamoDB refuses items over 400 KB ([MaxItemSize]), names and values
-// counted. A result over [MaxResultSize] (350 KB) is refused by Complete
+// counted. A result over [MaxResultSize] (350 KB) is refused by Finish
 // and Resolve before anything is sent, with an error wrapping
 // [ErrItemTooLarge]; so is any record the store can measure before writing
 // it, and DynamoDB's own refusal is reported with the same error. The key
@@ -133,8 +162,7 @@
 //   - Claim that takes a key over: the above plus 1 WCU.
 //   - With [WithReadFirst]: a duplicate or a busy key 1 RCU; a new key
 //     1 RCU + 1 WCU; a takeover 1 RCU + 1 WCU.
-//   - Complete, Fail, Release, Abandon, Extend: 1 WCU each (with a result,
-//     its size in KB).
+//   - Finish, Extend: 1 WCU each (with a result, its size in KB).
 //   - Get: 1 RCU. Delete: 1 WCU. Resolve: 1 RCU + 1 WCU.
 //   - List: the whole table's size in RCU per call (Scan). Sweep: the
 //     table's size in RCU plus 1 WCU per item deleted.

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,39 +11,73 @@ import (
 // expr builds expressions with placeholders for every attribute name (many
 // of ours, such as status and key, are DynamoDB reserved words) and value.
 // DynamoDB refuses placeholders that no expression uses, so names and
-// values are registered as the expressions use them.
+// values are registered as the expressions use them. They are kept in
+// slices, and the maps the request needs are made once at their final
+// size: a finishing write names about 15 attributes, and maps grown one
+// entry at a time cost that hot path more than the lookups.
 type expr struct {
-	names  map[string]string
-	byName map[string]string
-	values map[string]types.AttributeValue
+	names  []string // the attribute name of placeholder #n<i>
+	values []types.AttributeValue
 	set    []string
 	remove []string
 }
 
-func newExpr() *expr {
-	return &expr{names: map[string]string{}, byName: map[string]string{}, values: map[string]types.AttributeValue{}}
-}
+func newExpr() *expr { return &expr{} }
 
 // n returns the placeholder of a document path: names separated by '.'.
 func (e *expr) n(path ...string) string {
-	parts := make([]string, len(path))
-	for i, name := range path {
-		p, ok := e.byName[name]
-		if !ok {
-			p = "#n" + strconv.Itoa(len(e.byName))
-			e.byName[name] = p
-			e.names[p] = name
-		}
-		parts[i] = p
+	if len(path) == 1 {
+		return namePH(e.name(path[0]))
 	}
-	return strings.Join(parts, ".")
+	var b strings.Builder
+	for i, name := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(namePH(e.name(name)))
+	}
+	return b.String()
+}
+
+// name returns the index of name's placeholder, registering it.
+func (e *expr) name(name string) int {
+	if i := slices.Index(e.names, name); i >= 0 {
+		return i
+	}
+	e.names = append(e.names, name)
+	return len(e.names) - 1
 }
 
 // v returns the placeholder of a value.
 func (e *expr) v(val types.AttributeValue) string {
-	p := ":v" + strconv.Itoa(len(e.values))
-	e.values[p] = val
-	return p
+	e.values = append(e.values, val)
+	return valuePH(len(e.values) - 1)
+}
+
+// Placeholders of the first names and values, made once.
+var (
+	namePHs, valuePHs = placeholders("#n"), placeholders(":v")
+)
+
+func placeholders(prefix string) (ps [24]string) {
+	for i := range ps {
+		ps[i] = prefix + strconv.Itoa(i)
+	}
+	return ps
+}
+
+func namePH(i int) string {
+	if i < len(namePHs) {
+		return namePHs[i]
+	}
+	return "#n" + strconv.Itoa(i)
+}
+
+func valuePH(i int) string {
+	if i < len(valuePHs) {
+		return valuePHs[i]
+	}
+	return ":v" + strconv.Itoa(i)
 }
 
 // Set adds "path = value" to the update's SET clause.
@@ -83,7 +118,11 @@ func (e *expr) Values() map[string]types.AttributeValue {
 	if len(e.values) == 0 {
 		return nil
 	}
-	return e.values
+	m := make(map[string]types.AttributeValue, len(e.values))
+	for i, v := range e.values {
+		m[valuePH(i)] = v
+	}
+	return m
 }
 
 // Names returns the name placeholders, nil if there are none.
@@ -91,5 +130,9 @@ func (e *expr) Names() map[string]string {
 	if len(e.names) == 0 {
 		return nil
 	}
-	return e.names
+	m := make(map[string]string, len(e.names))
+	for i, n := range e.names {
+		m[namePH(i)] = n
+	}
+	return m
 }

@@ -19,6 +19,7 @@ const (
 	attrPolicy      = "policy"
 	attrFence       = "fence"
 	attrAttempt     = "attempt"
+	attrAttemptID   = "attempt_id" // absent when "" (abandoned, or an item from before attempt ids)
 	attrOwner       = "owner"
 	attrFingerprint = "fingerprint"
 	attrResult      = "result" // binary
@@ -28,37 +29,21 @@ const (
 	attrCreatedAt   = "created_at"
 	attrUpdatedAt   = "updated_at"
 	attrCall        = "call"    // the id of the call that wrote the item last
-	attrJournal     = "journal" // a map from fence (decimal) to entry
+	attrJournal     = "journal" // a map from fence (decimal) to entry, whose members are the store.Wire* names
 	// AttrTTL is the attribute to name in the table's TTL setting: when
 	// DynamoDB may delete the item (ExpiresAt plus [WithKeepExpired]), in
 	// unix seconds. [CreateTable] enables TTL on it.
 	AttrTTL = "ttl"
 )
 
-// Journal entry fields: the JSON names of store.JournalEntry.
-const (
-	jAttempt     = "a"
-	jFence       = "f"
-	jOwner       = "o"
-	jCorrelation = "c"
-	jStarted     = "s"
-	jLeaseUntil  = "l"
-	jEnded       = "e"
-	jOutcome     = "x"
-	jReason      = "r"
-	jTakeover    = "t"
-	jAfterExpiry = "ae"
-	jPolicy      = "p"
-	jLateFinish  = "lf"
-	jResolvedBy  = "rb"
-	jDecision    = "d"
-)
+// itemAttrs is the most attributes an item has (the constants above).
+const itemAttrs = 17
 
 // MaxItemSize is DynamoDB's limit on the size of an item (400 KB). The
 // store refuses, before sending, a write that it can tell would exceed it.
 const MaxItemSize = 400 * 1024
 
-// MaxResultSize is the largest result [Store.Complete] and
+// MaxResultSize is the largest result [Store.Finish] and
 // [Store.Resolve] accept: what is left of [MaxItemSize] once room is kept
 // for the rest of the record (key, journal, reasons). A larger result is
 // refused with an error wrapping [ErrItemTooLarge] before anything is sent.
@@ -119,20 +104,22 @@ func capReason(r string) string {
 
 // encode returns the item of rec, written by call.
 func encode(rec *store.Record, call string, keep time.Duration) map[string]types.AttributeValue {
-	it := map[string]types.AttributeValue{
-		AttrKey:       str(rec.Key),
-		attrStatus:    str(string(rec.Status)),
-		attrPolicy:    str(rec.Policy.String()),
-		attrFence:     num(rec.Fence),
-		attrAttempt:   num(int64(rec.Attempt)),
-		attrExpiresAt: nanos(rec.ExpiresAt),
-		AttrTTL:       ttlSeconds(rec.ExpiresAt, keep),
-		attrCall:      str(call),
-		// Always present, even empty: a claim's update sets them only
-		// where they are missing (see Store.Claim).
-		attrOwner:       str(rec.Owner),
-		attrFingerprint: str(rec.Fingerprint),
-	}
+	// Sized for every attribute at once: grown entry by entry, the map
+	// would be copied on the way.
+	it := make(map[string]types.AttributeValue, itemAttrs)
+	it[AttrKey] = str(rec.Key)
+	it[attrStatus] = str(string(rec.Status))
+	it[attrPolicy] = str(rec.Policy.String())
+	it[attrFence] = num(rec.Fence)
+	it[attrAttempt] = num(int64(rec.Attempt))
+	it[attrExpiresAt] = nanos(rec.ExpiresAt)
+	it[AttrTTL] = ttlSeconds(rec.ExpiresAt, keep)
+	it[attrCall] = str(call)
+	// Always present, even empty: a claim's update sets them only where
+	// they are missing (see Store.Claim).
+	it[attrOwner] = str(rec.Owner)
+	it[attrFingerprint] = str(rec.Fingerprint)
+	putS(it, attrAttemptID, rec.AttemptID)
 	putS(it, attrReason, rec.Reason)
 	if len(rec.Result) > 0 {
 		it[attrResult] = &types.AttributeValueMemberB{Value: rec.Result}
@@ -153,22 +140,23 @@ func encode(rec *store.Record, call string, keep time.Duration) map[string]types
 
 func encodeEntry(e *store.JournalEntry) types.AttributeValue {
 	m := map[string]types.AttributeValue{
-		jAttempt: num(int64(e.Attempt)),
-		jFence:   num(e.Fence),
+		store.WireAttempt: num(int64(e.Attempt)),
+		store.WireFence:   num(e.Fence),
 	}
-	putS(m, jOwner, e.Owner)
-	putS(m, jCorrelation, e.Correlation)
-	putT(m, jStarted, e.Started)
-	putT(m, jLeaseUntil, e.LeaseUntil)
-	putT(m, jEnded, e.Ended)
-	putS(m, jOutcome, e.Outcome)
-	putS(m, jReason, e.Reason)
-	putB(m, jTakeover, e.Takeover)
-	putB(m, jAfterExpiry, e.AfterExpiry)
-	putS(m, jPolicy, e.Policy)
-	putT(m, jLateFinish, e.LateFinish)
-	putS(m, jResolvedBy, e.ResolvedBy)
-	putB(m, jDecision, e.Decision)
+	putS(m, store.WireAttemptID, e.AttemptID)
+	putS(m, store.WireOwner, e.Owner)
+	putS(m, store.WireCorrelation, e.Correlation)
+	putT(m, store.WireStarted, e.Started)
+	putT(m, store.WireLeaseUntil, e.LeaseUntil)
+	putT(m, store.WireEnded, e.Ended)
+	putS(m, store.WireOutcome, string(e.Outcome))
+	putS(m, store.WireReason, e.Reason)
+	putB(m, store.WireTakeover, e.Takeover)
+	putB(m, store.WireAfterExpiry, e.AfterExpiry)
+	putS(m, store.WirePolicy, e.Policy)
+	putT(m, store.WireLateFinish, e.LateFinish)
+	putS(m, store.WireResolvedBy, e.ResolvedBy)
+	putB(m, store.WireDecision, e.Decision)
 	return &types.AttributeValueMemberM{Value: m}
 }
 
@@ -285,6 +273,7 @@ func decode(key string, it map[string]types.AttributeValue) (store.Record, strin
 	}
 	r.Fence = d.n(attrFence, true)
 	r.Attempt = int(d.n(attrAttempt, true))
+	r.AttemptID = d.s(attrAttemptID, false)
 	r.Owner = d.s(attrOwner, false)
 	r.Fingerprint = d.s(attrFingerprint, false)
 	r.Reason = d.s(attrReason, false)
@@ -325,21 +314,22 @@ func decodeJournal(d *decoder, m map[string]types.AttributeValue) []store.Journa
 		}
 		ed := decoder{m: em.Value}
 		e := store.JournalEntry{
-			Attempt:     int(ed.n(jAttempt, true)),
-			Fence:       ed.n(jFence, true),
-			Owner:       ed.s(jOwner, false),
-			Correlation: ed.s(jCorrelation, false),
-			Started:     ed.t(jStarted, false),
-			LeaseUntil:  ed.t(jLeaseUntil, false),
-			Ended:       ed.t(jEnded, false),
-			Outcome:     ed.s(jOutcome, false),
-			Reason:      ed.s(jReason, false),
-			Takeover:    ed.b(jTakeover),
-			AfterExpiry: ed.b(jAfterExpiry),
-			Policy:      ed.s(jPolicy, false),
-			LateFinish:  ed.t(jLateFinish, false),
-			ResolvedBy:  ed.s(jResolvedBy, false),
-			Decision:    ed.b(jDecision),
+			Attempt:     int(ed.n(store.WireAttempt, true)),
+			Fence:       ed.n(store.WireFence, true),
+			AttemptID:   ed.s(store.WireAttemptID, false),
+			Owner:       ed.s(store.WireOwner, false),
+			Correlation: ed.s(store.WireCorrelation, false),
+			Started:     ed.t(store.WireStarted, false),
+			LeaseUntil:  ed.t(store.WireLeaseUntil, false),
+			Ended:       ed.t(store.WireEnded, false),
+			Outcome:     store.Outcome(ed.s(store.WireOutcome, false)),
+			Reason:      ed.s(store.WireReason, false),
+			Takeover:    ed.b(store.WireTakeover),
+			AfterExpiry: ed.b(store.WireAfterExpiry),
+			Policy:      ed.s(store.WirePolicy, false),
+			LateFinish:  ed.t(store.WireLateFinish, false),
+			ResolvedBy:  ed.s(store.WireResolvedBy, false),
+			Decision:    ed.b(store.WireDecision),
 		}
 		if ed.err == nil && strconv.FormatInt(e.Fence, 10) != name {
 			ed.fail("is named %s but holds fence %d", name, e.Fence)

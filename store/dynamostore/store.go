@@ -266,7 +266,13 @@ func (s *Store) found(ctx context.Context, key string, err error) (item, error) 
 // be taken (released, expired, a lapsed lease), the new record is written
 // with a PutItem conditioned on the item being exactly the one found (by
 // its call id), and the claim decides again if another write came first.
+//
+// A new item's first fence is [store.FirstFence] of the store's clock,
+// with no floor: see the package doc (Fences) for its limit.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	if err := req.Check(); err != nil {
+		return store.ClaimResult{}, err
+	}
 	if err := s.check(ctx); err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -282,7 +288,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		rec, found, err = s.get(ctx, req.Key)
 	} else {
 		var next *store.Record
-		next, pending = store.ApplyClaim(nil, req, s.now())
+		next, pending = store.ApplyClaim(nil, req, s.now(), 0)
 		rec, found, ok, err = s.put(ctx, next, call, "")
 	}
 	for range maxRounds {
@@ -292,7 +298,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 		if ok || rec != nil && found == call {
 			return pending, nil
 		}
-		next, res := store.ApplyClaim(rec, req, s.now())
+		next, res := store.ApplyClaim(rec, req, s.now(), 0)
 		if next == nil {
 			return res, nil
 		}
@@ -302,78 +308,109 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimR
 	return store.ClaimResult{}, wrap("claim", req.Key, ErrContention)
 }
 
-// ending is a finishing call: how the attempt ends, or a heartbeat.
-type ending struct {
-	op     string
-	end    store.Ending
-	extend time.Duration // extend: the lease asked for
+// Finish implements store.Store: one UpdateItem conditioned on the
+// attempt holding the key (see finish). A result larger than
+// [MaxResultSize] is refused with an error wrapping [ErrItemTooLarge]
+// before anything is sent; a reason longer than [MaxReasonLen] bytes is
+// cut.
+func (s *Store) Finish(ctx context.Context, req store.FinishRequest) error {
+	if err := req.Check(); err != nil {
+		return err
+	}
+	_, err := s.finish(ctx, opOf(req.Outcome), req, 0)
+	return err
 }
 
-// finish runs Complete, Fail, Release, Abandon and Extend: one conditional
-// UpdateItem whose condition holds the fence (the record is in_progress
-// under fence, unexpired, with its journal entry). When the condition
-// fails the call reads the item to tell why: a stale holder gets
-// store.ErrLeaseLost, and its journal entry is marked with LateFinish by a
-// compare-and-set write; the rare case the fast condition is too strict
-// for (an extension past the record's ExpiresAt) is written the same way.
-func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (time.Time, error) {
+// Extend implements store.Store: one UpdateItem conditioned on the attempt
+// holding the key and the new lease ending within ExpiresAt; a lease past
+// ExpiresAt moves ExpiresAt with it by a compare-and-set write.
+func (s *Store) Extend(ctx context.Context, req store.ExtendRequest) (time.Time, error) {
+	if err := req.Check(); err != nil {
+		return time.Time{}, err
+	}
+	return s.finish(ctx, "extend", store.FinishRequest{Key: req.Key, Fence: req.Fence, AttemptID: req.AttemptID}, req.Lease)
+}
+
+// opOf names a finishing call in errors, as the calls Finish replaced did.
+func opOf(o store.Outcome) string {
+	switch o {
+	case store.OutcomeCompleted:
+		return "complete"
+	case store.OutcomeFailed:
+		return "fail"
+	case store.OutcomeReleased:
+		return "release"
+	}
+	return "abandon"
+}
+
+// finish runs Finish and Extend (op "extend", for lease): one conditional
+// UpdateItem whose condition holds the attempt (the record is in_progress
+// under req's fence and attempt id, unexpired, with its journal entry).
+// When the condition fails the call reads the item to tell why, by the
+// store package's rules: a stale attempt gets store.ErrLeaseLost, and its
+// journal entry is marked with LateFinish by a compare-and-set write
+// (unless a finish says it never ran); the rare case the fast condition is
+// too strict for (an extension past the record's ExpiresAt) is written the
+// same way.
+func (s *Store) finish(ctx context.Context, op string, req store.FinishRequest, lease time.Duration) (time.Time, error) {
 	if err := s.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if f.op == "complete" && len(f.end.Result) > MaxResultSize {
-		return time.Time{}, wrap(f.op, key, fmt.Errorf("%w: a result of %d bytes (at most %d)", ErrItemTooLarge, len(f.end.Result), MaxResultSize))
+	key := req.Key
+	if op == "complete" && len(req.Result) > MaxResultSize {
+		return time.Time{}, wrap(op, key, fmt.Errorf("%w: a result of %d bytes (at most %d)", ErrItemTooLarge, len(req.Result), MaxResultSize))
 	}
-	f.end.Reason = capReason(f.end.Reason)
+	req.Reason = capReason(req.Reason)
 	call := newCall()
 	now := s.now()
-	until := now.Add(f.extend)
+	until := now.Add(lease)
 	e := newExpr()
-	jf := strconv.FormatInt(fence, 10)
+	jf := strconv.FormatInt(req.Fence, 10)
 	cond := e.n(attrStatus) + " = " + e.v(str(string(store.StatusInProgress))) +
-		" AND " + e.n(attrFence) + " = " + e.v(num(fence)) +
+		" AND " + e.n(attrFence) + " = " + e.v(num(req.Fence)) +
+		" AND " + e.n(attrAttemptID) + " = " + e.v(str(req.AttemptID)) +
 		" AND " + e.n(attrExpiresAt) + " > " + e.v(nanos(now)) +
 		" AND attribute_exists(" + e.n(attrJournal, jf) + ")"
 	e.Set(str(call), attrCall)
 	e.Set(nanos(now), attrUpdatedAt)
-	if f.op == "extend" {
+	if op == "extend" {
 		// The lease must not outlive the record: the fast path only
 		// extends within ExpiresAt.
 		cond += " AND " + e.n(attrExpiresAt) + " >= " + e.v(nanos(until))
 		e.Set(nanos(until), attrLeaseUntil)
-		e.Set(nanos(until), attrJournal, jf, jLeaseUntil)
+		e.Set(nanos(until), attrJournal, jf, store.WireLeaseUntil)
 	} else {
-		outcome := ""
 		e.Set(nanos(now), attrLeaseUntil)
-		switch f.end.Status {
-		case store.StatusCompleted:
-			outcome = store.OutcomeCompleted
-			if len(f.end.Result) > 0 {
-				e.Set(&types.AttributeValueMemberB{Value: f.end.Result}, attrResult)
+		switch req.Outcome {
+		case store.OutcomeCompleted:
+			e.Set(str(string(store.StatusCompleted)), attrStatus)
+			if len(req.Result) > 0 {
+				e.Set(&types.AttributeValueMemberB{Value: req.Result}, attrResult)
 			} else {
 				e.Remove(attrResult)
 			}
-		case store.StatusFailed:
-			outcome = store.OutcomeFailed
-			e.SetS(f.end.Reason, attrReason)
-		case store.StatusReleased:
-			outcome = store.OutcomeReleased
-			e.SetS(f.end.Reason, attrReason)
-		case store.StatusInProgress:
-			outcome = store.OutcomeAbandoned
-			e.SetS(f.end.Reason, attrReason)
+		case store.OutcomeFailed:
+			e.Set(str(string(store.StatusFailed)), attrStatus)
+			e.SetS(req.Reason, attrReason)
+		case store.OutcomeReleased:
+			e.Set(str(string(store.StatusReleased)), attrStatus)
+			e.SetS(req.Reason, attrReason)
+		case store.OutcomeAbandoned:
+			// It stays in_progress, lapsed from now on; the attempt
+			// gives its id up, so that it cannot end twice.
+			e.Remove(attrAttemptID)
+			e.SetS(req.Reason, attrReason)
 		}
-		if f.end.Status == store.StatusCompleted || f.end.Status == store.StatusFailed {
-			exp := now.Add(f.end.Retention)
+		if req.Outcome == store.OutcomeCompleted || req.Outcome == store.OutcomeFailed {
+			exp := now.Add(req.Retention)
 			e.Set(nanos(exp), attrExpiresAt)
 			e.Set(ttlSeconds(exp, s.keep), AttrTTL)
 		}
-		if f.end.Status != store.StatusInProgress {
-			e.Set(str(string(f.end.Status)), attrStatus)
-		}
-		e.Set(nanos(now), attrJournal, jf, jEnded)
-		e.Set(nanos(now), attrJournal, jf, jLeaseUntil)
-		e.Set(str(outcome), attrJournal, jf, jOutcome)
-		e.SetS(f.end.Reason, attrJournal, jf, jReason)
+		e.Set(nanos(now), attrJournal, jf, store.WireEnded)
+		e.Set(nanos(now), attrJournal, jf, store.WireLeaseUntil)
+		e.Set(str(string(req.Outcome)), attrJournal, jf, store.WireOutcome)
+		e.SetS(req.Reason, attrJournal, jf, store.WireReason)
 	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.table,
@@ -401,7 +438,7 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 	pendingUntil := until
 	for range maxRounds {
 		if err != nil {
-			return time.Time{}, wrap(f.op, key, err)
+			return time.Time{}, wrap(op, key, err)
 		}
 		if it.rec != nil && it.call == call {
 			if pending != nil {
@@ -414,10 +451,10 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 			next    *store.Record
 			outcome error
 		)
-		if f.op == "extend" {
-			next, outcome = store.ApplyExtend(it.rec, fence, f.extend, now)
+		if op == "extend" {
+			next, outcome = store.ApplyExtend(it.rec, store.ExtendRequest{Key: key, Fence: req.Fence, AttemptID: req.AttemptID, Lease: lease}, now)
 		} else {
-			next, outcome = store.ApplyFinish(it.rec, fence, f.end, now)
+			next, outcome = store.ApplyFinish(it.rec, req, now)
 		}
 		if next == nil {
 			return time.Time{}, outcome
@@ -432,39 +469,7 @@ func (s *Store) finish(ctx context.Context, key string, fence int64, f ending) (
 			return next.LeaseUntil, nil
 		}
 	}
-	return time.Time{}, wrap(f.op, key, ErrContention)
-}
-
-// Complete implements store.Store. A result larger than [MaxResultSize] is
-// refused with an error wrapping [ErrItemTooLarge] before anything is
-// sent.
-func (s *Store) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "complete", end: store.Ending{Status: store.StatusCompleted, Result: result, Retention: retention}})
-	return err
-}
-
-// Fail implements store.Store. A reason longer than [MaxReasonLen] bytes is
-// cut.
-func (s *Store) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "fail", end: store.Ending{Status: store.StatusFailed, Reason: reason, Retention: retention}})
-	return err
-}
-
-// Release implements store.Store.
-func (s *Store) Release(ctx context.Context, key string, fence int64, reason string) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "release", end: store.Ending{Status: store.StatusReleased, Reason: reason}})
-	return err
-}
-
-// Abandon implements store.Store.
-func (s *Store) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	_, err := s.finish(ctx, key, fence, ending{op: "abandon", end: store.Ending{Status: store.StatusInProgress, Reason: reason}})
-	return err
-}
-
-// Extend implements store.Store.
-func (s *Store) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
-	return s.finish(ctx, key, fence, ending{op: "extend", extend: lease})
+	return time.Time{}, wrap(op, key, ErrContention)
 }
 
 // Get implements store.Store with a consistent GetItem.

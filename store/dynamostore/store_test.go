@@ -20,8 +20,24 @@ import (
 )
 
 func claimReq(key string) store.ClaimRequest {
-	return store.ClaimRequest{Key: key, Owner: "w1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "w1", Policy: store.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}
 }
+
+// complete is the request that completes cr's attempt with result.
+func complete(cr store.ClaimResult, result string) store.FinishRequest {
+	return store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+		Outcome: store.OutcomeCompleted, Result: []byte(result), Retention: time.Hour}
+}
+
+// release is the request that releases cr's attempt with reason.
+func release(cr store.ClaimResult, reason string) store.FinishRequest {
+	return store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+		Outcome: store.OutcomeReleased, Reason: reason}
+}
+
+// first is the fence of a new item claimed at now: the store's clock in
+// microseconds (store.FirstFence, no floor).
+func first(now time.Time) int64 { return store.FirstFence(now, 0) }
 
 // TestCreateTable: CreateTable makes a table the store works on, a second
 // call leaves it as it is, and CheckTable tells a missing table and one
@@ -70,7 +86,7 @@ func TestItemLayout(t *testing.T) {
 	if err != nil || !cr.Acquired {
 		t.Fatalf("Claim: %+v, %v", cr, err)
 	}
-	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), 24*time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: 24 * time.Hour}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	it := rawItem(t, s, "k")
@@ -92,10 +108,11 @@ func TestItemLayout(t *testing.T) {
 }
 
 // TestJournalOrder: the journal (a map by fence in the item) reads back
-// oldest first, numbered past 9 (so not in string order), and keeps the
-// newest store.MaxJournal attempts.
+// oldest first, its fences crossing a power of ten (so not in string
+// order: the clock starts 5 µs before 10^15 µs since 1970, and so does
+// the first fence), and keeps the newest store.MaxJournal attempts.
 func TestJournalOrder(t *testing.T) {
-	clock := idemtest.NewClock(idemtest.ClockStart)
+	clock := idemtest.NewClock(time.UnixMicro(1e15 - 5).UTC())
 	s := New(testClient(t), newTable(t), WithClock(clock.Now))
 	ctx := context.Background()
 	const n = store.MaxJournal + 4
@@ -104,7 +121,7 @@ func TestJournalOrder(t *testing.T) {
 		if err != nil || !cr.Acquired {
 			t.Fatalf("claim %d: %+v, %v", i, cr, err)
 		}
-		if err := s.Release(ctx, "k", cr.Record.Fence, "again "+strconv.Itoa(i)); err != nil {
+		if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "again " + strconv.Itoa(i)}); err != nil {
 			t.Fatalf("Release %d: %v", i, err)
 		}
 	}
@@ -115,9 +132,11 @@ func TestJournalOrder(t *testing.T) {
 	if len(rec.Journal) != store.MaxJournal {
 		t.Fatalf("journal has %d entries, want %d", len(rec.Journal), store.MaxJournal)
 	}
+	f0 := first(clock.Now())
 	for i, e := range rec.Journal {
-		if want := int64(n - store.MaxJournal + 1 + i); e.Fence != want || e.Reason != "again "+strconv.FormatInt(want, 10) {
-			t.Fatalf("entry %d: fence %d reason %q, want fence %d", i, e.Fence, e.Reason, want)
+		nth := int64(n - store.MaxJournal + 1 + i) // the claim's number, from 1
+		if want := f0 + nth - 1; e.Fence != want || e.Reason != "again "+strconv.FormatInt(nth, 10) {
+			t.Fatalf("entry %d: fence %d reason %q, want fence %d reason %q", i, e.Fence, e.Reason, want, "again "+strconv.FormatInt(nth, 10))
 		}
 	}
 }
@@ -133,7 +152,7 @@ func TestTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Complete(ctx, "big", cr.Record.Fence, make([]byte, MaxResultSize+1), time.Hour)
+	err = s.Finish(ctx, store.FinishRequest{Key: "big", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: make([]byte, MaxResultSize+1), Retention: time.Hour})
 	if !errors.Is(err, ErrItemTooLarge) {
 		t.Fatalf("Complete with %d bytes = %v, want ErrItemTooLarge", MaxResultSize+1, err)
 	}
@@ -141,7 +160,7 @@ func TestTooLarge(t *testing.T) {
 		t.Fatalf("after a refused completion: %s, want in_progress", rec.Status)
 	}
 	near := bytes.Repeat([]byte("x"), MaxResultSize)
-	if err := s.Complete(ctx, "big", cr.Record.Fence, near, time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "big", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: near, Retention: time.Hour}); err != nil {
 		t.Fatalf("Complete with %d bytes: %v", len(near), err)
 	}
 	if rec, _ := s.Get(ctx, "big"); !bytes.Equal(rec.Result, near) {
@@ -156,7 +175,7 @@ func TestTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Complete(ctx, "crowded", cr.Record.Fence, near, time.Hour)
+	err = s.Finish(ctx, store.FinishRequest{Key: "crowded", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: near, Retention: time.Hour})
 	if !errors.Is(err, ErrItemTooLarge) {
 		t.Fatalf("Complete of an item over 400 KB = %v, want ErrItemTooLarge", err)
 	}
@@ -171,7 +190,7 @@ func TestTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("é", MaxReasonLen)
-	if err := s.Fail(ctx, "reason", cr.Record.Fence, long, time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "reason", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeFailed, Reason: long, Retention: time.Hour}); err != nil {
 		t.Fatalf("Fail with a %d-byte reason: %v", len(long), err)
 	}
 	rec, _ := s.Get(ctx, "reason")
@@ -194,19 +213,19 @@ func TestLostAnswer(t *testing.T) {
 
 	p.Drop("PutItem", 1)
 	cr, err := s.Claim(ctx, claimReq("k"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
-		t.Fatalf("Claim whose answer was lost = %+v, %v; want acquired, fence 1", cr, err)
+	if err != nil || !cr.Acquired || cr.Record.Fence != first(clock.Now()) {
+		t.Fatalf("Claim whose answer was lost = %+v, %v; want acquired, fence %d", cr, err, first(clock.Now()))
 	}
 	if p.Calls("PutItem") < 2 {
 		t.Fatalf("PutItem sent %d times, want a retry", p.Calls("PutItem"))
 	}
 	p.Drop("UpdateItem", 1)
-	until, err := s.Extend(ctx, "k", 1, 2*time.Minute)
+	until, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: 2 * time.Minute})
 	if err != nil || !until.Equal(clock.Now().Add(2*time.Minute)) {
 		t.Fatalf("Extend whose answer was lost = %v, %v", until, err)
 	}
 	p.Drop("UpdateItem", 1)
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, complete(cr, "r")); err != nil {
 		t.Fatalf("Complete whose answer was lost: %v", err)
 	}
 	rec, err := s.Get(ctx, "k")
@@ -214,19 +233,20 @@ func TestLostAnswer(t *testing.T) {
 		t.Fatalf("after: %+v, %v", rec, err)
 	}
 	// A second completion is still refused: it is not the same write.
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Finish(ctx, complete(cr, "r")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
 	}
 
 	// A takeover (the compare-and-set path) whose answer is lost.
-	if _, err := s.Claim(ctx, claimReq("t")); err != nil {
+	held, err := s.Claim(ctx, claimReq("t"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
 	p.Drop("PutItem", 2) // the claim's first put fails its condition; the second is the takeover
 	cr, err = s.Claim(ctx, claimReq("t"))
-	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 2 {
-		t.Fatalf("takeover whose answer was lost = %+v, %v; want acquired, takeover, fence 2", cr, err)
+	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != held.Record.Fence+1 {
+		t.Fatalf("takeover whose answer was lost = %+v, %v; want acquired, takeover, fence %d", cr, err, held.Record.Fence+1)
 	}
 }
 
@@ -244,13 +264,13 @@ func TestAllOld(t *testing.T) {
 		t.Fatal(cr, err)
 	}
 	busy, err := s.Claim(ctx, claimReq("k"))
-	if err != nil || busy.Acquired || busy.Record.Fence != 1 || busy.Record.Status != store.StatusInProgress {
-		t.Fatalf("claim of a held key = %+v, %v; want not acquired, in_progress fence 1", busy, err)
+	if err != nil || busy.Acquired || busy.Record.Fence != cr.Record.Fence || busy.Record.AttemptID != cr.Record.AttemptID || busy.Record.Status != store.StatusInProgress {
+		t.Fatalf("claim of a held key = %+v, %v; want not acquired, in_progress, the holder's fence %d and attempt", busy, err, cr.Record.Fence)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, complete(cr, "r")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("r"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Finish(ctx, complete(cr, "r")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
 	}
 	dup, err := s.Claim(ctx, claimReq("k"))
@@ -259,16 +279,17 @@ func TestAllOld(t *testing.T) {
 	}
 	// A released key is taken from the returned item with one more
 	// PutItem, conditioned on that item.
-	if _, err := s.Claim(ctx, claimReq("r")); err != nil {
+	r1, err := s.Claim(ctx, claimReq("r"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "r", 1, "again"); err != nil {
+	if err := s.Finish(ctx, release(r1, "again")); err != nil {
 		t.Fatal(err)
 	}
 	puts := p.Calls("PutItem")
 	cr, err = s.Claim(ctx, claimReq("r"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 2 || cr.Record.Attempt != 2 {
-		t.Fatalf("claim of a released key = %+v, %v; want acquired, fence 2", cr, err)
+	if err != nil || !cr.Acquired || cr.Record.Fence != r1.Record.Fence+1 || cr.Record.Attempt != 2 {
+		t.Fatalf("claim of a released key = %+v, %v; want acquired, fence %d", cr, err, r1.Record.Fence+1)
 	}
 	if n := p.Calls("PutItem") - puts; n != 2 {
 		t.Fatalf("claim of a released key sent %d PutItem, want 2", n)
@@ -312,14 +333,14 @@ func TestEndpointGoesAway(t *testing.T) {
 	}
 	_, err = s.Claim(ctx, claimReq("new"))
 	notOutcome("Claim", err)
-	notOutcome("Complete", s.Complete(ctx, "held", cr.Record.Fence, []byte("r"), time.Hour))
-	_, err = s.Extend(ctx, "held", cr.Record.Fence, time.Minute)
+	notOutcome("Complete", s.Finish(ctx, store.FinishRequest{Key: "held", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}))
+	_, err = s.Extend(ctx, store.ExtendRequest{Key: "held", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: time.Minute})
 	notOutcome("Extend", err)
-	notOutcome("Release", s.Release(ctx, "held", cr.Record.Fence, ""))
+	notOutcome("Release", s.Finish(ctx, store.FinishRequest{Key: "held", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: ""}))
 	_, err = s.Get(ctx, "held")
 	notOutcome("Get", err)
 	notOutcome("Delete", s.Delete(ctx, "held"))
-	_, err = s.Resolve(ctx, "held", 0, store.Resolution{Done: true})
+	_, err = s.Resolve(ctx, store.ResolveRequest{Key: "held", Done: true})
 	notOutcome("Resolve", err)
 	_, err = s.List(ctx, store.ListQuery{})
 	notOutcome("List", err)
@@ -334,8 +355,8 @@ func TestEndpointGoesAway(t *testing.T) {
 	// Back again: nothing was decided while it was away.
 	p.SetDown(false)
 	rec, err := s.Get(ctx, "held")
-	if err != nil || rec.Status != store.StatusInProgress || rec.Fence != 1 {
-		t.Fatalf("after the endpoint came back: %+v, %v; want in_progress, fence 1", rec, err)
+	if err != nil || rec.Status != store.StatusInProgress || rec.Fence != cr.Record.Fence || rec.AttemptID != cr.Record.AttemptID {
+		t.Fatalf("after the endpoint came back: %+v, %v; want in_progress, held by the claim (fence %d)", rec, err, cr.Record.Fence)
 	}
 }
 
@@ -349,7 +370,8 @@ func TestClockSkew(t *testing.T) {
 	a := New(testClient(t), table, WithClock(base.Now))
 	b := New(testClient(t), table, WithClock(ahead))
 	ctx := context.Background()
-	if _, err := a.Claim(ctx, claimReq("k")); err != nil {
+	held, err := a.Claim(ctx, claimReq("k"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	cr, err := b.Claim(ctx, claimReq("k"))
@@ -357,7 +379,7 @@ func TestClockSkew(t *testing.T) {
 		t.Fatalf("claim by a clock 2 minutes ahead of a 1-minute lease = %+v, %v; want a takeover", cr, err)
 	}
 	// The fence still refuses the first holder.
-	if err := a.Complete(ctx, "k", 1, nil, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := a.Finish(ctx, complete(held, "")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("first holder's Complete after the skewed takeover = %v, want ErrLeaseLost", err)
 	}
 }
@@ -370,13 +392,22 @@ func TestBatchRepeats(t *testing.T) {
 	for i := range 40 {
 		reqs = append(reqs, claimReq("k"+strconv.Itoa(i%20)))
 	}
+	before := time.Now()
 	res, err := s.ClaimBatch(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range res {
-		if r.Acquired != (i < 20) || r.Record.Key != reqs[i].Key || r.Record.Fence != 1 {
-			t.Fatalf("result %d: %+v, want acquired %v for %s, fence 1", i, r, i < 20, reqs[i].Key)
+		if r.Acquired != (i < 20) || r.Record.Key != reqs[i].Key {
+			t.Fatalf("result %d: %+v, want acquired %v for %s", i, r, i < 20, reqs[i].Key)
+		}
+		// A first claim's fence is the clock's at the claim; a repeat
+		// finds the first claim's attempt.
+		if i < 20 && (r.Record.Fence < first(before) || r.Record.AttemptID != reqs[i].AttemptID) {
+			t.Fatalf("result %d: fence %d attempt %q, want at least %d, attempt %q", i, r.Record.Fence, r.Record.AttemptID, first(before), reqs[i].AttemptID)
+		}
+		if i >= 20 && (r.Record.Fence != res[i-20].Record.Fence || r.Record.AttemptID != reqs[i-20].AttemptID) {
+			t.Fatalf("result %d: fence %d attempt %q, want the first claim's %d %q", i, r.Record.Fence, r.Record.AttemptID, res[i-20].Record.Fence, reqs[i-20].AttemptID)
 		}
 	}
 	s.Close()
@@ -410,7 +441,7 @@ func TestBatchKeyFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "churn", cr.Record.Fence, "free"); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "churn", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeReleased, Reason: "free"}); err != nil {
 		t.Fatal(err)
 	}
 	p.SetIntercept(func(op string, body []byte) (int, []byte, bool) {
@@ -463,8 +494,8 @@ func TestBatchKeyFailures(t *testing.T) {
 			t.Errorf("Get(%s) after its failed claim = %v, want ErrNotFound", k, err)
 		}
 	}
-	if rec, err := raw.Get(ctx, "churn"); err != nil || rec.Status != store.StatusReleased || rec.Fence != 1 {
-		t.Errorf("churn after its failed claim: %s at fence %d, %v; want released at fence 1", rec.Status, rec.Fence, err)
+	if rec, err := raw.Get(ctx, "churn"); err != nil || rec.Status != store.StatusReleased || rec.Fence != cr.Record.Fence {
+		t.Errorf("churn after its failed claim: %s at fence %d, %v; want released at fence %d", rec.Status, rec.Fence, err, cr.Record.Fence)
 	}
 }
 
@@ -538,28 +569,29 @@ func TestReadFirst(t *testing.T) {
 		}
 	}
 	cr, err := s.Claim(ctx, claimReq("k"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 1 {
-		t.Fatalf("claim of a new key: %+v, %v", cr, err)
+	f0 := first(clock.Now())
+	if err != nil || !cr.Acquired || cr.Record.Fence != f0 {
+		t.Fatalf("claim of a new key: %+v, %v; want fence %d", cr, err, f0)
 	}
 	calls("new key", 1, 1)
-	if busy, err := s.Claim(ctx, claimReq("k")); err != nil || busy.Acquired || busy.Record.Fence != 1 {
+	if busy, err := s.Claim(ctx, claimReq("k")); err != nil || busy.Acquired || busy.Record.Fence != f0 || busy.Record.AttemptID != cr.Record.AttemptID {
 		t.Fatalf("claim of a busy key: %+v, %v", busy, err)
 	}
 	calls("busy key", 2, 1)
-	if err := s.Release(ctx, "k", 1, "retry"); err != nil {
+	if err := s.Finish(ctx, release(cr, "retry")); err != nil {
 		t.Fatal(err)
 	}
 	cr, err = s.Claim(ctx, claimReq("k"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 2 || cr.Record.Reason != "retry" {
+	if err != nil || !cr.Acquired || cr.Record.Fence != f0+1 || cr.Record.Reason != "retry" {
 		t.Fatalf("claim of a released key: %+v, %v", cr, err)
 	}
 	calls("released key", 3, 2)
 	clock.Advance(time.Minute)
 	cr, err = s.Claim(ctx, claimReq("k"))
-	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != 3 {
+	if err != nil || !cr.Acquired || !cr.Takeover || cr.Record.Fence != f0+2 {
 		t.Fatalf("claim of a lapsed key: %+v, %v", cr, err)
 	}
-	if err := s.Complete(ctx, "k", 3, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, complete(cr, "r")); err != nil {
 		t.Fatal(err)
 	}
 	if dup, err := s.Claim(ctx, claimReq("k")); err != nil || dup.Acquired || string(dup.Record.Result) != "r" {
@@ -568,23 +600,25 @@ func TestReadFirst(t *testing.T) {
 	calls("done key", 5, 3)
 	clock.Advance(2 * time.Hour)
 	cr, err = s.Claim(ctx, claimReq("k"))
-	if err != nil || !cr.Acquired || cr.Record.Fence != 4 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
+	if err != nil || !cr.Acquired || cr.Record.Fence != f0+3 || !cr.Record.Journal[len(cr.Record.Journal)-1].AfterExpiry {
 		t.Fatalf("claim of an expired key: %+v, %v", cr, err)
 	}
 
 	// Another worker claims "race" between this claim's read and write.
 	other := New(testClient(t), table, WithClock(clock.Now))
+	var oc store.ClaimResult
 	p.SetBefore(func(op string) {
 		if op == "PutItem" {
 			p.SetBefore(nil)
-			if oc, err := other.Claim(ctx, claimReq("race")); err != nil || !oc.Acquired {
+			var err error
+			if oc, err = other.Claim(ctx, claimReq("race")); err != nil || !oc.Acquired {
 				t.Errorf("the other worker's claim: %+v, %v", oc, err)
 			}
 		}
 	})
 	cr, err = s.Claim(ctx, claimReq("race"))
-	if err != nil || cr.Acquired || cr.Record.Fence != 1 || cr.Record.Status != store.StatusInProgress {
-		t.Fatalf("claim that lost the race after its read: %+v, %v; want busy at fence 1", cr, err)
+	if err != nil || cr.Acquired || cr.Record.Fence != oc.Record.Fence || cr.Record.AttemptID != oc.Record.AttemptID || cr.Record.Status != store.StatusInProgress {
+		t.Fatalf("claim that lost the race after its read: %+v, %v; want busy, held by the other worker's claim", cr, err)
 	}
 	// A corrupt record is never read as absent.
 	corrupt(t, s, "k")
@@ -607,7 +641,7 @@ func TestExtendPastExpiry(t *testing.T) {
 		t.Fatalf("Claim: %+v, %v; want ExpiresAt at the lease's end", cr, err)
 	}
 	clock.Advance(50 * time.Second)
-	until, err := s.Extend(ctx, "k", cr.Record.Fence, 10*time.Minute)
+	until, err := s.Extend(ctx, store.ExtendRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Lease: 10 * time.Minute})
 	if err != nil || !until.Equal(clock.Now().Add(10*time.Minute)) {
 		t.Fatalf("Extend past ExpiresAt = %v, %v", until, err)
 	}
@@ -622,7 +656,7 @@ func TestExtendPastExpiry(t *testing.T) {
 	if busy, err := s.Claim(ctx, r); err != nil || busy.Acquired {
 		t.Fatalf("claim while the extended lease runs: %+v, %v; want busy", busy, err)
 	}
-	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("r"), Retention: time.Hour}); err != nil {
 		t.Fatalf("Complete after the extension: %v", err)
 	}
 }
@@ -638,24 +672,27 @@ func TestInvalidPathIsAFailedCondition(t *testing.T) {
 	clock := idemtest.NewClock(idemtest.ClockStart)
 	s := New(newClient(p.URL()), newTable(t), WithClock(clock.Now))
 	ctx := context.Background()
-	if err := s.Complete(ctx, "absent", 1, nil, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	absent := store.FinishRequest{Key: "absent", Fence: 1, AttemptID: "none", Outcome: store.OutcomeCompleted, Retention: time.Hour}
+	if err := s.Finish(ctx, absent); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete of an absent key = %v, want ErrLeaseLost", err)
 	}
-	if _, err := s.Claim(ctx, claimReq("k")); err != nil {
+	stale, err := s.Claim(ctx, claimReq("k"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
-	if cr, err := s.Claim(ctx, claimReq("k")); err != nil || !cr.Takeover {
+	cr, err := s.Claim(ctx, claimReq("k"))
+	if err != nil || !cr.Takeover {
 		t.Fatalf("takeover: %+v, %v", cr, err)
 	}
-	if err := s.Complete(ctx, "k", 1, []byte("late"), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+	if err := s.Finish(ctx, complete(stale, "late")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("stale Complete = %v, want ErrLeaseLost", err)
 	}
 	rec, err := s.Get(ctx, "k")
-	if err != nil || rec.Journal[0].LateFinish.IsZero() || rec.Status != store.StatusInProgress || rec.Fence != 2 {
-		t.Fatalf("after the stale Complete: %+v, %v; want fence 2 in_progress, the first entry marked LateFinish", rec, err)
+	if err != nil || rec.Journal[0].LateFinish.IsZero() || rec.Status != store.StatusInProgress || rec.Fence != stale.Record.Fence+1 {
+		t.Fatalf("after the stale Complete: %+v, %v; want fence %d in_progress, the first entry marked LateFinish", rec, err, stale.Record.Fence+1)
 	}
-	if err := s.Complete(ctx, "k", 2, []byte("r"), time.Hour); err != nil {
+	if err := s.Finish(ctx, complete(cr, "r")); err != nil {
 		t.Fatalf("holder's Complete: %v", err)
 	}
 }
@@ -670,14 +707,14 @@ func TestForeverRetention(t *testing.T) {
 	s := New(testClient(t), newTable(t))
 	ctx := context.Background()
 	forever := time.Duration(math.MaxInt64)
-	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Lease: forever, Retention: forever})
+	cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Lease: forever, Retention: forever})
 	if err != nil || !cr.Acquired {
 		t.Fatalf("Claim: acquired %v, %v", cr.Acquired, err)
 	}
 	if busy, err := s.Claim(ctx, claimReq("k")); err != nil || busy.Acquired {
 		t.Fatalf("claim of a key held with lease %v: acquired %v, %v; want busy", forever, busy.Acquired, err)
 	}
-	if err := s.Complete(ctx, "k", cr.Record.Fence, []byte("v"), forever); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("v"), Retention: forever}); err != nil {
 		t.Fatalf("Complete with retention %v: %v", forever, err)
 	}
 	rec, err := s.Get(ctx, "k")
