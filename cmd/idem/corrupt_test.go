@@ -28,7 +28,7 @@ func corruptStore(t *testing.T, keys []string, bad ...string) string {
 	}
 	defer s.Close()
 	for _, k := range keys {
-		if _, err := s.Claim(ctx, store.ClaimRequest{Key: k, Owner: "w1", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour}); err != nil {
+		if _, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: "w1", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,18 +16,16 @@ var deleteCmd = &command{
 	summary:  "remove a key's record (a corrupt one, or a key to forget)",
 	help: `
 Delete removes KEY's record, whatever its state: the key is then absent,
-and its next delivery runs the operation as a new one (attempt 1, fence 1;
-the journal is gone). It is for a record the store cannot decode, which
+and its next delivery runs the operation as a new one (attempt 1, at a
+fence above every fence the key had; the journal is gone). It is for a record the store cannot decode, which
 'idem ls' lists as CORRUPT and on which every claim fails, or for a key
 that must be forgotten. To let a lapsed, indeterminate or failed key run
 again, prefer 'idem resolve' or 'idem release': they keep its journal.
 
 It refuses, unless --force:
   - a key whose lease is live: an attempt may still be running its effect,
-    and the next delivery runs it again. Fences start again at 1 on the
-    new record, so once a new attempt holds the key at the deleted
-    attempt's fence, a late write of the deleted attempt is no longer
-    refused: stop its worker first;
+    and the next delivery runs it again (the deleted attempt's own writes
+    are refused: stop its worker first);
   - a completed key: its duplicates would run the effect again;
   - a corrupt record: its lease cannot be read, so an attempt may hold it.
 
@@ -90,7 +88,7 @@ func runDelete(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(a.stdout, "deleted %s (was %s: attempt %d, owner %s, fence %d)\nthe next delivery runs it as a new operation\n",
 		key, st, rec.Attempt, orDash(rec.Owner), rec.Fence)
 	if st == explain.StateInProgress {
-		fmt.Fprintf(a.stdout, "attempt %d may still be running: its effect may still happen, and fences start again at 1, so once a new attempt holds the key at fence %d its late writes are not refused; stop its worker\n", rec.Attempt, rec.Fence)
+		fmt.Fprintf(a.stdout, "attempt %d may still be running: its effect may still happen (its writes are refused from now on); stop its worker\n", rec.Attempt)
 	}
 	return nil
 }

@@ -103,14 +103,14 @@
 //	409     indeterminate         claim: an at_most_once attempt lapsed; resolve it (idem resolve)
 //	409     failed                claim: failed permanently; reason. Final: no Retry-After
 //	422     mismatch              claim: the key was used with another fingerprint
-//	200     completed, released,  complete, release, fail, abandon, extend under the fence
-//	        failed, abandoned,    (a retried complete, release or fail already recorded
-//	        extended              answers 200 again, "repeated": true, if it sends the
-//	                              claim's attempt_id)
-//	409     lease-lost            the fence no longer holds the key; nothing recorded by
+//	200     completed, released,  complete, release, fail, abandon, extend of the attempt
+//	        failed, abandoned,    the fence and attempt_id name (a retried complete,
+//	        extended              release or fail already recorded answers 200 again,
+//	                              "repeated": true)
+//	409     lease-lost            the attempt no longer holds the key; nothing recorded by
 //	                              this call; record_status and record_fence say what
 //	                              the key holds now (absent when it has no record)
-//	400     invalid-body, invalid-key, invalid-fence, invalid-duration,
+//	400     invalid-body, invalid-key, invalid-fence, invalid-attempt, invalid-duration,
 //	        invalid-policy, invalid-reason
 //	401     unauthorized          --token-file given and the bearer token is missing or wrong
 //	403     cross-origin          an Origin header, or Sec-Fetch-Site not none/same-origin
@@ -126,25 +126,23 @@
 // the key's state conflicts with running it, for good. Clients dispatch on
 // "outcome", and a 409 without Retry-After is final.
 //
-// A claim whose client leaves before the answer is undone; one answered
-// but never read (the connection broke after the answer) holds the key as
-// a crashed worker would: busy until its lease lapses, then a takeover
-// (at_least_once) or indeterminate (at_most_once). Keep claim leases short
-// and extend them.
+// A claim whose client leaves before the answer is undone, and so is a
+// claim the store took but whose answer was lost (503: the retry finds
+// the key free). One answered but never read (the connection broke after
+// the answer) holds the key as a crashed worker would: busy until its
+// lease lapses, then a takeover (at_least_once) or indeterminate
+// (at_most_once). Keep claim leases short and extend them.
 //
-// A claim's "attempt_id" (opaque: the record's creation time and the
-// fence) names the attempt for good; clients should always send it with
-// complete, release, fail, abandon and extend. A call that carries it
-// reads the record just before writing and is 409 lease-lost unless the
-// record's attempt is that one: a late writer of a record's earlier life
-// (deleted or swept, then claimed anew at fence 1) cannot end the new
-// life's attempt. The read is not atomic with the write; it closes the
-// delete and sweep case, whose window is the 1h retention floor. A retry
-// of complete, release or fail whose first try was recorded is recognised
-// and answered "repeated": true. Without it, or with another attempt's, the
-// retry is 409 lease-lost: fences start again at 1 once a record is
-// deleted or swept, so the fence alone cannot tell the attempt. A repeated
-// abandon is 409 lease-lost (its lease has already ended).
+// A claim's "attempt_id" (opaque, made by the server for the claim) and
+// fence name the attempt for good; complete, release, fail, abandon and
+// extend must send both (400 invalid-attempt without attempt_id). The
+// store writes only while that attempt holds the key, in the same
+// conditional write: a late writer of an attempt taken over, resolved or
+// ended, or of a record deleted since (fences never repeat for a key), is
+// 409 lease-lost. A retry of complete, release or fail whose first try was
+// recorded is recognised by the attempt's journal entry and answered
+// "repeated": true. An attempt is abandoned once: of two abandons, one is
+// 200 and the other 409 lease-lost.
 //
 // Request bodies are one JSON object in valid UTF-8 without an unpaired
 // UTF-16 surrogate escape (a lone \uD800-\uDFFF decodes as U+FFFD, so two
@@ -162,9 +160,8 @@
 // agree. Durations are Go durations, or days ("7d"): positive, at most
 // 3650d. A claim's lease, like extend's, defaults to 30s and is at least
 // 1s. A retention defaults to 7d and must be at least 1h and, for a claim,
-// at least the lease plus 1h: a record must outlive any late write of its
-// attempts (fences start again at 1 once it is gone), so an attempt's
-// lease ends at least 1h before its record may be swept. extend keeps the
+// at least the lease plus 1h, so an attempt's lease ends at least 1h
+// before its record may be swept. extend keeps the
 // same rule, by the store's clock: a lease that would end less than 1h
 // before the record's retention is 400 invalid-duration (the stores would
 // push the record's expiry out to the lease's end, so after a crash an

@@ -71,6 +71,8 @@ type env struct {
 	clk    *clock
 	url    string
 	stores *storeurl.Openers // the commands' openers, holding the mem:NAME alias
+
+	attempts map[string]string // key/fence → the attempt id e.claim made
 }
 
 func newEnv(t *testing.T, b backend) *env {
@@ -145,16 +147,30 @@ const (
 
 func (e *env) claim(key string, p idem.Policy, owner string, l time.Duration) int64 {
 	e.t.Helper()
-	res, err := e.store.Claim(context.Background(), store.ClaimRequest{Key: key, Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: l, Retention: retention})
+	res, err := e.store.Claim(context.Background(), store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: l, Retention: retention})
 	if err != nil || !res.Acquired {
 		e.t.Fatalf("claim %s: %v %+v", key, err, res)
 	}
+	if e.attempts == nil {
+		e.attempts = map[string]string{}
+	}
+	e.attempts[fmt.Sprintf("%s/%d", key, res.Record.Fence)] = res.Record.AttemptID
 	return res.Record.Fence
+}
+
+// attempt is the id of the attempt e.claim made that holds key at fence.
+func (e *env) attempt(key string, fence int64) string {
+	e.t.Helper()
+	id, ok := e.attempts[fmt.Sprintf("%s/%d", key, fence)]
+	if !ok {
+		e.t.Fatalf("no claim of %s at fence %d", key, fence)
+	}
+	return id
 }
 
 func (e *env) complete(key string, fence int64, result string, ret time.Duration) {
 	e.t.Helper()
-	if err := e.store.Complete(context.Background(), key, fence, []byte(result), ret); err != nil {
+	if err := e.store.Finish(context.Background(), store.FinishRequest{Key: key, Fence: fence, AttemptID: e.attempt(key, fence), Outcome: store.OutcomeCompleted, Result: []byte(result), Retention: ret}); err != nil {
 		e.t.Fatalf("complete %s: %v", key, err)
 	}
 }
@@ -195,11 +211,11 @@ func (e *env) fixture() {
 	e.claim("crash", idem.AtLeastOnce, "w1", time.Second)
 	f1 := e.claim("overlap", idem.AtLeastOnce, "w1", time.Second)
 	f = e.claim("failed", idem.AtLeastOnce, "w1", lease)
-	if err := e.store.Fail(ctx, "failed", f, "card declined", retention); err != nil {
+	if err := e.store.Finish(ctx, store.FinishRequest{Key: "failed", Fence: f, AttemptID: e.attempt("failed", f), Outcome: store.OutcomeFailed, Reason: "card declined", Retention: retention}); err != nil {
 		e.t.Fatal(err)
 	}
 	f = e.claim("released", idem.AtLeastOnce, "w1", lease)
-	if err := e.store.Release(ctx, "released", f, "smtp: connection refused"); err != nil {
+	if err := e.store.Finish(ctx, store.FinishRequest{Key: "released", Fence: f, AttemptID: e.attempt("released", f), Outcome: store.OutcomeReleased, Reason: "smtp: connection refused"}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.clk.Advance(2 * time.Second)
@@ -207,7 +223,7 @@ func (e *env) fixture() {
 	e.complete("crash", f, "ses-c2", retention)
 	f2 := e.claim("overlap", idem.AtLeastOnce, "w2", lease)
 	e.clk.Advance(time.Second)
-	if err := e.store.Complete(ctx, "overlap", f1, []byte("late"), retention); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := e.store.Finish(ctx, store.FinishRequest{Key: "overlap", Fence: f1, AttemptID: e.attempt("overlap", f1), Outcome: store.OutcomeCompleted, Result: []byte("late"), Retention: retention}); !errors.Is(err, idem.ErrLeaseLost) {
 		e.t.Fatalf("late complete: %v", err)
 	}
 	e.complete("overlap", f2, "ses-o2", retention)
@@ -478,7 +494,7 @@ func TestRelease(t *testing.T) {
 			t.Errorf("forced release: %+v", rec)
 		}
 		// The key can be claimed again at once, as the next attempt.
-		res, err := e.store.Claim(context.Background(), store.ClaimRequest{Key: "lapsed", Owner: "w9", Lease: lease, Retention: retention})
+		res, err := e.store.Claim(context.Background(), store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "lapsed", Owner: "w9", Lease: lease, Retention: retention})
 		if err != nil || !res.Acquired || res.Record.Attempt != 2 {
 			t.Errorf("claim after release: %v %+v", err, res)
 		}
@@ -528,10 +544,11 @@ func TestResolve(t *testing.T) {
 	})
 }
 
-// recompleting is a store on which, once, the key is deleted and then
-// claimed and completed again by others up to the fence it had, right after
-// a command read it: a record at the fence the command inspected that is no
-// longer the attempt it inspected.
+// recompleting is a store on which, once, right after a command read the
+// key, the key is deleted and then claimed and completed again by another
+// caller: the record the command decides on is no longer the attempt it
+// inspected. Fences never repeat, so the new record has a higher fence and
+// another attempt id.
 type recompleting struct {
 	store.Store
 	once sync.Once
@@ -547,27 +564,23 @@ func (s *recompleting) Get(ctx context.Context, key string) (idem.Record, error)
 		if s.err = s.Store.Delete(ctx, key); s.err != nil {
 			return
 		}
-		for {
-			cr, err := s.Store.Claim(ctx, store.ClaimRequest{Key: key, Owner: "other", Lease: lease, Retention: retention})
-			if err != nil || !cr.Acquired {
-				s.err = fmt.Errorf("other's claim: %v %+v", err, cr)
-				return
-			}
-			if cr.Record.Fence == rec.Fence {
-				s.err = s.Store.Complete(ctx, key, cr.Record.Fence, []byte("theirs"), retention)
-				return
-			}
-			if s.err = s.Store.Release(ctx, key, cr.Record.Fence, "again"); s.err != nil {
-				return
-			}
+		cr, err := s.Store.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "other", Lease: lease, Retention: retention})
+		if err != nil || !cr.Acquired {
+			s.err = fmt.Errorf("other's claim: %v %+v", err, cr)
+			return
 		}
+		if cr.Record.Fence <= rec.Fence {
+			s.err = fmt.Errorf("fence after delete: %d, not above the deleted record's %d", cr.Record.Fence, rec.Fence)
+			return
+		}
+		s.err = s.Store.Finish(ctx, store.FinishRequest{Key: key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("theirs"), Retention: retention})
 	})
 	return rec, err
 }
 
 // TestResolveRecompletedAtItsFence: resolve and release decide the
-// in-progress attempt they inspected, not a record that reached its fence
-// again after a delete.
+// in-progress attempt they inspected, not a record that was deleted and
+// claimed again by someone else after they read it.
 func TestResolveRecompletedAtItsFence(t *testing.T) {
 	for _, args := range [][]string{
 		{"resolve", "k", "--done", "--result", "mine"},
@@ -578,16 +591,9 @@ func TestResolveRecompletedAtItsFence(t *testing.T) {
 			clk := newClock()
 			s := &recompleting{Store: memstore.New(memstore.WithClock(clk.Now))}
 			ctx := context.Background()
-			for range 2 { // fence 2: the record is recompleted by a claim, a release and a claim
-				cr, err := s.Store.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w1", Policy: idem.AtMostOnce, Lease: lease, Retention: retention})
-				if err != nil || !cr.Acquired {
-					t.Fatalf("claim: %v %+v", err, cr)
-				}
-				if cr.Record.Fence == 1 {
-					if err := s.Store.Release(ctx, "k", 1, "retry"); err != nil {
-						t.Fatal(err)
-					}
-				}
+			cr, err := s.Store.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "w1", Policy: idem.AtMostOnce, Lease: lease, Retention: retention})
+			if err != nil || !cr.Acquired {
+				t.Fatalf("claim: %v %+v", err, cr)
 			}
 			clk.Advance(lease + time.Second) // indeterminate
 			stores := storeurl.New()
@@ -598,8 +604,8 @@ func TestResolveRecompletedAtItsFence(t *testing.T) {
 			}
 			r.expectErr(t, 1, "changed while it was being decided")
 			rec, err := s.Store.Get(ctx, "k")
-			if err != nil || rec.Status != idem.StatusCompleted || rec.Fence != 2 || rec.Owner != "other" || string(rec.Result) != "theirs" {
-				t.Fatalf("after the refused %s: %v %+v, want the other caller's completed record at fence 2", args[0], err, rec)
+			if err != nil || rec.Status != idem.StatusCompleted || rec.Fence <= cr.Record.Fence || rec.Owner != "other" || string(rec.Result) != "theirs" {
+				t.Fatalf("after the refused %s: %v %+v, want the other caller's completed record", args[0], err, rec)
 			}
 		})
 	}
@@ -668,7 +674,7 @@ func TestLapsedWithFingerprint(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b)
 			ctx := context.Background()
-			req := store.ClaimRequest{Key: "fp", Owner: "w1", Correlation: "msg-w1", Fingerprint: "sha256:aa", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: retention}
+			req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "fp", Owner: "w1", Correlation: "msg-w1", Fingerprint: "sha256:aa", Policy: idem.AtLeastOnce, Lease: time.Second, Retention: retention}
 			if res, err := e.store.Claim(ctx, req); err != nil || !res.Acquired {
 				t.Fatalf("claim: %v %+v", err, res)
 			}
@@ -679,8 +685,8 @@ func TestLapsedWithFingerprint(t *testing.T) {
 			if err != nil || res.Acquired {
 				t.Fatalf("a different request took the lapsed key over: %v %+v", err, res)
 			}
-			if _, err := idem.ClaimAnswer(other, res); !errors.Is(err, idem.ErrMismatch) {
-				t.Fatalf("a different request's answer = %v, want a mismatch", err)
+			if a, err := res.Answer(other.Fingerprint); err != nil || a != store.AnswerMismatch {
+				t.Fatalf("a different request's answer = %v, %v, want a mismatch", a, err)
 			}
 			e.run("inspect", "fp").expect(t, 0, "status       in_progress",
 				"lapsed; the same request's next claim takes over (at_least_once: the effect may repeat), a different request gets a mismatch")
@@ -745,7 +751,7 @@ func TestExplainJournalFields(t *testing.T) {
 			// notdone: an at_most_once attempt returns idem.NotDone, the
 			// next delivery (now at_least_once) runs it.
 			f = e.claim("notdone", idem.AtMostOnce, "w1", lease)
-			if err := e.store.Release(ctx, "notdone", f, "smtp: 421 try again later"); err != nil {
+			if err := e.store.Finish(ctx, store.FinishRequest{Key: "notdone", Fence: f, AttemptID: e.attempt("notdone", f), Outcome: store.OutcomeReleased, Reason: "smtp: 421 try again later"}); err != nil {
 				t.Fatal(err)
 			}
 			e.clk.Advance(2 * time.Second)
@@ -761,7 +767,7 @@ func TestExplainJournalFields(t *testing.T) {
 			}
 			f2 := e.claim("heartbeat", idem.AtLeastOnce, "w2", lease)
 			e.clk.Advance(time.Second)
-			if _, err := e.store.Extend(ctx, "heartbeat", f1, lease); !errors.Is(err, idem.ErrLeaseLost) {
+			if _, err := e.store.Extend(ctx, store.ExtendRequest{Key: "heartbeat", Fence: f1, AttemptID: e.attempt("heartbeat", f1), Lease: lease}); !errors.Is(err, idem.ErrLeaseLost) {
 				t.Fatalf("stale heartbeat: %v", err)
 			}
 			e.complete("heartbeat", f2, "ses-h2", retention)

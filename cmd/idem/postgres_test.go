@@ -145,11 +145,11 @@ func TestPostgresURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
-	if err := s.Complete(ctx, "receipt:1:7", res.Record.Fence, []byte("ses-1"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "receipt:1:7", Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("ses-1"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	rest := strings.TrimPrefix(u, "postgres:")

@@ -44,15 +44,15 @@ func TestRedisURL(t *testing.T) {
 			_ = s.Delete(context.Background(), k)
 		}
 	}()
-	res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
-	if err := s.Complete(ctx, "receipt:1:7", res.Record.Fence, []byte("ses-1"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "receipt:1:7", Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("ses-1"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A crashed AtMostOnce attempt: claimed with a lease already over.
-	stuck, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:2:7", Owner: "w2", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour})
+	stuck, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:2:7", Owner: "w2", Policy: idem.AtMostOnce, Lease: time.Millisecond, Retention: time.Hour})
 	if err != nil || !stuck.Acquired {
 		t.Fatalf("claim: %v %+v", err, stuck)
 	}

@@ -77,7 +77,7 @@ type decision struct {
 	key    string
 	fence  int64
 	force  bool
-	res    store.Resolution
+	res    store.ResolveRequest
 	asJSON bool
 }
 
@@ -199,10 +199,11 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 		}
 		d.res.InProgress = true
 	case explain.StateLapsed, explain.StateIndeterminate:
-		// The attempt inspected, and only while it is in progress: the
-		// fence alone could match a record deleted since and then claimed
-		// and finished by others up to the same fence.
-		d.res.InProgress = true
+		// The attempt inspected (its fence, below), and only while its
+		// lease has passed: a heartbeat of an attempt that was only slow
+		// may revive it between this read and the write, and then it is
+		// running again, not something to decide.
+		d.res.Lapsed = true
 	case explain.StateReleased:
 		if verb == "release" {
 			if d.asJSON {
@@ -223,8 +224,11 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 			return refused("%q is %s, not in progress: there is nothing to decide; use --force to overwrite it", d.key, st)
 		}
 	}
-	after, err := s.Resolve(ctx, d.key, rec.Fence, d.res)
+	d.res.Key, d.res.Fence = d.key, rec.Fence
+	after, err := s.Resolve(ctx, d.res)
 	switch {
+	case errors.Is(err, idem.ErrLeaseLost) && d.res.Lapsed:
+		return refused("%q changed while it was being decided (its attempt's heartbeat revived the lease, another attempt claimed it, or someone resolved it); nothing done, inspect it again", d.key)
 	case errors.Is(err, idem.ErrLeaseLost):
 		return refused("%q changed while it was being decided (another attempt claimed it, or someone resolved it); nothing done, inspect it again", d.key)
 	case errors.Is(err, store.ErrNotFound):

@@ -56,32 +56,32 @@ PostgreSQL table is created.
        409 indeterminate {fence, attempt, owner, since, reason}  resolve it
        409 failed {reason, fence, attempt}                      failed for good
        422 mismatch {record_status}         the key was used for another request
-  POST /v1/complete  {"key", "fence", "attempt_id"?, "result"? (base64),
+  POST /v1/complete  {"key", "fence", "attempt_id", "result"? (base64),
                       "retention"? (default 7d, not the claim's)}
-  POST /v1/release   {"key", "fence", "attempt_id"?, "reason"?}
-  POST /v1/fail      {"key", "fence", "attempt_id"?, "reason", "retention"?}
-  POST /v1/abandon   {"key", "fence", "attempt_id"?, "reason"?}  end the lease
-  POST /v1/extend    {"key", "fence", "attempt_id"?, "lease"? (default 30s)}
+  POST /v1/release   {"key", "fence", "attempt_id", "reason"?}
+  POST /v1/fail      {"key", "fence", "attempt_id", "reason", "retention"?}
+  POST /v1/abandon   {"key", "fence", "attempt_id", "reason"?}  end the lease
+  POST /v1/extend    {"key", "fence", "attempt_id", "lease"? (default 30s)}
                      200 {lease_until}
        200 {outcome: completed | released | failed | abandoned | extended}
-       409 lease-lost: the fence no longer holds the key; nothing recorded
+       409 lease-lost: the attempt no longer holds the key; nothing recorded
            by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
   GET  /healthz          200 when the store answers a read, else 503
 
-Always send the claim's attempt_id. Fences start again at 1 once a record
-is deleted or swept: the fence alone does not name an attempt. A call
-that carries attempt_id reads the record first and is 409 lease-lost
-unless the record's attempt is that one, so a late writer of a record's
-earlier life cannot end the next life's attempt (the read is just before
-the write, not atomic with it: it closes the delete and sweep case, which
-the 1h retention floor keeps far apart). A retried complete, release or
-fail whose first try was recorded is answered 200 again, "repeated":
-true, when it sends the attempt_id (and the same status and result or
-reason); else it is 409 lease-lost. A repeated abandon is 409 lease-lost.
+Calls on an attempt name it by the fence and the attempt_id its claim
+returned (both required): the store writes only while that attempt holds
+the key, in the same conditional write, so a late writer of an attempt
+that was taken over, resolved, ended, or of a record deleted since, is
+409 lease-lost. Fences never repeat for a key, across deletes and
+sweeps. A retried complete, release or fail whose first try was recorded
+is answered 200 again, "repeated": true (with the same result or
+reason); else it is 409 lease-lost. An attempt is abandoned once: a
+repeated abandon is 409 lease-lost.
 A lease is at least 1s. A retention is at least 1h and, for a claim, at
-least the lease plus 1h: a record must outlive its attempts' late writes.
-A claim whose client leaves before the answer is undone. One answered
+least the lease plus 1h. A claim whose client leaves before the answer is
+undone, and so is one that the store took but whose answer was lost
+(the 503 then asks for a retry, which finds the key free). One answered
 but never read (the connection broke after it) holds the key as a
 crashed worker would: a retry of the claim is busy until the lease
 lapses, then a takeover (at_least_once) or indeterminate (at_most_once).
@@ -128,9 +128,11 @@ const (
 	// maxDuration bounds a lease or retention from a request: a longer one is
 	// a mistake, and times past 2262 do not fit a store's nanoseconds.
 	maxDuration = 10 * 365 * 24 * time.Hour
-	// minRetention is the shortest retention a request may ask for: a
-	// record must outlive any late write of its attempts, since fences
-	// start again at 1 once it is gone.
+	// minRetention is the shortest retention a request may ask for, and
+	// how long before its record's retention an attempt's lease must end:
+	// a record that expires as its lease lapses after a crash would let
+	// an at_most_once key be claimed afresh instead of answered
+	// indeterminate.
 	minRetention = time.Hour
 	// minLease is the shortest lease a request may ask for: a shorter one
 	// lapses before a worker can act on it.
@@ -764,11 +766,10 @@ func (s *server) lease(w http.ResponseWriter, c *call, v string) (time.Duration,
 
 // retention parses an optional retention ("" is the default): at least
 // minRetention more than lease (0 for complete and fail, whose attempt
-// has ended). A record kept for less could be swept while a late holder
-// still writes: a new claim would get fence 1 again, and the old holder's
-// write under fence 1 would land on it. A claim's record expires
-// retention after the claim, so its lease ends at least minRetention
-// before, as extend keeps it.
+// has ended). A claim's record expires retention after the claim, so its
+// lease ends at least minRetention before, as extend keeps it: a record
+// that expired as its attempt's lease lapsed would make a crashed
+// at_most_once key a fresh one.
 func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.Duration) (time.Duration, bool) {
 	d, ok := s.duration(w, c, "retention", v, s.ledger.Retention())
 	if ok && d < lease+minRetention {
@@ -781,7 +782,7 @@ func (s *server) retention(w http.ResponseWriter, c *call, v string, lease time.
 			want = fmt.Sprintf("at least the lease (%v) plus %v", lease, minRetention)
 		}
 		s.problem(w, c, http.StatusBadRequest, "invalid-duration", fmt.Sprintf(
-			"retention: %s must be %s: a record must outlive any late write of its attempts, and fences start again at 1 once it is gone",
+			"retention: %s must be %s: a crashed attempt's record must outlive its lease, or an at_most_once key would be claimed afresh instead of answered indeterminate",
 			given, want), nil)
 		return 0, false
 	}
@@ -845,7 +846,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		owner = "http:" + host
 	}
-	req := store.ClaimRequest{Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
+	req := store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: b.Key, Owner: owner, Correlation: c.id, Policy: policy, Lease: lease, Retention: retention}
 	if b.Fingerprint != nil {
 		req.Fingerprint = store.FingerprintOf([]byte(*b.Fingerprint))
 	}
@@ -857,6 +858,15 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 	defer cancel()
 	cr, err := s.store.Claim(sctx, req)
 	if err != nil {
+		// The claim may have landed though its answer was lost: undo it,
+		// as the Ledger does, so that the retry this 503 asks for finds
+		// the key free, not held by an attempt nobody knows.
+		if found, uerr := store.UndoLostClaim(sctx, s.store, req, "the claim's answer was lost: "+err.Error()); found || uerr != nil {
+			c.extra = append(c.extra, slog.Bool("claim_undone", found && uerr == nil))
+			if uerr != nil {
+				c.extra = append(c.extra, s.errAttr(c, "undo_error", uerr))
+			}
+		}
 		s.storeFailed(w, c, "claim", err)
 		return
 	}
@@ -881,37 +891,54 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			c.outcome = "takeover"
 			c.extra = append(c.extra, slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
 		}
-		s.reply(w, c, claimAnswer{Outcome: c.outcome, Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt, AttemptID: attemptID(&rec),
+		s.reply(w, c, claimAnswer{Outcome: c.outcome, Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt, AttemptID: rec.AttemptID,
 			LeaseUntil: stamp3339(rec.LeaseUntil), Policy: policy.String()})
 		return
 	}
-	res, err := idem.ClaimAnswer(req, cr)
-	if err == nil {
+	answer, err := cr.Answer(req.Fingerprint)
+	switch answer {
+	case store.AnswerDuplicate:
 		c.outcome = "done"
-		result := nonNil(res.Value)
-		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: res.Fence, Attempt: res.Attempt, Result: &result})
-		return
-	}
-	switch e := err.(type) { // ClaimAnswer returns its answers unwrapped
-	case *idem.MismatchError:
+		result := nonNil(rec.Result)
+		s.reply(w, c, claimAnswer{Outcome: "done", Key: b.Key, Fence: rec.Fence, Attempt: rec.Attempt, Result: &result})
+	case store.AnswerMismatch:
 		s.problem(w, c, http.StatusUnprocessableEntity, "mismatch", "The key was already used with a different fingerprint; use another key for another request.",
-			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": e.Status})
-	case *idem.FailedError:
+			map[string]any{"outcome": "mismatch", "key": b.Key, "record_status": rec.Status})
+	case store.AnswerFailed:
 		s.problem(w, c, http.StatusConflict, "failed", "The operation failed permanently on an earlier attempt; this is its final answer.",
-			map[string]any{"outcome": "failed", "key": b.Key, "reason": e.Reason, "fence": e.Fence, "attempt": e.Attempt})
-	case *idem.IndeterminateError:
+			map[string]any{"outcome": "failed", "key": b.Key, "reason": rec.Reason, "fence": rec.Fence, "attempt": rec.Attempt})
+	case store.AnswerIndeterminate:
+		// The attempt that may have done the effect: the newest that ran
+		// (an undone claim after it did nothing).
+		e := lastRan(&rec)
 		s.problem(w, c, http.StatusConflict, "indeterminate", "An at_most_once attempt never finished; its effect may have happened. It is not run again until resolved (idem resolve).",
 			map[string]any{"outcome": "indeterminate", "key": b.Key, "fence": e.Fence, "attempt": e.Attempt, "owner": e.Owner,
-				"since": stamp3339(e.Since), "reason": e.Reason})
-	case *idem.InProgressError:
-		w.Header().Set("Retry-After", problem.RetryAfter(e.RetryAfter))
-		c.extra = append(c.extra, slog.Duration("retry_after", e.RetryAfter))
+				"since": stamp3339(e.LeaseUntil), "reason": e.Reason})
+	case store.AnswerBusy:
+		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
+		w.Header().Set("Retry-After", problem.RetryAfter(retry))
+		c.extra = append(c.extra, slog.Duration("retry_after", retry))
 		s.problem(w, c, http.StatusConflict, "busy", "Another attempt holds the key; retry after retry_after seconds.",
-			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(e.RetryAfter.Milliseconds()) / 1000, "lease_until": stamp3339(e.LeaseUntil),
-				"fence": e.Fence, "attempt": e.Attempt, "owner": e.Owner})
+			map[string]any{"outcome": "busy", "key": b.Key, "retry_after": float64(retry.Milliseconds()) / 1000, "lease_until": stamp3339(rec.LeaseUntil),
+				"fence": rec.Fence, "attempt": rec.Attempt, "owner": rec.Owner})
 	default:
+		if err == nil {
+			err = fmt.Errorf("store: a claim of %q answered %v without acquiring it (a store bug)", b.Key, answer)
+		}
 		s.storeFailed(w, c, "claim", err)
 	}
+}
+
+// lastRan is the journal entry of rec's newest attempt that ran fn, or may
+// have (not one recorded as not run, not a decision), or the record's own
+// attempt when the journal has none.
+func lastRan(rec *idem.Record) store.JournalEntry {
+	for i := len(rec.Journal) - 1; i >= 0; i-- {
+		if e := rec.Journal[i]; !e.Decision && !e.NotRun() {
+			return e
+		}
+	}
+	return store.JournalEntry{Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, Reason: rec.Reason}
 }
 
 func nonNil(b []byte) []byte {
@@ -921,20 +948,12 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// attemptRef names the attempt a call acts on: the key and the fence its
-// claim returned, and optionally its attempt_id.
+// attemptRef names the attempt a call acts on: the key, and the fence and
+// attempt_id its claim returned.
 type attemptRef struct {
 	Key       string `json:"key"`
 	Fence     int64  `json:"fence"`
 	AttemptID string `json:"attempt_id"`
-}
-
-// attemptID names rec's attempt for good: the start of the record's life
-// (its CreatedAt, kept across releases and takeovers, new once the record
-// is deleted or swept) and the fence. A fence alone does not do: fences
-// start again at 1 in a record's next life.
-func attemptID(rec *idem.Record) string {
-	return strconv.FormatInt(rec.CreatedAt.UnixMicro(), 10) + "." + strconv.FormatInt(rec.Fence, 10)
 }
 
 type completeBody struct {
@@ -970,6 +989,11 @@ func (s *server) attemptCall(w http.ResponseWriter, r *http.Request, c *call, v 
 		return false
 	}
 	c.fence = ref.Fence
+	if ref.AttemptID == "" {
+		s.problem(w, c, http.StatusBadRequest, "invalid-attempt", "attempt_id must be the attempt_id the claim returned", nil)
+		return false
+	}
+	c.extra = append(c.extra, slog.String("attempt_id", ref.AttemptID))
 	return true
 }
 
@@ -979,21 +1003,20 @@ func finishCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), finishWriteTimeout)
 }
 
-// finished answers a call that ended an attempt: err nil is done; a
-// refusal (lease lost, no record) is 409 lease-lost unless recorded says
-// that this very call was recorded by an earlier try (a retry after a
-// lost answer): the call names the attempt by its attempt_id, which the
-// record still has, with the same outcome. The fence alone cannot tell:
-// it starts again at 1 once a record is deleted or swept. Anything else
-// is a store failure.
-func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, outcome string, b attemptRef, err error, recorded func(*idem.Record) bool) {
+// finished answers a call that ended an attempt (outcome) or extended it:
+// err nil is done; a refusal (lease lost, no record) is 409 lease-lost,
+// unless recorded says that this very call was recorded by an earlier try
+// (a retry after a lost answer): the journal entry of the call's attempt
+// ended with outcome, as this call asked. Anything else is a store
+// failure.
+func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op string, outcome store.Outcome, b attemptRef, err error, recorded func(*idem.Record, store.JournalEntry) bool) {
 	if err == nil {
-		c.outcome = outcome
+		c.outcome = string(outcome)
 		s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence})
 		return
 	}
 	if errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
-		members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence}
+		members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID}
 		ctx, cancel := finishCtx(r)
 		rec, gerr := s.store.Get(ctx, b.Key)
 		cancel()
@@ -1004,8 +1027,8 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 			return
 		}
 		if gerr == nil {
-			if recorded != nil && b.AttemptID != "" && rec.Fence == b.Fence && attemptID(&rec) == b.AttemptID && recorded(&rec) {
-				c.outcome, c.attempt = outcome, rec.Attempt
+			if e, ok := rec.EntryOf(b.AttemptID); ok && recorded != nil && e.Fence == b.Fence && e.Outcome == outcome && recorded(&rec, e) {
+				c.outcome, c.attempt = string(outcome), e.Attempt
 				c.extra = append(c.extra, slog.Bool("repeated", true))
 				s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID, "repeated": true})
 				return
@@ -1019,37 +1042,7 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op, o
 	s.storeFailed(w, c, op, err)
 }
 
-const leaseLostDetail = "The fence no longer holds the key: the record is gone (expired or deleted) or another attempt holds it (taken over, resolved, finished); nothing was recorded by this call."
-
-// readAttempt reads the key's record before a call on an attempt writes
-// to it. When the call names its attempt by attempt_id, the call is
-// refused 409 lease-lost (ok false) unless the record's attempt is that
-// one: the store writes on the fence alone, and fences start again at 1
-// once a record is deleted or swept, so a late writer of an earlier life
-// would otherwise end this life's attempt. The read is not atomic with the
-// write that follows; it closes the delete and sweep case, whose window
-// is the retention floor (1h). found is false when the key has no record;
-// ok false means the call has been answered.
-func (s *server) readAttempt(ctx context.Context, w http.ResponseWriter, c *call, b attemptRef) (rec idem.Record, found, ok bool) {
-	rec, err := s.store.Get(ctx, b.Key)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.storeFailed(w, c, "get", err)
-		return rec, false, false
-	}
-	found = err == nil
-	if b.AttemptID == "" || (found && attemptID(&rec) == b.AttemptID) {
-		return rec, found, true
-	}
-	members := map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID}
-	if found {
-		members["record_status"], members["record_fence"] = rec.Status, rec.Fence
-	}
-	c.extra = append(c.extra, slog.String("attempt_id", b.AttemptID))
-	s.problem(w, c, http.StatusConflict, "lease-lost",
-		"The attempt_id no longer names the key's attempt: the record is gone or was made again since (deleted or swept, then claimed anew), or another attempt holds it; nothing was recorded by this call.",
-		members)
-	return rec, found, false
-}
+const leaseLostDetail = "The attempt no longer holds the key: the record is gone (expired or deleted), the attempt ended (finished, abandoned) or another attempt holds it (taken over, resolved); nothing was recorded by this call."
 
 func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
 	var b completeBody
@@ -1060,27 +1053,35 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	s.endAttempt(w, r, c, b.attemptRef, "complete", "completed", func(ctx context.Context) error {
-		return s.store.Complete(ctx, b.Key, b.Fence, b.Result, retention)
-	}, func(rec *idem.Record) bool {
-		return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
-	})
+	s.endAttempt(w, r, c, store.FinishRequest{Key: b.Key, Fence: b.Fence, AttemptID: b.AttemptID, Outcome: store.OutcomeCompleted, Result: b.Result, Retention: retention},
+		func(rec *idem.Record, _ store.JournalEntry) bool {
+			// Completed is final: the record is this attempt's result.
+			return rec.Status == idem.StatusCompleted && bytes.Equal(rec.Result, b.Result)
+		})
 }
 
-// endAttempt runs write, the store call that ends the attempt ref names
-// (complete, release, fail), after readAttempt's check when the call
-// carries an attempt_id, and answers it (see finished). It runs to its
-// end even if the client leaves: the effect may have happened.
-func (s *server) endAttempt(w http.ResponseWriter, r *http.Request, c *call, ref attemptRef, op, outcome string,
-	write func(context.Context) error, recorded func(*idem.Record) bool) {
+// endAttempt sends req, the store's one conditional write that ends the
+// attempt the call names (complete, release, fail, abandon), and answers it
+// (see finished). It runs to its end even if the client leaves: the effect
+// may have happened.
+func (s *server) endAttempt(w http.ResponseWriter, r *http.Request, c *call, req store.FinishRequest, recorded func(*idem.Record, store.JournalEntry) bool) {
 	ctx, cancel := finishCtx(r)
 	defer cancel()
-	if ref.AttemptID != "" {
-		if _, _, ok := s.readAttempt(ctx, w, c, ref); !ok {
-			return
-		}
+	ref := attemptRef{Key: req.Key, Fence: req.Fence, AttemptID: req.AttemptID}
+	s.finished(w, r, c, finishOp(req.Outcome), req.Outcome, ref, s.store.Finish(ctx, req), recorded)
+}
+
+// finishOp names the call that ends an attempt with outcome.
+func finishOp(outcome store.Outcome) string {
+	switch outcome {
+	case store.OutcomeCompleted:
+		return "complete"
+	case store.OutcomeFailed:
+		return "fail"
+	case store.OutcomeReleased:
+		return "release"
 	}
-	s.finished(w, r, c, op, outcome, ref, write(ctx), recorded)
+	return "abandon"
 }
 
 func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1088,11 +1089,8 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, c *call) {
 	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
 		return
 	}
-	s.endAttempt(w, r, c, b.attemptRef, "release", "released", func(ctx context.Context) error {
-		return s.store.Release(ctx, b.Key, b.Fence, b.Reason)
-	}, func(rec *idem.Record) bool {
-		return rec.Status == idem.StatusReleased && rec.Reason == b.Reason
-	})
+	s.endAttempt(w, r, c, store.FinishRequest{Key: b.Key, Fence: b.Fence, AttemptID: b.AttemptID, Outcome: store.OutcomeReleased, Reason: b.Reason},
+		func(_ *idem.Record, e store.JournalEntry) bool { return e.Reason == b.Reason })
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1108,43 +1106,23 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	s.endAttempt(w, r, c, b.attemptRef, "fail", "failed", func(ctx context.Context) error {
-		return s.store.Fail(ctx, b.Key, b.Fence, b.Reason, retention)
-	}, func(rec *idem.Record) bool {
-		return rec.Status == idem.StatusFailed && rec.Reason == b.Reason
-	})
+	s.endAttempt(w, r, c, store.FinishRequest{Key: b.Key, Fence: b.Fence, AttemptID: b.AttemptID, Outcome: store.OutcomeFailed, Reason: b.Reason, Retention: retention},
+		func(rec *idem.Record, _ store.JournalEntry) bool {
+			return rec.Status == idem.StatusFailed && rec.Reason == b.Reason
+		})
 }
 
+// abandon ends the attempt's lease without an outcome. The store abandons
+// an attempt once: of two abandons of one attempt (a retry after a lost
+// answer, two callers), one gets 200 and the other 409 lease-lost, whose
+// record_status says what the key holds (in_progress: abandoned, the
+// key's policy decides).
 func (s *server) abandon(w http.ResponseWriter, r *http.Request, c *call) {
 	var b reasonBody
 	if !s.attemptCall(w, r, c, &b, &b.attemptRef) {
 		return
 	}
-	ctx, cancel := finishCtx(r)
-	defer cancel()
-	// An attempt whose lease has ended (abandoned already, or lapsed) is
-	// refused: the store would abandon it again, and the record cannot
-	// tell a repeated abandon from a crash. A retried abandon is 409.
-	rec, found, ok := s.readAttempt(ctx, w, c, b.attemptRef)
-	if !ok {
-		return
-	}
-	if found && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
-		now, err := s.store.Now(ctx)
-		if err != nil {
-			s.storeFailed(w, c, "now", err)
-			return
-		}
-		if rec.Lapsed(now) {
-			c.attempt = rec.Attempt
-			s.problem(w, c, http.StatusConflict, "lease-lost",
-				"The attempt's lease has already ended (abandoned before, or lapsed); nothing was recorded. The key's policy decides.",
-				map[string]any{"outcome": "lease-lost", "key": b.Key, "fence": b.Fence, "record_status": rec.Status, "record_fence": rec.Fence})
-			return
-		}
-	}
-	err := s.store.Abandon(ctx, b.Key, b.Fence, b.Reason)
-	s.finished(w, r, c, "abandon", "abandoned", b.attemptRef, err, nil)
+	s.endAttempt(w, r, c, store.FinishRequest{Key: b.Key, Fence: b.Fence, AttemptID: b.AttemptID, Outcome: store.OutcomeAbandoned, Reason: b.Reason}, nil)
 }
 
 func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
@@ -1156,16 +1134,17 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
-	// The record is read first: for attempt_id, and because the stores
-	// push a record's expiry out to the new lease's end. A lease that ran
-	// to the record's retention would let the record expire as it lapses
-	// after a crash: an at_most_once key would then be claimed afresh, not
-	// answered indeterminate, and its fences would start again at 1.
-	rec, found, ok := s.readAttempt(r.Context(), w, c, b.attemptRef)
-	if !ok {
+	// The record is read first, because the stores push a record's expiry
+	// out to the new lease's end. A lease that ran to the record's
+	// retention would let the record expire as it lapses after a crash: an
+	// at_most_once key would then be claimed afresh, not answered
+	// indeterminate.
+	rec, err := s.store.Get(r.Context(), b.Key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.storeFailed(w, c, "get", err)
 		return
 	}
-	if found && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence {
+	if err == nil && rec.Status == idem.StatusInProgress && rec.Fence == b.Fence && rec.AttemptID == b.AttemptID {
 		c.attempt = rec.Attempt
 		now, err := s.store.Now(r.Context())
 		if err != nil {
@@ -1187,7 +1166,7 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 	}
-	until, err := s.store.Extend(r.Context(), b.Key, b.Fence, lease)
+	until, err := s.store.Extend(r.Context(), store.ExtendRequest{Key: b.Key, Fence: b.Fence, AttemptID: b.AttemptID, Lease: lease})
 	if err == nil {
 		c.outcome = "extended"
 		s.reply(w, c, map[string]any{"outcome": "extended", "key": b.Key, "fence": b.Fence, "lease_until": stamp3339(until)})

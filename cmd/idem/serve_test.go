@@ -558,18 +558,20 @@ func (f *failingStore) Claim(ctx context.Context, req store.ClaimRequest) (store
 	return f.Store.Claim(ctx, req)
 }
 
-func (f *failingStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
-	if err := f.err("complete"); err != nil {
-		return err
+func (f *failingStore) Finish(ctx context.Context, req store.FinishRequest) error {
+	if req.Outcome == store.OutcomeCompleted {
+		if err := f.err("complete"); err != nil {
+			return err
+		}
 	}
-	return f.Store.Complete(ctx, key, fence, result, retention)
+	return f.Store.Finish(ctx, req)
 }
 
-func (f *failingStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+func (f *failingStore) Extend(ctx context.Context, req store.ExtendRequest) (time.Time, error) {
 	if err := f.err("extend"); err != nil {
 		return time.Time{}, err
 	}
-	return f.Store.Extend(ctx, key, fence, lease)
+	return f.Store.Extend(ctx, req)
 }
 
 func (f *failingStore) Get(ctx context.Context, key string) (idem.Record, error) {
@@ -852,7 +854,7 @@ func TestServeClientGone(t *testing.T) {
 	if err != nil || rec.Status == idem.StatusInProgress {
 		t.Fatalf("the claim of a client that left was not undone: %+v %v", rec, err)
 	}
-	cr, err := mem.Claim(context.Background(), store.ClaimRequest{Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
+	cr, err := mem.Claim(context.Background(), store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "gone:1", Owner: "next", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired || cr.Takeover {
 		t.Fatalf("next claim: %+v %v; want acquired, no takeover", cr, err)
 	}
@@ -1120,11 +1122,13 @@ func (s *blockingStore) isClosed() error {
 	return nil
 }
 
-func (s *blockingStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	if err := s.isClosed(); err != nil {
-		return err
+func (s *blockingStore) Finish(ctx context.Context, req store.FinishRequest) error {
+	if req.Outcome == store.OutcomeReleased {
+		if err := s.isClosed(); err != nil {
+			return err
+		}
 	}
-	return s.Store.Release(ctx, key, fence, reason)
+	return s.Store.Finish(ctx, req)
 }
 
 func (s *blockingStore) Close() error {

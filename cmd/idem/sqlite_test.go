@@ -32,20 +32,20 @@ func TestSQLiteURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(key string, p idem.Policy, l time.Duration) int64 {
+	claim := func(key string, p idem.Policy, l time.Duration) idem.Record {
 		t.Helper()
-		res, err := s.Claim(ctx, store.ClaimRequest{Key: key, Owner: "w1", Correlation: "m-" + key, Policy: p, Lease: l, Retention: time.Hour})
+		res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "w1", Correlation: "m-" + key, Policy: p, Lease: l, Retention: time.Hour})
 		if err != nil || !res.Acquired {
 			t.Fatalf("claim %s: %v %+v", key, err, res)
 		}
-		return res.Record.Fence
+		return res.Record
 	}
 	f := claim("receipt:1:7", idem.AtLeastOnce, time.Minute)
-	if err := s.Complete(ctx, "receipt:1:7", f, []byte("ses-1"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "receipt:1:7", Fence: f.Fence, AttemptID: f.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("ses-1"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	f = claim("old", idem.AtLeastOnce, time.Minute)
-	if err := s.Complete(ctx, "old", f, []byte("x"), time.Millisecond); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "old", Fence: f.Fence, AttemptID: f.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("x"), Retention: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	claim("receipt:2:7", idem.AtMostOnce, time.Millisecond)

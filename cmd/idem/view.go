@@ -27,6 +27,7 @@ type recordJSON struct {
 	Policy      string        `json:"policy"`
 	Fence       int64         `json:"fence"`
 	Attempt     int           `json:"attempt"`
+	AttemptID   string        `json:"attempt_id"`
 	Owner       string        `json:"owner"`
 	Fingerprint string        `json:"fingerprint"`
 	Result      []byte        `json:"result"`
@@ -40,21 +41,22 @@ type recordJSON struct {
 }
 
 type journalJSON struct {
-	Attempt     int       `json:"attempt"`
-	Fence       int64     `json:"fence"`
-	Owner       string    `json:"owner,omitempty"`
-	Correlation string    `json:"correlation,omitempty"`
-	Started     time.Time `json:"started"`
-	LeaseUntil  time.Time `json:"lease_until"`
-	Ended       time.Time `json:"ended,omitzero"`
-	Outcome     string    `json:"outcome,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Takeover    bool      `json:"takeover,omitempty"`
-	AfterExpiry bool      `json:"after_expiry,omitempty"`
-	Policy      string    `json:"policy,omitempty"`
-	LateFinish  time.Time `json:"late_finish,omitzero"`
-	ResolvedBy  string    `json:"resolved_by,omitempty"`
-	Decision    bool      `json:"decision,omitempty"`
+	Attempt     int           `json:"attempt"`
+	Fence       int64         `json:"fence"`
+	AttemptID   string        `json:"attempt_id,omitempty"`
+	Owner       string        `json:"owner,omitempty"`
+	Correlation string        `json:"correlation,omitempty"`
+	Started     time.Time     `json:"started"`
+	LeaseUntil  time.Time     `json:"lease_until"`
+	Ended       time.Time     `json:"ended,omitzero"`
+	Outcome     store.Outcome `json:"outcome,omitempty"`
+	Reason      string        `json:"reason,omitempty"`
+	Takeover    bool          `json:"takeover,omitempty"`
+	AfterExpiry bool          `json:"after_expiry,omitempty"`
+	Policy      string        `json:"policy,omitempty"`
+	LateFinish  time.Time     `json:"late_finish,omitzero"`
+	ResolvedBy  string        `json:"resolved_by,omitempty"`
+	Decision    bool          `json:"decision,omitempty"`
 }
 
 func utc(t time.Time) time.Time {
@@ -67,7 +69,7 @@ func utc(t time.Time) time.Time {
 func toJSON(r *idem.Record, now time.Time, withJournal bool) recordJSON {
 	out := recordJSON{
 		Key: r.Key, Status: r.Status, State: explain.StateOf(r, now), Policy: r.Policy.String(),
-		Fence: r.Fence, Attempt: r.Attempt, Owner: r.Owner, Fingerprint: r.Fingerprint,
+		Fence: r.Fence, Attempt: r.Attempt, AttemptID: r.AttemptID, Owner: r.Owner, Fingerprint: r.Fingerprint,
 		Result: r.Result, ResultSize: len(r.Result), Reason: r.Reason,
 		LeaseUntil: utc(r.LeaseUntil), ExpiresAt: utc(r.ExpiresAt), CreatedAt: utc(r.CreatedAt), UpdatedAt: utc(r.UpdatedAt),
 	}
@@ -75,7 +77,7 @@ func toJSON(r *idem.Record, now time.Time, withJournal bool) recordJSON {
 		out.Journal = make([]journalJSON, 0, len(r.Journal))
 		for _, e := range r.Journal {
 			out.Journal = append(out.Journal, journalJSON{
-				Attempt: e.Attempt, Fence: e.Fence, Owner: e.Owner, Correlation: e.Correlation,
+				Attempt: e.Attempt, Fence: e.Fence, AttemptID: e.AttemptID, Owner: e.Owner, Correlation: e.Correlation,
 				Started: utc(e.Started), LeaseUntil: utc(e.LeaseUntil), Ended: utc(e.Ended),
 				Outcome: e.Outcome, Reason: e.Reason, Takeover: e.Takeover, AfterExpiry: e.AfterExpiry,
 				Policy: e.Policy, LateFinish: utc(e.LateFinish), ResolvedBy: e.ResolvedBy, Decision: e.Decision,
@@ -195,6 +197,7 @@ func writeRecord(w io.Writer, r *idem.Record, now time.Time) error {
 	f("policy", "%s", r.Policy)
 	f("fence", "%d", r.Fence)
 	f("attempt", "%d", r.Attempt)
+	f("attempt id", "%s", orDash(r.AttemptID))
 	f("owner", "%s", orDash(r.Owner))
 	f("fingerprint", "%s", orDash(r.Fingerprint))
 	if r.Result == nil && r.Status != idem.StatusCompleted {

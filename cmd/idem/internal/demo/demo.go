@@ -496,43 +496,24 @@ type dyingStore struct {
 	dead atomic.Bool
 }
 
-var errDied = errors.New("demo: the process died")
+// errDied is what the dead process's store calls return: the store is
+// closed to it (store.ErrClosed), so its Ledger does not retry them.
+var errDied = fmt.Errorf("demo: the process died: %w", store.ErrClosed)
 
 func (d *dyingStore) die() { d.dead.Store(true) }
 
-func (d *dyingStore) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+func (d *dyingStore) Finish(ctx context.Context, r store.FinishRequest) error {
 	if d.dead.Load() {
 		return errDied
 	}
-	return d.Store.Complete(ctx, key, fence, result, retention)
+	return d.Store.Finish(ctx, r)
 }
 
-func (d *dyingStore) Fail(ctx context.Context, key string, fence int64, reason string, retention time.Duration) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Store.Fail(ctx, key, fence, reason, retention)
-}
-
-func (d *dyingStore) Release(ctx context.Context, key string, fence int64, reason string) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Store.Release(ctx, key, fence, reason)
-}
-
-func (d *dyingStore) Abandon(ctx context.Context, key string, fence int64, reason string) error {
-	if d.dead.Load() {
-		return errDied
-	}
-	return d.Store.Abandon(ctx, key, fence, reason)
-}
-
-func (d *dyingStore) Extend(ctx context.Context, key string, fence int64, lease time.Duration) (time.Time, error) {
+func (d *dyingStore) Extend(ctx context.Context, r store.ExtendRequest) (time.Time, error) {
 	if d.dead.Load() {
 		return time.Time{}, errDied
 	}
-	return d.Store.Extend(ctx, key, fence, lease)
+	return d.Store.Extend(ctx, r)
 }
 
 // provider is the simulated mail provider: it accepts every send and gives

@@ -530,31 +530,33 @@ func TestStoryOrderAndWording(t *testing.T) {
 // stores use, so the explanation keeps reading what stores really write.
 func TestJournalsFromTransitions(t *testing.T) {
 	const lease, retention = 300 * time.Millisecond, time.Hour
-	claim := func(rec *idem.Record, p idem.Policy, owner string, now time.Time) (*idem.Record, int64) {
+	// claim returns the record after the claim and the claiming attempt, as
+	// a FinishRequest that finish completes.
+	claim := func(rec *idem.Record, p idem.Policy, owner string, now time.Time) (*idem.Record, store.FinishRequest) {
 		t.Helper()
-		next, res := store.ApplyClaim(rec, store.ClaimRequest{Key: "k", Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: lease, Retention: retention}, now)
+		next, res := store.ApplyClaim(rec, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: owner, Correlation: "msg-" + owner, Policy: p, Lease: lease, Retention: retention}, now, 0)
 		if !res.Acquired {
 			t.Fatalf("claim by %s at %v not acquired: %+v", owner, now, res.Record)
 		}
-		return next, res.Record.Fence
+		return next, store.FinishRequest{Key: "k", Fence: res.Record.Fence, AttemptID: res.Record.AttemptID}
 	}
-	finish := func(rec *idem.Record, fence int64, end store.Ending, now time.Time) *idem.Record {
+	finish := func(rec *idem.Record, att store.FinishRequest, now time.Time) *idem.Record {
 		t.Helper()
-		next, err := store.ApplyFinish(rec, fence, end, now)
+		att.Outcome, att.Result, att.Retention = store.OutcomeCompleted, []byte("ok"), retention
+		next, err := store.ApplyFinish(rec, att, now)
 		if err != nil && next == nil {
-			t.Fatalf("finish fence %d: %v", fence, err)
+			t.Fatalf("finish fence %d: %v", att.Fence, err)
 		}
 		if next == nil {
 			return rec
 		}
 		return next
 	}
-	done := store.Ending{Status: idem.StatusCompleted, Result: []byte("ok"), Retention: retention}
 
 	t.Run("crash then takeover", func(t *testing.T) {
 		r, _ := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r, f2 := claim(r, idem.AtLeastOnce, "b", at(400))
-		r = finish(r, f2, done, at(420))
+		r = finish(r, f2, at(420))
 		if x := Explain(*r, at(500)); x.Verdict.Code != CodeTakeover {
 			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
 		}
@@ -562,8 +564,8 @@ func TestJournalsFromTransitions(t *testing.T) {
 	t.Run("crash, takeover, late finish", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r, f2 := claim(r, idem.AtLeastOnce, "b", at(400))
-		r = finish(r, f1, done, at(450)) // refused, annotated
-		r = finish(r, f2, done, at(460))
+		r = finish(r, f1, at(450)) // refused, annotated
+		r = finish(r, f2, at(460))
 		if x := Explain(*r, at(500)); x.Verdict.Code != CodeOverlap {
 			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
 		}
@@ -571,11 +573,11 @@ func TestJournalsFromTransitions(t *testing.T) {
 	t.Run("crash, takeover, refused heartbeat", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
 		r, f2 := claim(r, idem.AtLeastOnce, "b", at(400))
-		next, err := store.ApplyExtend(r, f1, lease, at(450))
+		next, err := store.ApplyExtend(r, store.ExtendRequest{Key: "k", Fence: f1.Fence, AttemptID: f1.AttemptID, Lease: lease}, at(450))
 		if !errors.Is(err, idem.ErrLeaseLost) || next == nil {
 			t.Fatalf("stale heartbeat: %v, %v", next, err)
 		}
-		r = finish(next, f2, done, at(460))
+		r = finish(next, f2, at(460))
 		x := Explain(*r, at(500))
 		if x.Verdict.Code != CodeOverlap {
 			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
@@ -586,11 +588,11 @@ func TestJournalsFromTransitions(t *testing.T) {
 	})
 	t.Run("reconciled takeover", func(t *testing.T) {
 		r, _ := claim(nil, idem.AtMostOnce, "a", at(0))
-		next, res := store.ApplyClaim(r, store.ClaimRequest{Key: "k", Owner: "b", Correlation: "msg-b", Policy: idem.AtMostOnce, Lease: lease, Retention: retention, TakeLapsed: true}, at(400))
+		next, res := store.ApplyClaim(r, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "b", Correlation: "msg-b", Policy: idem.AtMostOnce, Lease: lease, Retention: retention, TakeLapsed: true}, at(400), 0)
 		if !res.Acquired || !res.Takeover {
 			t.Fatalf("takeover: %+v", res)
 		}
-		r, err := store.ApplyResolve(next, res.Record.Fence, store.Resolution{Done: true, Result: []byte("ses-1"), Retention: retention,
+		r, err := store.ApplyResolve(next, store.ResolveRequest{Key: "k", Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Done: true, Result: []byte("ses-1"), Retention: retention,
 			Reason: "reconciled: the lapsed attempt's effect was found done", By: "b (reconcile)"}, at(410))
 		if err != nil {
 			t.Fatal(err)
@@ -602,22 +604,22 @@ func TestJournalsFromTransitions(t *testing.T) {
 	})
 	t.Run("expired then re-run", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
-		r = finish(r, f1, done, at(20))
+		r = finish(r, f1, at(20))
 		r, f2 := claim(r, idem.AtLeastOnce, "b", at(20).Add(retention+time.Second))
-		r = finish(r, f2, done, at(40).Add(retention+time.Second))
+		r = finish(r, f2, at(40).Add(retention+time.Second))
 		if x := Explain(*r, at(50).Add(retention+time.Second)); x.Verdict.Code != CodeExpiredRerun {
 			t.Fatalf("verdict %s: %s", x.Verdict.Code, x.Verdict.Text)
 		}
 	})
 	t.Run("operator released a completed key", func(t *testing.T) {
 		r, f1 := claim(nil, idem.AtLeastOnce, "a", at(0))
-		r = finish(r, f1, done, at(20))
-		r, err := store.ApplyResolve(r, 0, store.Resolution{Reason: "resend", By: "alice"}, at(100))
+		r = finish(r, f1, at(20))
+		r, err := store.ApplyResolve(r, store.ResolveRequest{Key: "k", Reason: "resend", By: "alice"}, at(100))
 		if err != nil {
 			t.Fatal(err)
 		}
 		r, f3 := claim(r, idem.AtLeastOnce, "b", at(200))
-		r = finish(r, f3, done, at(220))
+		r = finish(r, f3, at(220))
 		x := Explain(*r, at(300))
 		if x.Verdict.Code != CodeReleasedRerun || x.Attempts != 2 {
 			t.Fatalf("verdict %s, %d attempts: %s", x.Verdict.Code, x.Attempts, x.Verdict.Text)
@@ -628,7 +630,7 @@ func TestJournalsFromTransitions(t *testing.T) {
 		if x := Explain(*r, at(500)); x.Verdict.Code != CodeIndeterminate || x.State != StateIndeterminate {
 			t.Fatalf("verdict %s, state %s", x.Verdict.Code, x.State)
 		}
-		r, err := store.ApplyResolve(r, r.Fence, store.Resolution{Done: true, Result: []byte("id"), Reason: "sent per provider", Retention: retention, By: "bob"}, at(600))
+		r, err := store.ApplyResolve(r, store.ResolveRequest{Key: "k", Fence: r.Fence, Lapsed: true, Done: true, Result: []byte("id"), Reason: "sent per provider", Retention: retention, By: "bob"}, at(600))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -656,7 +658,7 @@ func TestJournalsFromLedger(t *testing.T) {
 	s := memstore.New(memstore.WithClock(clock))
 	defer s.Close()
 	// A worker under at_most_once claims the key, sends and dies.
-	if res, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "consumer-1", Correlation: "m-1", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:1:7", Owner: "consumer-1", Correlation: "m-1", Policy: idem.AtMostOnce, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %+v", err, res)
 	}
 	advance(2 * time.Second)
@@ -723,7 +725,7 @@ func TestJournalsFromLedgerNotRun(t *testing.T) {
 	}
 	// crash: attempt 1 claims the key and dies.
 	crash := func(t *testing.T, s store.Store, p idem.Policy) {
-		if res, err := s.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "w1", Correlation: "m-1", Policy: p, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
+		if res, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "w1", Correlation: "m-1", Policy: p, Lease: time.Second, Retention: time.Hour}); err != nil || !res.Acquired {
 			t.Fatalf("claim: %v %+v", err, res)
 		}
 	}

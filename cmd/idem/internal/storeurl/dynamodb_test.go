@@ -84,11 +84,11 @@ func TestOpenDynamoDB(t *testing.T) {
 	if r := ds.Client().Options().Region; r != "us-east-1" {
 		t.Errorf("region %q, want the URL's us-east-1", r)
 	}
-	cr, err := s.Claim(ctx, store.ClaimRequest{Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
+	cr, err := s.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "receipt:1:7", Owner: "w1", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || !cr.Acquired {
 		t.Fatalf("claim: %v %+v", err, cr)
 	}
-	if err := s.Complete(ctx, "receipt:1:7", cr.Record.Fence, []byte("ses-1"), time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "receipt:1:7", Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte("ses-1"), Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for _, scheme := range []string{"dynamodb", "DynamoDB"} {

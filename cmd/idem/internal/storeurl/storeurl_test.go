@@ -81,7 +81,7 @@ func TestOpenMem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ms.Claim(ctx, store.ClaimRequest{Key: "k", Owner: "o", Lease: 1e9, Retention: 1e9}); err != nil {
+	if _, err := ms.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k", Owner: "o", Lease: 1e9, Retention: 1e9}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
@@ -94,7 +94,7 @@ func TestOpenMem(t *testing.T) {
 	}
 	// A name not set yet is a new store, the same for every Open.
 	d, _ := o.Open(ctx, "mem:other", Options{})
-	if _, err := d.Claim(ctx, store.ClaimRequest{Key: "k2", Owner: "o", Lease: 1e9, Retention: 1e9}); err != nil {
+	if _, err := d.Claim(ctx, store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: "k2", Owner: "o", Lease: 1e9, Retention: 1e9}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := o.Open(ctx, "mem:other", Options{})
