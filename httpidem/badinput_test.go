@@ -213,9 +213,12 @@ func (c *clock) advance(d time.Duration) {
 
 // TestStoreFailures: a store that fails during a request. A failed claim
 // never runs the handler and never answers 2xx (503 store-unavailable with
-// Retry-After). A store that fails after the handler ran (complete, or the
-// release of a 5xx) leaves the client with the handler's own response; the
-// key stays claimed until its lease lapses, then a retry runs the handler
+// Retry-After); a claim the store took but whose answer was lost is undone,
+// so the retry runs the handler at once. A store that fails after the
+// handler ran (complete, or the release of a 5xx) is retried until it
+// answers: one failure changes nothing a client sees. A store that stays
+// down for the whole finishing window leaves the client with the handler's
+// own response and the key to its lease; a retry then runs the handler
 // again (at least once).
 func TestStoreFailures(t *testing.T) {
 	boom := errors.New("store unreachable: 10.0.0.7:5432 password=hunter2")
@@ -233,15 +236,10 @@ func TestStoreFailures(t *testing.T) {
 			if strings.Contains(r.body, "hunter2") || strings.Contains(r.body, "10.0.0.7") {
 				t.Fatalf("the store's error reached the client: %s", r.body)
 			}
-			r = post(t, srv.URL, key, "x")
-			if after {
-				// The claim was written but its answer lost: the key is
-				// held by a lease nobody runs under, until it lapses.
-				if r.status != http.StatusConflict || h.n.Load() != 0 {
-					t.Fatalf("after a claim whose answer was lost: %d, runs %d", r.status, h.n.Load())
-				}
-			} else if r.status != http.StatusCreated || h.n.Load() != 1 {
-				t.Fatalf("after the store healed: %d, runs %d", r.status, h.n.Load())
+			// A claim written but whose answer was lost was undone before
+			// the 503: the retry is not refused as busy.
+			if r = post(t, srv.URL, key, "x"); r.status != http.StatusCreated || h.n.Load() != 1 {
+				t.Fatalf("after=%v: retry after the store healed: %d, runs %d", after, r.status, h.n.Load())
 			}
 		}
 	})
@@ -249,9 +247,9 @@ func TestStoreFailures(t *testing.T) {
 		op     idemtest.Op
 		status int
 	}{{idemtest.OpComplete, http.StatusCreated}, {idemtest.OpRelease, http.StatusInternalServerError}} {
-		t.Run(string(c.op), func(t *testing.T) {
-			var clk clock
-			fs := idemtest.NewFaultStore(memstore.New(memstore.WithClock(clk.now)))
+		t.Run(string(c.op)+"/once", func(t *testing.T) {
+			t.Parallel()
+			fs := idemtest.NewFaultStore(memstore.New())
 			var runs atomic.Int64
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(c.status)
@@ -263,10 +261,46 @@ func TestStoreFailures(t *testing.T) {
 			if r := post(t, srv.URL, key, "x"); r.status != c.status || r.body != "run 1" {
 				t.Fatalf("the handler's response: %d %q, want %d run 1", r.status, r.body, c.status)
 			}
-			if r := post(t, srv.URL, key, "x"); r.status != http.StatusConflict || runs.Load() != 1 {
-				t.Fatalf("retry within the lease: %d, runs %d", r.status, runs.Load())
+			if n := fs.Calls(c.op); n != 2 {
+				t.Fatalf("%s called %d times, want 2 (the failure and its retry)", c.op, n)
 			}
-			clk.advance(11 * time.Second)
+			r := post(t, srv.URL, key, "x")
+			switch c.op {
+			case idemtest.OpComplete: // recorded on retry: replayed
+				if r.status != c.status || r.body != "run 1" || !r.replayed() || runs.Load() != 1 {
+					t.Fatalf("retry after a completion retried: %d %q replayed=%v, runs %d", r.status, r.body, r.replayed(), runs.Load())
+				}
+			default: // released on retry: runs again at once
+				if r.status != c.status || r.body != "run 2" || r.replayed() {
+					t.Fatalf("retry after a release retried: %d %q", r.status, r.body)
+				}
+			}
+		})
+		t.Run(string(c.op)+"/down", func(t *testing.T) {
+			t.Parallel()
+			var clk clock
+			fs := idemtest.NewFaultStore(memstore.New(memstore.WithClock(clk.now)))
+			var runs atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(c.status)
+				_, _ = io.WriteString(w, "run "+itoa(runs.Add(1)))
+			})
+			l := ledger(fs, idem.WithLease(time.Second))
+			srv := serve(t, l, h)
+			key := newKey()
+			fs.Inject(c.op, idemtest.Fault{Err: boom}) // down until healed
+			start := time.Now()
+			if r := post(t, srv.URL, key, "x"); r.status != c.status || r.body != "run 1" {
+				t.Fatalf("the handler's response: %d %q, want %d run 1", r.status, r.body, c.status)
+			}
+			if took := time.Since(start); took < l.FinishTimeout()/2 {
+				t.Fatalf("gave up on the store after %v, want it retried for most of %v", took, l.FinishTimeout())
+			}
+			if n := fs.Calls(c.op); n < 3 {
+				t.Fatalf("%s called %d times while the store was down, want it retried", c.op, n)
+			}
+			fs.Heal(c.op)
+			clk.advance(2 * time.Second) // the lease the key was left to lapses
 			if r := post(t, srv.URL, key, "x"); r.status != c.status || r.body != "run 2" || r.replayed() {
 				t.Fatalf("retry after the lease lapsed: %d %q", r.status, r.body)
 			}

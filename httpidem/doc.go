@@ -96,10 +96,11 @@
 // should run it under [context.WithoutCancel].
 //
 // A handler that panics: the key is released and the panic goes on to
-// net/http. A handler whose response was sent but could not be recorded
-// (the store failed after the handler ran): the client keeps the handler's
-// response; the key stays claimed until its lease lapses, and a retry after
-// that runs the handler again. That is the ledger's at-least-once policy;
+// net/http. The write that records the response is retried while the store
+// fails, within [idem.Ledger.FinishTimeout], and the response is sent once
+// it is recorded. A store that stays down for that whole window: the client
+// keeps the handler's response; the key stays claimed until its lease
+// lapses, and a retry after that runs the handler again. That is the ledger's at-least-once policy;
 // under an [idem.AtMostOnce] ledger the key becomes indeterminate instead
 // and retries get 500 "outcome-unknown" until an operator resolves it.
 //

@@ -35,7 +35,7 @@ func TestResolvedDoneKey(t *testing.T) {
 			if r := post(t, srv.URL, key, "x"); r.status != http.StatusInternalServerError || r.problemType(t) != httpidem.ProblemOutcomeUnknown {
 				t.Fatalf("before the operator decides: %d %q, want 500 outcome-unknown", r.status, r.body)
 			}
-			if _, err := s.Resolve(ctx, opKey(key), 0, store.Resolution{Done: true, Result: []byte(result), Reason: "operator: charge found", By: "op"}); err != nil {
+			if _, err := s.Resolve(ctx, store.ResolveRequest{Key: opKey(key), Done: true, Result: []byte(result), Reason: "operator: charge found", By: "op"}); err != nil {
 				t.Fatal(err)
 			}
 			for i := 0; i < 2; i++ {

@@ -107,7 +107,10 @@ type slowComplete struct {
 	delay time.Duration
 }
 
-func (s slowComplete) Complete(ctx context.Context, key string, fence int64, result []byte, retention time.Duration) error {
+func (s slowComplete) Finish(ctx context.Context, r store.FinishRequest) error {
+	if r.Outcome != store.OutcomeCompleted {
+		return s.Store.Finish(ctx, r)
+	}
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	select {
@@ -115,7 +118,7 @@ func (s slowComplete) Complete(ctx context.Context, key string, fence int64, res
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.Store.Complete(ctx, key, fence, result, retention)
+	return s.Store.Finish(ctx, r)
 }
 
 // A handler that honours its context, run to its timeout, and then a

@@ -103,7 +103,7 @@ func (*fakeSource) Visibility() time.Duration { return time.Minute }
 func TestBusyLineNamesTheHoldingAttempt(t *testing.T) {
 	st := memstore.New()
 	l := idem.New(st, idem.WithLogger(slog.New(slog.DiscardHandler)))
-	if _, err := st.Claim(context.Background(), store.ClaimRequest{Key: idem.Key("m", "1").String(), Owner: "other",
+	if _, err := st.Claim(context.Background(), store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: idem.Key("m", "1").String(), Owner: "other",
 		Policy: idem.AtLeastOnce, Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

@@ -450,7 +450,7 @@ func TestReceiverAtMostOncePublishFails(t *testing.T) {
 	if n := len(e.pub.messages(t)); n != 0 {
 		t.Fatalf("%d messages", n)
 	}
-	if _, err := e.store.Resolve(context.Background(), "accept:acme:msg_amo", 0, store.Resolution{Done: false, Reason: "operator: not published"}); err != nil {
+	if _, err := e.store.Resolve(context.Background(), store.ResolveRequest{Key: "accept:acme:msg_amo", Done: false, Reason: "operator: not published"}); err != nil {
 		t.Fatal(err)
 	}
 	if a := serve(rc, swRequest(t, s, "msg_amo", `{}`, time.Now())); a.status != 200 {

@@ -27,8 +27,7 @@ func TestReceiverAnswersAKeyResolvedDoneAsCaptured(t *testing.T) {
 				t.Fatalf("publish timed out: %d %s, want 500", a.status, a.body)
 			}
 			e.pub.setHook(nil)
-			if _, err := e.store.Resolve(context.Background(), Key("acme", "msg_1").String(), 0,
-				store.Resolution{Done: true, Result: []byte(result), Reason: "operator: message found", By: "op"}); err != nil {
+			if _, err := e.store.Resolve(context.Background(), store.ResolveRequest{Key: Key("acme", "msg_1").String(), Done: true, Result: []byte(result), Reason: "operator: message found", By: "op"}); err != nil {
 				t.Fatal(err)
 			}
 			a := serve(rc, swRequest(t, s, "msg_1", `{}`, time.Now()))

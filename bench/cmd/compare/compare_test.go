@@ -106,7 +106,7 @@ func TestRedisSidesRefuseTheSameDuplicate(t *testing.T) {
 	if err != nil || !r.Acquired {
 		t.Fatalf("first claim: %+v, %v", r, err)
 	}
-	if err := s.Complete(ctx, "k1", r.Record.Fence, nil, time.Hour); err != nil {
+	if err := s.Finish(ctx, store.FinishRequest{Key: "k1", Fence: r.Record.Fence, AttemptID: r.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: nil, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := s.Claim(ctx, claimRequest("k1")); err != nil || r.Acquired || r.Record.Status != idem.StatusCompleted {

@@ -42,7 +42,7 @@ var uniqueByArgs = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 // claimRequest is the claim idem makes for every key: the defaults of
 // idem.Ledger.Do (at-least-once, 30 s lease), kept for an hour.
 func claimRequest(key string) store.ClaimRequest {
-	return store.ClaimRequest{Key: key, Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce,
+	return store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: key, Owner: "bench", Correlation: "bench", Policy: idem.AtLeastOnce,
 		Lease: 30 * time.Second, Retention: time.Hour}
 }
 

@@ -85,7 +85,7 @@ func compareRedis(ctx context.Context, cfg *config, rep *report) error {
 							if !complete {
 								return 1, nil
 							}
-							return 1, s.Complete(ctx, r.Record.Key, r.Record.Fence, result, time.Hour)
+							return 1, s.Finish(ctx, store.FinishRequest{Key: r.Record.Key, Fence: r.Record.Fence, AttemptID: r.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: time.Hour})
 						}
 					})
 					if err != nil {
