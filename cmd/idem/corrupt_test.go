@@ -130,7 +130,7 @@ func TestDelete(t *testing.T) {
 		e.run("delete", "nope").expectErr(t, 3, `no record for "nope"`)
 		e.run("delete").expectErr(t, 2, "missing KEY")
 
-		e.run("delete", "indet").expect(t, 0, "deleted indet (was indeterminate: attempt 1, owner w1, fence 1)", "runs it as a new operation")
+		e.run("delete", "indet").expect(t, 0, fmt.Sprintf("deleted indet (was indeterminate: attempt 1, owner w1, fence %d)", fenceAt(t0)), "runs it as a new operation")
 		e.run("inspect", "indet").expectErr(t, 3, "no record")
 		e.run("delete", "done", "--force").expect(t, 0, "deleted done (was completed")
 		r := e.run("delete", "running", "--force")

@@ -29,7 +29,16 @@ type clock struct {
 	onSet func(time.Time) // if set, called with the new time by Advance (under mu)
 }
 
-func newClock() *clock { return &clock{t: time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)} }
+// t0 is where a new fake clock starts.
+var t0 = time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)
+
+func newClock() *clock { return &clock{t: t0} }
+
+// fenceAt is the fence of a record's first claim at t on a store that
+// never had that key (store.FirstFence): the clock in microseconds. Each
+// later claim (a takeover, a claim after expiry) or resolve of the record
+// adds 1. So the fixture's records claimed at t0 have fence fenceAt(t0).
+func fenceAt(t time.Time) int64 { return t.UnixMicro() }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
@@ -346,16 +355,18 @@ func TestMissingStoreFile(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
+		f0 := fenceAt(t0) // "done", claimed at t0; "crash" took over at f0+1
 		r := e.run("inspect", "done")
 		r.expect(t, 0, "key          done", "status       completed", "state        completed", "policy       at_least_once",
-			"fence        1", "attempt      1", "owner        w1", `result       "ses-1" (5 bytes)`, "expires at", "created", "updated",
-			"journal (oldest first, times UTC on 2025-06-01)", "ATTEMPT  FENCE  POLICY         OWNER  CORRELATION", "  1        1      at_least_once  w1", "completed")
+			fmt.Sprintf("fence        %d\n", f0), "attempt      1", "owner        w1", `result       "ses-1" (5 bytes)`, "expires at", "created", "updated",
+			"journal (oldest first, times UTC on 2025-06-01)", "ATTEMPT  FENCE             POLICY         OWNER  CORRELATION",
+			fmt.Sprintf("  1        %d  at_least_once  w1", f0), "completed")
 
 		e.run("inspect", "lapsed").expect(t, 0, "status       in_progress", "lapsed, next claim takes over", "passed")
 		e.run("inspect", "indet").expect(t, 0, "status       in_progress", "indeterminate", "waiting for `idem resolve`", "at_most_once")
 		e.run("inspect", "running").expect(t, 0, "state        in_progress", "live, ends in 1h", "(running or unknown)")
 		e.run("inspect", "failed").expect(t, 0, "status       failed", "reason       card declined")
-		e.run("inspect", "crash").expect(t, 0, "takeover", "lapsed", "fence        2", "attempt      2")
+		e.run("inspect", "crash").expect(t, 0, "takeover", "lapsed", fmt.Sprintf("fence        %d\n", f0+1), "attempt      2")
 		e.run("inspect", "overlap").expect(t, 0, "still running at 10:00:03.000 after a takeover")
 		e.run("inspect", "expired").expect(t, 0, "after expiry")
 
@@ -376,7 +387,7 @@ func TestInspect(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
 			t.Fatalf("%v\n%s", err, r.stdout)
 		}
-		if j.Key != "crash" || j.Status != "completed" || j.State != "completed" || j.Fence != 2 || string(j.Result) != "ses-c2" || j.ResultSize != 6 ||
+		if j.Key != "crash" || j.Status != "completed" || j.State != "completed" || j.Fence != f0+1 || string(j.Result) != "ses-c2" || j.ResultSize != 6 ||
 			len(j.Journal) != 2 || j.Journal[0].Outcome != "lapsed" || !j.Journal[1].Takeover {
 			t.Errorf("unexpected JSON: %+v\n%s", j, r.stdout)
 		}
@@ -403,10 +414,11 @@ func TestLs(t *testing.T) {
 		if strings.Join(keys, ",") != strings.Join(want, ",") {
 			t.Errorf("ls keys = %v, want %v (expired records are not listed)\n%s", keys, want, r.stdout)
 		}
-		if !regexp.MustCompile(`(?m)^indet\s+indeterminate\s+1\s+1\s+w1\s+`).MatchString(r.stdout) {
+		f0 := fenceAt(t0) // "indet" and "lapsed" were claimed once, at t0
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^indet\s+indeterminate\s+%d\s+1\s+w1\s+`, f0)).MatchString(r.stdout) {
 			t.Errorf("indet line wrong:\n%s", r.stdout)
 		}
-		if !regexp.MustCompile(`(?m)^lapsed\s+lapsed\s+1\s+1\s+w1\s+1m ago\s+in 59m`).MatchString(r.stdout) {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^lapsed\s+lapsed\s+%d\s+1\s+w1\s+1m ago\s+in 59m`, f0)).MatchString(r.stdout) {
 			t.Errorf("lapsed line wrong:\n%s", r.stdout)
 		}
 
@@ -475,15 +487,16 @@ func TestRelease(t *testing.T) {
 		if e.get("running").Status != idem.StatusInProgress {
 			t.Fatal("refused release changed the record")
 		}
-		e.run("release", "lapsed", "--fence", "7").expectErr(t, 1, "is at fence 1, not 7", "nothing done")
+		f0 := fenceAt(t0) // "lapsed" was claimed once, at t0
+		e.run("release", "lapsed", "--fence", "7").expectErr(t, 1, fmt.Sprintf("is at fence %d, not 7", f0), "nothing done")
 		e.run("release", "done").expectErr(t, 1, "is completed", "--force")
 		e.run("release", "released").expect(t, 0, "already released", "nothing done")
 		e.run("release", "nope").expectErr(t, 3, "no record")
 
-		r := e.run("release", "lapsed", "--fence", "1", "--reason", "checked: never sent", "--by", "alice")
-		r.expect(t, 0, "released lapsed (was lapsed: attempt 1, owner w1, fence 1; now fence 2)", "the next delivery runs it as attempt 2")
+		r := e.run("release", "lapsed", "--fence", fmt.Sprint(f0), "--reason", "checked: never sent", "--by", "alice")
+		r.expect(t, 0, fmt.Sprintf("released lapsed (was lapsed: attempt 1, owner w1, fence %d; now fence %d)", f0, f0+1), "the next delivery runs it as attempt 2")
 		rec := e.get("lapsed")
-		if rec.Status != idem.StatusReleased || rec.Fence != 2 || rec.Reason != "checked: never sent" {
+		if rec.Status != idem.StatusReleased || rec.Fence != f0+1 || rec.Reason != "checked: never sent" {
 			t.Errorf("after release: %+v", rec)
 		}
 		e.run("release", "failed").expect(t, 0, "released failed (was failed")
@@ -507,10 +520,11 @@ func TestResolve(t *testing.T) {
 		e.run("resolve", "running", "--done").expectErr(t, 4, "live lease")
 		e.run("resolve", "done", "--not-done").expectErr(t, 1, "is completed, not in progress")
 		e.run("resolve", "nope", "--done").expectErr(t, 3, "no record")
-		e.run("resolve", "indet", "--done", "--fence", "2").expectErr(t, 1, "is at fence 1, not 2")
+		f0 := fenceAt(t0) // "indet" was claimed once, at t0
+		e.run("resolve", "indet", "--done", "--fence", fmt.Sprint(f0+1)).expectErr(t, 1, fmt.Sprintf("is at fence %d, not %d", f0, f0+1))
 
-		r := e.run("resolve", "indet", "--done", "--result", "ses-0007", "--reason", "provider log shows it", "--fence", "1", "--retention", "36h")
-		r.expect(t, 0, "resolved indet as done (was indeterminate: attempt 1, owner w1, fence 1; now fence 2)",
+		r := e.run("resolve", "indet", "--done", "--result", "ses-0007", "--reason", "provider log shows it", "--fence", fmt.Sprint(f0), "--retention", "36h")
+		r.expect(t, 0, fmt.Sprintf("resolved indet as done (was indeterminate: attempt 1, owner w1, fence %d; now fence %d)", f0, f0+1),
 			`duplicates now get the result "ses-0007" (8 bytes)`, "(in 1d12h)")
 		rec := e.get("indet")
 		now := e.clk.Now()
