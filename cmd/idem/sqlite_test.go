@@ -125,9 +125,12 @@ func TestSQLiteReadOnlyNeverMigrates(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	exec(old, `ALTER TABLE idem_records DROP COLUMN correlation`,
-		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`)
-	idemRun(ctx, "--store", "sqlite:"+old, "ls").expectErr(t, 1, "schema version 1, this build's is 2")
+	// Undo migrations 004 (the fence floor), 003 (attempt_id) and 002
+	// (correlation): a store as a schema-1 build left it.
+	exec(old, `DROP TRIGGER idem_records_fence_floor`, `DROP TABLE idem_fence_floor`,
+		`ALTER TABLE idem_records DROP COLUMN attempt_id`, `ALTER TABLE idem_records DROP COLUMN correlation`,
+		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version > 1`)
+	idemRun(ctx, "--store", "sqlite:"+old, "ls").expectErr(t, 1, "schema version 1, this build's is 4")
 	if got := scan(old, `SELECT MAX(version) FROM idem_migrations WHERE component = 'sqlitestore'`); got != "1" {
 		t.Errorf("idem ls migrated the workers' store from schema 1 to %s", got)
 	}

@@ -114,8 +114,11 @@ func TestOpenSQLiteMustExistNeverMigrates(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	exec(old, `ALTER TABLE idem_records DROP COLUMN correlation`,
-		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version = 2`)
+	// Undo migrations 004 (the fence floor), 003 (attempt_id) and 002
+	// (correlation): a store as a schema-1 build left it.
+	exec(old, `DROP TRIGGER idem_records_fence_floor`, `DROP TABLE idem_fence_floor`,
+		`ALTER TABLE idem_records DROP COLUMN attempt_id`, `ALTER TABLE idem_records DROP COLUMN correlation`,
+		`DELETE FROM idem_migrations WHERE component = 'sqlitestore' AND version > 1`)
 	if s, err := New().Open(ctx, "sqlite:"+old, Options{MustExist: true}); err == nil {
 		s.Close()
 		t.Error("opened a store at schema 1")
