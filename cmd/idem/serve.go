@@ -95,8 +95,9 @@ than the work plus 1h.
 Every error is application/problem+json (type, title, status, detail);
 claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
-(invalid-body, invalid-key, invalid-fence, invalid-duration,
-invalid-policy, invalid-reason), a body over --max-body 413. A body is
+(invalid-body, invalid-key, invalid-fence, invalid-attempt,
+invalid-duration, invalid-policy, invalid-reason), a body over
+--max-body 413. A body is
 one JSON object, valid UTF-8 with no unpaired surrogate escape (a lone
 \uD800-\uDFFF, which JSON decoders turn into U+FFFD), each field named
 exactly once.
@@ -547,6 +548,7 @@ var problemTitles = map[string]string{
 	"invalid-body":           "Request body is not the expected JSON",
 	"invalid-key":            "Key is invalid",
 	"invalid-fence":          "Fence is invalid",
+	"invalid-attempt":        "Attempt id is missing",
 	"invalid-duration":       "Duration is invalid",
 	"invalid-policy":         "Policy is invalid",
 	"invalid-reason":         "Reason is missing",
@@ -1152,7 +1154,7 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 		if limit := rec.ExpiresAt.Add(-minRetention); now.Add(lease).After(limit) {
-			why := fmt.Sprintf("lease: %v would end less than %v before the record's retention ends (%s): an attempt's lease must end well before its record may be swept, or after a crash the key is claimed afresh with its fences started again. ",
+			why := fmt.Sprintf("lease: %v would end less than %v before the record's retention ends (%s): an attempt's lease must end well before its record may be swept, or after a crash the key is claimed afresh, as a new operation (an at_most_once key is not answered indeterminate). ",
 				lease, minRetention, stamp3339(rec.ExpiresAt))
 			if room := limit.Sub(now).Truncate(time.Second); limit.After(rec.LeaseUntil) && room >= minLease {
 				why += fmt.Sprintf("Extend by at most %v, or claim with a retention longer than the work plus %v.", room, minRetention)
