@@ -78,18 +78,18 @@ func TestServeProcess(t *testing.T) {
 	c := &api{t: t, base: "http://" + addr, token: "tok-123"}
 	c.do("GET", "/healthz", "").expect(t, 200, "")
 
-	c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-1", "lease": "1s"}).expect(t, 200, "acquired")
-	c.post("/v1/claim", obj{"key": "receipt:2:7", "owner": "py-1", "lease": "1s", "policy": "at_most_once"}).expect(t, 200, "acquired")
+	first := c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-1", "lease": "1s"}).expect(t, 200, "acquired")
+	f2 := c.post("/v1/claim", obj{"key": "receipt:2:7", "owner": "py-1", "lease": "1s", "policy": "at_most_once"}).expect(t, 200, "acquired").num("fence")
 	c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-2"}).expect(t, 409, "busy")
 	time.Sleep(1300 * time.Millisecond) // py-1 never finishes: its leases lapse
 	tk := c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-2"}).expect(t, 200, "takeover")
-	if tk.num("fence") != 2 || tk.num("attempt") != 2 {
-		t.Fatalf("takeover: %s", tk)
+	if tk.num("fence") != first.num("fence")+1 || tk.num("attempt") != 2 {
+		t.Fatalf("takeover: %s, first claim %s", tk, first)
 	}
-	c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("late")}).expect(t, 409, "lease-lost")
-	c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 2, "result": b64("ses-2")}).expect(t, 200, "completed")
+	c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": first.num("fence"), "attempt_id": first.str("attempt_id"), "result": b64("late")}).expect(t, 409, "lease-lost")
+	c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": tk.num("fence"), "attempt_id": tk.str("attempt_id"), "result": b64("ses-2")}).expect(t, 200, "completed")
 	ind := c.post("/v1/claim", obj{"key": "receipt:2:7", "owner": "py-2", "policy": "at_most_once"}).expect(t, 409, "indeterminate")
-	if ind.str("owner") != "py-1" || ind.num("fence") != 1 {
+	if ind.str("owner") != "py-1" || ind.num("fence") != f2 {
 		t.Fatalf("indeterminate: %s", ind)
 	}
 

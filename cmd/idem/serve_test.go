@@ -235,8 +235,14 @@ func TestServeEndpoints(t *testing.T) {
 
 			// acquired, then busy, extend, complete, done.
 			a := c.post("/v1/claim", obj{"key": "receipt:1:7", "owner": "py-worker-1", "lease": "10s"}, "X-Request-Id", "msg-0001").expect(t, 200, "acquired")
-			if a.num("fence") != 1 || a.num("attempt") != 1 || a.str("lease_until") == "" || a.header.Get("X-Request-Id") != "msg-0001" {
+			// The fence is the store's (its clock in microseconds, see
+			// store.FirstFence); the attempt_id is 22 base64url characters.
+			f1, aid := a.num("fence"), a.str("attempt_id")
+			if f1 <= 0 || a.num("attempt") != 1 || len(aid) != 22 || a.str("lease_until") == "" || a.header.Get("X-Request-Id") != "msg-0001" {
 				t.Fatalf("claim: %s %v", a, a.header)
+			}
+			if rec, err := s.Get(ctx, "receipt:1:7"); err != nil || rec.Fence != f1 || rec.AttemptID != aid {
+				t.Fatalf("claim answered fence %d, attempt_id %s; the record: %+v %v", f1, aid, rec, err)
 			}
 			busy := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 409, "busy")
 			if busy.str("outcome") != "busy" || busy.header.Get("Retry-After") == "" || busy.body["retry_after"].(float64) <= 0 || busy.str("owner") != "py-worker-1" {
@@ -245,30 +251,30 @@ func TestServeEndpoints(t *testing.T) {
 			if id := busy.header.Get("X-Request-Id"); len(id) < 16 {
 				t.Fatalf("no X-Request-Id generated: %q", id)
 			}
-			ext := c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": 1, "lease": "1m"}).expect(t, 200, "extended")
+			ext := c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": aid, "lease": "1m"}).expect(t, 200, "extended")
 			if lu, _ := time.Parse(time.RFC3339Nano, ext.str("lease_until")); !lu.After(mustTime(t, a.str("lease_until"))) {
 				t.Fatalf("extend did not move the lease: %s, claim %s", ext, a)
 			}
-			c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": 2}).expect(t, 409, "lease-lost")
-			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 2, "result": b64("x")}).expect(t, 409, "lease-lost")
-			aid := a.str("attempt_id")
-			if aid == "" {
-				t.Fatalf("claim without attempt_id: %s", a)
-			}
-			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed")
+			// Another fence, or another attempt id, is not the attempt.
+			c.post("/v1/extend", obj{"key": "receipt:1:7", "fence": f1 + 1, "attempt_id": aid}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1 + 1, "attempt_id": aid, "result": b64("x")}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": store.NewAttemptID(), "result": b64("x")}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed")
 			// A retry of a complete whose answer was lost is answered alike
 			// when it names the attempt; one with another result, or
-			// without the attempt_id, is not.
-			if again := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed"); again.body["repeated"] != true {
+			// another attempt_id, is not; one without the attempt_id is
+			// refused before the store.
+			if again := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": aid, "result": b64("ses-1")}).expect(t, 200, "completed"); again.body["repeated"] != true {
 				t.Fatalf("repeated complete: %s", again)
 			}
-			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "attempt_id": aid, "result": b64("other")}).expect(t, 409, "lease-lost")
-			if ll := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": 1, "result": b64("ses-1")}).expect(t, 409, "lease-lost"); ll.str("record_status") != "completed" ||
-				!strings.Contains(ll.str("detail"), "the record is gone (expired or deleted) or another attempt holds it") {
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": aid, "result": b64("other")}).expect(t, 409, "lease-lost")
+			if ll := c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "attempt_id": store.NewAttemptID(), "result": b64("ses-1")}).expect(t, 409, "lease-lost"); ll.str("record_status") != "completed" ||
+				ll.num("record_fence") != f1 || !strings.Contains(ll.str("detail"), "no longer holds the key") {
 				t.Fatalf("lease-lost without the record's status: %s", ll)
 			}
+			c.post("/v1/complete", obj{"key": "receipt:1:7", "fence": f1, "result": b64("ses-1")}).expect(t, 400, "invalid-attempt")
 			done := c.post("/v1/claim", obj{"key": "receipt:1:7"}).expect(t, 200, "done")
-			if done.str("result") != b64("ses-1") || done.num("fence") != 1 || done.num("attempt") != 1 {
+			if done.str("result") != b64("ses-1") || done.num("fence") != f1 || done.num("attempt") != 1 {
 				t.Fatalf("done: %s", done)
 			}
 			rec, err := s.Get(ctx, "receipt:1:7")
@@ -278,7 +284,7 @@ func TestServeEndpoints(t *testing.T) {
 
 			// The record, and a key without one.
 			r := c.do("GET", "/v1/records/receipt:1:7", "").expect(t, 200, "")
-			if r.str("status") != "completed" || r.num("fence") != 1 || r.num("attempt") != 1 || r.str("owner") != "py-worker-1" ||
+			if r.str("status") != "completed" || r.num("fence") != f1 || r.num("attempt") != 1 || r.str("attempt_id") != aid || r.str("owner") != "py-worker-1" ||
 				r.str("lease_until") == "" || r.str("expires_at") == "" || r.str("result") != b64("ses-1") {
 				t.Fatalf("record: %s", r)
 			}
@@ -308,8 +314,10 @@ func TestServeEndpoints(t *testing.T) {
 			// failed: duplicates get the stored reason.
 			cl := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 200, "acquired")
 			f, aid := cl.num("fence"), cl.str("attempt_id")
-			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "reason": "card declined", "retention": "1h"}).expect(t, 200, "failed")
-			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "attempt_id": aid, "reason": "card declined"}).expect(t, 200, "failed")
+			c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "attempt_id": aid, "reason": "card declined", "retention": "1h"}).expect(t, 200, "failed")
+			if rep := c.post("/v1/fail", obj{"key": "receipt:2:7", "fence": f, "attempt_id": aid, "reason": "card declined"}).expect(t, 200, "failed"); rep.body["repeated"] != true {
+				t.Fatalf("retried fail: %s", rep)
+			}
 			fl := c.post("/v1/claim", obj{"key": "receipt:2:7"}).expect(t, 409, "failed")
 			if fl.str("outcome") != "failed" || fl.str("reason") != "card declined" || fl.header.Get("Retry-After") != "" {
 				t.Fatalf("failed: %s", fl)
@@ -321,15 +329,16 @@ func TestServeEndpoints(t *testing.T) {
 			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "attempt_id": aid, "reason": "smtp: connection refused"}).expect(t, 200, "released")
 			c.post("/v1/release", obj{"key": "receipt:3:7", "fence": f, "attempt_id": aid, "reason": "smtp: connection refused"}).expect(t, 200, "released")
 			again := c.post("/v1/claim", obj{"key": "receipt:3:7"}).expect(t, 200, "acquired")
-			if again.num("fence") != 2 || again.num("attempt") != 2 {
+			if again.num("fence") != f+1 || again.num("attempt") != 2 {
 				t.Fatalf("after release: %s", again)
 			}
 
 			// abandon under at_most_once: indeterminate at once.
-			f = c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 200, "acquired").num("fence")
-			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "reason": "timeout after send"}).expect(t, 200, "abandoned")
+			cl = c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 200, "acquired")
+			f, aid = cl.num("fence"), cl.str("attempt_id")
+			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "attempt_id": aid, "reason": "timeout after send"}).expect(t, 200, "abandoned")
 			// A repeated abandon is refused: its lease has ended.
-			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "reason": "again"}).expect(t, 409, "lease-lost")
+			c.post("/v1/abandon", obj{"key": "receipt:6:7", "fence": f, "attempt_id": aid, "reason": "again"}).expect(t, 409, "lease-lost")
 			ind := c.post("/v1/claim", obj{"key": "receipt:6:7", "policy": "at_most_once"}).expect(t, 409, "indeterminate")
 			if ind.str("reason") != "timeout after send" || ind.num("fence") != f {
 				t.Fatalf("indeterminate after abandon: %s", ind)
@@ -338,21 +347,21 @@ func TestServeEndpoints(t *testing.T) {
 			// Lapsed leases: a takeover under at_least_once (the old fence
 			// is refused), indeterminate under at_most_once, whatever the
 			// next caller's policy.
-			c.post("/v1/claim", obj{"key": "receipt:4:7", "lease": "1s"}).expect(t, 200, "acquired")
-			c.post("/v1/claim", obj{"key": "receipt:5:7", "lease": "1s", "policy": "at_most_once"}).expect(t, 200, "acquired")
+			c4 := c.post("/v1/claim", obj{"key": "receipt:4:7", "lease": "1s"}).expect(t, 200, "acquired")
+			f5 := c.post("/v1/claim", obj{"key": "receipt:5:7", "lease": "1s", "policy": "at_most_once"}).expect(t, 200, "acquired").num("fence")
 			advance(1500 * time.Millisecond)
 			tk := c.post("/v1/claim", obj{"key": "receipt:4:7", "policy": "at_most_once"}).expect(t, 200, "takeover")
-			if tk.num("fence") != 2 || tk.num("attempt") != 2 {
-				t.Fatalf("takeover: %s", tk)
+			if tk.num("fence") != c4.num("fence")+1 || tk.num("attempt") != 2 || tk.str("attempt_id") == c4.str("attempt_id") {
+				t.Fatalf("takeover: %s, first claim %s", tk, c4)
 			}
-			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 1}).expect(t, 409, "lease-lost")
-			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": 2}).expect(t, 200, "completed")
+			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": c4.num("fence"), "attempt_id": c4.str("attempt_id")}).expect(t, 409, "lease-lost")
+			c.post("/v1/complete", obj{"key": "receipt:4:7", "fence": tk.num("fence"), "attempt_id": tk.str("attempt_id")}).expect(t, 200, "completed")
 			// done with an empty result still has "result" (base64 of nothing).
 			if d := c.post("/v1/claim", obj{"key": "receipt:4:7"}).expect(t, 200, "done"); d.body["result"] != "" {
 				t.Fatalf("done with an empty result: %s", d)
 			}
 			ind = c.post("/v1/claim", obj{"key": "receipt:5:7"}).expect(t, 409, "indeterminate")
-			if ind.num("fence") != 1 || ind.str("since") == "" || ind.header.Get("Retry-After") != "" {
+			if ind.num("fence") != f5 || ind.str("since") == "" || ind.header.Get("Retry-After") != "" {
 				t.Fatalf("indeterminate: %s", ind)
 			}
 
@@ -417,22 +426,29 @@ func TestServeBadInput(t *testing.T) {
 		// A lease is at least 1s.
 		{"/v1/claim", `{"key":"k","lease":"999ms"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"k","lease":"1ns"}`, 400, "invalid-duration"},
-		{"/v1/extend", `{"key":"k","fence":1,"lease":"500ms"}`, 400, "invalid-duration"},
-		{"/v1/complete", `{"key":"k","fence":1,"retention":"1s"}`, 400, "invalid-duration"},
-		{"/v1/fail", `{"key":"k","fence":1,"reason":"x","retention":"30m"}`, 400, "invalid-duration"},
+		{"/v1/extend", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","lease":"500ms"}`, 400, "invalid-duration"},
+		{"/v1/complete", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","retention":"1s"}`, 400, "invalid-duration"},
+		{"/v1/fail", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","reason":"x","retention":"30m"}`, 400, "invalid-duration"},
 		{"/v1/claim", `{"key":"` + strings.Repeat("x", 5000) + `"}`, 413, "body-too-large"},
 		{"/v1/complete", `{"key":"k","fence":-1}`, 400, "invalid-fence"},
 		{"/v1/complete", `{"key":"k"}`, 400, "invalid-fence"},
 		{"/v1/complete", `{"key":"k","fence":"1"}`, 400, "invalid-body"},
 		{"/v1/complete", `{"key":"k","fence":1,"result":"not base64!"}`, 400, "invalid-body"},
 		{"/v1/complete", `{"key":"k","fence":1,"reason":"x"}`, 400, "invalid-body"},
-		{"/v1/complete", `{"key":"k","fence":1,"retention":"7"}`, 400, "invalid-duration"},
+		{"/v1/complete", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","retention":"7"}`, 400, "invalid-duration"},
 		{"/v1/release", `{"key":"k","fence":0}`, 400, "invalid-fence"},
 		{"/v1/release", `{"key":"k","fence":1,"result":"eA=="}`, 400, "invalid-body"},
-		{"/v1/fail", `{"key":"k","fence":1}`, 400, "invalid-reason"},
-		{"/v1/fail", `{"key":"k","fence":1,"reason":"  "}`, 400, "invalid-reason"},
+		{"/v1/fail", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA"}`, 400, "invalid-reason"},
+		{"/v1/fail", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","reason":"  "}`, 400, "invalid-reason"},
 		{"/v1/abandon", `{"key":"","fence":1}`, 400, "invalid-key"},
-		{"/v1/extend", `{"key":"k","fence":1,"lease":"1x"}`, 400, "invalid-duration"},
+		// A call on an attempt names its attempt_id (before anything else
+		// about it is checked).
+		{"/v1/complete", `{"key":"k","fence":1,"retention":"1s"}`, 400, "invalid-attempt"},
+		{"/v1/release", `{"key":"k","fence":1}`, 400, "invalid-attempt"},
+		{"/v1/fail", `{"key":"k","fence":1}`, 400, "invalid-attempt"},
+		{"/v1/abandon", `{"key":"k","fence":1,"attempt_id":""}`, 400, "invalid-attempt"},
+		{"/v1/extend", `{"key":"k","fence":1,"lease":"1x"}`, 400, "invalid-attempt"},
+		{"/v1/extend", `{"key":"k","fence":1,"attempt_id":"AAAAAAAAAAAAAAAAAAAAAA","lease":"1x"}`, 400, "invalid-duration"},
 		{"/v1/extend", `{"key":"k","fence":-3,"lease":"1s"}`, 400, "invalid-fence"},
 		{"/v1/nope", `{}`, 404, "not-found"},
 		// Not UTF-8: encoding/json would turn both keys into "op:\ufffdt\ufffd".
@@ -594,15 +610,16 @@ func TestServeStoreErrors(t *testing.T) {
 	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
 	c, _ := newServeTest(t, fs, "", false)
 	down := errors.New("connection refused")
-	f := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired").num("fence")
+	cl := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired")
+	f, aid := cl.num("fence"), cl.str("attempt_id")
 	for _, op := range []string{"claim", "complete", "extend", "get", "now"} {
 		fs.set(op, down)
 	}
 	for _, call := range []func() answer{
 		func() answer { return c.post("/v1/claim", obj{"key": "k"}) },
 		func() answer { return c.post("/v1/claim", obj{"key": "other"}) },
-		func() answer { return c.post("/v1/complete", obj{"key": "k", "fence": f}) },
-		func() answer { return c.post("/v1/extend", obj{"key": "k", "fence": f}) },
+		func() answer { return c.post("/v1/complete", obj{"key": "k", "fence": f, "attempt_id": aid}) },
+		func() answer { return c.post("/v1/extend", obj{"key": "k", "fence": f, "attempt_id": aid}) },
 		func() answer { return c.do("GET", "/v1/records/k", "") },
 		func() answer { return c.do("GET", "/healthz", "") },
 	} {
@@ -616,7 +633,7 @@ func TestServeStoreErrors(t *testing.T) {
 	fs.set("claim", nil)
 	fs.set("complete", nil)
 	c.post("/v1/claim", obj{"key": "k"}).expect(t, 409, "busy") // the store's answer again
-	c.post("/v1/complete", obj{"key": "k", "fence": f}).expect(t, 200, "completed")
+	c.post("/v1/complete", obj{"key": "k", "fence": f, "attempt_id": aid}).expect(t, 200, "completed")
 }
 
 // TestServeRetryReadFails: a complete retried after its answer was lost,
@@ -627,12 +644,11 @@ func TestServeRetryReadFails(t *testing.T) {
 	fs := &failingStore{Store: memstore.New(), fail: map[string]error{}}
 	c, _ := newServeTest(t, fs, "", false)
 	a := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired")
-	body := obj{"key": "k", "fence": a.num("fence"), "result": b64("ses-1")}
+	body := obj{"key": "k", "fence": a.num("fence"), "attempt_id": a.str("attempt_id"), "result": b64("ses-1")}
 	c.post("/v1/complete", body).expect(t, 200, "completed")
 	fs.set("get", errors.New("connection refused"))
 	c.post("/v1/complete", body).expect(t, 503, "store-unavailable")
 	fs.set("get", nil)
-	body["attempt_id"] = a.str("attempt_id")
 	if rep := c.post("/v1/complete", body).expect(t, 200, "completed"); rep.body["repeated"] != true {
 		t.Fatalf("retried complete with attempt_id: %s", rep)
 	}
@@ -643,9 +659,10 @@ func TestServeRetryReadFails(t *testing.T) {
 func TestServeLogs(t *testing.T) {
 	s := openServeSQLite(t)
 	c, logs := newServeTest(t, s, "", false)
-	c.post("/v1/claim", obj{"key": "receipt:8891:7"}, "X-Request-Id", "evt_123").expect(t, 200, "acquired")
+	cl := c.post("/v1/claim", obj{"key": "receipt:8891:7"}, "X-Request-Id", "evt_123").expect(t, 200, "acquired")
+	fence := fmt.Sprintf("fence=%d ", cl.num("fence"))
 	line := logs.String()
-	for _, want := range []string{`msg="idem serve acquired"`, "key=receipt:8891:7", "outcome=acquired", "fence=1", "attempt=1",
+	for _, want := range []string{`msg="idem serve acquired"`, "key=receipt:8891:7", "outcome=acquired", fence, "attempt=1",
 		"correlation_id=evt_123", "remote_addr=127.0.0.1:", "status=200"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log lacks %q:\n%s", want, line)
@@ -657,10 +674,11 @@ func TestServeLogs(t *testing.T) {
 
 	// extend reads the record first, and logs its attempt number; reading
 	// a record logs "record", with the record's status.
-	c.post("/v1/extend", obj{"key": "receipt:8891:7", "fence": 1}).expect(t, 200, "extended")
+	c.post("/v1/extend", obj{"key": "receipt:8891:7", "fence": cl.num("fence"), "attempt_id": cl.str("attempt_id")}).expect(t, 200, "extended")
 	c.do("GET", "/v1/records/receipt:8891:7", "").expect(t, 200, "")
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	if ext := lines[1]; !strings.Contains(ext, "outcome=extended") || !strings.Contains(ext, "fence=1") || !strings.Contains(ext, "attempt=1") {
+	if ext := lines[1]; !strings.Contains(ext, "outcome=extended") || !strings.Contains(ext, fence) || !strings.Contains(ext, "attempt=1") ||
+		!strings.Contains(ext, "attempt_id="+cl.str("attempt_id")) {
 		t.Errorf("extend's line: %s", ext)
 	}
 	if get := lines[2]; !strings.Contains(get, `msg="idem serve record"`) || !strings.Contains(get, "record_status=in_progress") {
@@ -860,42 +878,67 @@ func TestServeClientGone(t *testing.T) {
 	}
 }
 
-// TestServeRepeatedNextLife: fences start again at 1 once a record is
-// deleted or swept, so a stale client's retried complete of the first
-// life must not be taken for the second life's: only the attempt_id the
-// claim returned makes a retry "repeated".
+// TestServeRepeatedNextLife: a record deleted or swept and claimed again
+// starts a new life at a higher fence (fences never repeat for a key), so
+// a stale client's retried complete of the first life, even with the same
+// result, is not taken for the second life's: it is 409 lease-lost, and
+// the second life's record is untouched. Only the fence and attempt_id
+// the claim returned make a retry "repeated".
 func TestServeRepeatedNextLife(t *testing.T) {
 	for _, b := range serveBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			s, advance := b.open(t)
 			c, _ := newServeTest(t, s, "", false)
+			ctx := context.Background()
 			a := c.post("/v1/claim", obj{"key": "life:1"}).expect(t, 200, "acquired")
-			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": a.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed")
-			if err := s.Delete(context.Background(), "life:1"); err != nil { // as a sweep after its retention
+			fa, ida := a.num("fence"), a.str("attempt_id")
+			c.post("/v1/complete", obj{"key": "life:1", "fence": fa, "attempt_id": ida, "result": b64("r")}).expect(t, 200, "completed")
+			if err := s.Delete(ctx, "life:1"); err != nil { // as a sweep after its retention
 				t.Fatal(err)
 			}
 			advance(time.Millisecond)
 			b2 := c.post("/v1/claim", obj{"key": "life:1"}).expect(t, 200, "acquired")
-			if b2.num("fence") != 1 || b2.str("attempt_id") == a.str("attempt_id") {
-				t.Fatalf("second life: %s, first %s", b2, a)
+			fb, idb := b2.num("fence"), b2.str("attempt_id")
+			if fb <= fa || b2.num("attempt") != 1 || idb == ida {
+				t.Fatalf("second life: %s, first %s; want a higher fence and another attempt_id", b2, a)
 			}
-			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": b2.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed")
-			// The first life's client retries its complete: not repeated.
-			ll := c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": a.str("attempt_id"), "result": b64("r")}).expect(t, 409, "lease-lost")
-			if ll.str("record_status") != "completed" {
-				t.Fatalf("lease-lost: %s", ll)
+			c.post("/v1/complete", obj{"key": "life:1", "fence": fb, "attempt_id": idb, "result": b64("r")}).expect(t, 200, "completed")
+			second, err := s.Get(ctx, "life:1")
+			if err != nil {
+				t.Fatal(err)
 			}
-			c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "result": b64("r")}).expect(t, 409, "lease-lost")
-			if rep := c.post("/v1/complete", obj{"key": "life:1", "fence": 1, "attempt_id": b2.str("attempt_id"), "result": b64("r")}).expect(t, 200, "completed"); rep.body["repeated"] != true {
+			// The first life's client retries its complete: not repeated,
+			// nor with the first life's id at the second life's fence, nor
+			// the second life's id at the first life's fence.
+			for _, late := range []obj{
+				{"fence": fa, "attempt_id": ida},
+				{"fence": fb, "attempt_id": ida},
+				{"fence": fa, "attempt_id": idb},
+			} {
+				late["key"], late["result"] = "life:1", b64("r")
+				ll := c.post("/v1/complete", late).expect(t, 409, "lease-lost")
+				if ll.str("record_status") != "completed" || ll.num("record_fence") != fb || ll.body["repeated"] != nil {
+					t.Fatalf("late complete %v: %s", late, ll)
+				}
+			}
+			if rec, err := s.Get(ctx, "life:1"); err != nil || rec.Fence != fb || rec.AttemptID != idb || rec.Attempt != 1 || len(rec.Journal) != len(second.Journal) {
+				t.Fatalf("the first life's late completes changed the second life: %+v %v, was %+v", rec, err, second)
+			}
+			if rep := c.post("/v1/complete", obj{"key": "life:1", "fence": fb, "attempt_id": idb, "result": b64("r")}).expect(t, 200, "completed"); rep.body["repeated"] != true {
 				t.Fatalf("retry of the second life: %s", rep)
 			}
-			// A takeover keeps the life: its attempt_id differs by fence.
-			c.post("/v1/claim", obj{"key": "life:2", "lease": "1s"}).expect(t, 200, "acquired")
+			// A takeover keeps the life: its fence is the next, its
+			// attempt_id another; the lapsed attempt's release is refused.
+			l2 := c.post("/v1/claim", obj{"key": "life:2", "lease": "1s"}).expect(t, 200, "acquired")
 			advance(1500 * time.Millisecond)
 			tk := c.post("/v1/claim", obj{"key": "life:2"}).expect(t, 200, "takeover")
-			c.post("/v1/release", obj{"key": "life:2", "fence": 2, "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released")
-			if rep := c.post("/v1/release", obj{"key": "life:2", "fence": 2, "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released"); rep.body["repeated"] != true {
+			if tk.num("fence") != l2.num("fence")+1 || tk.str("attempt_id") == l2.str("attempt_id") {
+				t.Fatalf("takeover: %s, first claim %s", tk, l2)
+			}
+			c.post("/v1/release", obj{"key": "life:2", "fence": l2.num("fence"), "attempt_id": l2.str("attempt_id")}).expect(t, 409, "lease-lost")
+			c.post("/v1/release", obj{"key": "life:2", "fence": tk.num("fence"), "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released")
+			if rep := c.post("/v1/release", obj{"key": "life:2", "fence": tk.num("fence"), "attempt_id": tk.str("attempt_id")}).expect(t, 200, "released"); rep.body["repeated"] != true {
 				t.Fatalf("retried release after a takeover: %s", rep)
 			}
 		})
@@ -984,9 +1027,10 @@ func TestServeHealthReads(t *testing.T) {
 }
 
 // TestServeLateWriterNextLife: a late writer of a record's earlier life
-// (deleted or swept, then claimed anew at fence 1 again) that sends its
-// attempt_id is refused 409 lease-lost by complete, release, fail, abandon
-// and extend: it does not end or touch the new life's attempt.
+// (deleted or swept, then claimed anew, at a higher fence: fences never
+// repeat for a key) that sends its fence and attempt_id is refused 409
+// lease-lost by complete, release, fail, abandon and extend: it does not
+// end or touch the new life's attempt.
 func TestServeLateWriterNextLife(t *testing.T) {
 	for _, b := range serveBackends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -994,7 +1038,8 @@ func TestServeLateWriterNextLife(t *testing.T) {
 			s, advance := b.open(t)
 			c, _ := newServeTest(t, s, "", false)
 			ctx := context.Background()
-			old := c.post("/v1/claim", obj{"key": "late:1", "policy": "at_most_once"}).expect(t, 200, "acquired").str("attempt_id")
+			first := c.post("/v1/claim", obj{"key": "late:1", "policy": "at_most_once"}).expect(t, 200, "acquired")
+			oldFence, old := first.num("fence"), first.str("attempt_id")
 			if err := s.Delete(ctx, "late:1"); err != nil { // as a sweep
 				t.Fatal(err)
 			}
@@ -1008,8 +1053,8 @@ func TestServeLateWriterNextLife(t *testing.T) {
 				{"/v1/abandon", obj{"reason": "late"}},
 				{"/v1/extend", obj{"lease": "1m"}},
 			}
-			send := func(path string, body obj, id string) answer {
-				m := obj{"key": "late:1", "fence": 1, "attempt_id": id}
+			send := func(path string, body obj, fence int64, id string) answer {
+				m := obj{"key": "late:1", "fence": fence, "attempt_id": id}
 				for k, v := range body {
 					m[k] = v
 				}
@@ -1017,33 +1062,35 @@ func TestServeLateWriterNextLife(t *testing.T) {
 			}
 			// No record at all: refused, no record_status.
 			for _, call := range calls {
-				if ll := send(call.path, call.body, old).expect(t, 409, "lease-lost"); ll.body["record_status"] != nil {
+				if ll := send(call.path, call.body, oldFence, old).expect(t, 409, "lease-lost"); ll.body["record_status"] != nil {
 					t.Fatalf("%s: %s", call.path, ll)
 				}
 			}
 			advance(time.Millisecond)
 			cur := c.post("/v1/claim", obj{"key": "late:1", "policy": "at_most_once"}).expect(t, 200, "acquired")
-			if cur.num("fence") != 1 {
-				t.Fatalf("second life: %s", cur)
+			curFence := cur.num("fence")
+			if curFence <= oldFence || cur.str("attempt_id") == old {
+				t.Fatalf("second life: %s, first %s; want a higher fence and another attempt_id", cur, first)
 			}
 			before, err := s.Get(ctx, "late:1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, call := range calls {
-				ll := send(call.path, call.body, old).expect(t, 409, "lease-lost")
-				if ll.str("record_status") != "in_progress" || ll.num("record_fence") != 1 {
+				ll := send(call.path, call.body, oldFence, old).expect(t, 409, "lease-lost")
+				if ll.str("record_status") != "in_progress" || ll.num("record_fence") != curFence {
 					t.Fatalf("%s: %s", call.path, ll)
 				}
 				rec, err := s.Get(ctx, "late:1")
-				if err != nil || rec.Status != idem.StatusInProgress || !rec.LeaseUntil.Equal(before.LeaseUntil) || rec.Reason != "" {
+				if err != nil || rec.Status != idem.StatusInProgress || rec.Fence != curFence || rec.AttemptID != cur.str("attempt_id") ||
+					!rec.LeaseUntil.Equal(before.LeaseUntil) || rec.Reason != "" {
 					t.Fatalf("a late %s of the first life wrote to the second: %+v %v", call.path, rec, err)
 				}
 			}
 			// The second life's own calls go through.
-			send("/v1/extend", obj{"lease": "1m"}, cur.str("attempt_id")).expect(t, 200, "extended")
-			send("/v1/complete", obj{"result": b64("ok")}, cur.str("attempt_id")).expect(t, 200, "completed")
-			if rep := send("/v1/complete", obj{"result": b64("ok")}, cur.str("attempt_id")).expect(t, 200, "completed"); rep.body["repeated"] != true {
+			send("/v1/extend", obj{"lease": "1m"}, curFence, cur.str("attempt_id")).expect(t, 200, "extended")
+			send("/v1/complete", obj{"result": b64("ok")}, curFence, cur.str("attempt_id")).expect(t, 200, "completed")
+			if rep := send("/v1/complete", obj{"result": b64("ok")}, curFence, cur.str("attempt_id")).expect(t, 200, "completed"); rep.body["repeated"] != true {
 				t.Fatalf("retried complete: %s", rep)
 			}
 		})
@@ -1067,7 +1114,7 @@ func TestServeExtendWithinRetention(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, lease := range []string{"61m", "3h", "3650d"} {
-				p := c.post("/v1/extend", obj{"key": "ext:1", "fence": 1, "attempt_id": a.str("attempt_id"), "lease": lease}).expect(t, 400, "invalid-duration")
+				p := c.post("/v1/extend", obj{"key": "ext:1", "fence": a.num("fence"), "attempt_id": a.str("attempt_id"), "lease": lease}).expect(t, 400, "invalid-duration")
 				if !strings.Contains(p.str("detail"), "retention") {
 					t.Errorf("detail: %s", p)
 				}
@@ -1075,20 +1122,22 @@ func TestServeExtendWithinRetention(t *testing.T) {
 					t.Fatalf("a refused extend of %s wrote: %+v %v", lease, rec, err)
 				}
 			}
-			c.post("/v1/extend", obj{"key": "ext:1", "fence": 1, "lease": "59m"}).expect(t, 200, "extended")
+			c.post("/v1/extend", obj{"key": "ext:1", "fence": a.num("fence"), "attempt_id": a.str("attempt_id"), "lease": "59m"}).expect(t, 200, "extended")
 			rec, err := s.Get(ctx, "ext:1")
 			if err != nil || rec.ExpiresAt.Sub(rec.LeaseUntil) < time.Hour {
 				t.Fatalf("after extend: lease until %v, expires %v (%v)", rec.LeaseUntil, rec.ExpiresAt, err)
 			}
-			// Another attempt's fence is left to the store: lease-lost.
-			c.post("/v1/extend", obj{"key": "ext:1", "fence": 2, "lease": "3h"}).expect(t, 409, "lease-lost")
+			// Another attempt's fence or attempt_id is left to the store:
+			// lease-lost.
+			c.post("/v1/extend", obj{"key": "ext:1", "fence": a.num("fence") + 1, "attempt_id": a.str("attempt_id"), "lease": "3h"}).expect(t, 409, "lease-lost")
+			c.post("/v1/extend", obj{"key": "ext:1", "fence": a.num("fence"), "attempt_id": store.NewAttemptID(), "lease": "3h"}).expect(t, 409, "lease-lost")
 
 			// A retention at its floor (the lease plus 1h) leaves no room to
 			// extend: the answer says so, and never suggests a shorter
 			// lease, which would only move the lease's end earlier.
 			b := c.post("/v1/claim", obj{"key": "ext:2", "lease": "30s", "retention": "1h30s"}).expect(t, 200, "acquired")
 			advance(time.Second) // a heartbeat comes after the claim
-			p := c.post("/v1/extend", obj{"key": "ext:2", "fence": 1, "attempt_id": b.str("attempt_id"), "lease": "30s"}).expect(t, 400, "invalid-duration")
+			p := c.post("/v1/extend", obj{"key": "ext:2", "fence": b.num("fence"), "attempt_id": b.str("attempt_id"), "lease": "30s"}).expect(t, 400, "invalid-duration")
 			if d := p.str("detail"); !strings.Contains(d, "no room to extend") || strings.Contains(d, "at most") {
 				t.Errorf("extend at the retention floor: %s", p)
 			}
