@@ -59,7 +59,7 @@
 //	                     POST /v1/claim, /v1/complete, /v1/release, /v1/fail,
 //	                     /v1/abandon, /v1/extend; GET /v1/records/KEY,
 //	                     /healthz. Claims are decided as the Go Ledger decides
-//	                     them (idem.ClaimAnswer). --listen ADDR (default
+//	                     them (store.ClaimResult.Answer). --listen ADDR (default
 //	                     127.0.0.1:7070; loopback only without --token-file),
 //	                     --token-file PATH (Authorization: Bearer), --max-body
 //	                     BYTES (default 1 MiB), --hash-keys. It opens the store

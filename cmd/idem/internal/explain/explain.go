@@ -600,7 +600,7 @@ func current(rec *idem.Record, s State, now time.Time) string {
 	case StateLapsed:
 		if rec.Fingerprint != "" {
 			// The stores take a lapsed attempt over only for the same
-			// request; a different one gets a mismatch (idem.ClaimAnswer).
+			// request; a different one gets a mismatch (store.ClaimResult.Answer).
 			return fmt.Sprintf("Lapsed since %s: only a delivery of the same request (same fingerprint, or none) takes over as attempt %d and runs again (at_least_once); a different request gets a mismatch, and the key stays as it is until the same request comes, its retention ends at %s, or an operator runs `idem resolve %s`.", stamp(rec.LeaseUntil), rec.Attempt+1, stamp(rec.ExpiresAt), rec.Key)
 		}
 		return fmt.Sprintf("Lapsed since %s: the next delivery takes over as attempt %d and runs again (at_least_once).", stamp(rec.LeaseUntil), rec.Attempt+1)
