@@ -24,11 +24,33 @@
 // policy is [AtLeastOnce] (or the claim sets [ClaimRequest.TakeLapsed]);
 // under [AtMostOnce] it stays until someone resolves it.
 //
+// # Attempts and fences
+//
+// Every claim carries an attempt id ([ClaimRequest.AttemptID], made with
+// [NewAttemptID]: unguessable, unique across processes and record lives)
+// and gets a fence. Every write that ends or extends the attempt
+// ([Store.Finish], [Store.Extend], [Store.Resolve] with conditions) names
+// both, and a store checks them in the same atomic step that writes: an
+// attempt that no longer holds the key gets [ErrLeaseLost], whatever
+// happened meanwhile (a takeover, a delete and a new claim, its own earlier
+// finish, an operator's decision). The journal keeps each attempt's id, so
+// a caller whose write's answer was lost can read the key and see whether
+// the write landed ([Record.EntryOf]).
+//
+// A key's fences never repeat, across deletes, sweeps and expiry, so a
+// downstream system that keeps the highest fence it saw refuses every
+// stale writer. A new record's first fence is [FirstFence] of the store's
+// clock (microseconds since 1970) and a floor the store may keep; every
+// later claim or resolution adds one. Each store says in its package doc
+// which clock it reads and what, if anything, it keeps as a floor: memstore
+// keeps one per shard, sqlitestore an exact floor in a table, pgstore and
+// redisstore read the server's clock, dynamostore the client's.
+//
 // This package imports only the standard library.
 package store
 
 import "time"
 
-// DefaultRetention is the retention of a [Resolution] that names none, and
+// DefaultRetention is the retention of a [ResolveRequest] that names none, and
 // the idem Ledger's default retention.
 const DefaultRetention = 7 * 24 * time.Hour

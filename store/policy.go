@@ -16,7 +16,7 @@ const (
 	AtLeastOnce Policy = iota
 	// AtMostOnce never runs a lapsed attempt again by itself: a claim finds
 	// it (the Ledger answers "indeterminate") until a claim with
-	// [ClaimRequest.TakeLapsed] (a Reconcile hook) or a [Resolution]
+	// [ClaimRequest.TakeLapsed] (a Reconcile hook) or a [ResolveRequest]
 	// decides. The Ledger leaves the key so when fn fails, unless fn says
 	// nothing happened.
 	AtMostOnce
