@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
