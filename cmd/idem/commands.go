@@ -32,7 +32,7 @@ type command struct {
 // function, not a variable, because the commands' run functions refer back
 // to this list (help).
 func allCommands() []*command {
-	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd}
+	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd, versionCmd}
 }
 
 func lookup(name string) *command {

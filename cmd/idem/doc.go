@@ -21,7 +21,7 @@
 //	                             keys under prefix P in a Redis database (store/redisstore)
 //	mem:                         an empty in-memory store (store/memstore), for trying things
 //
-// Commands that read or repair records (all but serve and demo) never create a store that does not
+// Commands that read or repair records (all but serve, demo and version) never create a store that does not
 // exist, nor migrate one: a missing SQLite file, a SQLite file without
 // idem's tables or at an older schema version, or a missing PostgreSQL
 // table, is an error (exit 1). Every command has --help.
@@ -72,6 +72,10 @@
 //	                     SQLite store (or on --store, creating a PostgreSQL
 //	                     table if missing); then explain, ls --stuck and
 //	                     resolve.
+//	version              the module version and the VCS revision this binary
+//	                     was built from: "idem v0.3.1 (go1.26.0)", or
+//	                     "idem (devel) (go1.26.0, rev abc1234, modified)"
+//	                     from a checkout; --json. Never opens the store.
 //	help [COMMAND]       help.
 //
 // Exit codes:

@@ -284,6 +284,7 @@ func TestHelp(t *testing.T) {
 		"sweep":   {"--batch N", "(default 1000)"},
 		"explain": {"--json"},
 		"demo":    {"--orders N", "--seed N", "--lease D", "--keep"},
+		"version": {"--json"},
 		"serve":   {"--listen ADDR", "(default 127.0.0.1:7070)", "--token-file PATH", "--max-body BYTES", "(default 1048576)", "--hash-keys"},
 	} {
 		idemRun(ctx, "help", cmd).expect(t, 0, flags...)
