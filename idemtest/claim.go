@@ -12,7 +12,8 @@ import (
 )
 
 // testClaim holds the Store contract of a claim and of the writes that end
-// an attempt (DESIGN.md §2 and §3), called directly on the store.
+// an attempt, called directly on the store: the record's life and the claim
+// outcomes of docs/design.md.
 func testClaim(t *testing.T, h Harness) {
 	t.Run("get_absent", func(t *testing.T) {
 		t.Parallel()

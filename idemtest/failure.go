@@ -10,8 +10,8 @@ import (
 )
 
 // testFailure holds what an error or a panic from fn means under each
-// policy (DESIGN.md §4): released for a retry, left indeterminate, released
-// by NotDone, failed for good by Permanent.
+// policy (see "Policies" in docs/design.md): released for a retry, left
+// indeterminate, released by NotDone, failed for good by Permanent.
 func testFailure(t *testing.T, h Harness) {
 	t.Run("error/at_least_once_releases", func(t *testing.T) {
 		t.Parallel()

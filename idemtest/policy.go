@@ -24,8 +24,8 @@ func crashed(t *testing.T, h Harness, s store.Store, key string, p idem.Policy) 
 }
 
 // testPolicy holds what a lapsed attempt means under each policy through
-// idem.Ledger (DESIGN.md §4): takeover, indeterminate, operator resolution
-// and the Reconcile hook.
+// idem.Ledger (see "Policies" in docs/design.md): takeover, indeterminate,
+// operator resolution and the Reconcile hook.
 func testPolicy(t *testing.T, h Harness) {
 	t.Run("at_least_once/takeover", func(t *testing.T) {
 		t.Parallel()

@@ -15,29 +15,31 @@ import (
 )
 
 // testPowertools ports the test scenarios of AWS Lambda Powertools'
-// idempotency utility, the anchor idem is measured against
-// (shared/reference/powertools.md §4), each subtest named after the
-// scenario. Several are held in more detail by the suite's other files;
-// they are repeated here in the anchor's terms.
+// idempotency utility, the anchor idem is measured against (the tests under
+// tests/functional/idempotency and tests/e2e/idempotency in
+// github.com/aws-powertools/powertools-lambda-python, and
+// packages/idempotency/tests in its TypeScript port), each subtest named
+// after the scenario. Several are held in more detail by the suite's other
+// files; they are repeated here in the anchor's terms.
 //
 // Not ported, because idem has no such feature by design:
-//   - expires_in_progress_unavailable_remaining_time (9): about a missing
+//   - expires_in_progress_unavailable_remaining_time: about a missing
 //     Lambda context; idem's lease is always explicit (WithLease).
-//   - default_no_raise_on_missing_idempotency_key (18): idem has no
+//   - default_no_raise_on_missing_idempotency_key: idem has no
 //     keyless, non-idempotent mode; a missing business id is always
 //     ErrInvalidKey (ported as raise_on_no_idempotency_key).
-//   - idempotent_data_sorting (21): a fingerprint hashes the bytes the
+//   - idempotent_data_sorting: a fingerprint hashes the bytes the
 //     caller names; canonical JSON, if wanted, is the caller's encoding.
-//   - jmespath_with_powertools_json, custom_jmespath_function (23): there is
+//   - jmespath_with_powertools_json, custom_jmespath_function: there is
 //     no JMESPath; keys are built in Go from business identifiers.
-//   - idempotency_disabled_envvar (24): there is no environment kill switch
+//   - idempotency_disabled_envvar: there is no environment kill switch
 //     that silently turns deduplication off.
-//   - compound_* (25): DynamoDB partition/sort key layout, a driver detail.
-//   - Redis orphan_record_lock (28, second half): no separate lock key; the
-//     claim itself is the lock.
-//   - TS durable-function replay and MAX_RETRIES (35): no durable functions,
+//   - compound_*: DynamoDB partition/sort key layout, a driver detail.
+//   - Redis orphan_record_lock, the half about a separate lock key: there
+//     is none; the claim itself is the lock.
+//   - TS durable-function replay and MAX_RETRIES: no durable functions,
 //     and no retry loop: one claim round trip always answers.
-//   - TS reconfiguration warning (36, first half): options belong to a
+//   - TS reconfiguration warning: options belong to a
 //     Ledger or a call; a store keeps no configuration to mismatch.
 func testPowertools(t *testing.T, h Harness) {
 	run := func(name string, f func(t *testing.T)) {

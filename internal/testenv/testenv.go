@@ -1,7 +1,8 @@
-// Package testenv names the real services that idem's tests use
-// (DESIGN.md §8) and skips a test, saying which variable enables it, when
-// that service is not configured. .ci/run sets every variable and fails on
-// a skip that names one, so CI skips nothing.
+// Package testenv names the real services that idem's tests use (see
+// "Tests and real services" in docs/design.md) and skips a test, saying
+// which variable enables it, when that service is not configured. .ci/run
+// sets every variable and fails on a skip that names one, so CI skips
+// nothing.
 package testenv
 
 import (
