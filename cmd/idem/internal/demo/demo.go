@@ -1,5 +1,5 @@
 // Package demo runs the receipts worker of "Preventing Duplicate Sends"
-// (seed 000) on idem's own parts: receipt jobs published to a queue
+// on idem's own parts: receipt jobs published to a queue
 // (sqlqueue in the store's own SQLite file when the store is sqlitestore,
 // memqueue otherwise), two queue.Consumer workers that key each job
 // idem.Key("receipt", orderID, userID) and send the email through a
@@ -128,16 +128,20 @@ type Summary struct {
 	Keys []string
 	// Queue names the broker.
 	Queue string
-	// Published is how many messages were published: the jobs, Reenqueued
-	// copies of jobs the upstream enqueued again under a new message id,
-	// and the crashed jobs' re-enqueues.
-	Published, Reenqueued int
+	// Published is how many messages were published: Orders jobs,
+	// Reenqueued copies of jobs the upstream enqueued again under a new
+	// message id, and CrashReenqueued: the crashed jobs, enqueued again
+	// by the upstream that saw no confirmation.
+	Published, Reenqueued, CrashReenqueued int
 	// Deliveries is how many deliveries were handled: by the consumers
 	// (one log line each) and by the two workers that died.
 	Deliveries int
 	// Redelivered: deliveries of a message received before (the broker
 	// handing it out again after a visibility timeout or a retry).
 	Redelivered int
+	// Executed: deliveries whose handler sent the email for the first
+	// time on its key and recorded it (outcome "executed").
+	Executed int
 	// BusyRetries: deliveries that found another attempt holding the key
 	// and were put back with its Retry-After; Retries the others put back
 	// (the AtMostOnce key refused as indeterminate).
@@ -155,8 +159,12 @@ type Summary struct {
 	Takeovers    int
 	TakeoverKeys []string
 	// Indeterminate: deliveries refused because an AtMostOnce attempt had
-	// lapsed (ErrIndeterminate), retried and then dead-lettered.
-	Indeterminate int
+	// lapsed (ErrIndeterminate), retried and then dead-lettered;
+	// IndeterminateDeadLettered the dead-lettered ones among them.
+	Indeterminate, IndeterminateDeadLettered int
+	// Other counts the consumers' deliveries of any other outcome (none in
+	// a correct run), by outcome ("dead-lettered (cause)" for a dead letter).
+	Other map[string]int
 	// DeadLettered: the keys of the dead-lettered messages.
 	DeadLettered []string
 	// Crashes describes each injected crash, in order.
@@ -221,7 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer closeQueue()
 
-	sum := &Summary{Orders: cfg.Orders, Queue: name, Sends: map[string]int{}, Outbox: map[string][]Mail{}}
+	sum := &Summary{Orders: cfg.Orders, Queue: name, Sends: map[string]int{}, Outbox: map[string][]Mail{}, Other: map[string]int{}}
 	var jobs []job
 	for i := range cfg.Orders {
 		o := order{ID: base + i, User: users[i]}
@@ -473,7 +481,7 @@ func (w *world) crashes(ctx context.Context, jobs ...job) error {
 			return fmt.Errorf("demo: the crash on %s did not happen: %v", key, err)
 		}
 		w.note(func(s *Summary) {
-			s.Crashes = append(s.Crashes, fmt.Sprintf("%s received message %s (%s, %s), sent %s, then its process died before recording it",
+			s.Crashes = append(s.Crashes, fmt.Sprintf("%s took message %s (%s, %s), sent email %s, then died before recording it",
 				name, m.ID, key, m.Attributes[attrPolicy], providerID))
 		})
 		// The message is neither acked nor extended: the broker hands it
@@ -484,7 +492,7 @@ func (w *world) crashes(ctx context.Context, jobs ...job) error {
 		if err := w.publish(ctx, j, w.cfg.Lease*2/5); err != nil {
 			return err
 		}
-		w.note(func(s *Summary) { s.AfterCrash += 2 })
+		w.note(func(s *Summary) { s.AfterCrash += 2; s.CrashReenqueued++ })
 	}
 	return nil
 }
@@ -700,12 +708,17 @@ func (t *tally) summarize(sum *Summary) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sum.Lines = slices.Clone(t.lines)
+	if sum.Other == nil {
+		sum.Other = map[string]int{}
+	}
 	sum.Errors = append(sum.Errors, t.errs...)
 	for _, ln := range t.lines {
 		if ln.ReceiveCount > 1 {
 			sum.Redelivered++
 		}
 		switch ln.Outcome {
+		case "executed":
+			sum.Executed++
 		case "replayed":
 			sum.Replayed++
 		case "takeover":
@@ -718,11 +731,17 @@ func (t *tally) summarize(sum *Summary) {
 			sum.Retries++
 		case "retried", "handed-back", "held-back":
 			sum.Retries++
+			sum.Other[ln.Outcome]++
 		case "dead-lettered":
 			sum.DeadLettered = append(sum.DeadLettered, ln.Key)
 			if ln.Cause == "indeterminate" {
 				sum.Indeterminate++ // its last receive, refused and dead-lettered
+				sum.IndeterminateDeadLettered++
+			} else {
+				sum.Other["dead-lettered ("+ln.Cause+")"]++
 			}
+		default:
+			sum.Other[ln.Outcome]++
 		}
 	}
 	slices.Sort(sum.TakeoverKeys)
@@ -771,6 +790,29 @@ func (s *Summary) Check() error {
 	if want := s.Published + s.BusyRetries + s.Retries; len(s.Lines) != want {
 		errs = append(errs, fmt.Errorf("%d deliveries handled by the consumers, want %d messages + %d busy retries + %d other retries",
 			len(s.Lines), s.Published, s.BusyRetries, s.Retries))
+	}
+	// The counts the demo prints add up.
+	if want := s.Orders + s.Reenqueued + s.CrashReenqueued; s.Published != want {
+		errs = append(errs, fmt.Errorf("%d messages published, want %d jobs + %d enqueued again + %d enqueued again after a crash",
+			s.Published, s.Orders, s.Reenqueued, s.CrashReenqueued))
+	}
+	if want := len(s.Crashes) + s.BusyRetries + s.Retries; s.Redelivered != want {
+		errs = append(errs, fmt.Errorf("%d deliveries of a message received before, want %d crashed + %d busy retries + %d other retries",
+			s.Redelivered, len(s.Crashes), s.BusyRetries, s.Retries))
+	}
+	if want := s.Published + s.Redelivered; s.Deliveries != want {
+		errs = append(errs, fmt.Errorf("%d deliveries, want %d messages + %d delivered again", s.Deliveries, s.Published, s.Redelivered))
+	}
+	other := 0
+	for _, n := range s.Other {
+		other += n
+	}
+	if want := len(s.Crashes) + s.Executed + s.Takeovers + s.Replayed + s.BusyRetries + s.Indeterminate + other; s.Deliveries != want {
+		errs = append(errs, fmt.Errorf("%d deliveries, want %d to the crashed workers + %d sent + %d sent again + %d skipped + %d busy + %d refused + %d other",
+			s.Deliveries, len(s.Crashes), s.Executed, s.Takeovers, s.Replayed, s.BusyRetries, s.Indeterminate, other))
+	}
+	if want := len(s.Crashes) + s.Executed + s.Takeovers; s.Sent != want {
+		errs = append(errs, fmt.Errorf("%d emails sent, want %d by the crashed workers + %d sent + %d sent again", s.Sent, len(s.Crashes), s.Executed, s.Takeovers))
 	}
 	return errors.Join(errs...)
 }

@@ -37,6 +37,10 @@ func TestRun(t *testing.T) {
 		if sum.Published != 20+sum.Reenqueued+2 || sum.AfterCrash != 4 {
 			t.Errorf("seed %d: %d messages published (20 jobs + %d re-enqueued + 2 after the crashes), %d after crash", seed, sum.Published, sum.Reenqueued, sum.AfterCrash)
 		}
+		if sum.CrashReenqueued != 2 || sum.Executed != 18 || sum.IndeterminateDeadLettered != 2 || len(sum.Other) != 0 {
+			t.Errorf("seed %d: %d enqueued again after the crashes, %d sent, %d refused and dead-lettered, other outcomes %v",
+				seed, sum.CrashReenqueued, sum.Executed, sum.IndeterminateDeadLettered, sum.Other)
+		}
 		if sum.Redelivered < 2 {
 			t.Errorf("seed %d: %d redeliveries, want at least the 2 crashed messages handed out again", seed, sum.Redelivered)
 		}
@@ -175,5 +179,22 @@ func TestRunOnSQLiteQueuesInTheStoresFile(t *testing.T) {
 	}
 	if st.Ready+st.InFlight+st.Delayed != 0 {
 		t.Errorf("the queue still holds messages after the run: %+v", st)
+	}
+}
+
+// Check fails a run whose printed counts do not add up.
+func TestCheckCatchesCountsThatDoNotAddUp(t *testing.T) {
+	s := &Summary{Orders: 2, Keys: []string{"a", "b"}, Sends: map[string]int{"a": 1, "b": 2}, Sent: 3,
+		CrashedAtLeastOnce: "b", TakeoverKeys: []string{"b"}, Takeovers: 1, Indeterminate: 1, Crashes: []string{"x", "y"},
+		Published: 6, Reenqueued: 1, CrashReenqueued: 2, Executed: 1, Deliveries: 6, Redelivered: 2}
+	err := s.Check()
+	for _, want := range []string{
+		"6 messages published, want 2 jobs + 1 enqueued again + 2 enqueued again after a crash",
+		"6 deliveries, want 6 messages + 2 delivered again",
+		"3 emails sent, want 2 by the crashed workers + 1 sent + 1 sent again",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check = %v, want %q", err, want)
+		}
 	}
 }
