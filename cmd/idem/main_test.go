@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -283,7 +285,7 @@ func TestHelp(t *testing.T) {
 		"delete":  {"--force"},
 		"sweep":   {"--batch N", "(default 1000)"},
 		"explain": {"--json"},
-		"demo":    {"--orders N", "--seed N", "--lease D", "--keep"},
+		"demo":    {"--orders N", "--seed N", "--lease D", "idem-demo.db"},
 		"version": {"--json"},
 		"serve":   {"--listen ADDR", "(default 127.0.0.1:7070)", "--token-file PATH", "--max-body BYTES", "(default 1048576)", "--hash-keys"},
 	} {
@@ -845,60 +847,106 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes about a second")
 	}
-	check := func(t *testing.T, r result) {
+	// check checks one run's output and returns the key that was sent
+	// twice and the key left indeterminate.
+	check := func(t *testing.T, r result) (alo, amo string) {
 		t.Helper()
-		r.expect(t, 0, "idem demo: the receipts worker of seed 000",
-			"20 receipt jobs", "emails sent             21  for 20 orders",
-			"crashed under at_least_once", "crashed under at_most_once",
+		r.expect(t, 0, "idem demo: order receipts sent through a queue",
+			"20 orders, one receipt email each", "21 emails sent for 20 orders = 2 by the crashed workers + 18 sent + 1 sent again: one per order, except 2 for receipt:",
+			"at_least_once), sent email ses-", "at_most_once), sent email ses-",
 			"Verdict: Send succeeded, recording failed or crashed: attempt 1 lapsed without recording an outcome and attempt 2 took over",
-			"$ idem ls --stuck", "indeterminate", "as done (was indeterminate",
-			"skipped, already done")
+			"is left for you", "stays indeterminate until a person decides")
+		if strings.Contains(r.stdout, "seed") {
+			t.Errorf("the demo mentions a seed:\n%s", r.stdout)
+		}
 		if n := strings.Count(r.stdout, "\n"); n > 60 {
 			t.Errorf("the demo prints %d lines, want at most 60", n)
 		}
-		alo := regexp.MustCompile(`takeovers\s+1\s+receipt:(\d+:\d+)\n`).FindStringSubmatch(r.stdout)
-		amo := regexp.MustCompile(`indeterminate\s+\d+\s+deliveries of receipt:(\d+:\d+) refused`).FindStringSubmatch(r.stdout)
-		if alo == nil || amo == nil {
-			t.Fatalf("no takeover or no indeterminate key:\n%s", r.stdout)
+		m := regexp.MustCompile(`email sent again: (receipt:\d+:\d+),`).FindStringSubmatch(r.stdout)
+		m2 := regexp.MustCompile(`refused: (receipt:\d+:\d+) may have been sent`).FindStringSubmatch(r.stdout)
+		if m == nil || m2 == nil {
+			t.Fatalf("no key sent again or no key refused:\n%s", r.stdout)
 		}
-		for _, s := range []string{"$ idem explain receipt:" + alo[1], "$ idem resolve receipt:" + amo[1] + " --done"} {
-			if !strings.Contains(r.stdout, s) {
-				t.Errorf("stdout lacks %q", s)
+		alo, amo = m[1], m2[1]
+		if !strings.Contains(r.stdout, "except 2 for "+alo+"\n") {
+			t.Errorf("the emails line does not name %s as sent twice:\n%s", alo, r.stdout)
+		}
+		if !regexp.MustCompile(`\n\$ .* explain ` + alo + `\n` + alo + `: completed \(at_least_once\)`).MatchString(r.stdout) {
+			t.Errorf("no explain of %s:\n%s", alo, r.stdout)
+		}
+		// The counts add up: deliveries = messages + delivered again = the
+		// sum of what each became; messages = jobs + enqueued again.
+		n := func(re string) []int {
+			t.Helper()
+			m := regexp.MustCompile(re).FindStringSubmatch(r.stdout)
+			if m == nil {
+				t.Fatalf("stdout lacks %s:\n%s", re, r.stdout)
 			}
-		}
-		m := regexp.MustCompile(`sends per key \(receipt:ORDER:USER\):\n((?:  .*\n){3})`).FindStringSubmatch(r.stdout)
-		if m == nil {
-			t.Fatalf("no sends per key:\n%s", r.stdout)
-		}
-		cells := strings.Fields(m[1])
-		if len(cells) != 20 {
-			t.Fatalf("sends per key lists %d keys: %v", len(cells), cells)
-		}
-		for _, c := range cells {
-			want := c[:strings.IndexByte(c, '=')] + "=1"
-			if strings.HasPrefix(c, alo[1]+"=") {
-				want = alo[1] + "=2"
+			var ns []int
+			for _, s := range m[1:] {
+				v, _ := strconv.Atoi(s)
+				ns = append(ns, v)
 			}
-			if c != want {
-				t.Errorf("sends: %s, want %s", c, want)
-			}
+			return ns
 		}
+		msgs := n(`; (\d+) messages = (\d+) jobs \+ (\d+) duplicates the sender enqueued again \+ (\d+) jobs enqueued again after the crashes`)
+		if msgs[0] != msgs[1]+msgs[2]+msgs[3] || msgs[3] != 2 {
+			t.Errorf("messages %v do not add up", msgs)
+		}
+		del := n(`\n(\d+) deliveries in \S+ = (\d+) messages \+ (\d+) delivered again \((\d+) not acknowledged by a crashed worker, (\d+) put back to try again\)`)
+		if del[1] != msgs[0] || del[0] != del[1]+del[2] || del[2] != del[3]+del[4] {
+			t.Errorf("deliveries %v do not add up", del)
+		}
+		rows := regexp.MustCompile(`(?m)^ +(\d+)  `).FindAllStringSubmatch(r.stdout, -1)
+		sum := 0
+		for _, row := range rows {
+			v, _ := strconv.Atoi(row[1])
+			sum += v
+		}
+		if len(rows) != 6 || sum != del[0] {
+			t.Errorf("%d outcome rows summing to %d, want 6 rows summing to the %d deliveries", len(rows), sum, del[0])
+		}
+		busy, refused := n(`(?m)^ +(\d+)  key busy`), n(`(?m)^ +(\d+)  refused: .*\n +put back (\d+) times, then its (\d+) messages set aside`)
+		if busy[0]+refused[1] != del[4] || refused[0] != refused[1]+refused[2] {
+			t.Errorf("busy %v and refused %v do not add up to %d put back", busy, refused, del[4])
+		}
+		return alo, amo
 	}
 	t.Run("default store", func(t *testing.T) {
 		t.Setenv("IDEM_STORE", "mem:must-not-be-used")
+		t.Chdir(t.TempDir())
 		r := idemRun(context.Background(), "demo", "--lease", testDemoLease)
+		_, amo := check(t, r)
+		if !strings.Contains(r.stdout, "database: idem-demo.db in ") || strings.Contains(r.stdout, "was deleted") {
+			t.Errorf("the demo did not say where its database is, or deleted one that was not there:\n%s", r.stdout)
+		}
+		for _, s := range []string{" --store sqlite:idem-demo.db ls --stuck\n", " --store sqlite:idem-demo.db explain " + amo + "\n",
+			" --store sqlite:idem-demo.db resolve " + amo + " --done --result ses-", "it deletes idem-demo.db first"} {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("stdout lacks %q:\n%s", s, r.stdout)
+			}
+		}
+		idemRun(context.Background(), "--store", "sqlite:idem-demo.db", "ls", "--stuck").expect(t, 0, amo+"  indeterminate")
+		// A second run deletes the first one's file and says so.
+		r = idemRun(context.Background(), "demo", "--lease", testDemoLease)
 		check(t, r)
-		if !regexp.MustCompile(`seed 000 on sqlite:.*idem-demo-.*/idem.db\n`).MatchString(r.stdout) {
-			t.Errorf("the demo did not run on a temporary SQLite store:\n%s", r.stdout)
+		if !strings.Contains(r.stdout, "(the idem-demo.db an earlier run left was deleted: each run starts clean)") {
+			t.Errorf("the second run did not say it started clean:\n%s", r.stdout)
+		}
+		r = idemRun(context.Background(), "--store", "sqlite:idem-demo.db", "ls", "--limit", "0")
+		if n := strings.Count(r.stdout, "\n"); n != 21 {
+			t.Errorf("ls after two runs lists %d lines, want the second run's 20 keys:\n%s", n, r.stdout)
 		}
 	})
 	t.Run("mem", func(t *testing.T) {
-		check(t, idemRun(context.Background(), "--store", "mem:", "demo", "--lease", testDemoLease))
+		r := idemRun(context.Background(), "--store", "mem:", "demo", "--lease", testDemoLease)
+		check(t, r)
+		r.expect(t, 0, "store: mem:", "The store was in this process's memory and is gone")
 	})
-	t.Run("kept store, then looked at", func(t *testing.T) {
+	t.Run("store given, then looked at", func(t *testing.T) {
 		stores := storeurl.New()
 		url := "mem:demo-kept"
-		r := runWith(context.Background(), stores, "demo", "--keep", "--store", url, "--lease", testDemoLease)
+		r := runWith(context.Background(), stores, "demo", "--store", url, "--lease", testDemoLease)
 		check(t, r)
 		// The store holds the run's records for the other commands.
 		r2 := runWith(context.Background(), stores, "--store", url, "ls", "--limit", "0")
@@ -911,14 +959,66 @@ func TestDemo(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := postgresURL(t, newPostgresSchema(t), "demo_keys")
-		check(t, idemRun(context.Background(), "--store", url, "demo", "--lease", testDemoLease))
+		r := idemRun(context.Background(), "--store", url, "demo", "--lease", testDemoLease)
+		_, amo := check(t, r)
+		r.expect(t, 0, " --store "+quoteArgs([]string{storeurl.Redact(url)})[0]+" explain "+amo+"\n")
 		// The demo created the table; the other commands find its records.
-		r := idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
+		r = idemRun(context.Background(), "--store", url, "ls", "--limit", "0")
 		r.expect(t, 0, "receipt:1003:", "receipt:1007:")
 		if n := strings.Count(r.stdout, "\n"); n != 21 {
 			t.Errorf("ls after the demo lists %d lines:\n%s", n, r.stdout)
 		}
 	})
+}
+
+// TestDemoLeavesAForeignFileAlone: an idem-demo.db that holds no idem
+// store is not the demo's to delete.
+func TestDemoLeavesAForeignFileAlone(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, content := range []string{"notes\n", ""} {
+		if err := os.WriteFile("idem-demo.db", []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if content == "" {
+			// An SQLite database of another program.
+			db, err := sql.Open("sqlite", "idem-demo.db")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec("CREATE TABLE mine (x)"); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+		}
+		r := idemRun(context.Background(), "demo")
+		r.expectErr(t, 1, "idem demo: idem-demo.db is not the database an earlier demo left", "move it away or run the demo in another directory")
+		if _, err := os.Stat("idem-demo.db"); err != nil {
+			t.Errorf("the demo removed a file it did not make: %v", err)
+		}
+	}
+}
+
+// TestProgName: the commands the demo prints start the way the user ran it.
+func TestProgName(t *testing.T) {
+	for _, tc := range []struct{ arg0, exe, gocache, wd, module, want string }{
+		{"./idem", "/src/idem/idem", "", "/src/idem", "", "./idem"},
+		{"idem", "/usr/local/bin/idem", "", "/home/u", "", "idem"},
+		{"/opt/my tools/idem", "/opt/my tools/idem", "", "/home/u", "", "'/opt/my tools/idem'"},
+		// go run ./cmd/idem: a temporary directory, then the build cache.
+		{"/tmp/go-build123/b001/exe/idem", "/tmp/go-build123/b001/exe/idem", "", "/src/idem", "", "go run ./cmd/idem"},
+		{"/home/u/.cache/go-build/aa/aa77-d/idem", "/home/u/.cache/go-build/aa/aa77-d/idem", "", "/src/idem", "", "go run ./cmd/idem"},
+		{"/ci/cache/aa/aa77-d/idem", "/ci/cache/aa/aa77-d/idem", "/ci/cache", "/src/idem", "", "go run ./cmd/idem"},
+		{"/tmp/go-build1/b001/exe/idem", "/tmp/go-build1/b001/exe/idem", "", "/src/idem/cmd/idem", "", "go run ."},
+		{"/tmp/go-build1/b001/exe/idem", "/tmp/go-build1/b001/exe/idem", "", "/home/u", "github.com/idemkit/idem/cmd/idem@v1.2.0", "go run github.com/idemkit/idem/cmd/idem@v1.2.0"},
+		{"/tmp/go-build1/b001/exe/idem", "/tmp/go-build1/b001/exe/idem", "", "/home/u", "", "idem"},
+	} {
+		// A checkout in /src/idem.
+		exists := func(p string) bool { return p == filepath.Join("/src/idem", "cmd", "idem", "main.go") }
+		if got := progName(tc.arg0, tc.exe, tc.gocache, tc.wd, tc.module, exists); got != tc.want {
+			t.Errorf("progName(%q, %q, %q, %q) = %q, want %q", tc.arg0, tc.exe, tc.gocache, tc.wd, got, tc.want)
+		}
+	}
 }
 
 func TestSweepProgressOnATerminal(t *testing.T) {
