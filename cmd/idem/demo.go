@@ -23,7 +23,7 @@ import (
 var demoCmd = &command{
 	name:     "demo",
 	synopsis: "[--orders N] [--seed N] [--lease D] [--store URL]",
-	summary:  "send order receipts through a queue with crashing workers; leave a key to resolve",
+	summary:  "run the receipts worker through crashes; leave a key to resolve",
 	help: `
 Demo runs the receipts worker of "Preventing Duplicate Sends" on the
 embedded default: the SQLite file idem-demo.db in the working directory,

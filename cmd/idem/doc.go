@@ -68,10 +68,13 @@
 //	                     calls under way; handlers still in the store are
 //	                     waited for, 15s at most, before it is closed).
 //	demo                 the receipts worker with redeliveries, two consumers
-//	                     and a crash between send and record, on a temporary
-//	                     SQLite store (or on --store, creating a PostgreSQL
-//	                     table if missing); then explain, ls --stuck and
-//	                     resolve.
+//	                     and a crash between send and record, on
+//	                     ./idem-demo.db, which it keeps (each run deletes the
+//	                     previous one first), or on --store (creating a
+//	                     PostgreSQL table if missing); then explain of the
+//	                     key sent twice, and the ls --stuck, explain and
+//	                     resolve commands for the key it leaves
+//	                     indeterminate.
 //	version              the module version and the VCS revision this binary
 //	                     was built from: "idem v0.3.1 (go1.26.0)", or
 //	                     "idem (devel) (go1.26.0, rev abc1234, modified)"
