@@ -78,7 +78,7 @@ const (
 	goroutines      = 4                      // Do calls under way in a worker at once
 	lease           = 2 * time.Second        // short: lapsed keys are taken over during the run
 	finalPass       = 3 * time.Minute        // bound of the pass after the faults stop
-	effectWindow    = 20 * time.Millisecond  // the longest pause between an effect and fn's return
+	effectWindow    = 40 * time.Millisecond  // the longest pause between an effect and fn's return
 	claimWindow     = 3 * time.Millisecond   // the longest pause between the claim and the effect
 	faultMin        = 200 * time.Millisecond // faults every faultMin..faultMax
 	faultMax        = 400 * time.Millisecond
@@ -415,6 +415,37 @@ func (r *run) check(kills int, took time.Duration) {
 		}
 	}
 
+	ledgerLog, _ := os.ReadFile(filepath.Join(r.dir, "ledger.log"))
+	logged := map[string]int{}
+	for line := range strings.SplitSeq(string(ledgerLog), "\n") {
+		if _, rest, ok := strings.Cut(line, " outcome="); ok {
+			outcome, _, _ := strings.Cut(rest, " ")
+			logged[outcome]++
+			if _, rest, ok := strings.Cut(rest, " op="); ok && outcome == "store-error" {
+				op, _, _ := strings.Cut(rest, " ")
+				logged[outcome+":"+op]++
+			}
+		}
+	}
+	// story returns the ledger's log lines about key k, for a failure.
+	story := func(k string) string {
+		var b strings.Builder
+		for line := range strings.SplitSeq(string(ledgerLog), "\n") {
+			if strings.Contains(line, " key="+k+" ") {
+				b.WriteString("\n\t" + line)
+			}
+		}
+		return b.String()
+	}
+	failures := 0
+	fail := func(k, format string, args ...any) {
+		failures++
+		msg := k + ": " + fmt.Sprintf(format, args...)
+		if failures <= 10 {
+			msg += "\nthe ledger's warnings about " + k + ":" + story(k)
+		}
+		t.Error(msg)
+	}
 	var dups, cut, indeterminate int
 	killedOwner := func(owner string) bool {
 		pid, err := strconv.Atoi(strings.TrimPrefix(owner, "chaos-"))
@@ -426,17 +457,17 @@ func (r *run) check(kills int, took time.Duration) {
 		switch {
 		case r.sc.Transactional:
 			if rec.Status != store.StatusCompleted {
-				t.Errorf("%s: %s, want completed", k, rec.Status)
+				fail(k, "%s, want completed", rec.Status)
 			}
 			if len(es) != 1 {
-				t.Errorf("%s: %d effect rows, want exactly 1", k, len(es))
+				fail(k, "%d effect rows, want exactly 1", len(es))
 				dups += max(len(es)-1, 0)
 			} else if rec.Owner != owner(es[0].pid) {
-				t.Errorf("%s: the effect row was written by %d, the record is owned by %s", k, es[0].pid, rec.Owner)
+				fail(k, "the effect row was written by %d, the record is owned by %s", es[0].pid, rec.Owner)
 			}
 		case r.sc.Policy == idem.AtLeastOnce:
 			if rec.Status != store.StatusCompleted {
-				t.Errorf("%s: %s, want completed", k, rec.Status)
+				fail(k, "%s, want completed", rec.Status)
 				continue
 			}
 			done := 0
@@ -448,49 +479,62 @@ func (r *run) check(kills int, took time.Duration) {
 				case r.killed[e.pid]:
 					cut++ // its worker was killed before the attempt completed
 				case ok:
-					t.Errorf("%s: an effect of a live worker's attempt (%s) that did not complete it: journal entry %+v; record fence %d", k, e.corr, je, rec.Fence)
+					fail(k, "an effect of a live worker's attempt (%s) that did not complete it: journal entry %+v; record fence %d", e.corr, je, rec.Fence)
 				default:
-					t.Errorf("%s: an effect of a live worker (%d, %s) whose attempt the journal no longer holds", k, e.pid, e.corr)
+					fail(k, "an effect of a live worker (%d, %s) whose attempt the journal no longer holds", e.pid, e.corr)
 				}
 			}
 			if done != 1 {
-				t.Errorf("%s: %d effects of the attempt that completed it, want 1 (effects %v)", k, done, es)
+				fail(k, "%d effects of the attempt that completed it, want 1 (effects %v)", done, es)
 			}
 			dups += max(len(es)-1, 0)
 		case r.sc.Policy == idem.AtMostOnce:
 			if len(es) > 1 {
-				t.Errorf("%s: %d effects under AtMostOnce, want at most 1: %v", k, len(es), es)
+				fail(k, "%d effects under AtMostOnce, want at most 1: %v", len(es), es)
 				dups += len(es) - 1
 			}
 			switch rec.Status {
 			case store.StatusCompleted:
 				if len(es) != 1 {
-					t.Errorf("%s: completed with %d effects, want 1", k, len(es))
+					fail(k, "completed with %d effects, want 1", len(es))
 				} else if je, ok := entryByCorr(rec, es[0].corr); !ok || je.AttemptID != rec.AttemptID {
-					t.Errorf("%s: its effect (%s) is not the completing attempt's (journal %+v)", k, es[0].corr, rec.Journal)
+					fail(k, "its effect (%s) is not the completing attempt's (journal %+v)", es[0].corr, rec.Journal)
 				}
 			case store.StatusInProgress:
 				indeterminate++
 				if !killedOwner(rec.Owner) {
-					t.Errorf("%s: left indeterminate by %s, a worker that was not killed (journal %+v)", k, rec.Owner, rec.Journal)
+					fail(k, "left indeterminate by %s, a worker that was not killed (journal %+v)", rec.Owner, rec.Journal)
 				}
 				if len(es) == 1 && es[0].pid != pidOf(rec.Owner) {
-					t.Errorf("%s: indeterminate, held by %s, but its effect is %d's", k, rec.Owner, es[0].pid)
+					fail(k, "indeterminate, held by %s, but its effect is %d's", rec.Owner, es[0].pid)
 				}
 				if len(es) == 1 {
 					cut++
 				}
 			default:
-				t.Errorf("%s: %s, want completed or indeterminate", k, rec.Status)
+				fail(k, "%s, want completed or indeterminate", rec.Status)
 			}
 		}
 	}
 	if r.sc.Policy == idem.AtLeastOnce && !r.sc.Transactional && dups > cut {
 		t.Errorf("%d duplicates, more than the %d effects cut by a kill", dups, cut)
 	}
-	t.Logf("chaos %s %s: keys=%d effects=%d duplicates=%d kills=%d effects-cut-by-kills=%d indeterminate=%d faults=%d (%s, %d failed) workers-started=%d duration=%s",
+	storeErrs, _ := os.ReadFile(filepath.Join(r.dir, "store-errors"))
+	failed := map[string]int{}
+	for op := range strings.FieldsSeq(string(storeErrs)) {
+		failed[op]++
+	}
+	var seen []string
+	if !r.sc.Transactional {
+		seen = append(seen, fmt.Sprintf("failed store calls: claim=%d finish=%d extend=%d get=%d;", failed["claim"], failed["finish"], failed["extend"], failed["get"]))
+	}
+	seen = append(seen, "ledger log:")
+	for _, o := range []string{"store-error", "store-error:claim", "store-error:claim-tx", "store-error:complete", "heartbeat-failed", "lease-ran-out", "lease-lost", "claim-undone", "claim-lost", "takeover", "indeterminate"} {
+		seen = append(seen, o+"="+strconv.Itoa(logged[o]))
+	}
+	t.Logf("chaos %s %s: keys=%d effects=%d duplicates=%d kills=%d effects-cut-by-kills=%d indeterminate=%d faults=%d (%s, %d failed) workers-started=%d duration=%s; %s",
 		storeName(), r.sc, r.keys, total, dups, kills, cut, indeterminate, r.cuts.Load(), r.tg.Faults, r.faultE.Load(),
-		len(r.ended), took.Round(100*time.Millisecond))
+		len(r.ended), took.Round(100*time.Millisecond), strings.Join(seen, " "))
 }
 
 // entryByCorr returns the journal entry of rec's attempt whose correlation
@@ -569,7 +613,23 @@ func work(t *testing.T, tg Target, sc Scenario) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	// The ledger's warnings and errors (store errors, failed heartbeats,
+	// claims undone, takeovers), one O_APPEND write a line, for the
+	// figures and for a failing check to show a key's story.
+	lf, err := os.OpenFile(filepath.Join(os.Getenv(envDir), "ledger.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if !sc.Transactional { // DoTx needs the store's own type
+		ef, err := os.OpenFile(filepath.Join(os.Getenv(envDir), "store-errors"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ef.Close()
+		s = counting{Store: s, f: ef}
+	}
 	l := idem.New(s, idem.WithOwner(owner(pid)), idem.WithLease(lease), idem.WithPolicy(sc.Policy), idem.WithLogger(log))
 
 	var (
@@ -690,4 +750,42 @@ func errName(err error) string {
 		return "store"
 	}
 	return "other"
+}
+
+// counting is the worker's store: it appends the name of every call that
+// failed (the store's error, not a refusal such as ErrLeaseLost) to a
+// file, so the figures say how many of the faults reached the Ledger.
+type counting struct {
+	store.Store
+	f *os.File
+}
+
+func (c counting) note(op string, err error) {
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+		_, _ = c.f.Write([]byte(op + "\n"))
+	}
+}
+
+func (c counting) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	cr, err := c.Store.Claim(ctx, req)
+	c.note("claim", err)
+	return cr, err
+}
+
+func (c counting) Finish(ctx context.Context, req store.FinishRequest) error {
+	err := c.Store.Finish(ctx, req)
+	c.note("finish", err)
+	return err
+}
+
+func (c counting) Extend(ctx context.Context, req store.ExtendRequest) (time.Time, error) {
+	until, err := c.Store.Extend(ctx, req)
+	c.note("extend", err)
+	return until, err
+}
+
+func (c counting) Get(ctx context.Context, key string) (store.Record, error) {
+	rec, err := c.Store.Get(ctx, key)
+	c.note("get", err)
+	return rec, err
 }
