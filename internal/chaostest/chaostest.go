@@ -42,7 +42,6 @@ package chaostest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +60,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/store"
 )
 
@@ -167,7 +167,8 @@ func Run(t *testing.T, tg Target, sc Scenario) {
 	}
 	r := &run{t: t, tg: tg, sc: sc, locator: locator, keys: keys, dir: t.TempDir(),
 		connName: "idemchaos-" + string(rb[:]) + strconv.Itoa(os.Getpid()), killed: map[int]bool{}}
-	r.main(dur)
+	r.dur = dur
+	r.main()
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -190,6 +191,7 @@ type run struct {
 	locator  string
 	connName string
 	keys     int
+	dur      time.Duration // of the faults
 	dir      string
 	env      []string
 
@@ -204,13 +206,13 @@ type run struct {
 // worker is a running worker process.
 type worker struct {
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *testlog.Buffer // its output, written by exec's goroutine
 	done chan struct{}
 	err  error
 }
 
-func (r *run) main(dur time.Duration) {
-	t := r.t
+func (r *run) main() {
+	t, dur := r.t, r.dur
 	began := time.Now()
 	start := began.Add(2 * time.Second) // time for the first workers to open the store
 	deadline := start.Add(dur + finalPass)
@@ -228,8 +230,12 @@ func (r *run) main(dur time.Duration) {
 	r.workers = map[int]*worker{}
 	t.Cleanup(func() {
 		r.mu.Lock()
-		defer r.mu.Unlock()
+		alive := make([]*worker, 0, len(r.workers))
 		for _, w := range r.workers {
+			alive = append(alive, w)
+		}
+		r.mu.Unlock()
+		for _, w := range alive {
 			_ = w.cmd.Process.Kill()
 			<-w.done
 		}
@@ -281,9 +287,9 @@ func (r *run) start() {
 		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pattern, "/"), "-test.count=1", "-test.v",
-		"-test.timeout="+(defaultDuration+finalPass+time.Hour).String())
+		"-test.timeout="+(r.dur+finalPass+time.Minute).String())
 	cmd.Env = append(os.Environ(), r.env...)
-	w := &worker{cmd: cmd, out: new(bytes.Buffer), done: make(chan struct{})}
+	w := &worker{cmd: cmd, out: new(testlog.Buffer), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = w.out, w.out
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
@@ -398,8 +404,11 @@ func (r *run) check(kills int, took time.Duration) {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			parts := strings.Fields(sc.Text())
-			pid, err := strconv.Atoi(parts[min(1, len(parts)-1)])
-			if len(parts) != 3 || err != nil {
+			if len(parts) != 3 {
+				t.Fatalf("a malformed line in the effect log: %q", sc.Text())
+			}
+			pid, err := strconv.Atoi(parts[1])
+			if err != nil {
 				t.Fatalf("a malformed line in the effect log: %q", sc.Text())
 			}
 			effects[parts[0]] = append(effects[parts[0]], effect{key: parts[0], pid: pid, corr: parts[2]})
