@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/chaostest"
@@ -13,8 +15,8 @@ import (
 
 // TestChaos runs worker processes on one schema while their connections
 // are terminated (pg_terminate_backend of about a third of the backends
-// whose application_name is the workers', every 200-400 ms) and workers
-// are SIGKILLed, under each policy and DoTx (see internal/chaostest).
+// whose application_name is the workers', every 200-400 ms, while writes
+// to the record table wait 20-80 ms for a lock) and workers are SIGKILLed, under each policy and DoTx (see internal/chaostest).
 func TestChaos(t *testing.T) {
 	testURL(t)
 	effects := func(locator string) string {
@@ -22,7 +24,7 @@ func TestChaos(t *testing.T) {
 		return pgx.Identifier{u.Query().Get(ParamSchema), "chaos_effects"}.Sanitize()
 	}
 	tg := chaostest.Target{
-		Faults: "pg_terminate_backend",
+		Faults: "pg_terminate_backend during a table lock",
 		Setup: func(t *testing.T, transactional bool) string {
 			schema := newSchema(t)
 			ctx := context.Background()
@@ -48,9 +50,26 @@ func TestChaos(t *testing.T) {
 			u.RawQuery = q.Encode()
 			return Open(ctx, u.String())
 		},
-		Fault: func(ctx context.Context, _, connName string) (int, error) {
+		Fault: func(ctx context.Context, locator, connName string) (int, error) {
+			// Most of a worker's connections are idle at any moment, and a
+			// statement takes a millisecond: the record table is locked
+			// against writes for a moment (reads go on), so that the cut
+			// lands on claims and completions in flight as well.
+			u, _ := url.Parse(locator)
+			tx, err := testPool(t).Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(context.WithoutCancel(ctx))
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+newNames(u.Query().Get(ParamSchema), DefaultTable).qtable+" IN EXCLUSIVE MODE"); err != nil {
+				return 0, err
+			}
+			select {
+			case <-time.After(20*time.Millisecond + rand.N(60*time.Millisecond)):
+			case <-ctx.Done():
+			}
 			var n int
-			err := testPool(t).QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+			err = testPool(t).QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
 				FROM pg_stat_activity WHERE application_name = $1 AND random() < 1.0/3`, connName).Scan(&n)
 			return n, err
 		},
