@@ -680,8 +680,13 @@ func work(t *testing.T, tg Target, sc Scenario) {
 				if !ok {
 					return
 				}
-				if i < 0 {
-					sleep(ctx, 20*time.Millisecond)
+				if i < 0 { // the keys that arrived are done: wait for more
+					if !sleep(ctx, 20*time.Millisecond) {
+						mu.Lock()
+						fatal = errors.New("the worker's deadline passed while keys were still to arrive")
+						mu.Unlock()
+						return
+					}
 					continue
 				}
 				key := keyName(i)
