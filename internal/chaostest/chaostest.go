@@ -17,7 +17,7 @@
 //     workers' store connections every 200-400 ms with the store's own
 //     means (Target.Fault: pg_terminate_backend, CLIENT KILL, another
 //     process holding SQLite's write lock), and SIGKILLs a random worker
-//     every 2-3 s, starting another in its place. The lease is 2 s, so the
+//     every 2-3 s, starting another in its place. The lease is 4 s, so the
 //     keys a killed worker held lapse and are taken over (or left
 //     indeterminate) during the run. The faults stop before the final
 //     pass, in which the workers finish every key.
@@ -37,7 +37,7 @@
 //
 // [Run] logs one line of figures per scenario. IDEM_CHAOS_KEYS and
 // IDEM_CHAOS_DURATION (the fault phase; default 300 keys over 15 s) make
-// a longer run.
+// a longer run; IDEM_CHAOS_LEASE sets the workers' lease (default 4 s).
 package chaostest
 
 import (
@@ -68,6 +68,7 @@ import (
 const (
 	EnvKeys     = "IDEM_CHAOS_KEYS"     // how many keys (default 300)
 	EnvDuration = "IDEM_CHAOS_DURATION" // how long faults and kills go on, a time.Duration (default 15s)
+	EnvLease    = "IDEM_CHAOS_LEASE"    // the workers' lease, a time.Duration (default 4s)
 )
 
 // The run's shape.
@@ -76,7 +77,7 @@ const (
 	defaultDuration = 15 * time.Second
 	workers         = 3                      // worker processes alive at once
 	goroutines      = 4                      // Do calls under way in a worker at once
-	lease           = 2 * time.Second        // short: lapsed keys are taken over during the run
+	defaultLease    = 4 * time.Second        // short, so lapsed keys are taken over during the run; long enough that a worker starved of CPU under -race keeps its lease
 	finalPass       = 3 * time.Minute        // bound of the pass after the faults stop
 	effectWindow    = 40 * time.Millisecond  // the longest pause between an effect and fn's return
 	claimWindow     = 3 * time.Millisecond   // the longest pause between the claim and the effect
@@ -94,6 +95,7 @@ const (
 	envConnName = "IDEM_CHAOS_CHILD_CONNNAME" // the name the worker's connections carry
 	envDir      = "IDEM_CHAOS_CHILD_DIR"      // the run's directory: the effect log
 	envKeys     = "IDEM_CHAOS_CHILD_KEYS"     // how many keys
+	envLease    = "IDEM_CHAOS_CHILD_LEASE"    // the workers' lease
 	envStart    = "IDEM_CHAOS_CHILD_START"    // when the first key arrives (Unix ns)
 	envSpread   = "IDEM_CHAOS_CHILD_SPREAD"   // the keys arrive evenly over this duration
 	envDeadline = "IDEM_CHAOS_CHILD_DEADLINE" // the worker gives up then (Unix ns)
@@ -160,6 +162,14 @@ func Run(t *testing.T, tg Target, sc Scenario) {
 		}
 		dur = d
 	}
+	lease := defaultLease
+	if v := os.Getenv(EnvLease); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("%s=%q: want a duration such as 2s", EnvLease, v)
+		}
+		lease = d
+	}
 	locator := tg.Setup(t, sc.Transactional)
 	var rb [4]byte
 	for i := range rb {
@@ -167,7 +177,7 @@ func Run(t *testing.T, tg Target, sc Scenario) {
 	}
 	r := &run{t: t, tg: tg, sc: sc, locator: locator, keys: keys, dir: t.TempDir(),
 		connName: "idemchaos-" + string(rb[:]) + strconv.Itoa(os.Getpid()), killed: map[int]bool{}}
-	r.dur = dur
+	r.dur, r.lease = dur, lease
 	r.main()
 }
 
@@ -192,6 +202,7 @@ type run struct {
 	connName string
 	keys     int
 	dur      time.Duration // of the faults
+	lease    time.Duration // the workers'
 	dir      string
 	env      []string
 
@@ -223,6 +234,7 @@ func (r *run) main() {
 		envConnName + "=" + r.connName,
 		envDir + "=" + r.dir,
 		envKeys + "=" + strconv.Itoa(r.keys),
+		envLease + "=" + r.lease.String(),
 		envStart + "=" + strconv.FormatInt(start.UnixNano(), 10),
 		envSpread + "=" + (dur * 3 / 4).String(),
 		envDeadline + "=" + strconv.FormatInt(deadline.UnixNano(), 10),
@@ -597,6 +609,10 @@ func work(t *testing.T, tg Target, sc Scenario) {
 		return n
 	}
 	keys := int(nsInt(envKeys))
+	lease, err := time.ParseDuration(os.Getenv(envLease))
+	if err != nil {
+		t.Fatalf("chaostest worker: %s: %v", envLease, err)
+	}
 	start := time.Unix(0, nsInt(envStart))
 	spread, err := time.ParseDuration(os.Getenv(envSpread))
 	if err != nil {
