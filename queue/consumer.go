@@ -126,9 +126,13 @@ type Consumer struct {
 	ledger  *idem.Ledger
 	key     KeyFunc
 	handler Handler
-	cfg     config
-	log     *slog.Logger
-	loop    *dispatch.Loop[Delivery]
+	// bind, set by [NewTypedConsumer] in place of key and handler, decodes
+	// a message once and returns its key and the call that runs its
+	// handler on the decoded value.
+	bind func(Message) (idem.OperationKey, func(context.Context) ([]byte, error), error)
+	cfg  config
+	log  *slog.Logger
+	loop *dispatch.Loop[Delivery]
 }
 
 // NewConsumer returns a Consumer of src that runs h under l for the key k
@@ -139,12 +143,18 @@ func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Optio
 	if src == nil || l == nil || k == nil || h == nil {
 		return nil, errors.New("queue: NewConsumer needs a source, a ledger, a key function and a handler")
 	}
+	return newConsumer(src, l, &Consumer{key: k, handler: h}, opts)
+}
+
+// newConsumer completes c (its key and handler, or its bind, already set)
+// for src and l.
+func newConsumer(src Source, l *idem.Ledger, c *Consumer, opts []Option) (*Consumer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
 	log := cmp.Or(cfg.logger, slog.Default())
-	c := &Consumer{src: src, ledger: l, key: k, handler: h, cfg: cfg, log: log}
+	c.src, c.ledger, c.cfg, c.log = src, l, cfg, log
 	v := src.Visibility()
 	if v > 0 {
 		if v < cfg.handlerTimeout {
@@ -254,7 +264,7 @@ type verdict struct {
 // is handled and stops before it is settled.
 func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[Delivery]) bool {
 	m := d.Message()
-	key, opts, err := c.prepare(m)
+	key, run, opts, err := c.prepare(m)
 	if err != nil {
 		keep.Stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
@@ -290,7 +300,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[
 	// the message is then left as after a crash, to come back when its
 	// visibility lapses.
 	defer keep.Stop()
-	res, err := c.do(hctx, key, m, opts)
+	res, err := c.do(hctx, key, m, run, opts)
 	keep.Stop()
 	v := c.judge(ctx, m, res, err)
 	return c.settle(ctx, d, m, v, withAttempt(res, err), logKey)
@@ -338,26 +348,33 @@ func withAttempt(res idem.Result, err error) idem.Result {
 	return res
 }
 
-// prepare computes m's key and ledger call options, turning a panic in the
-// caller's key function or options function into an error: the message is
-// then dead-lettered, not the process crashed.
-func (c *Consumer) prepare(m Message) (key idem.OperationKey, opts []idem.CallOption, err error) {
+// prepare computes m's key and ledger call options, and for a typed
+// consumer the call that runs its handler on m decoded (nil: call
+// c.handler with m), turning a panic in the caller's decode, key or
+// options function into an error: the message is then dead-lettered, not
+// the process crashed.
+func (c *Consumer) prepare(m Message) (key idem.OperationKey, run func(context.Context) ([]byte, error), opts []idem.CallOption, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	if key, err = c.key(m); err == nil {
+	if c.bind != nil {
+		key, run, err = c.bind(m)
+	} else {
+		key, err = c.key(m)
+	}
+	if err == nil {
 		err = key.Err()
 	}
 	if err != nil {
-		return key, nil, err
+		return key, nil, nil, err
 	}
 	opts = []idem.CallOption{idem.WithCorrelationID(m.ID)}
 	if c.cfg.callOptions != nil {
 		opts = append(opts, c.cfg.callOptions(m)...)
 	}
-	return key, opts, nil
+	return key, run, opts, nil
 }
 
 // overMax decides a message received more times than allowed from its
@@ -415,8 +432,9 @@ func (c *Consumer) replayOverMax(ctx context.Context, key idem.OperationKey, m M
 	return verdict{outcome: "retried", action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: err.Error()}, idem.Result{}
 }
 
-// do runs the handler under the ledger, turning a panic into an error.
-func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, opts []idem.CallOption) (res idem.Result, err error) {
+// do runs the handler (run, when prepare gave one) under the ledger,
+// turning a panic into an error.
+func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, run func(context.Context) ([]byte, error), opts []idem.CallOption) (res idem.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.log.LogAttrs(ctx, slog.LevelError, "queue: handler panicked", c.ledger.LogKey(key.String()),
@@ -425,7 +443,15 @@ func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, opt
 		}
 	}()
 	return c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
-		v, err := c.handler(ctx, m)
+		var (
+			v   []byte
+			err error
+		)
+		if run != nil {
+			v, err = run(ctx)
+		} else {
+			v, err = c.handler(ctx, m)
+		}
 		if errors.Is(err, ErrUndecodable) {
 			// The handler could not read the message, so it did nothing:
 			// the key is released under either policy, not left
