@@ -2,8 +2,10 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,4 +57,59 @@ func ExampleConsumer() {
 		fmt.Println("sent receipt for", s)
 	}
 	// Output: sent receipt for 42 alice
+}
+
+// The same receipts worker with typed messages: each body is decoded once
+// into a Job, which gives the key and is what the handler gets. A body
+// that is not a Job, or a Job without an order, is dead-lettered with the
+// reason; the handler never sees it.
+func ExampleNewTypedConsumer() {
+	type Job struct {
+		OrderID string `json:"order_id"`
+		UserID  string `json:"user_id"`
+	}
+	q := memqueue.New()
+	ledger := idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler)))
+	key := func(j Job) (idem.OperationKey, error) {
+		if j.OrderID == "" {
+			return idem.OperationKey{}, errors.New("the job has no order_id")
+		}
+		return idem.Key("receipt", j.OrderID, j.UserID), nil
+	}
+	sent := make(chan Job, 10)
+	send := func(ctx context.Context, j Job) ([]byte, error) {
+		sent <- j
+		return []byte("msg-id-1"), nil
+	}
+	c, err := queue.NewTypedConsumer(q, ledger, queue.JSON[Job], key, send, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, body := range []string{
+		`{"order_id":"42","user_id":"alice"}`,
+		`{"order_id":"42","user_id":"alice"}`, // the producer retried
+		`{"order_id":`,                        // cut short
+		`{"user_id":"bob"}`,                   // no order
+	} {
+		q.Publish(ctx, queue.Outgoing{Body: []byte(body)})
+	}
+	ds, _ := q.Receive(ctx, 10)
+	c.HandleBatch(ctx, ds)
+	close(sent)
+	for j := range sent {
+		fmt.Println("sent receipt for order", j.OrderID, "to", j.UserID)
+	}
+	var reasons []string // sorted: the batch's messages run concurrently
+	for _, d := range q.DeadLetters() {
+		reasons = append(reasons, d.Reason)
+	}
+	slices.Sort(reasons)
+	for _, r := range reasons {
+		fmt.Println("dead letter:", r)
+	}
+	// Output:
+	// sent receipt for order 42 to alice
+	// dead letter: undecodable: no operation key: decoding: unexpected end of JSON input
+	// dead letter: undecodable: no operation key: key of the decoded value: the job has no order_id
 }
