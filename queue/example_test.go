@@ -60,7 +60,7 @@ func ExampleConsumer() {
 }
 
 // The same receipts worker with typed messages: each body is decoded once
-// into a Job, which gives the key and is what the handler gets. A body
+// into a Job, which gives the key; the handler gets the Job and its key. A body
 // that is not a Job, or a Job without an order, is dead-lettered with the
 // reason; the handler never sees it.
 func ExampleNewTypedConsumer() {
@@ -77,7 +77,8 @@ func ExampleNewTypedConsumer() {
 		return idem.Key("receipt", j.OrderID, j.UserID), nil
 	}
 	sent := make(chan Job, 10)
-	send := func(ctx context.Context, j Job) ([]byte, error) {
+	send := func(ctx context.Context, k idem.OperationKey, j Job) ([]byte, error) {
+		// k (receipt/42/alice) is the idempotency key to give the mailer.
 		sent <- j
 		return []byte("msg-id-1"), nil
 	}

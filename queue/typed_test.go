@@ -63,10 +63,13 @@ func newTypedWorld(t *testing.T, opts ...queue.Option) *typedWorld {
 		w.decodes.Add(1)
 		return queue.JSON[receipt](m)
 	}
-	handle := func(ctx context.Context, r receipt) ([]byte, error) {
+	handle := func(ctx context.Context, k idem.OperationKey, r receipt) ([]byte, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.handled = append(w.handled, r)
+		if want, _ := receiptKey(r); k != want {
+			t.Errorf("handler of %+v got key %v, want %v", r, k, want)
+		}
 		return []byte("sent " + r.OrderID), nil
 	}
 	var logMu sync.Mutex
@@ -183,7 +186,7 @@ func TestTypedConsumerHandlerErrors(t *testing.T) {
 	var calls atomic.Int32
 	c, err := queue.NewTypedConsumer(q, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))),
 		queue.JSON[receipt], receiptKey,
-		func(ctx context.Context, r receipt) ([]byte, error) {
+		func(ctx context.Context, k idem.OperationKey, r receipt) ([]byte, error) {
 			calls.Add(1)
 			switch r.UserID {
 			case "panic":
@@ -261,7 +264,7 @@ func TestTypedConsumerConcurrent(t *testing.T) {
 func TestNewTypedConsumerChecks(t *testing.T) {
 	l := idem.New(memstore.New())
 	q := memqueue.New()
-	h := func(context.Context, receipt) ([]byte, error) { return nil, nil }
+	h := func(context.Context, idem.OperationKey, receipt) ([]byte, error) { return nil, nil }
 	if _, err := queue.NewTypedConsumer(q, l, nil, receiptKey, h); err == nil {
 		t.Fatal("NewTypedConsumer(nil decode): no error")
 	}
