@@ -13,6 +13,9 @@
 // computed from the message by a [KeyFunc] (a business id; the broker's
 // message id only when the user says so with [MessageIDKey]). The ledger's
 // outcome decides what happens to the delivery; see [Consumer].
+// [NewTypedConsumer] makes one whose messages are values of a type of
+// yours: each is decoded once ([JSON], or a decode of your own), and the
+// value gives the key and goes to the handler.
 package queue
 
 import (
