@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -21,13 +22,17 @@ import (
 //
 // The signed content is id + "." + timestamp + "." + raw body. A "v1"
 // signature is HMAC-SHA256 under a symmetric secret; a "v1a" signature is
-// ed25519 under a public key. The signature header is a space-separated
-// list (a sender rotating secrets signs with both); the request is
-// authentic when any listed signature of a known version matches any key.
-// Entries of other versions, and entries without a comma, are skipped.
+// ed25519 under a public key. The signature header is a list of at most 64
+// entries separated by single ASCII spaces (a sender rotating secrets signs
+// with both); the request is authentic when any listed signature of a known
+// version matches any key. Entries of other versions, and entries without a
+// comma, are skipped. A signature is compared as canonical padded base64,
+// as the references compare the encoded strings: one that decodes to the
+// right bytes but is written otherwise (unused bits set) matches nothing.
 //
 // The webhook-* set is used when any of its three headers is present, the
-// svix-* set otherwise. Each header must appear once.
+// svix-* set otherwise; a request with headers of both sets is
+// [ErrMalformed]. Each header must appear once.
 //
 // The event id is webhook-id, which the signature covers. It must not
 // contain '.', which would make the signed content ambiguous (id "a.1" with
@@ -98,12 +103,9 @@ var (
 
 // Verify implements [Scheme].
 func (s *Standard) Verify(h http.Header, body []byte, now time.Time) (Event, error) {
-	names := svixHeaders
-	for _, n := range standardHeaders {
-		if len(h.Values(n)) > 0 {
-			names = standardHeaders
-			break
-		}
+	names, err := standardNames(h)
+	if err != nil {
+		return Event{}, err
 	}
 	id, err := single(h, names[0])
 	if err != nil {
@@ -124,7 +126,10 @@ func (s *Standard) Verify(h http.Header, body []byte, now time.Time) (Event, err
 	if err != nil {
 		return Event{}, err
 	}
-	entries := parseStandardSignatures(sigs)
+	entries, err := parseStandardSignatures(sigs)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %s %s", ErrMalformed, names[2], err)
+	}
 	known := false
 	for _, e := range entries {
 		if e.version == "v1" && len(s.secrets) > 0 || e.version == "v1a" && len(s.public) > 0 {
@@ -171,8 +176,8 @@ func (s *Standard) match(entries []standardSig, content []byte) bool {
 					macs[i] = m.Sum(nil)
 				}
 			}
-			sig, err := base64.StdEncoding.DecodeString(e.sig)
-			if err != nil {
+			sig, canonical := decodeCanonical(e.sig)
+			if !canonical {
 				continue
 			}
 			for _, mac := range macs {
@@ -181,8 +186,8 @@ func (s *Standard) match(entries []standardSig, content []byte) bool {
 				}
 			}
 		case "v1a":
-			sig, err := base64.StdEncoding.DecodeString(e.sig)
-			if err != nil || len(sig) != ed25519.SignatureSize {
+			sig, canonical := decodeCanonical(e.sig)
+			if !canonical || len(sig) != ed25519.SignatureSize {
 				continue
 			}
 			for _, pk := range s.public {
@@ -197,14 +202,29 @@ func (s *Standard) match(entries []standardSig, content []byte) bool {
 
 type standardSig struct{ version, sig string }
 
+// maxSignatures bounds the entries of a signature header: a sender signs
+// with a few secrets at once, never dozens.
+const maxSignatures = 64
+
 // parseStandardSignatures splits a webhook-signature value into its
-// "<version>,<signature>" entries. Entries without a comma are skipped, as
-// the reference libraries do; at most 64 entries are read.
-func parseStandardSignatures(v string) []standardSig {
+// "<version>,<signature>" entries. Entries are separated by exactly one
+// ASCII space and hold printable ASCII only: an empty entry (two spaces, a
+// leading or trailing space), a tab, a CR or LF, a non-ASCII space (NBSP)
+// or more than maxSignatures entries make the whole header malformed.
+// Entries without a comma are skipped, as the reference libraries do.
+func parseStandardSignatures(v string) ([]standardSig, error) {
+	if n := strings.Count(v, " ") + 1; n > maxSignatures {
+		return nil, fmt.Errorf("has %d entries, more than %d", n, maxSignatures)
+	}
 	var out []standardSig
-	for _, f := range strings.Fields(v) {
-		if len(out) == 64 {
-			break
+	for f := range strings.SplitSeq(v, " ") {
+		if f == "" {
+			return nil, errors.New("has an empty entry (entries are separated by one space)")
+		}
+		for i := 0; i < len(f); i++ {
+			if f[i] <= ' ' || f[i] >= 0x7f {
+				return nil, errors.New("holds a byte other than printable ASCII and single spaces")
+			}
 		}
 		version, sig, ok := strings.Cut(f, ",")
 		if !ok {
@@ -212,7 +232,42 @@ func parseStandardSignatures(v string) []standardSig {
 		}
 		out = append(out, standardSig{version, sig})
 	}
-	return out
+	return out, nil
+}
+
+// decodeCanonical decodes a signature written in canonical padded standard
+// base64: the one encoding of its bytes (padding present, unused bits zero,
+// no line breaks), so that a signature is accepted as the string the sender
+// computed and not as any of the other strings that decode to it.
+func decodeCanonical(s string) ([]byte, bool) {
+	b, err := base64.StdEncoding.Strict().DecodeString(s)
+	if err != nil || base64.StdEncoding.EncodedLen(len(b)) != len(s) {
+		return nil, false
+	}
+	return b, true
+}
+
+// standardNames returns the header set a request uses: webhook-* when any
+// of its headers is present, svix-* otherwise. Headers of both sets make
+// the request ambiguous (the two sets' libraries would verify different
+// values): ErrMalformed.
+func standardNames(h http.Header) ([3]string, error) {
+	has := func(names [3]string) bool {
+		for _, n := range names {
+			if len(h.Values(n)) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	std, svix := has(standardHeaders), has(svixHeaders)
+	switch {
+	case std && svix:
+		return standardHeaders, fmt.Errorf("%w: both webhook-* and svix-* headers", ErrMalformed)
+	case svix:
+		return svixHeaders, nil
+	}
+	return standardHeaders, nil
 }
 
 // Sign returns a webhook-signature value for id, ts and body: one "v1"

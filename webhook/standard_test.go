@@ -1,13 +1,18 @@
 package webhook
 
 import (
+	"context"
 	"crypto/ed25519"
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Official vectors: standard-webhooks libraries' TestWebhookSign (SW-1) and
@@ -209,5 +214,115 @@ func TestStandardSecrets(t *testing.T) {
 	s := mustStandard(t, sw1Secret, swv1aPub)
 	if str := s.String(); strings.Contains(str, "MfKQ") {
 		t.Fatalf("String() shows a secret: %s", str)
+	}
+}
+
+// nonCanonical rewrites a "<version>,<base64>" signature so that it decodes
+// to the same bytes under a lenient decoder but is not the canonical
+// encoding: the last character before the padding gets an unused bit set.
+func nonCanonical(t *testing.T, sig string) string {
+	t.Helper()
+	version, b64, _ := strings.Cut(sig, ",")
+	trimmed := strings.TrimRight(b64, "=")
+	last := strings.IndexByte(base64Alphabet, trimmed[len(trimmed)-1])
+	out := version + "," + trimmed[:len(trimmed)-1] + string(base64Alphabet[last|1]) + b64[len(trimmed):]
+	want, _ := base64.StdEncoding.DecodeString(b64)
+	got, err := base64.StdEncoding.DecodeString(out[len(version)+1:])
+	if err != nil || string(got) != string(want) || out == sig {
+		t.Fatalf("%s is not a non-canonical spelling of %s (%v)", out, sig, err)
+	}
+	return out
+}
+
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+// The signature header is read as strictly as the references write it, and
+// in the cases the package doc lists, more strictly than their libraries:
+// each case below verified before (except where noted) and is refused now,
+// by Verify and by a Receiver (401, nothing claimed, nothing captured).
+func TestStandardStrictHeaders(t *testing.T) {
+	s := mustStandard(t, sw1Secret, swv1aPub)
+	now := unix(sw1TS)
+	many := func(n int, last string) string {
+		return strings.TrimSpace(strings.Repeat(swWrongSig+" ", n-1) + last)
+	}
+	both := swHeader("webhook", sw1ID, sw1TS, sw1Sig)
+	for k, v := range swHeader("svix", sw1ID, sw1TS, sw1Sig) {
+		both[k] = v
+	}
+	stray := swHeader("svix", sw1ID, sw1TS, sw1Sig)
+	stray.Set("Webhook-Id", sw1ID)
+	dupTS := swHeader("webhook", sw1ID, sw1TS, sw1Sig)
+	dupTS.Add("Webhook-Timestamp", sw1TS)
+	dupSig := swHeader("webhook", sw1ID, sw1TS, sw1Sig)
+	dupSig.Add("Webhook-Signature", sw1Sig)
+	sig := func(v string) http.Header { return swHeader("webhook", sw1ID, sw1TS, v) }
+	for _, c := range []struct {
+		name string
+		h    http.Header
+		want error
+	}{
+		// Separators: one ASCII space, nothing else.
+		{"two spaces", sig(swWrongSig + "  " + sw1Sig), ErrMalformed},
+		{"tab", sig(swWrongSig + "\t" + sw1Sig), ErrMalformed},
+		{"NBSP", sig(swWrongSig + "\u00a0" + sw1Sig), ErrMalformed},
+		{"CRLF", sig(swWrongSig + "\r\n" + sw1Sig), ErrMalformed},
+		{"folded line", sig(swWrongSig + "\r\n " + sw1Sig), ErrMalformed},
+		{"LF", sig(swWrongSig + "\n" + sw1Sig), ErrMalformed},
+		{"leading space", sig(" " + sw1Sig), ErrMalformed},
+		{"trailing space", sig(sw1Sig + " "), ErrMalformed},
+		{"trailing CRLF", sig(sw1Sig + "\r\n"), ErrMalformed},
+		{"line break inside the base64", sig(sw1Sig[:20] + "\n" + sw1Sig[20:]), ErrMalformed}, // before: ErrNoMatch
+		// Canonical base64 only.
+		{"v1, unused bits set", sig(nonCanonical(t, sw1Sig)), ErrNoMatch},
+		{"v1a, unused bits set", sig(nonCanonical(t, swv1aSig)), ErrNoMatch},
+		{"v1, padding dropped", sig(strings.TrimRight(sw1Sig, "=")), ErrNoMatch}, // before: ErrNoMatch too
+		{"v1, URL alphabet", sig(strings.NewReplacer("+", "-", "/", "_").Replace(sw1Sig)), ErrNoMatch},
+		// Stricter than the libraries (see the package doc).
+		{"65 signatures, the genuine one first", sig(sw1Sig + " " + many(64, swWrongSig)), ErrMalformed},
+		{"65 signatures, the genuine one last", sig(many(65, sw1Sig)), ErrMalformed}, // before: ErrNoMatch (not read)
+		{"webhook-* and svix-* both", both, ErrMalformed},
+		{"svix-* and a stray webhook-id", stray, ErrMalformed}, // before: ErrNoSignature
+		{"repeated timestamp header", dupTS, ErrMalformed},     // before: ErrMalformed too
+		{"repeated signature header", dupSig, ErrMalformed},    // before: ErrMalformed too
+		{"timestamp with a sign", swHeader("webhook", sw1ID, "+"+sw1TS, sw1Sig), ErrMalformed},
+		{"timestamp with leading space", swHeader("webhook", sw1ID, " "+sw1TS, sw1Sig), ErrMalformed},
+		{"timestamp in milliseconds", swHeader("webhook", sw1ID, sw1TS+"000000", sw1Sig), ErrMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := s.Verify(c.h, []byte(sw1Body), now); !errors.Is(err, c.want) || !Unauthentic(err) {
+				t.Fatalf("Verify: %v, want %v (401)", err, c.want)
+			}
+			e := newEnv(t)
+			rc, err := NewReceiver("acme", s, e.l, PublishTx[*sql.Tx](e.pub), WithLogger(quiet),
+				WithClock(func() time.Time { return now }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest(http.MethodPost, "/hooks", strings.NewReader(sw1Body))
+			r.Header = c.h.Clone()
+			a := serve(rc, r)
+			if a.status != http.StatusUnauthorized {
+				t.Fatalf("Receiver: %d %s, want 401", a.status, a.body)
+			}
+			if p := problemOf(t, a); p.Type != ProblemTypePrefix+"signature-invalid" {
+				t.Fatalf("problem %+v", p)
+			}
+			if n := len(e.pub.messages(t)); n != 0 {
+				t.Fatalf("a refused delivery was captured (%d messages)", n)
+			}
+			if _, err := e.l.Store().Get(context.Background(), Key("acme", sw1ID).String()); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("a refused delivery touched the ledger: Get = %v, want ErrNotFound", err)
+			}
+		})
+	}
+	// The same signatures, written as the references write them, verify.
+	for _, v := range []string{sw1Sig, swv1aSig, swWrongSig + " " + sw1Sig, many(64, sw1Sig), "v2,x " + swv1aSig} {
+		if _, err := s.Verify(sig(v), []byte(sw1Body), now); err != nil {
+			t.Errorf("%.40q...: %v", v, err)
+		}
+	}
+	if _, err := s.Verify(swHeader("svix", sw1ID, sw1TS, sw1Sig), []byte(sw1Body), now); err != nil {
+		t.Errorf("svix-* alone: %v", err)
 	}
 }
