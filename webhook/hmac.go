@@ -199,13 +199,16 @@ func newHMAC(name string, cfg HMACConfig) (*HMAC, error) {
 func (s *HMAC) String() string { return secretsString(s.name, len(s.secrets)) }
 
 // parseHMACSignatures splits a signature header into decoded signatures.
-// known is false when no entry carried the prefix. At most 64 entries are
-// read; entries that do not decode are skipped (they match nothing).
-func parseHMACSignatures(v, sep, prefix string, enc Encoding) (sigs [][]byte, known bool) {
+// known is false when no entry carried the prefix; ok is false when the
+// header has more than maxSignatures entries. Entries that do not decode
+// are skipped (they match nothing).
+func parseHMACSignatures(v, sep, prefix string, enc Encoding) (sigs [][]byte, known, ok bool) {
 	entries := []string{v}
 	if sep != "" {
-		entries = strings.SplitN(v, sep, 65)
-		entries = entries[:min(len(entries), 64)]
+		if strings.Count(v, sep) >= maxSignatures {
+			return nil, false, false
+		}
+		entries = strings.Split(v, sep)
 	}
 	for _, e := range entries {
 		e = strings.TrimSpace(e)
@@ -218,7 +221,7 @@ func parseHMACSignatures(v, sep, prefix string, enc Encoding) (sigs [][]byte, kn
 			sigs = append(sigs, b)
 		}
 	}
-	return sigs, known
+	return sigs, known, true
 }
 
 // content builds the signed content from h and body.
@@ -272,11 +275,14 @@ func (s *HMAC) Verify(h http.Header, body []byte, now time.Time) (Event, error) 
 	if s.cfg.IDHeader != "" && strings.ContainsAny(vals[s.cfg.IDHeader], s.forbid) {
 		return Event{}, fmt.Errorf("%w: %s contains a separator of the signed content", ErrMalformed, s.cfg.IDHeader)
 	}
-	sigs, known := parseHMACSignatures(v, s.cfg.Separator, s.cfg.Prefix, s.cfg.Encoding)
+	sigs, known, ok := parseHMACSignatures(v, s.cfg.Separator, s.cfg.Prefix, s.cfg.Encoding)
+	if !ok {
+		return Event{}, fmt.Errorf("%w: %s has more than %d entries", ErrMalformed, s.cfg.Header, maxSignatures)
+	}
 	if !known {
 		return Event{}, fmt.Errorf("%w: %s", ErrUnknownVersion, s.cfg.Header)
 	}
-	ok := false
+	ok = false
 	for _, k := range s.secrets {
 		m := hmac.New(s.cfg.Hash, k)
 		m.Write(content)

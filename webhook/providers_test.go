@@ -309,7 +309,15 @@ func TestGenericHMAC(t *testing.T) {
 		{"missing id header", hdr("X-Ts", formatUnix(now), "X-Sig", sig), "{}", now, ErrNoSignature},
 		{"truncated", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", sig[:12]), "{}", now, ErrNoMatch},
 		{"wrong", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", "s1="+strings.Repeat("A", 43)), "{}", now, ErrNoMatch},
+		// More than 64 entries, the genuine ones first: refused (before, the
+		// first 64 were read and this verified).
+		{"65 entries", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", sig+strings.Repeat(" s1=AAAA", 63)), "{}", now, ErrMalformed},
 	})
+	// 64 entries, the genuine ones last, still verify.
+	h64 := hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", strings.Repeat("s1=AAAA ", 62)+sig)
+	if _, err := s.Verify(h64, []byte("{}"), now); err != nil {
+		t.Fatalf("64 entries: %v", err)
+	}
 	other := cfg
 	other.Secrets = []string{"k3"}
 	s3, _ := NewHMAC(other)
