@@ -71,6 +71,25 @@
 // replay is answered as a duplicate and creates no second message. Set the
 // scheme's ID field ([JSONField]) to key on an id inside the body instead.
 //
+// # Stricter than the providers' libraries
+//
+// Signature headers are read as the providers write them (Standard
+// Webhooks: entries separated by one ASCII space, each signature in
+// canonical padded base64). In these cases a scheme refuses, with
+// [ErrMalformed] (401), what the provider's own library accepts:
+//
+//   - a signature, timestamp or id header that appears more than once
+//     (the libraries read the first);
+//   - a signature header of more than 64 entries: Standard, Stripe, and
+//     HMAC with a Separator (the libraries read them all);
+//   - a signed timestamp that is not 1 to 12 decimal digits: no sign, no
+//     space (the libraries parse any integer);
+//   - Standard: headers of both the webhook-* and the svix-* set (Svix's
+//     libraries prefer each svix-* value, Standard Webhooks' read only
+//     webhook-*);
+//   - Standard: an empty entry in the signature header, from two spaces or
+//     a leading or trailing one (the libraries skip it).
+//
 // Refusals: 405 (not POST), 413 (body over [DefaultMaxBody]), 408 (body
 // slower than [DefaultBodyTimeout]), 401 (not authentic), 400 (authentic but
 // without a usable id), each with an application/problem+json body whose
