@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/memqueue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -105,4 +107,55 @@ func ExamplePublishTx() {
 	// 200 replayed=""
 	// 200 replayed="true"
 	// queued: 1 evt_1 accept:stripe:evt_1
+}
+
+// A consumer of captured events keys each message with EventKey: the event
+// the Receiver captured, under a step of its own, so that the handler runs
+// once per event even when the queue holds the event twice (here, a copy
+// published again as after a crash between the publish and the capture's
+// completion) and even on the Receiver's own ledger. A message no Receiver
+// captured is dead-lettered without running the handler.
+func ExampleEventKey() {
+	ctx := context.Background()
+	quiet := slog.New(slog.DiscardHandler)
+	q := memqueue.New()
+	l := idem.New(memstore.New(), idem.WithLogger(quiet))
+	scheme, _ := webhook.NewStandard("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	rcv, err := webhook.NewReceiver("billing", scheme, l, webhook.Publish(q), webhook.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	body := `{"type":"invoice.paid","invoice":"in_1"}`
+	for range 2 { // the sender retries: captured once
+		now := time.Now()
+		r := httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader(body))
+		r.Header.Set("Webhook-Id", "msg_1")
+		r.Header.Set("Webhook-Timestamp", fmt.Sprint(now.Unix()))
+		r.Header.Set("Webhook-Signature", scheme.Sign("msg_1", now, []byte(body)))
+		rcv.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	ds, _ := q.Receive(ctx, 1)
+	captured := ds[0].Message()
+	q.Publish(ctx, queue.Outgoing{Body: captured.Body, Attributes: captured.Attributes}) // the same event again
+	q.Publish(ctx, queue.Outgoing{Body: []byte(body)})                                   // not captured by a Receiver
+
+	key, _ := webhook.EventKey(captured)
+	fmt.Println("consumer key:", key)
+	handle := func(ctx context.Context, m queue.Message) ([]byte, error) {
+		fmt.Println("handled", m.Attributes[webhook.AttrEventID], string(m.Body))
+		return nil, nil
+	}
+	c, err := queue.NewConsumer(q, l, webhook.EventKey, handle, queue.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	c.HandleBatch(ctx, ds)
+	ds, _ = q.Receive(ctx, 10)
+	c.HandleBatch(ctx, ds)
+	ready, held := q.Len()
+	fmt.Println("left:", ready+held, "dead-lettered:", len(q.DeadLetters()))
+	// Output:
+	// consumer key: event:billing:msg_1
+	// handled msg_1 {"type":"invoice.paid","invoice":"in_1"}
+	// left: 0 dead-lettered: 1
 }

@@ -195,11 +195,15 @@ func NewReceiver(source string, scheme Scheme, l *idem.Ledger, capture Capture, 
 // would pass [idem.MaxKeyLen] is replaced by its SHA-256:
 // accept:<source>:sha256:<hex> (four parts, which no escaped id can
 // produce), so it is still captured once.
-func Key(source, id string) idem.OperationKey {
-	k := idem.Key("accept", source, id)
+func Key(source, id string) idem.OperationKey { return eventScopedKey("accept", source, id) }
+
+// eventScopedKey is <step>:<source>:<id>, or <step>:<source>:sha256:<hex>
+// when the id is too long for a key.
+func eventScopedKey(step, source, id string) idem.OperationKey {
+	k := idem.Key(step, source, id)
 	if k.Err() != nil && source != "" && id != "" {
 		sum := sha256.Sum256([]byte(id))
-		k = idem.Key("accept", source, "sha256", hex.EncodeToString(sum[:]))
+		k = idem.Key(step, source, "sha256", hex.EncodeToString(sum[:]))
 	}
 	return k
 }
