@@ -87,18 +87,10 @@ func (a *App) open(ctx context.Context, secret string, log *slog.Logger) error {
 	if a.Receiver, err = webhook.NewReceiver("payments", scheme, l, webhook.PublishTx[*sql.Tx](a.Events), webhook.WithLogger(log)); err != nil {
 		return err
 	}
-	a.Worker, err = queue.NewConsumer(a.Events, l, eventKey, a.fulfil, queue.WithLogger(log))
+	// The worker's key is the event the receiver captured (its source and
+	// the event id the sender signed), event:payments:<event id>.
+	a.Worker, err = queue.NewConsumer(a.Events, l, webhook.EventKey, a.fulfil, queue.WithLogger(log))
 	return err
-}
-
-// eventKey is the worker's key: the event id the sender signed, which the
-// receiver put on the queued message.
-func eventKey(m queue.Message) (idem.OperationKey, error) {
-	id := m.Attributes[webhook.AttrEventID]
-	if id == "" {
-		return idem.OperationKey{}, queue.Undecodable(errors.New("no event id"))
-	}
-	return idem.Key("fulfil", id), nil
 }
 
 // fulfil marks the order paid, exactly once per event: the UPDATE and the

@@ -134,7 +134,7 @@ func TestFulfilmentFailureIsRetried(t *testing.T) {
 		}
 		return real(ctx, m)
 	}
-	c, err := queue.NewConsumer(a.Events, a.ledger, eventKey, flaky,
+	c, err := queue.NewConsumer(a.Events, a.ledger, webhook.EventKey, flaky,
 		queue.WithBackoff(10*time.Millisecond, 20*time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
