@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"net/http"
@@ -17,16 +18,29 @@ type Encoding int
 
 const (
 	Hex       Encoding = iota // lower- or upper-case hex (the default)
-	Base64                    // standard base64, padded
-	Base64URL                 // URL-safe base64, padded or not
+	Base64                    // standard base64, padded, canonical
+	Base64URL                 // URL-safe base64, padded or not, canonical
 )
+
+// errNotCanonical: a signature that decodes, but is not the one encoding
+// of its bytes (unused bits set, a line break inside); it matches nothing.
+var errNotCanonical = errors.New("webhook: signature is not canonical base64")
 
 func (e Encoding) decode(s string) ([]byte, error) {
 	switch e {
 	case Base64:
-		return base64.StdEncoding.DecodeString(s)
+		if b, ok := decodeCanonical(s); ok {
+			return b, nil
+		}
+		return nil, errNotCanonical
 	case Base64URL:
-		return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+		raw := strings.TrimSuffix(strings.TrimSuffix(s, "="), "=")
+		b, err := base64.RawURLEncoding.Strict().DecodeString(raw)
+		if err != nil || base64.RawURLEncoding.EncodedLen(len(b)) != len(raw) ||
+			raw != s && base64.URLEncoding.EncodedLen(len(b)) != len(s) {
+			return nil, errNotCanonical
+		}
+		return b, nil
 	default:
 		return hex.DecodeString(s)
 	}

@@ -193,6 +193,8 @@ func TestShopify(t *testing.T) {
 		{"missing", hdr(), `{"id":1}`, now, ErrNoSignature},
 		{"duplicated", hdr("X-Shopify-Hmac-Sha256", sig, "X-Shopify-Hmac-Sha256", sig), `{"id":1}`, now, ErrMalformed},
 		{"changed body", hdr("X-Shopify-Hmac-Sha256", sig), `{"id":2}`, now, ErrNoMatch},
+		{"not canonical base64", hdr("X-Shopify-Hmac-Sha256", nonCanonical(t, "x,"+sig)[2:]), `{"id":1}`, now, ErrNoMatch},
+		{"padding dropped", hdr("X-Shopify-Hmac-Sha256", strings.TrimRight(sig, "=")), `{"id":1}`, now, ErrNoMatch},
 	})
 	wrong, _ := NewShopify("other")
 	if _, err := wrong.Verify(hdr("X-Shopify-Hmac-Sha256", sig), []byte(`{"id":1}`), now); !errors.Is(err, ErrNoMatch) {
@@ -313,6 +315,24 @@ func TestGenericHMAC(t *testing.T) {
 		// first 64 were read and this verified).
 		{"65 entries", hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", sig+strings.Repeat(" s1=AAAA", 63)), "{}", now, ErrMalformed},
 	})
+	// Base64URL: padded or not, but canonical.
+	const urlAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	first, _, _ := strings.Cut(sig, " ")
+	raw := strings.TrimPrefix(first, "s1=")
+	bits := urlAlphabet[strings.IndexByte(urlAlphabet, raw[len(raw)-1])|1]
+	for v, want := range map[string]error{
+		"s1=" + raw:                               nil,
+		"s1=" + raw + "=":                         nil,
+		"s1=" + raw + "==":                        ErrNoMatch,
+		"s1=" + raw[:len(raw)-1] + string(bits):   ErrNoMatch,
+		"s1=" + raw[:20] + "\n" + raw[20:]:        ErrNoMatch,
+		"s1=" + strings.ReplaceAll(raw, "_", "/"): ErrNoMatch,
+	} {
+		hv := hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", v)
+		if _, err := s.Verify(hv, []byte("{}"), now); !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Errorf("X-Sig %q: %v, want %v", v, err, want)
+		}
+	}
 	// 64 entries, the genuine ones last, still verify.
 	h64 := hdr("X-Id", "ev_1", "X-Ts", formatUnix(now), "X-Sig", strings.Repeat("s1=AAAA ", 62)+sig)
 	if _, err := s.Verify(h64, []byte("{}"), now); err != nil {

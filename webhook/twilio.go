@@ -99,8 +99,8 @@ func (t *Twilio) verify(fullURL string, h http.Header, body []byte) (Event, erro
 	if err != nil {
 		return Event{}, err
 	}
-	sig, err := base64.StdEncoding.DecodeString(v)
-	if err != nil {
+	sig, canonical := decodeCanonical(v) // Twilio's helpers compare the base64 strings
+	if !canonical {
 		return Event{}, ErrNoMatch
 	}
 	u, err := url.Parse(fullURL)

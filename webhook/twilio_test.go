@@ -88,6 +88,7 @@ func TestTwilioOfficialVectors(t *testing.T) {
 		{"truncated", hdr("Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", "vOEb5UThFn24"), twParams.Encode(), now, ErrNoMatch},
 		{"changed param", good, strings.Replace(twParams.Encode(), "1234", "1235", 1), now, ErrNoMatch},
 		{"duplicated", hdr("X-Twilio-Signature", "a", "X-Twilio-Signature", "b"), "", now, ErrMalformed},
+		{"not canonical base64", hdr("Content-Type", "application/x-www-form-urlencoded", "X-Twilio-Signature", nonCanonical(t, "x,vOEb5UThFn24KEfnOFLQY2AE5FY=")[2:]), twParams.Encode(), now, ErrNoMatch},
 	})
 	wrong, _ := NewTwilio("https://mycompany.com/myapp.php?foo=1&bar=2", "54321")
 	if _, err := wrong.Verify(good, []byte(twParams.Encode()), now); !errors.Is(err, ErrNoMatch) {
