@@ -73,10 +73,13 @@
 //
 // # Stricter than the providers' libraries
 //
-// Signature headers are read as the providers write them (Standard
-// Webhooks: entries separated by one ASCII space, each signature in
-// canonical padded base64). In these cases a scheme refuses, with
-// [ErrMalformed] (401), what the provider's own library accepts:
+// Signature headers are read as the providers write them: Standard
+// Webhooks' entries separated by one ASCII space, and every base64
+// signature (Standard, Shopify, Twilio, HMAC's [Base64] and [Base64URL])
+// in its canonical encoding, as the providers' helpers that compare the
+// encoded strings require; a non-canonical one matches nothing. In these
+// cases a scheme refuses, with [ErrMalformed] (401), what the provider's
+// own library accepts:
 //
 //   - a signature, timestamp or id header that appears more than once
 //     (the libraries read the first);

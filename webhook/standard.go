@@ -26,9 +26,10 @@ import (
 // entries separated by single ASCII spaces (a sender rotating secrets signs
 // with both); the request is authentic when any listed signature of a known
 // version matches any key. Entries of other versions, and entries without a
-// comma, are skipped. A signature is compared as canonical padded base64,
-// as the references compare the encoded strings: one that decodes to the
-// right bytes but is written otherwise (unused bits set) matches nothing.
+// comma, are skipped. A signature must be canonical padded base64, as the
+// JavaScript and Python references compare the encoded strings: one that
+// decodes to the right bytes but is written otherwise (unused bits set)
+// matches nothing.
 //
 // The webhook-* set is used when any of its three headers is present, the
 // svix-* set otherwise; a request with headers of both sets is
