@@ -87,9 +87,10 @@
 //     HMAC with a Separator (the libraries read them all);
 //   - a signed timestamp that is not 1 to 12 decimal digits: no sign, no
 //     space (the libraries parse any integer);
-//   - Standard: headers of both the webhook-* and the svix-* set (Svix's
-//     libraries prefer each svix-* value, Standard Webhooks' read only
-//     webhook-*);
+//   - Standard: headers of both the webhook-* and the svix-* set that
+//     differ, or a set partly there (Svix's libraries prefer each svix-*
+//     value, Standard Webhooks' read only webhook-*); both sets saying the
+//     same are taken;
 //   - Standard: an empty entry in the signature header, from two spaces or
 //     a leading or trailing one (the libraries skip it).
 //

@@ -32,7 +32,9 @@ import (
 // matches nothing.
 //
 // The webhook-* set is used when any of its three headers is present, the
-// svix-* set otherwise; a request with headers of both sets is
+// svix-* set otherwise. A request may carry both sets (a sender that
+// serves verifiers of either name) only when each pair is equal; headers
+// of both sets that differ, or a set that is partly there, are
 // [ErrMalformed]. Each header must appear once.
 //
 // The event id is webhook-id, which the signature covers. It must not
@@ -249,9 +251,10 @@ func decodeCanonical(s string) ([]byte, bool) {
 }
 
 // standardNames returns the header set a request uses: webhook-* when any
-// of its headers is present, svix-* otherwise. Headers of both sets make
-// the request ambiguous (the two sets' libraries would verify different
-// values): ErrMalformed.
+// of its headers is present, svix-* otherwise. Headers of both sets are
+// taken only when they say the same (each pair equal, one value each):
+// otherwise the request is ambiguous (the two sets' libraries would verify
+// different values), ErrMalformed.
 func standardNames(h http.Header) ([3]string, error) {
 	has := func(names [3]string) bool {
 		for _, n := range names {
@@ -264,7 +267,13 @@ func standardNames(h http.Header) ([3]string, error) {
 	std, svix := has(standardHeaders), has(svixHeaders)
 	switch {
 	case std && svix:
-		return standardHeaders, fmt.Errorf("%w: both webhook-* and svix-* headers", ErrMalformed)
+		for i := range standardHeaders {
+			a, b := h.Values(standardHeaders[i]), h.Values(svixHeaders[i])
+			if len(a) != 1 || len(b) != 1 || a[0] != b[0] {
+				return standardHeaders, fmt.Errorf("%w: webhook-* and svix-* headers that differ", ErrMalformed)
+			}
+		}
+		return standardHeaders, nil
 	case svix:
 		return svixHeaders, nil
 	}

@@ -250,6 +250,10 @@ func TestStandardStrictHeaders(t *testing.T) {
 	for k, v := range swHeader("svix", sw1ID, sw1TS, sw1Sig) {
 		both[k] = v
 	}
+	bothDiffer := swHeader("webhook", sw1ID, sw1TS, sw1Sig)
+	for k, v := range swHeader("svix", sw1ID, sw1TS, swWrongSig) {
+		bothDiffer[k] = v
+	}
 	stray := swHeader("svix", sw1ID, sw1TS, sw1Sig)
 	stray.Set("Webhook-Id", sw1ID)
 	dupTS := swHeader("webhook", sw1ID, sw1TS, sw1Sig)
@@ -281,7 +285,7 @@ func TestStandardStrictHeaders(t *testing.T) {
 		// Stricter than the libraries (see the package doc).
 		{"65 signatures, the genuine one first", sig(sw1Sig + " " + many(64, swWrongSig)), ErrMalformed},
 		{"65 signatures, the genuine one last", sig(many(65, sw1Sig)), ErrMalformed}, // before: ErrNoMatch (not read)
-		{"webhook-* and svix-* both", both, ErrMalformed},
+		{"webhook-* and svix-* that differ", bothDiffer, ErrMalformed},
 		{"svix-* and a stray webhook-id", stray, ErrMalformed}, // before: ErrNoSignature
 		{"repeated timestamp header", dupTS, ErrMalformed},     // before: ErrMalformed too
 		{"repeated signature header", dupSig, ErrMalformed},    // before: ErrMalformed too
@@ -324,5 +328,8 @@ func TestStandardStrictHeaders(t *testing.T) {
 	}
 	if _, err := s.Verify(swHeader("svix", sw1ID, sw1TS, sw1Sig), []byte(sw1Body), now); err != nil {
 		t.Errorf("svix-* alone: %v", err)
+	}
+	if _, err := s.Verify(both, []byte(sw1Body), now); err != nil {
+		t.Errorf("webhook-* and svix-* saying the same: %v", err)
 	}
 }
