@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/store"
 )
 
@@ -44,7 +45,17 @@ func lookup(name string) *command {
 	return nil
 }
 
-const storeFlagHelp = "the store `URL`: sqlite:PATH, postgres://USER:PASSWORD@HOST/DB or mem: (default $IDEM_STORE, else " + defaultStore + ")"
+// storeFlagHelp is the --store flag's help, naming each backend's short
+// form.
+var storeFlagHelp = func() string {
+	var forms []string
+	for _, b := range storeurl.Backends() {
+		forms = append(forms, b.Short)
+	}
+	last := len(forms) - 1
+	return "the store `URL`: " + strings.Join(forms[:last], ", ") + " or " + forms[last] +
+		" (default $IDEM_STORE, else " + defaultStore + ")"
+}()
 
 // flagSet returns a FlagSet for c with the flags every command takes; the
 // command adds its own.
@@ -153,21 +164,60 @@ Stores:
 Exit codes:
 %s
 Run 'idem help COMMAND' (or 'idem COMMAND --help') for a command's flags.
-`, strings.ReplaceAll(storeFlagHelp, "`", ""), storesDoc, exitCodesDoc)
+`, wrap(strings.ReplaceAll(storeFlagHelp, "`", ""), 62, "\n               "), storesDoc, exitCodesDoc)
 }
 
-// storesDoc lists the store URLs (doc.go and docs/cli.md say the same).
-const storesDoc = `  sqlite:PATH, sqlite://PATH   the SQLite database file PATH
-  postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=...&idem_schema=S&idem_table=T
-  postgresql://...             the PostgreSQL table S.T (default: idem_records
-                               in the search_path); other parameters are pgx's
-  dynamodb://TABLE?region=R&endpoint=URL
-                               the DynamoDB table TABLE; AWS credentials as usual
-  mem:                         an empty in-memory store, for trying things
-  Commands other than demo never create or migrate a store: a missing
+// storesDoc lists the store URLs: storesText, then what the commands do
+// with a store that is missing.
+var storesDoc = storesText("  ") + `  Commands other than demo never create or migrate a store: a missing
   database file or table, or a SQLite file without idem's tables or at an
   older schema version, is an error.
 `
+
+// storesText lists the backends of storeurl.Backends, one per entry: its
+// URL forms in a column, then what it opens, wrapped, each line after
+// indent. The help shows it, and doc.go holds it (TestStoreDocs).
+func storesText(indent string) string {
+	const col, width = 29, 76 // the forms' column and the line, after indent
+	var b strings.Builder
+	for _, be := range storeurl.Backends() {
+		left := []string{strings.Join(be.Forms, ", ")}
+		if len(left[0]) > col-2 {
+			left = be.Forms
+		}
+		lines := strings.Split(wrap(be.Store, width-col, "\n"), "\n")
+		for i, l := range left {
+			if i < len(left)-1 || len(l) > col-2 {
+				fmt.Fprintf(&b, "%s%s\n", indent, l)
+				continue
+			}
+			fmt.Fprintf(&b, "%s%-*s%s\n", indent, col, l, lines[0])
+			lines = lines[1:]
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "%s%*s%s\n", indent, col, "", l)
+		}
+	}
+	return b.String()
+}
+
+// wrap breaks s into lines of at most width bytes (a longer word has a line
+// to itself), joined by sep.
+func wrap(s string, width int, sep string) string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return strings.Join(append(lines, line), sep)
+}
 
 const exitCodesDoc = `  0    ok
   1    operation error: the store failed, or the command refused

@@ -9,17 +9,20 @@
 // The store is named by --store (before or after the command), else by the
 // IDEM_STORE environment variable, else sqlite:idem.db:
 //
-//	sqlite:PATH, sqlite://PATH   the SQLite database file PATH (store/sqlitestore)
-//	postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=disable&idem_schema=S&idem_table=T
-//	postgresql://...             the PostgreSQL table S.T (store/pgstore; default
-//	                             idem_records in the connection's search_path);
-//	                             other parameters are pgx's (sslmode, pool_max_conns, ...)
+//	sqlite:PATH, sqlite://PATH   the SQLite database file PATH
+//	postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=...&idem_schema=S&idem_table=T
+//	postgresql://...             the PostgreSQL table S.T (default: idem_records
+//	                             in the first schema of the search_path); other
+//	                             parameters are pgx's
+//	redis://USER:PASSWORD@HOST:PORT/DB?idem_prefix=P
+//	rediss://...                 the keys under prefix P (default idem:) in a
+//	                             Redis database, over TLS for rediss:; other
+//	                             parameters are go-redis's
 //	dynamodb://TABLE?region=R&endpoint=URL
-//	                             the DynamoDB table TABLE (store/dynamostore); credentials
-//	                             from the AWS SDK's chain; endpoint for an emulator
-//	redis://USER:PASSWORD@HOST:PORT/DB?idem_prefix=P, rediss://...
-//	                             keys under prefix P in a Redis database (store/redisstore)
-//	mem:                         an empty in-memory store (store/memstore), for trying things
+//	                             the DynamoDB table TABLE; credentials from the
+//	                             AWS SDK's chain; endpoint for an emulator such
+//	                             as dynalite
+//	mem:                         an empty in-memory store, for trying things
 //
 // Commands that read or repair records (all but serve, demo and version) never create a store that does not
 // exist, nor migrate one: a missing SQLite file, a SQLite file without
@@ -91,8 +94,10 @@
 //	130  interrupted (Ctrl-C)
 //
 // The store URL is opened in one place, cmd/idem/internal/storeurl, whose
-// constructor names the scheme of each backend built in; a new backend
-// (redis://) is one more scheme there.
+// Backends list names each backend built in, its schemes and its URL forms;
+// the help, the --store flag, the list above and docs/cli.md are made from
+// it (a test keeps the last two current), so a new backend is one more
+// entry there.
 //
 // # idem serve
 //

@@ -27,7 +27,7 @@ import (
 // command on a mistyped table fails instead of reporting an empty store);
 // otherwise (the demo) it is created if missing, with TTL enabled where
 // the endpoint has TTL.
-func openDynamoDB(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
+func openDynamoDB(_ *Openers, ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	u, err := url.Parse(strings.ToLower(scheme) + ":" + rest)
 	if err != nil || !strings.HasPrefix(rest, "//") || u.Host == "" || (u.Path != "" && u.Path != "/") {

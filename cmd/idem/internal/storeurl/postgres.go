@@ -19,7 +19,7 @@ import (
 // on a mistyped database, schema or table fails instead of reporting an
 // empty store. Otherwise (the demo) the table is created if missing, unless
 // the URL says idem_migrate=false.
-func openPostgres(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
+func openPostgres(_ *Openers, ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	// pgx recognises the scheme in lower case only.
 	u := strings.ToLower(scheme) + ":" + rest

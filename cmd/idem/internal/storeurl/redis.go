@@ -18,7 +18,7 @@ import (
 // has nothing to create, so MustExist only requires the server to answer:
 // an operator's command on a mistyped prefix finds no keys rather than an
 // error.
-func openRedis(ctx context.Context, raw, rest string, _ Options) (store.Store, error) {
+func openRedis(_ *Openers, ctx context.Context, raw, rest string, _ Options) (store.Store, error) {
 	scheme, _, _ := strings.Cut(raw, ":")
 	if !strings.HasPrefix(rest, "//") {
 		return nil, fmt.Errorf("store %q: not a URL; write %s://USER:PASSWORD@HOST:PORT/DB", Redact(raw), strings.ToLower(scheme))

@@ -21,7 +21,7 @@ func SQLitePath(rest string) string {
 	return rest
 }
 
-func openSQLite(ctx context.Context, raw, rest string, o Options) (store.Store, error) {
+func openSQLite(_ *Openers, ctx context.Context, raw, rest string, o Options) (store.Store, error) {
 	path := SQLitePath(rest)
 	if path == "" {
 		return nil, fmt.Errorf("store %q: no database file; write sqlite:PATH", raw)

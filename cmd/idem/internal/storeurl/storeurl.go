@@ -1,15 +1,13 @@
 // Package storeurl opens an store.Store named by a URL, the one place where
-// the idem command turns `--store` into a store. [New] returns the
-// [Openers] of the schemes built into the command; adding a backend
-// (a cloud store) is one more opener named in New.
+// the idem command turns `--store` into a store. [Backends] lists the
+// backends built into the command, their URL schemes and how their URLs
+// are written; it is the one list of them: [New] opens its schemes, and
+// the command's help, its --store flag, cmd/idem/doc.go and docs/cli.md
+// are made from it (a test in cmd/idem keeps the last two equal to it).
+// Adding a backend (a cloud store) is one more entry there.
 //
-//	sqlite:PATH, sqlite://PATH   store/sqlitestore on the database file PATH
-//	postgres://..., postgresql://...
-//	                             store/pgstore on the PostgreSQL database the URL names
-//	redis://..., rediss://...    store/redisstore on the Redis server the URL names
-//	dynamodb://TABLE?region=R&endpoint=URL
-//	                             store/dynamostore on the DynamoDB table TABLE
-//	mem:, mem:NAME               store/memstore; NAME shares one store per Openers
+// "mem:NAME" (one in-memory store per name and [Openers]) is for tests;
+// the documentation lists only "mem:".
 package storeurl
 
 import (
@@ -35,8 +33,71 @@ type Options struct {
 
 // opener opens the store that rest names; rest is the URL after
 // "scheme:" (for "sqlite:///var/idem.db", "///var/idem.db"), and raw the
-// whole URL as given, for schemes that parse it themselves.
-type opener func(ctx context.Context, raw, rest string, o Options) (store.Store, error)
+// whole URL as given, for schemes that parse it themselves. o holds the
+// named in-memory stores.
+type opener func(o *Openers, ctx context.Context, raw, rest string, opts Options) (store.Store, error)
+
+// Backend is one kind of store the command opens, as [Backends] lists it.
+type Backend struct {
+	// Schemes are the URL schemes that name it, lower case, without ':'.
+	Schemes []string
+	// Forms are how its URLs are written, for the documentation: each of
+	// Schemes begins one of them.
+	Forms []string
+	// Short is the form the --store flag's one line of help shows.
+	Short string
+	// Store says what the URL opens, for the documentation.
+	Store string
+	// Package is the store package, "store/sqlitestore".
+	Package string
+
+	open opener
+}
+
+// Backends returns the backends built into the command, in the order the
+// documentation lists them. It is a function, not a variable, because the
+// openers refer back to it ([Redact]); each call returns a new list.
+func Backends() []Backend {
+	return []Backend{{
+		Schemes: []string{"sqlite"},
+		Forms:   []string{"sqlite:PATH", "sqlite://PATH"},
+		Short:   "sqlite:PATH",
+		Store:   "the SQLite database file PATH",
+		Package: "store/sqlitestore",
+		open:    openSQLite,
+	}, {
+		Schemes: []string{"postgres", "postgresql"},
+		Forms:   []string{"postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=...&idem_schema=S&idem_table=T", "postgresql://..."},
+		Short:   "postgres://USER:PASSWORD@HOST/DB",
+		Store: "the PostgreSQL table S.T (default: idem_records in the first schema of " +
+			"the search_path); other parameters are pgx's",
+		Package: "store/pgstore",
+		open:    openPostgres,
+	}, {
+		Schemes: []string{"redis", "rediss"},
+		Forms:   []string{"redis://USER:PASSWORD@HOST:PORT/DB?idem_prefix=P", "rediss://..."},
+		Short:   "redis://HOST:PORT/DB",
+		Store: "the keys under prefix P (default idem:) in a Redis database, " +
+			"over TLS for rediss:; other parameters are go-redis's",
+		Package: "store/redisstore",
+		open:    openRedis,
+	}, {
+		Schemes: []string{"dynamodb"},
+		Forms:   []string{"dynamodb://TABLE?region=R&endpoint=URL"},
+		Short:   "dynamodb://TABLE",
+		Store: "the DynamoDB table TABLE; credentials from the AWS SDK's chain; " +
+			"endpoint for an emulator such as dynalite",
+		Package: "store/dynamostore",
+		open:    openDynamoDB,
+	}, {
+		Schemes: []string{"mem"},
+		Forms:   []string{"mem:"},
+		Short:   "mem:",
+		Store:   "an empty in-memory store, for trying things",
+		Package: "store/memstore",
+		open:    (*Openers).openMem,
+	}}
+}
 
 // Openers open the stores of the schemes built into the command. The
 // in-memory stores named "mem:NAME" live in it: one store per name for as
@@ -52,15 +113,11 @@ type Openers struct {
 // New returns the openers of the built-in schemes, with no named
 // in-memory store yet.
 func New() *Openers {
-	o := &Openers{memNamed: map[string]store.Store{}}
-	o.schemes = map[string]opener{
-		"mem":        o.openMem,
-		"sqlite":     openSQLite,
-		"postgres":   openPostgres,
-		"postgresql": openPostgres,
-		"redis":      openRedis,
-		"rediss":     openRedis,
-		"dynamodb":   openDynamoDB,
+	o := &Openers{memNamed: map[string]store.Store{}, schemes: map[string]opener{}}
+	for _, b := range Backends() {
+		for _, s := range b.Schemes {
+			o.schemes[s] = b.open
+		}
 	}
 	return o
 }
@@ -95,7 +152,7 @@ func (o *Openers) Open(ctx context.Context, raw string, opts Options) (store.Sto
 	if op == nil {
 		return nil, fmt.Errorf("store %q: %w %q (available: %s)", Redact(raw), ErrUnknownScheme, scheme, strings.Join(o.Schemes(), ", "))
 	}
-	return op(ctx, raw, rest, opts)
+	return op(o, ctx, raw, rest, opts)
 }
 
 // Redact returns raw with a password replaced by "xxxxx", for messages:
@@ -129,8 +186,13 @@ func Redact(raw string) string {
 // store schemes, for Redact to tell "postgres:alice:s3cret@..." (scheme,
 // user, password) from "alice:s3cret@..." (user, password).
 func knownScheme(scheme string) bool {
-	_, ok := New().schemes[strings.ToLower(scheme)]
-	return ok
+	scheme = strings.ToLower(scheme)
+	for _, b := range Backends() {
+		if slices.Contains(b.Schemes, scheme) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactQuery replaces the value of a "password" parameter in the query
