@@ -11,6 +11,16 @@ import (
 	"time"
 )
 
+// TypeBase begins the type URI of every problem idem answers: the address
+// of docs/problems.md, which documents each type under a heading of its
+// own, so that a type URI followed in a browser lands on its
+// documentation (RFC 9457 section 3.1.1). Each surface adds its name and
+// the kind after the '#': TypeBase+"httpidem-key-reused",
+// TypeBase+"webhook-in-progress", TypeBase+"serve-busy". The types are
+// part of idem's API: clients match on them. Adding one means adding its
+// heading to docs/problems.md (each surface's tests check its own).
+const TypeBase = "https://github.com/idemkit/idem/blob/main/docs/problems.md#"
+
 // Write answers w with status and a problem document of the given type URI,
 // title and detail ("" leaves detail out), plus members as extension
 // members (they cannot replace type, title, status or detail). It sets

@@ -3,10 +3,12 @@ package problem_test
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/internal/problem"
+	"github.com/idemkit/idem/internal/problemdoc"
 )
 
 func TestWrite(t *testing.T) {
@@ -52,5 +54,22 @@ func TestWriteOrder(t *testing.T) {
 	want := `{"type":"urn:x:busy","title":"Busy","status":409,"detail":"later","fence":3,"outcome":"busy"}` + "\n"
 	if got := w.Body.String(); got != want {
 		t.Fatalf("got %s want %s", got, want)
+	}
+}
+
+// TestTypeBase pins the base of every problem type (clients match on it) and
+// checks that each type docs/problems.md documents belongs to a surface.
+func TestTypeBase(t *testing.T) {
+	if problem.TypeBase != "https://github.com/idemkit/idem/blob/main/docs/problems.md#" {
+		t.Errorf("TypeBase = %s", problem.TypeBase)
+	}
+	all := problemdoc.Titles(t, "")
+	if len(all) == 0 {
+		t.Fatal("docs/problems.md documents no type")
+	}
+	for anchor := range all {
+		if !strings.HasPrefix(anchor, "httpidem-") && !strings.HasPrefix(anchor, "webhook-") && !strings.HasPrefix(anchor, "serve-") {
+			t.Errorf("docs/problems.md: %s belongs to no surface (httpidem-, webhook-, serve-)", anchor)
+		}
 	}
 }
