@@ -66,8 +66,9 @@
 // to publish their expiry policy).
 //
 // Errors are application/problem+json (RFC 9457) with type
-// [DefaultProblemBase] + one of the Problem* constants, a fixed title, and
-// a detail that never repeats the key, the body or an internal error.
+// [DefaultProblemBase] + one of the Problem* constants (the section of
+// docs/problems.md that documents it), a fixed title, and a detail that
+// never repeats the key, the body or an internal error.
 //
 // # Edge cases
 //

@@ -61,6 +61,6 @@ func ExampleNew() {
 	// Output:
 	// 201 replayed="" {"charge":"ch_1"}
 	// 201 replayed="true" {"charge":"ch_1"}
-	// 400 replayed="" {"type":"https://pkg.go.dev/github.com/idemkit/idem/httpidem#key-missing","title":"Idempotency-Key is missing","status":400,"detail":"This endpoint requires an Idempotency-Key header."}
+	// 400 replayed="" {"type":"https://github.com/idemkit/idem/blob/main/docs/problems.md#httpidem-key-missing","title":"Idempotency-Key is missing","status":400,"detail":"This endpoint requires an Idempotency-Key header."}
 	// charges: 1
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/problem"
 )
 
 // Defaults used by [New] when no option says otherwise.
@@ -29,9 +31,10 @@ const (
 	DefaultNamespace = "http"
 	// DefaultProblemBase is the prefix of the problem type URIs; the type is
 	// the base followed by one of the Problem* names, e.g.
-	// "https://pkg.go.dev/github.com/idemkit/idem/httpidem#key-missing".
-	// The IETF draft registers no problem types, so these are this package's.
-	DefaultProblemBase = "https://pkg.go.dev/github.com/idemkit/idem/httpidem#"
+	// "https://github.com/idemkit/idem/blob/main/docs/problems.md#httpidem-key-missing",
+	// the section of docs/problems.md that documents it. The IETF draft
+	// registers no problem types, so these are this package's.
+	DefaultProblemBase = problem.TypeBase + "httpidem-"
 )
 
 // DefaultReplayHeaders are the response headers kept and replayed when

@@ -97,5 +97,6 @@
 // Refusals: 405 (not POST), 413 (body over [DefaultMaxBody]), 408 (body
 // slower than [DefaultBodyTimeout]), 401 (not authentic), 400 (authentic but
 // without a usable id), each with an application/problem+json body whose
-// type begins with [ProblemTypePrefix]; none of them touches the ledger.
+// type begins with [ProblemTypePrefix] (each type is the section of
+// docs/problems.md that documents it); none of them touches the ledger.
 package webhook

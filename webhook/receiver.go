@@ -379,8 +379,11 @@ func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id str
 // ProblemTypePrefix begins the type URI of every problem a Receiver answers,
 // followed by a slug: signature-invalid, event-id-invalid, body-too-large,
 // body-timeout, body-unreadable, method-not-allowed, in-progress,
-// capture-failed, misconfigured, answer-unreadable.
-const ProblemTypePrefix = "urn:idem:webhook:"
+// capture-failed, misconfigured, answer-unreadable. It is
+// "https://github.com/idemkit/idem/blob/main/docs/problems.md#webhook-":
+// each type is the address of the section of docs/problems.md that
+// documents it.
+const ProblemTypePrefix = problem.TypeBase + "webhook-"
 
 // problem writes an RFC 9457 problem. detail never holds a secret: it is a
 // scheme error's text (which names headers, never their values' secrets) or

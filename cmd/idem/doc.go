@@ -102,8 +102,10 @@
 // # idem serve
 //
 // The HTTP API answers JSON; every error is application/problem+json (RFC
-// 9457) whose "type" is this page's URL followed by "#serve-" and the
-// kind. Claim outcomes (busy, indeterminate, failed, mismatch) and
+// 9457) whose "type" is
+// "https://github.com/idemkit/idem/blob/main/docs/problems.md#serve-"
+// followed by the kind, the section of docs/problems.md that documents
+// it. Claim outcomes (busy, indeterminate, failed, mismatch) and
 // lease-lost carry "outcome" and the record's numbers as extension
 // members; other problems (bad input, auth, store errors) carry no
 // "outcome":

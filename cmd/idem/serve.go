@@ -149,8 +149,9 @@ const (
 	drainTimeout = finishWriteTimeout + 5*time.Second
 	// healthKey is the key /healthz reads: none is ever claimed under it.
 	healthKey = "idem-serve:healthz"
-	// problemBase begins the "type" of every problem document.
-	problemBase = "https://pkg.go.dev/github.com/idemkit/idem/cmd/idem#serve-"
+	// problemBase begins the "type" of every problem document: each type
+	// is the section of docs/problems.md that documents it.
+	problemBase = problem.TypeBase + "serve-"
 )
 
 func runServe(ctx context.Context, a *app, args []string) error {
