@@ -50,6 +50,14 @@ type InProgressError struct {
 	Owner      string
 	LeaseUntil time.Time     // when the holder's lease ends, by the store's clock
 	RetryAfter time.Duration // LeaseUntil minus the store's now (at least 1 ms)
+	// Started is when the holder's attempt began, by the store's clock,
+	// from its journal entry; zero when the store did not return it.
+	Started time.Time
+	// Running is how long the holder has run: the store's now minus
+	// Started (0 when Started is zero). A holder that has just started
+	// likely ends soon; one that has run for a while likely runs about as
+	// long again. queue.Consumer spaces its busy retries by it.
+	Running time.Duration
 }
 
 func (e *InProgressError) Error() string {

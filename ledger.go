@@ -384,7 +384,11 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.
 	case store.AnswerBusy:
 		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
 		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
-		return Result{}, &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
+		busy := &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
+		if e, ok := rec.EntryOf(rec.AttemptID); ok && !e.Started.IsZero() {
+			busy.Started, busy.Running = e.Started, max(cr.Now.Sub(e.Started), 0)
+		}
+		return Result{}, busy
 	}
 	if err == nil {
 		err = fmt.Errorf("store: a claim of %q answered %v without acquiring it (a store bug)", key, answer)
