@@ -138,7 +138,10 @@ type Consumer struct {
 // NewConsumer returns a Consumer of src that runs h under l for the key k
 // computes. It returns an error wrapping [ErrVisibilityTooShort] when src's
 // visibility is shorter than the handler timeout, and logs a warning when it
-// is shorter than six times the handler timeout.
+// is shorter than six times the handler timeout. Without
+// [WithHandlerTimeout] the handler timeout is a sixth of src's visibility
+// (at most [DefaultHandlerTimeout]), so neither happens with the defaults
+// unless the visibility is under 6 s.
 func NewConsumer(src Source, l *idem.Ledger, k KeyFunc, h Handler, opts ...Option) (*Consumer, error) {
 	if src == nil || l == nil || k == nil || h == nil {
 		return nil, errors.New("queue: NewConsumer needs a source, a ledger, a key function and a handler")
@@ -154,8 +157,11 @@ func newConsumer(src Source, l *idem.Ledger, c *Consumer, opts []Option) (*Consu
 		o(&cfg)
 	}
 	log := cmp.Or(cfg.logger, slog.Default())
-	c.src, c.ledger, c.cfg, c.log = src, l, cfg, log
 	v := src.Visibility()
+	if cfg.handlerTimeout <= 0 {
+		cfg.handlerTimeout = defaultHandlerTimeout(v)
+	}
+	c.src, c.ledger, c.cfg, c.log = src, l, cfg, log
 	if v > 0 {
 		if v < cfg.handlerTimeout {
 			return nil, fmt.Errorf("%w: visibility %v, handler timeout %v: raise the queue's visibility timeout (or ack wait) or lower WithHandlerTimeout",
@@ -191,6 +197,23 @@ func newConsumer(src Source, l *idem.Ledger, c *Consumer, opts []Option) (*Consu
 		Attrs:    func(d Delivery) []slog.Attr { return []slog.Attr{slog.String("message_id", d.Message().ID)} },
 	}
 	return c, nil
+}
+
+// minDefaultHandlerTimeout is the least handler timeout a Consumer takes
+// by itself, unless the source's visibility is shorter still: a very short
+// visibility then warns rather than leaving handlers a few milliseconds.
+const minDefaultHandlerTimeout = time.Second
+
+// defaultHandlerTimeout is the handler timeout of a consumer of a source of
+// visibility v without [WithHandlerTimeout]: v/6 (the AWS guidance read the
+// other way: the visibility is six times the handler timeout), within
+// [minDefaultHandlerTimeout] (or v, when shorter) and [DefaultHandlerTimeout];
+// DefaultHandlerTimeout for an unbounded visibility (0).
+func defaultHandlerTimeout(v time.Duration) time.Duration {
+	if v <= 0 {
+		return DefaultHandlerTimeout
+	}
+	return min(DefaultHandlerTimeout, max(v/6, min(v, minDefaultHandlerTimeout)))
 }
 
 // settleTimeout bounds one Ack, Retry or DeadLetter. Settling uses a context

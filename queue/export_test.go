@@ -9,3 +9,7 @@ import "time"
 func WithOverrunMargin(d time.Duration) Option {
 	return func(c *config) { c.overrunMargin = d }
 }
+
+// DefaultHandlerTimeoutFor is the handler timeout a consumer of a source of
+// visibility v takes without WithHandlerTimeout (tests only).
+func DefaultHandlerTimeoutFor(v time.Duration) time.Duration { return defaultHandlerTimeout(v) }

@@ -10,8 +10,13 @@ import (
 
 // Defaults of a [Consumer].
 const (
-	DefaultConcurrency     = 8
-	DefaultBatchSize       = 10
+	DefaultConcurrency = 8
+	DefaultBatchSize   = 10
+	// DefaultHandlerTimeout is the longest handler timeout a Consumer
+	// takes by itself: without [WithHandlerTimeout], a handler gets a sixth
+	// of its source's visibility, at most this (all of it when the
+	// visibility is unbounded, as on AMQP and in Lambda). See
+	// [WithHandlerTimeout].
 	DefaultHandlerTimeout  = 30 * time.Second
 	DefaultMaxReceives     = 5
 	DefaultBackoffBase     = time.Second
@@ -24,8 +29,8 @@ const (
 type Option func(*config)
 
 type config struct {
-	dispatch.Settings // concurrency, batch size, backoff, shutdown timeout, extension interval
-	handlerTimeout    time.Duration
+	dispatch.Settings               // concurrency, batch size, backoff, shutdown timeout, extension interval
+	handlerTimeout    time.Duration // 0: derived from the source's visibility (defaultHandlerTimeout)
 	maxReceives       int
 	busyDelay         time.Duration
 	logger            *slog.Logger
@@ -41,9 +46,8 @@ func defaultConfig() config {
 			Backoff:         dispatch.Backoff{Base: DefaultBackoffBase, Max: DefaultBackoffMax},
 			ShutdownTimeout: DefaultShutdownTimeout,
 		},
-		handlerTimeout: DefaultHandlerTimeout,
-		maxReceives:    DefaultMaxReceives,
-		busyDelay:      DefaultBusyDelay,
+		maxReceives: DefaultMaxReceives,
+		busyDelay:   DefaultBusyDelay,
 	}
 }
 
@@ -62,11 +66,22 @@ func WithBatchSize(n int) Option {
 	return func(c *config) { c.SetBatchSize(n) }
 }
 
-// WithHandlerTimeout bounds one handler call (default
-// [DefaultHandlerTimeout]): the handler's context is cancelled then. The
-// source's visibility must be at least this long: [NewConsumer] refuses a
-// shorter one, and warns below six times it (the AWS guidance for SQS
-// event sources). A handler that ignores its cancelled context and
+// WithHandlerTimeout bounds one handler call: the handler's context is
+// cancelled then. The source's visibility must be at least this long:
+// [NewConsumer] refuses a shorter one, and warns below six times it (the
+// AWS guidance for SQS event sources).
+//
+// The default agrees with the source: a sixth of its visibility, at most
+// [DefaultHandlerTimeout] (30 s), and at least 1 s unless the visibility
+// itself is shorter; 30 s when the visibility is unbounded (AMQP, Lambda,
+// where the invocation's deadline bounds the handler instead). So with a
+// queue's default visibility of 30 s (sqlqueue, memqueue, an SQS queue,
+// JetStream's ack wait) a handler gets 5 s, and nothing warns; a handler
+// that needs longer raises the queue's visibility (3 minutes gives the
+// full 30 s) or sets this option, and the warning then says when the two
+// disagree. Only a visibility under 6 s warns with the default.
+//
+// A handler that ignores its cancelled context and
 // outlives its timeout by more than a margin (a second plus
 // [idem.Ledger.FinishTimeout], which covers the ledger's writes after the
 // handler returns) loses its delivery's invisibility: the delivery is no

@@ -35,7 +35,9 @@
 //     original (+TERM). Every one of them is sent as a request and returns
 //     only when the server has answered, so a lost connection gives an
 //     error, never a false settle.
-//   - [Source.Visibility] is the consumer's AckWait.
+//   - [Source.Visibility] is the consumer's AckWait (the server's default:
+//     30 s). A queue.Consumer's default handler timeout is a sixth of it,
+//     at most 30 s.
 //
 // # Late extensions
 //

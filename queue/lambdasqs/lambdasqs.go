@@ -28,7 +28,9 @@
 //   - Extend: nothing to do. The invocation's deadline bounds the work:
 //     [Handler] ends handlers and the ledger's leases before it. Set the
 //     queue's visibility timeout above the function timeout (AWS
-//     recommends six times).
+//     recommends six times). The [Source]'s visibility is 0, so a
+//     queue.Consumer's default handler timeout is the 30 s
+//     queue.DefaultHandlerTimeout, cut short by the invocation's deadline.
 //
 // On a FIFO queue, once a record of a message group is reported failed,
 // every later record of that group in the batch is reported failed too,

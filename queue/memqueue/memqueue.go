@@ -17,7 +17,8 @@ import (
 	"github.com/idemkit/idem/queue"
 )
 
-// Defaults of a [Queue].
+// Defaults of a [Queue]. A queue.Consumer without queue.WithHandlerTimeout
+// gives its handler a sixth of the visibility (5 s), so nothing warns.
 const (
 	DefaultVisibility  = 30 * time.Second
 	DefaultDedupWindow = 5 * time.Minute

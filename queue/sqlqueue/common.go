@@ -22,7 +22,9 @@ import (
 // Defaults for the options of a queue.
 const (
 	// DefaultVisibility is how long a received message stays invisible to
-	// other receivers unless [WithVisibility] says otherwise.
+	// other receivers unless [WithVisibility] says otherwise. A
+	// queue.Consumer without queue.WithHandlerTimeout gives its handler a
+	// sixth of it (5 s), so the defaults agree and nothing warns.
 	DefaultVisibility = 30 * time.Second
 	// DefaultDedupWindow is how long a publish's dedup id is remembered
 	// unless [WithDedupWindow] says otherwise: the ledger's default
@@ -202,7 +204,8 @@ type queueConfig struct {
 // extends it, acks it, retries it or dead-letters it first. d < 1 ms means
 // 1 ms, more than 100 years means 100 years. Each handle has its own setting for
 // the queue: the timeout is the receiver's, as with SQS's ReceiveMessage
-// VisibilityTimeout.
+// VisibilityTimeout. A queue.Consumer's default handler timeout is a sixth
+// of it, at most 30 s (3 minutes gives a handler 30 s).
 func WithVisibility(d time.Duration) QueueOption {
 	return func(c *queueConfig) { c.visibility = min(max(d, time.Millisecond), maxHide) }
 }

@@ -159,6 +159,8 @@ type Options struct {
 	// Visibility is the visibility timeout asked for on every
 	// ReceiveMessage (whole seconds, rounded up, at most 12 hours). 0 (the
 	// default): the queue's VisibilityTimeout attribute, read by Open.
+	// A queue.Consumer's default handler timeout is a sixth of it, at
+	// most 30 s (5 s on a queue with SQS's default of 30 s).
 	Visibility time.Duration
 	// WaitTime is the long poll of each ReceiveMessage call (whole seconds,
 	// at most 20 s). 0 (the default): 20 s. Receive polls again until a
