@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"time"
 
@@ -53,9 +54,8 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 //
 //   - done (executed, replayed "skipped, already done", taken over, or
 //     reconciled): Ack.
-//   - [idem.ErrInProgress] (another worker holds the key): Retry after the
-//     busy delay, or sooner when the holder's lease ends sooner
-//     ([idem.InProgressError.RetryAfter]).
+//   - [idem.ErrInProgress] (another worker holds the key): Retry soon, then
+//     less and less often: see [WithBusyDelay].
 //   - a key that cannot be computed, or [ErrUndecodable] from the handler:
 //     DeadLetter at once.
 //   - [idem.Permanent] from the handler, a replayed permanent failure
@@ -69,8 +69,8 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 //   - a message that arrives with a receive count over the maximum: the
 //     handler does not run; the key's record decides: done → Ack (a
 //     replay; done for a different payload → DeadLetter as a mismatch),
-//     another attempt running → Retry after the busy delay (busy retries
-//     and hand-backs count as receives too), otherwise DeadLetter.
+//     another attempt running → Retry as when busy (busy retries and
+//     hand-backs count as receives too), otherwise DeadLetter.
 //
 // A message of a FIFO group runs only after the earlier messages of its
 // group in the same batch are acked or dead-lettered; once one is retried,
@@ -402,7 +402,7 @@ func (c *Consumer) prepare(m Message) (key idem.OperationKey, run func(context.C
 
 // overMax decides a message received more times than allowed from its
 // key's record: done → ack (replayed); another attempt running → retry
-// after the busy delay; otherwise (absent, failed, released, lapsed) →
+// as when busy ([Consumer.busyWait]); otherwise (absent, failed, released, lapsed) →
 // dead letter. A store error retries.
 func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message, opts []idem.CallOption) (verdict, idem.Result) {
 	dead := verdict{outcome: "dead-lettered", cause: "max-receives", action: actionDeadLetter,
@@ -422,7 +422,11 @@ func (c *Consumer) overMax(ctx context.Context, key idem.OperationKey, m Message
 	case rec.Status == idem.StatusCompleted && !rec.Expired(now):
 		return c.replayOverMax(ctx, key, m, opts, dead)
 	case rec.Status == idem.StatusInProgress && !rec.Lapsed(now):
-		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}, idem.Result{}
+		var running time.Duration
+		if e, ok := rec.EntryOf(rec.AttemptID); ok && !e.Started.IsZero() {
+			running = max(now.Sub(e.Started), 0)
+		}
+		return c.busy(m, running, max(rec.LeaseUntil.Sub(now), time.Millisecond)), idem.Result{}
 	}
 	return dead, idem.Result{}
 }
@@ -447,8 +451,10 @@ func (c *Consumer) replayOverMax(ctx context.Context, key idem.OperationKey, m M
 		return dead, idem.Result{}
 	case errors.Is(err, idem.ErrMismatch):
 		return verdict{outcome: "dead-lettered", cause: "mismatch", action: actionDeadLetter, reason: err.Error()}, idem.Result{}
-	case errors.As(err, &busy), errors.Is(err, idem.ErrInProgress):
-		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}, idem.Result{}
+	case errors.As(err, &busy):
+		return c.busy(m, busy.Running, busy.RetryAfter), idem.Result{}
+	case errors.Is(err, idem.ErrInProgress):
+		return c.busy(m, 0, 0), idem.Result{}
 	case errors.Is(err, idem.ErrFailed), errors.Is(err, idem.ErrIndeterminate):
 		return dead, idem.Result{}
 	}
@@ -506,11 +512,9 @@ func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err er
 	case ctx.Err() != nil:
 		return verdict{outcome: "handed-back", action: actionRetry, reason: "stopped before the handler finished: " + err.Error()}
 	case errors.As(err, &busy):
-		// RetryAfter is when the holder's lease would lapse if it died; it
-		// usually finishes sooner, so look again after the busy delay.
-		return verdict{outcome: "busy", action: actionRetry, delay: min(busy.RetryAfter, c.cfg.busyDelay), reason: "another attempt holds the key"}
+		return c.busy(m, busy.Running, busy.RetryAfter)
 	case errors.Is(err, idem.ErrInProgress):
-		return verdict{outcome: "busy", action: actionRetry, delay: c.cfg.busyDelay, reason: "another attempt holds the key"}
+		return c.busy(m, 0, 0)
 	case errors.Is(err, ErrUndecodable):
 		return verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter, reason: err.Error()}
 	case errors.Is(err, idem.ErrMismatch):
@@ -577,6 +581,49 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 		c.log.LogAttrs(ctx, level, "queue message "+v.outcome, attrs...)
 	}
 	return err == nil && v.action != actionRetry
+}
+
+// busyFirst is the longest first wait of a message whose key another
+// attempt holds (before jitter): most holders are another copy of the same
+// message, received at about the same time and done in milliseconds.
+const busyFirst = 25 * time.Millisecond
+
+// busyGrowth is how much longer each busy receive of a message waits than
+// the one before (before jitter): four times, so that a long holder costs
+// a handful of receives before the waits reach the busy delay.
+const busyGrowth = 4
+
+// busy is the verdict on m when another attempt holds its key: retry after
+// [Consumer.busyWait].
+func (c *Consumer) busy(m Message, running, leaseLeft time.Duration) verdict {
+	return verdict{outcome: "busy", action: actionRetry, delay: c.busyWait(m.ReceiveCount, running, leaseLeft),
+		reason: "another attempt holds the key"}
+}
+
+// busyWait is the retry delay of a busy message on its receive-th receive
+// whose key's holder has run for running (0: unknown) and whose lease ends
+// in leaseLeft (0: unknown). It is the longer of busyFirst·4^(receive-1)
+// and running (a holder that has run for a while likely needs about as
+// long again), capped at the busy delay, jittered to between half and all
+// of it (copies of one message that met the same holder do not all come
+// back at once), and never past the holder's lease: if the holder dies,
+// the key can be taken over then.
+func (c *Consumer) busyWait(receive int, running, leaseLeft time.Duration) time.Duration {
+	limit := c.cfg.busyDelay
+	d := min(busyFirst, limit)
+	for i := 1; i < receive && d < limit; i++ {
+		if d > limit/busyGrowth {
+			d = limit // growing would pass the cap, or overflow
+			break
+		}
+		d *= busyGrowth
+	}
+	d = min(max(d, running), limit)
+	d = d/2 + rand.N(d-d/2+1)
+	if leaseLeft > 0 {
+		d = min(d, leaseLeft)
+	}
+	return d
 }
 
 // backoff is the retry delay after the n-th failure: base·2^(n-1), capped,

@@ -13,3 +13,8 @@ func WithOverrunMargin(d time.Duration) Option {
 // DefaultHandlerTimeoutFor is the handler timeout a consumer of a source of
 // visibility v takes without WithHandlerTimeout (tests only).
 func DefaultHandlerTimeoutFor(v time.Duration) time.Duration { return defaultHandlerTimeout(v) }
+
+// BusyWait is c's retry delay of a busy message (tests only).
+func BusyWait(c *Consumer, receive int, running, leaseLeft time.Duration) time.Duration {
+	return c.busyWait(receive, running, leaseLeft)
+}

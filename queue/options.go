@@ -21,7 +21,7 @@ const (
 	DefaultMaxReceives     = 5
 	DefaultBackoffBase     = time.Second
 	DefaultBackoffMax      = 5 * time.Minute
-	DefaultBusyDelay       = 5 * time.Second
+	DefaultBusyDelay       = 5 * time.Second // the longest wait of a busy message; see WithBusyDelay
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
@@ -118,9 +118,23 @@ func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) { c.SetBackoff(base, max) }
 }
 
-// WithBusyDelay sets the retry delay for a message whose key another attempt
-// holds (default [DefaultBusyDelay]); a holder whose lease ends sooner is
-// looked at again when it ends. Non-positive values are ignored.
+// WithBusyDelay sets the longest retry delay of a message whose key another
+// attempt holds (default [DefaultBusyDelay], 5 s).
+//
+// A busy message is not put off for the whole delay: the holder is most
+// often another copy of the same message, done in milliseconds. The first
+// wait is at most 25 ms; each later busy receive of the message waits up
+// to four times longer (100 ms, 400 ms, 1.6 s, ...), and at least about as
+// long as the holder has been running ([idem.InProgressError.Running]: a
+// holder that has run for 2 s likely needs about 2 s more), up to this
+// delay; each wait is jittered to between half and all of it, and none
+// goes past the end of the holder's lease
+// ([idem.InProgressError.RetryAfter]), when a holder that died can be
+// taken over. So a duplicate of a quick holder is acked within tens of
+// milliseconds, and a long holder costs a handful of receives, then one
+// every half to whole busy delay. Busy retries count as receives (see
+// [WithMaxReceives]); one over the maximum is still retried while the
+// key is held, and acked once it is done. Non-positive values are ignored.
 func WithBusyDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
