@@ -3,15 +3,23 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"log/slog"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/effect"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
+	"github.com/idemkit/idem/queue/queuetest"
+	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/idemkit/idem/webhook"
 )
 
 // visibilityOf wraps a source with another visibility (0: unbounded, as
@@ -87,4 +95,141 @@ func TestDefaultHandlerTimeoutIsTheHandlersDeadline(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the handler never ran")
 	}
+}
+
+// runBriefly runs c on an empty queue for a moment and stops it, so that
+// what a consumer logs when it starts is checked too.
+func runBriefly(t *testing.T, c *queue.Consumer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// The README's webhook snippet, with the worker its text names ("A
+// queue.Consumer then does the work") left at its defaults: the queue's
+// default visibility (30 s) and the consumer's default handler timeout
+// agree, and nothing warns.
+func TestREADMEWebhookSnippetDoesNotWarn(t *testing.T) {
+	ctx := context.Background()
+	queuetest.NoWarnings(t, "README webhook snippet", func() {
+		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer queues.Close()
+		// From here on, the README's lines.
+		scheme, err := webhook.NewStripe("whsec_test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := queues.Queue("stripe-events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcv, err := webhook.NewReceiver("stripe", scheme, idem.New(store), webhook.PublishTx[*sql.Tx](events))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("POST /hooks/stripe", rcv)
+		// The worker.
+		c, err := queue.NewConsumer(events, idem.New(store), queue.MessageIDKey("stripe"), noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runBriefly(t, c)
+	})
+}
+
+// The README's consumer snippet: a 3-minute visibility and a 30 s handler
+// timeout, six times apart, do not warn.
+func TestREADMEConsumerSnippetDoesNotWarn(t *testing.T) {
+	ctx := context.Background()
+	queuetest.NoWarnings(t, "README consumer snippet", func() {
+		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer queues.Close()
+		receipts, err := queues.Queue("receipts", sqlqueue.WithVisibility(3*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := func(m queue.Message) (idem.OperationKey, error) { return idem.Key("receipt", string(m.Body)), nil }
+		mailer := effect.NewSMTP("smtp.example.com:587", effect.WithPlainAuth("user", "password"))
+		send := func(ctx context.Context, m queue.Message) ([]byte, error) {
+			k, _ := key(m)
+			id, err := mailer.Send(ctx, k.String(), effect.Email{From: "a@example.com", To: []string{"b@example.com"}, Subject: "receipt", Text: "paid"})
+			return []byte(id), err
+		}
+		ledger := idem.New(store, idem.WithPolicy(idem.AtMostOnce))
+		c, err := queue.NewConsumer(receipts, ledger, key, send,
+			queue.WithHandlerTimeout(30*time.Second)) // refuses a visibility shorter than this
+		if err != nil {
+			t.Fatal(err)
+		}
+		runBriefly(t, c)
+	})
+}
+
+// Package sqlqueue's snippet: a one-minute visibility and the consumer's
+// defaults (a 10 s handler timeout) do not warn.
+func TestSQLQueueDocSnippetDoesNotWarn(t *testing.T) {
+	ctx := context.Background()
+	queuetest.NoWarnings(t, "sqlqueue package snippet", func() {
+		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer queues.Close()
+		orders, err := queues.Queue("orders", sqlqueue.WithVisibility(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := queue.NewConsumer(orders, idem.New(store), queue.MessageIDKey("orders"), noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runBriefly(t, c)
+	})
+}
+
+// memqueue and sqlqueue on SQLite, at their defaults (PostgreSQL, SQS,
+// JetStream, RabbitMQ and Lambda: in their packages' tests).
+func TestDefaultsAgreeMemqueueAndSQLite(t *testing.T) {
+	queuetest.DefaultsAgree(t, memqueue.New())
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer queues.Close()
+	q, err := queues.Queue("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queuetest.DefaultsAgree(t, q)
 }
