@@ -172,7 +172,7 @@ func TestMailpitSendArrivesOnce(t *testing.T) {
 	}
 }
 
-// Seed 000, "throw after the send on purpose": fn sends, then fails. Under
+// A receipts worker's "throw after the send on purpose": fn sends, then fails. Under
 // AtMostOnce the next call does not send again: without a hook it gets
 // ErrIndeterminate; with a Reconcile hook that searches Mailpit by the
 // Message-ID it records the send, and still no second email goes out.

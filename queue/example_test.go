@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-// A receipts worker (seed 000): the key is the order and user, not the
+// A receipts worker: the key is the order and user, not the
 // broker's message id, so a producer's retry and a broker's redelivery are
 // one operation. The second copy of order 42 is acked without a second mail.
 func ExampleConsumer() {

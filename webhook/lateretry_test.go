@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Seed 004: a broker's dedup window (SQS FIFO's 5 minutes) is a first
+// Webhook senders: a broker's dedup window (SQS FIFO's 5 minutes) is a first
 // line, not the mechanism; senders retry for days. A retry of a captured
 // event minutes or days later, well past any broker window, is answered
 // with the first answer and queues nothing, for as long as the ledger keeps
@@ -49,7 +49,7 @@ func TestReceiverRetryDaysLater(t *testing.T) {
 	}
 }
 
-// Seed 004: senders vary a payload between retries (a new timestamp in
+// Webhook senders vary a payload between retries (a new timestamp in
 // the body, re-serialized JSON). The event id the sender signed is the
 // key, not the body: a retry with another validly signed body is the same
 // event, answered with the first answer, and nothing more is queued.

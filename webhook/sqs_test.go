@@ -64,7 +64,7 @@ func receiveSQS(t *testing.T, q *sqsqueue.Queue) []queue.Message {
 	}
 }
 
-// Seed 004's receiver forwards each inbound event onto an SQS FIFO queue
+// The payment-notification receiver forwards each inbound event onto an SQS FIFO queue
 // with MessageGroupId and MessageDeduplicationId both naming the event, the
 // operation, never a timestamp or a random value. On the real queue
 // (local-aws-sqs): the event is captured (200, not the 500 of a FIFO publish

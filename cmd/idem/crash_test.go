@@ -67,7 +67,7 @@ func crashWorker() int {
 	return 1
 }
 
-// TestCLIAfterACrash: seed 000's "claim-then-send" crash, seen from the
+// TestCLIAfterACrash: the receipts worker's "claim-then-send" crash, seen from the
 // operator's side, every part a real process on a real SQLite file. A
 // worker is SIGKILLed after its send and before its record; once its
 // lease passes, the idem command (its own process) lists the key as stuck

@@ -24,7 +24,7 @@ func jsonLines(t *testing.T, buf *testlog.Buffer) []map[string]any {
 	return out
 }
 
-// Seed 002: "Logs distinguish 'email sent' from 'skipped, already done'",
+// "Logs distinguish 'email sent' from 'skipped, already done'",
 // searched by the job's key and by a correlation id. The booking is
 // published twice (messages m1 and m2) and delivered one after the other:
 // the JSON log (what the Lambda writes) has one "executed" line for m1 and

@@ -1,9 +1,9 @@
-// Command booking is the email worker of seed 002 ("Two emails, one
+// Command booking is a booking-confirmation email worker ("Two emails, one
 // booking") built on idem: an AWS Lambda function fed by an SQS queue of
-// booking-confirmed jobs, sending one confirmation per booking. Where the
-// seed's worker checked a completion record, sent, then recorded (two
-// workers could both check before either recorded, and a crash after the
-// send left no record), this one claims the booking's key first, with a
+// booking-confirmed jobs, sending one confirmation per booking. Where a naive
+// worker checks a completion record, sends, then records (two workers can
+// both check before either records, and a crash after the send leaves no
+// record), this one claims the booking's key first, with a
 // lease bounded by the invocation's deadline, in a DynamoDB table with the
 // fence in every condition; a send whose answer was lost is looked up at the
 // provider before the key runs again; and the partial batch response
@@ -41,7 +41,7 @@ type BookingConfirmed struct {
 	Email     string `json:"email"`
 }
 
-// Mailer is the email provider (SES in the seed). Send carries an
+// Mailer is the email provider (SES, say). Send carries an
 // idempotency token the provider keeps; Find looks a send up by it.
 type Mailer interface {
 	Send(ctx context.Context, to, subject, token string) (messageID string, err error)
@@ -104,7 +104,7 @@ func main() {
 // searches them by key and by correlation_id).
 func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
 
-// sesMailer stands for the SES client of the seed; wire yours here.
+// sesMailer stands for the SES client; wire yours here.
 type sesMailer struct{}
 
 func (sesMailer) Send(ctx context.Context, to, subject, token string) (string, error) {

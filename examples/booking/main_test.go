@@ -75,8 +75,8 @@ func record(id, booking string, receives int) events.SQSMessage {
 	}
 }
 
-// invoke runs one Lambda invocation with a 10-second function timeout (the
-// seed's) and returns the ids of the records reported failed.
+// invoke runs one Lambda invocation with a 10-second function timeout (a
+// typical Lambda's) and returns the ids of the records reported failed.
 func invoke(t *testing.T, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), recs ...events.SQSMessage) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -126,7 +126,7 @@ func (p *gatedProvider) Send(ctx context.Context, to, subject, token string) (st
 }
 
 // stores are the ledgers the checks run on: SQLite always, DynamoDB (the
-// seed's) on dynalite when IDEM_TEST_DYNAMODB is set.
+// production one) on dynalite when IDEM_TEST_DYNAMODB is set.
 func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	return map[string]func(t *testing.T) store.Store{
 		"sqlite": func(t *testing.T) store.Store {
@@ -157,7 +157,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	}
 }
 
-// The seed's "Prevent": test sequential duplicate suppression and
+// The scenario's "Prevent": test sequential duplicate suppression and
 // send/record failures; and the race it names, two workers checking before
 // either records.
 func TestSeed002(t *testing.T) {
@@ -204,7 +204,7 @@ func TestSeed002(t *testing.T) {
 			}
 		})
 		t.Run(name+"/two_workers_at_once", func(t *testing.T) {
-			// The seed's race: two workers both past the check before either
+			// The race: two workers both past the check before either
 			// records. Worker 1's send is held until worker 2's invocation
 			// has returned, so the two overlap for certain.
 			st := open(t)
@@ -264,7 +264,7 @@ func TestSeed002(t *testing.T) {
 			}
 		})
 		t.Run(name+"/send_succeeds_mark_done_fails", func(t *testing.T) {
-			// The seed's first cause: the email goes out, then markDone (the
+			// The first cause of two emails: the email goes out, then markDone (the
 			// ledger's completion write) fails for as long as the ledger
 			// retries it. The record comes back; after its lease lapses the
 			// provider is asked and the send is found: no second email.

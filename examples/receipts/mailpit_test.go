@@ -47,7 +47,7 @@ func (f *throwAfterSend) Send(ctx context.Context, to, subject, key string) (str
 	return id, err
 }
 
-// Seed 000's three checks over real SMTP: Mailpit holds exactly one
+// The receipts worker's three checks over real SMTP: Mailpit holds exactly one
 // message per receipt key after each.
 func TestMailpitSeedChecks(t *testing.T) {
 	t.Run("same payload twice", func(t *testing.T) {

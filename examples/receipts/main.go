@@ -1,14 +1,15 @@
-// Command receipts is the receipts worker of seed 000 ("Preventing
-// duplicate sends") built on idem: a queue of "send order N's receipt to
-// user U" jobs in the embedded SQLite queue, consumed by a queue.Consumer
-// whose operation key names the outcome (order and user), never the
-// broker's message id. Duplicates (a producer's retry, a redelivery) are
-// acked without a second email; a handler that fails after the send is not
-// repeated, because the mail provider is asked first (a Reconcile hook
-// looking the send up by its idempotency key). The program's provider is
-// in memory (Outbox); SMTPMailer is the same Mailer over real SMTP
-// (effect.SMTP), finding sends by Message-ID in Mailpit, and the seed's
-// checks run with it too when IDEM_TEST_SMTP and IDEM_TEST_MAILPIT_API are set.
+// Command receipts is a receipts worker ("Preventing duplicate sends")
+// built on idem: a queue of "send order N's receipt to user U" jobs in the
+// embedded SQLite queue, consumed by a queue.Consumer whose operation key
+// names the outcome (order and user), never the broker's message id.
+// Duplicates (a producer's retry, a redelivery) are acked without a second
+// email; a handler that fails after the send is not repeated, because the
+// mail provider is asked first (a Reconcile hook looking the send up by its
+// idempotency key). The program's provider is in memory (Outbox);
+// SMTPMailer is the same Mailer over real SMTP (effect.SMTP), finding sends
+// by Message-ID in Mailpit, and the three checks (a duplicate job, a throw
+// after the send, two consumers at once) run with it too when
+// IDEM_TEST_SMTP and IDEM_TEST_MAILPIT_API are set.
 //
 //	go run ./examples/receipts             # a temporary database
 //	go run ./examples/receipts -db idem.db # then: go run ./cmd/idem --store sqlite:idem.db ls

@@ -89,7 +89,7 @@ func worker(t *testing.T, st store.Store, q queue.Source, mail Mailer, ledgerOpt
 	return c
 }
 
-// Verify it (seed 000): call your handler twice with the same payload. One
+// Verify it: call your handler twice with the same payload. One
 // email should arrive.
 func TestSamePayloadTwiceOneEmail(t *testing.T) {
 	st, q := setup(t)

@@ -1,5 +1,5 @@
-// Command webhooks is the payment-notification receiver of seed 004
-// ("Idempotency: the property everyone claims") built on idem: it verifies
+// Command webhooks is a payment-notification receiver ("Idempotency: the
+// property everyone claims") built on idem: it verifies
 // each delivery's signature (Standard Webhooks), captures the event into the
 // embedded queue in the same SQLite transaction as the ledger's claim, and
 // answers 200 only after that commit. A queue.Consumer then marks the order

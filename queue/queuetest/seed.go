@@ -14,7 +14,7 @@ import (
 
 var policies = []idem.Policy{idem.AtLeastOnce, idem.AtMostOnce}
 
-// errAfterSend is the seed's "throw after the send on purpose".
+// errAfterSend is the receipts scenario's "throw after the send on purpose".
 // seedLease is the ledger lease of the tests where two consumers meet one
 // key: short, so that a busy copy's retry comes soon, but long enough that
 // the holder's heartbeats keep it on a loaded machine (1 s lapsed behind
@@ -23,7 +23,7 @@ const seedLease = 3 * time.Second
 
 var errAfterSend = errors.New("smtp: connection reset after DATA (the mail was sent)")
 
-// testSeed runs the three checks at the end of seed 000 under each policy.
+// testSeed runs the receipts scenario's three checks under each policy.
 func testSeed(t *testing.T, h Harness) {
 	for _, p := range policies {
 		t.Run("duplicate_payload/"+p.String(), func(t *testing.T) {

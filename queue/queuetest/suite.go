@@ -1,7 +1,7 @@
 // Package queuetest is the conformance suite every queue adapter passes:
 // the broker semantics a [queue.Consumer] relies on (receive, ack, retry,
-// visibility, dead letters, dedup, FIFO groups), the three checks at the
-// end of seed 000 under each policy, and a load check. Features the broker
+// visibility, dead letters, dedup, FIFO groups), the three checks of a
+// receipts worker (one email per order) under each policy, and a load check. Features the broker
 // lacks are declared in [Features] and their tests skip with the reason.
 //
 //	func TestQueue(t *testing.T) {
@@ -80,10 +80,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("load", func(t *testing.T) { testLoad(t, h) })
 }
 
-// RunSeed runs only the checks of seed 000's "verify it" list (the same
+// RunSeed runs only the receipts worker's three checks (the same
 // handler called twice with one payload, a throw after the send, two
 // consumers on one message at once), under each policy. It lets an adapter
-// run them again on the seed's own ledger (Harness.Store), such as SQS with
+// run them again on a production ledger (Harness.Store), such as SQS with
 // a DynamoDB table, without the rest of the suite.
 func RunSeed(t *testing.T, h Harness) {
 	if h.New == nil {

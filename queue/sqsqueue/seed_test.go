@@ -17,17 +17,17 @@ import (
 	"github.com/idemkit/idem/store/dynamostore"
 )
 
-// TestSeed000 runs seed 000's "verify it" list on the seed's own parts: an
+// TestSeed000 runs the receipts worker's three checks on production parts: an
 // SQS queue (standard, and FIFO) and the dedupe ledger in a DynamoDB table
 // (dynalite), whose conditional write is what two racing consumers meet.
 // The conformance suite runs the same checks on a memstore ledger.
 func TestSeed000(t *testing.T) {
-	ep := testenv.Require(t, testenv.DynamoDB, "seed 000 on SQS with a DynamoDB ledger (dynalite)")
+	ep := testenv.Require(t, testenv.DynamoDB, "the receipts checks on SQS with a DynamoDB ledger (dynalite)")
 	ddb := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "x", SecretAccessKey: "x"}, nil
 		})})
-	// A table per check, as the seed's one "email-sends" table: each check
+	// A table per check, like a worker's one "email-sends" table: each check
 	// starts from an empty ledger.
 	newTable := func(t *testing.T) store.Store {
 		table := "email-sends-" + randomID()
