@@ -2,76 +2,98 @@
 // least once.
 //
 // Queues redeliver, webhook senders retry, workers die between "sent" and
-// "recorded", users click twice. An operation (send order 8891's receipt to
-// user 7) is named by a key built from business identifiers, identical on
-// every retry:
+// "recorded", users click twice. idem names each operation (send order
+// 8891's receipt to user 7) by a key built from business identifiers,
+// identical on every retry, and keeps one durable record per key.
+// [Ledger.Do] claims the key, runs fn, records fn's result, and replays that
+// result to every later call for the key:
+//
+//	st, err := sqlitestore.Open(ctx, "idem.db") // memstore.New() in tests
+//	if err != nil {
+//		return err
+//	}
+//	ledger := idem.New(st)
 //
 //	key := idem.Key("receipt", orderID, userID) // "receipt:8891:7"
-//
-// [Ledger.Do] claims the key in a [store.Store] with one atomic conditional write,
-// runs fn under a lease that heartbeats extend, records fn's result, and
-// replays that result to every later call for the key:
-//
 //	res, err := ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
-//		return send(ctx)
+//		id, err := mailer.Send(ctx, key.String(), receipt) // ctx ends if the key is lost
+//		return []byte(id), err
 //	})
 //
-// # Outcomes
+// [Run] does the same with a typed result stored as JSON. [DoTx] runs the
+// claim, your own writes and the completion in one SQL transaction, so an
+// effect in the store's own database happens exactly once. In a queue
+// consumer, an HTTP API or a webhook receiver, packages queue, httpidem and
+// webhook call Do for you.
 //
-// A call either runs fn (Result.Replayed false), replays a completed key
-// (Replayed true), or returns an error that says why it did neither:
-// [ErrInProgress] (another attempt holds the key: retry later),
-// [ErrIndeterminate] (an AtMostOnce attempt lapsed; someone must decide),
-// [ErrMismatch] (the key was reused for a different request, see
-// [Fingerprint]), [ErrFailed] (failed for good with [Permanent]),
-// [ErrLeaseLost] (this attempt lost its lease while running), or a
-// [*StoreError] (the store could not answer). A store error is never an
-// outcome: the operation may or may not have run, and the key is left to its
-// lease and policy.
+// # Errors to switch on
 //
-// # Leases and fences
+// Do either runs fn, replays a completed key (Result.Replayed, with the
+// stored Result.Value), or says why it did neither:
 //
-// A claim holds the key for a lease (default 30 s), extended about every
-// third of it while fn runs. A holder that crashes stops extending; once its
-// lease lapses the key is decided by the claim's [Policy]. Every successful
-// claim increments the key's fence, and every write that ends an attempt must
-// present it, so an attempt that lost its lease (a long GC pause, a
-// partition) cannot overwrite its successor's record: its writes get
-// [ErrLeaseLost], and its fn's context is cancelled when a heartbeat notices.
-// Fences never repeat for a key: a record's first fence comes from the
-// store's clock (in microseconds), so one deleted (`idem delete`), swept or
-// expired and claimed anew starts above every fence it had.
+//	switch {
+//	case err == nil: // done: fn ran now, or earlier (res.Replayed)
+//	case errors.Is(err, idem.ErrInProgress): // another attempt holds the key: retry later
+//	case errors.Is(err, idem.ErrIndeterminate): // an AtMostOnce attempt lapsed: someone must decide
+//	case errors.Is(err, idem.ErrMismatch): // the key was reused for a different request
+//	case errors.Is(err, idem.ErrFailed): // failed for good earlier (see Permanent)
+//	case errors.Is(err, idem.ErrLeaseLost): // this attempt lost the key while fn ran
+//	case errors.As(err, new(*idem.StoreError)): // the store did not answer: nothing is known
+//	default: // fn's own error, recorded as the policy says
+//	}
 //
-// Every attempt also has an identity of its own, made before its claim is
-// sent, which every write ending or extending the attempt names: so a
-// store whose answer was lost (a timeout, a cut connection) is not read as
-// a crash. A claim that landed without its answer reaching the caller is
-// found by that identity and given back at once (fn did not run), and a
-// write that ends an attempt is sent again, with backoff, until the store
-// answers or the call's finish timeout passes.
-// When heartbeats cannot reach the store until the lease runs out, fn's
-// context is cancelled as well; what fn returns is still recorded under its
-// fence if the store, read again, still shows this attempt holding the key
-// (and the store takes it unless another attempt took the key meanwhile).
-// The fence is also a good idempotency key to pass downstream
-// (key + ":" + fence) to providers that deduplicate.
+// A [*StoreError] is never an outcome: the operation may or may not have
+// run, and the key is left to its lease and policy. fn says what its error
+// means by wrapping it: [Permanent] (never retry) or [NotDone] (nothing
+// happened; retry).
 //
 // # Policies
 //
 // No ordering of "send" and "record" is safe in every case, because they are
-// not one atomic operation. [AtLeastOnce] (the default) repeats an effect
-// whose attempt crashed before recording it; [AtMostOnce] never repeats it
-// and leaves the key indeterminate for a [ReconcileFunc] or an operator
-// (`idem resolve`). When the effect lives in the store's own database,
-// [DoTx] removes the window altogether.
+// not one atomic operation. The policy says which failure you would rather
+// explain when a worker dies after the effect and before its record:
+//
+//   - [AtLeastOnce] (the default): the lease lapses and the next call takes
+//     over and runs fn again (Result.Takeover): the effect may repeat.
+//   - [AtMostOnce]: the effect is never repeated by itself; the key is left
+//     indeterminate for a [ReconcileFunc] or an operator (`idem ls --stuck`,
+//     `idem resolve`).
+//   - [WithReconcile]: on a takeover, a hook asks the provider whether the
+//     effect happened before fn runs again.
+//   - [DoTx]: no window at all, when the effect lives in the store's database.
+//
+// # Options that matter
+//
+// For the Ledger ([New]) or one call ([Ledger.Do]): [WithPolicy],
+// [WithLease] (how long a claim holds the key, default 30 s; heartbeats
+// extend it while fn runs) and [WithRetention] (how long a finished record
+// is remembered, default 7 days: it must cover the senders' retry horizon).
+// Per call: [Fingerprint] (catch a key reused for another request),
+// [WithReconcile], [WithCorrelationID]. Per Ledger: [WithLogger],
+// [WithOwner], and on a network store under load [WithCoalescing].
 //
 // # Stores
 //
 // store/sqlitestore is the embedded, durable default; store/memstore keeps
-// records in memory for tests. Every store passes the conformance suite in
-// package idemtest. Records keep a short journal of attempts, from which
-// `idem explain KEY` tells whether two effects came from a takeover after a
-// crash, from overlapping attempts, or from a record that expired too soon.
+// records in memory for tests; store/pgstore, store/redisstore and
+// store/dynamostore keep them in PostgreSQL, Redis and DynamoDB. Every store
+// passes the conformance suite in package idemtest. Records keep a short
+// journal of attempts, from which `idem explain KEY` tells whether two
+// effects came from a takeover after a crash, from overlapping attempts, or
+// from a record that expired too soon.
+//
+// # How it works
+//
+// A claim is one atomic conditional write. Every claim increments the key's
+// fence, and every write that ends an attempt must present it, so an attempt
+// that lost its lease (a long GC pause, a partition) cannot overwrite its
+// successor's record: its writes get [ErrLeaseLost]. Each attempt also has an
+// id of its own, so a store answer lost in a timeout is not read as a crash:
+// a claim that landed unseen is given back, and a finishing write is sent
+// again until the store answers. The fence is also a good idempotency key to
+// pass downstream (key + ":" + fence). docs/design.md in the repository
+// explains leases, fences, lost answers and every guarantee:
+// https://github.com/idemkit/idem/blob/main/docs/design.md
 //
 // This package imports only the standard library.
 package idem

@@ -106,11 +106,8 @@ func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 
 // MismatchError is returned (wrapping [ErrMismatch]) when a key is reused
 // with a different fingerprint, while its record is completed, failed or in
-// progress (Status says which). In progress includes an attempt whose lease
-// lapsed, under either policy: a different request never takes over a
-// lapsed attempt, which may have done its own request's effect. A released
-// record is not a mismatch: its last attempt gave the key back, and the
-// next call runs under its own fingerprint.
+// progress, a lapsed attempt included (Status says which). A released
+// record is not a mismatch: the next call runs under its own fingerprint.
 type MismatchError struct {
 	Key    string
 	Status Status // the stored record's status

@@ -192,13 +192,9 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 //     Only the same request takes over (see the mismatch below).
 //   - the key failed permanently: a [*FailedError] with the stored reason.
 //   - the key was used with a different [Fingerprint]: [ErrMismatch], in
-//     any state it is found in (completed, failed, in progress, or lapsed
-//     under either policy, with or without a Reconcile hook), before any
+//     any state it is found in (a lapsed attempt included), before any
 //     other answer; fn and the hook do not run and the record is left as
-//     it is. A lapsed attempt is never taken over by a different request:
-//     it may have done its own request's effect, and running this one's
-//     under the same key would make two different effects of one
-//     operation. A call without a fingerprint, or a record stored without
+//     it is. A call without a fingerprint, or a record stored without
 //     one, is never a mismatch.
 //
 // When fn returns an error, Do returns it unchanged after recording what it
@@ -207,34 +203,19 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 // unless wrapped in [NotDone]. A panic in fn is treated like an error, then
 // re-panics. If the store refuses a heartbeat (another attempt took the
 // key), fn's context is cancelled and Do returns [ErrLeaseLost] without
-// recording anything. If the lease runs out because the store could not be
-// reached in time, fn's context is cancelled too; what fn then returns is
-// recorded as usual under its fence if the store, read again, still shows
-// this attempt holding the key (the store still refuses the write if
-// another attempt took the key meanwhile). Otherwise nothing is recorded
-// and Do returns ErrLeaseLost.
+// recording anything. If heartbeats cannot reach the store before the lease
+// runs out, fn's context is cancelled too, and what fn returns is recorded
+// only if the store still shows this attempt holding the key (else
+// ErrLeaseLost).
 //
 // A store error is wrapped in a [*StoreError] and returned: never read as an
-// outcome. Before it returns one, Do makes sure the error cost no more than
-// it had to:
-//
-//   - a claim that failed may have landed all the same (the store committed
-//     it and the answer was lost). Do reads the key: if this call's attempt
-//     (named by an id Do made before sending the claim) holds it, fn has not
-//     run, so the key is given back (released; a takeover is abandoned, left
-//     lapsed as after a crash), under either policy. It retries the read
-//     while the store cannot answer, within [Ledger.FinishTimeout]; a claim
-//     cut short by ctx is read again later in the background, since it may
-//     still be on its way to the store's commit.
-//   - a write that ends the attempt (complete, release, fail, abandon) is
-//     sent again with backoff within the finish timeout; a retry that finds
-//     the attempt already ended as asked (its earlier try landed) is a
-//     success.
-//
-// Only when the store stays out of reach for the whole window is the key
-// left to its lease and policy (and the store error returned). If ctx ends
-// before the claim is answered, fn does not run: Do returns ctx's error
-// (wrapped likewise) and the claim, if it landed, is given back as above.
+// outcome. Before it returns one, Do undoes a claim that landed without its
+// answer (fn did not run) and sends a write that ends the attempt again,
+// within [Ledger.FinishTimeout]; only a store out of reach for that whole
+// window leaves the key to its lease and policy. If ctx ends before the
+// claim is answered, fn does not run and Do returns ctx's error (wrapped
+// likewise). docs/design.md ("Guarantees under crashes and store faults")
+// goes through each case.
 func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err

@@ -115,35 +115,19 @@ func WithCache(n int) Option {
 // claims of calls made while the store is busy with earlier ones are sent
 // together as one batch of at most max (if the store implements
 // [store.BatchClaimer]), and so are their completions
-// ([store.BatchFinisher]). No call waits for a timer: a call made while
-// fewer than two batches are in flight and none waits is sent at once, so a lone caller
-// sees no added latency and batches form only under load. And only under
-// enough of it: a Ledger starts coalescing its claims (or completions)
-// when a call finds [DefaultCoalescingFrom] (12) of them under way at
-// once, itself included ([WithCoalescingFrom] changes it), and stops when
-// its calls went in batches of fewer than three on average; meanwhile
-// every call sends its own, as without coalescing.
-// Handing calls to a batch and back costs more than a batch of one or two
-// saves (at 8 callers, coalescing every call cost redisstore and pgstore
-// a quarter to two fifths more CPU per call, and a fifth to a third of
-// their rate).
+// ([store.BatchFinisher]). No call waits for a timer, and batching starts
+// only when [DefaultCoalescingFrom] (12) calls are under way at once
+// ([WithCoalescingFrom] changes it): below that, a batch of one or two
+// costs more than it saves.
 //
 // It pays on stores with a network round trip or a commit per call
-// (pgstore: one statement and one commit per batch; redisstore: one
-// pipelined round trip) when many goroutines call the Ledger at once, as a
-// queue consumer's handlers do. Leave it off on memstore (nothing to
-// share); on sqlitestore, which already groups concurrent writes into one
-// commit, it neither gains nor costs (end to end, measured alike).
-// Default 0 (off); max ≤ 1 turns it off. Outcomes are the same either way:
-// each key is claimed and completed on its own terms, and a store failure
-// during a batch is every waiting call's store error (a record that cannot
-// be decoded fails only its own call). A call whose context ends while its
-// claim is on its way returns the context's error; if the claim was
-// acquired, the key is released, as fn never ran (a takeover is left to
-// lapse, so a Reconcile hook still sees the lapsed attempt). A batch
-// waits for its slowest key: on pgstore, a claim of a key whose row an
-// open [DoTx] transaction holds waits for that transaction, and so does
-// its batch (the other flight goes on).
+// (pgstore, redisstore) when many goroutines call the Ledger at once, as a
+// queue consumer's handlers do; on sqlitestore it neither gains nor costs,
+// and on memstore there is nothing to share. Default 0 (off); max ≤ 1
+// turns it off. Outcomes are the same either way; a store failure during a
+// batch is every waiting call's store error. docs/design.md ("Coalesced
+// calls") says when batches start and stop, what they cost, and how a
+// cancelled call or a slow key behaves in one.
 func WithCoalescing(max int) Option {
 	return ledgerOption(func(c *config) { c.coalesce = max })
 }
@@ -204,12 +188,10 @@ func WithHashedKeysInLogs() Option {
 // Fingerprint names the bytes that are "the request" (a payload, a body):
 // their sha256 is stored with the claim, and a later call with the same key
 // but a different fingerprint gets [ErrMismatch] instead of another's result,
-// whatever the key's state: completed, failed, or still in progress (live,
-// or lapsed under either policy; not [ErrInProgress], [ErrIndeterminate]
-// nor a takeover: a lapsed attempt, which may have done its request's
-// effect, is taken over only by the same request). A released key takes
-// the new call's fingerprint. Calls without a fingerprint, and keys
-// recorded without one, are never a mismatch.
+// whatever the key's state, a lapsed attempt included (it is taken over only
+// by the same request). A released key takes the new call's fingerprint.
+// Calls without a fingerprint, and keys recorded without one, are never a
+// mismatch.
 func Fingerprint(request []byte) CallOption {
 	fp := store.FingerprintOf(request)
 	return callOption(func(c *callConfig) { c.fingerprint = fp })
