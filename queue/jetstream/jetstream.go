@@ -1,87 +1,3 @@
-// Package jetstream adapts a NATS JetStream stream and durable pull consumer
-// to the queue interfaces ([queue.Source], [queue.Delivery],
-// [queue.Publisher]).
-//
-// # Mapping
-//
-//   - Publish sends to a subject the stream captures and waits for the
-//     stream's PubAck. Outgoing.DedupID becomes the Nats-Msg-Id header; a
-//     publish the stream drops as a duplicate inside its Duplicates window
-//     (server default 2 minutes) returns Published.Duplicate true and the
-//     sequence of the message already held. This is a cheap first line; the
-//     consumer's ledger is the mechanism. Attributes become headers; a name
-//     beginning Nats- (any case) is refused, as the server reads those as
-//     instructions.
-//   - Message.Attributes are the message's headers less those beginning
-//     Nats- (any case): Nats-Msg-Id is Message.DedupID, and the server's
-//     other headers (Nats-Stream-Source, ...) are read through
-//     [Delivery.Raw]. So a received message publishes again as it came.
-//   - Message.ID is the stream sequence (decimal), stable across
-//     redeliveries. ReceiveCount is the delivery's NumDelivered, raised to
-//     one more than the count this Source last handed out for the same
-//     sequence when the server reports less: nats-server 2.9 (2.9.10 here)
-//     hands a message out again with NumDelivered 1 when its ack wait
-//     expires just as the consumer's only pull request expires (the
-//     "redo" path of its delivery loop rewinds the consumer to a message
-//     already delivered; the same path can hand out a message another
-//     receiver still holds, which the ledger then finds busy). Published is
-//     the time the stream stored the message; FirstReceived is zero
-//     (JetStream does not say).
-//   - Ack is a double ack (the server confirms it). Retry is -NAK with the
-//     delay, Extend is +WPI (InProgress), which resets the ack wait to its
-//     configured length whatever the requested duration (see "Late
-//     extensions" below), and DeadLetter
-//     publishes a copy to the dead-letter subject and then terminates the
-//     original (+TERM). Every one of them is sent as a request and returns
-//     only when the server has answered, so a lost connection gives an
-//     error, never a false settle.
-//   - [Source.Visibility] is the consumer's AckWait (the server's default:
-//     30 s). A queue.Consumer's default handler timeout is a sixth of it,
-//     at most 30 s.
-//
-// # Late extensions
-//
-// The server's answer to +WPI says nothing about the delivery: nats-server
-// (2.9.10 checked) answers with the same empty reply whether the delivery
-// is still pending, its ack wait has lapsed, the message was redelivered
-// (to this receiver or another), or it was acked or terminated meanwhile.
-// It applies +WPI to the stream sequence, not the delivery, so a late one
-// restarts the ack wait of whichever delivery of the message it holds now,
-// another receiver's included. The consumer's info has no per-message
-// state to compare with either. So each Delivery keeps the deadline its
-// receipt or last Extend bought (counted from when the +WPI was sent, and
-// from 250 ms before the message arrived, or from when its pull request
-// was sent if that was later), and once it has passed Extend sends nothing
-// and returns an error wrapping [ErrAckWaitExpired]: the message may be in
-// another receiver's hands, and the ledger then finds its key busy. Within
-// the deadline Extend cannot tell a delivery the server handed out again
-// early (the 2.9 "redo" path above) from one it still holds; nor can Ack,
-// Retry or DeadLetter tell, at any time, which delivery they settle (the
-// server acts on the stream sequence).
-//
-// # Not supported
-//
-// JetStream has no FIFO groups: Outgoing.GroupID is ignored and
-// Message.GroupID is always empty. It has no delayed first delivery either (on the servers
-// this package supports, 2.9 and later): Publish returns an error wrapping
-// [queue.ErrUnsupported] for a non-zero Outgoing.Delay rather than
-// delivering at once. Retry with a delay is supported.
-//
-// # MaxDeliver
-//
-// A consumer with MaxDeliver > 0 stops redelivering a message after that
-// many deliveries. The adapter makes sure such a message ends in the
-// dead-letter subject rather than sitting in the stream unseen: Retry on the
-// last allowed delivery dead-letters it instead (reason "jetstream: max
-// deliveries (N) reached: retry refused"), and while a Source is open it
-// listens to the server's max-deliveries advisory for its consumer (sent
-// when the ack wait of the last delivery has expired and the consumer pulls
-// again) and moves the message
-// named by the advisory to the dead-letter subject, deleting it from a
-// work-queue stream. An advisory sent while no Source is open is lost; the
-// message then stays in the stream (nothing is deleted) but is not
-// redelivered. Leave MaxDeliver unset (unlimited, the server default) to
-// let queue.Consumer's WithMaxReceives decide, which is the simpler setup.
 package jetstream
 
 import (
@@ -124,7 +40,7 @@ var (
 	// ErrAckWaitExpired is returned (wrapped) by Delivery.Extend once the
 	// ack wait its receipt or last Extend bought has lapsed: the server may
 	// have handed the message to another receiver, and its answer to +WPI
-	// would not say (see the package documentation). Nothing is sent.
+	// would not say (see Delivery.Extend). Nothing is sent.
 	ErrAckWaitExpired = errors.New("jetstream: the delivery's ack wait expired (the server may have redelivered the message)")
 	// ErrBadAttribute is returned (wrapped) by Publish for an attribute a
 	// NATS header cannot carry unchanged: a name that is empty or holds
@@ -382,7 +298,17 @@ func (s *Source) delivery(m njs.Msg, asked time.Time) *Delivery {
 }
 
 // count returns the receive count to report for a delivery of seq that the
-// server numbered n, and remembers it.
+// server numbered n, and remembers it: n, raised to one more than the count
+// this Source last handed out for seq when the server reports less, so a
+// ReceiveCount never stays or goes back.
+//
+// Why: nats-server 2.9 (2.9.10 here) hands a message out again with
+// NumDelivered 1 when its ack wait expires just as the consumer's only pull
+// request expires (the "redo" path of its delivery loop rewinds the
+// consumer to a message already delivered; the same path can hand out a
+// message another receiver still holds, which the ledger then finds busy).
+// It may also count a delivery its client never handed out (a pull that
+// timed out as the message arrived), so the count can jump.
 func (s *Source) count(seq uint64, n int) int {
 	now := time.Now()
 	s.seenMu.Lock()
@@ -415,7 +341,7 @@ type Delivery struct {
 	msg          njs.Msg
 	m            queue.Message
 	seq          uint64
-	numDelivered int // the ReceiveCount handed out (see the package doc)
+	numDelivered int // the ReceiveCount handed out (see Source.count)
 	// serverDelivered is the server's own NumDelivered, which decides
 	// whether it would deliver the message again under MaxDeliver.
 	serverDelivered int
@@ -470,8 +396,25 @@ func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 // configured length, whatever d. It waits for the server's answer, which
 // does not say whether the delivery was still held: once the ack wait
 // bought by the receipt or the last Extend has lapsed, Extend sends
-// nothing and returns an error wrapping [ErrAckWaitExpired] (see "Late
-// extensions" in the package documentation).
+// nothing and returns an error wrapping [ErrAckWaitExpired], since the
+// message may be in another receiver's hands (the ledger then finds its
+// key busy).
+//
+// Late extensions: the server's answer to +WPI says nothing about the
+// delivery: nats-server (2.9.10 checked) answers with the same empty reply
+// whether the delivery is still pending, its ack wait has lapsed, the
+// message was redelivered (to this receiver or another), or it was acked or
+// terminated meanwhile. It applies +WPI to the stream sequence, not the
+// delivery, so a late one restarts the ack wait of whichever delivery of
+// the message it holds now, another receiver's included. The consumer's
+// info has no per-message state to compare with either. So each Delivery
+// keeps the deadline its receipt or last Extend bought (counted from when
+// the +WPI was sent, and from 250 ms before the message arrived, or from
+// when its pull request was sent if that was later; see Source.delivery).
+// Within the deadline Extend cannot tell a delivery the server handed out
+// again early (the 2.9 "redo" path, see Source.count) from one it still
+// holds; nor can Ack, Retry or DeadLetter tell, at any time, which delivery
+// they settle (the server acts on the stream sequence).
 func (d *Delivery) Extend(ctx context.Context, _ time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -74,7 +74,7 @@ func TestRedeliveryAfterAckWaitAndRetry(t *testing.T) {
 	d2 := receive(t, src, 1, 10*time.Second)[0] // after the ack wait
 	// At least 2: nats-server 2.9 may count a delivery its client never
 	// handed out (a pull that timed out as the message arrived), so the
-	// count can jump; it never stays or goes back (see the package doc).
+	// count can jump; it never stays or goes back (see Source.count).
 	if d2.Message().ID != res.ID || d2.Message().ReceiveCount < 2 || string(d2.Message().Body) != "again" {
 		t.Fatalf("redelivery: %+v, first %+v", d2.Message(), d1.Message())
 	}
@@ -92,7 +92,7 @@ func TestRedeliveryAfterAckWaitAndRetry(t *testing.T) {
 
 // The receive count a Source reports for a stream sequence never falls
 // below one more than the count it last reported for it, whatever the
-// server says (see the package documentation), and a message done here is
+// server says (see Source.count), and a message done here is
 // forgotten.
 func TestReceiveCountNeverGoesBack(t *testing.T) {
 	s := &Source{seen: map[uint64]seenEntry{}, pruneAt: minPrune, keepSeen: time.Hour}
@@ -378,7 +378,7 @@ func TestDeadLetterHugeReason(t *testing.T) {
 }
 
 // Retry decides MaxDeliver on the server's own delivery count, not on the
-// ReceiveCount this Source raised past it (see the package doc): the
+// ReceiveCount this Source raised past it (see Source.count): the
 // server still redelivers a message it has delivered fewer times, so
 // dead-lettering it would be early.
 func TestRetryUnderMaxDeliverOnTheServersCount(t *testing.T) {
