@@ -57,3 +57,22 @@ func FuzzParseKeyHTTPSFV(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseKey: ParseKey (httpsfv) and the reference parser on a
+// typical key.
+func BenchmarkParseKey(b *testing.B) {
+	const in = `"8e03978e-40d5-43e8-bc93-6894a57f9324"`
+	for _, p := range []struct {
+		name  string
+		parse func(string, bool) (string, error)
+	}{{"httpsfv", ParseKey}, {"reference", refParseKey}} {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.parse(in, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
