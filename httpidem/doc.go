@@ -49,8 +49,8 @@
 //     request" means the same method, route pattern (when a ServeMux routed
 //     the request before the middleware), escaped path, query (keys
 //     sorted), media type and parameters of Content-Type, headers named by
-//     [WithFingerprintHeaders], and body (byte for byte, or as canonical
-//     JSON with [WithCanonicalJSON]). So a key reused on another route or
+//     [WithFingerprintHeaders], and body (byte for byte, or as RFC 8785
+//     canonical JSON with [WithCanonicalJSON]). So a key reused on another route or
 //     method is refused, not replayed.
 //   - A key whose first request is still running: 409 "request-in-progress"
 //     with Retry-After (1 s; [WithRetryAfter]); or, with [WithBusyWait], the
@@ -129,6 +129,33 @@
 // Its cost: about 90 ns and 3 allocations more per keyed request, under
 // 1% of the middleware's overhead on a new key (BenchmarkOverhead, within
 // its noise).
+//
+// # Fingerprints across the RFC 8785 upgrade
+//
+// [WithCanonicalJSON] canonicalises JSON bodies per RFC 8785 (JCS),
+// implemented in this package with the standard library and checked against
+// RFC 8785's published samples and Appendix B numbers (testdata/jcs). It
+// used to use a form of its own (encoding/json's: numbers as written,
+// members sorted by UTF-8 bytes, U+2028 escaped, a trailing newline), so the
+// fingerprint of every JSON body it canonicalises changed. Records carry
+// their request's fingerprint, so without care a retry of a request made
+// before the upgrade would look like another request and get 422
+// key-reused. The middleware keeps the old canonical form
+// (legacyCanonicalJSON, unchanged) for that: when the ledger answers
+// [idem.ErrMismatch] to a request whose old fingerprint differs from its
+// new one, it asks again under the old fingerprint. A record written
+// before the upgrade is thus matched as it was (replayed, busy, or taken
+// over if its attempt lapsed); a different request mismatches both and
+// still gets 422. The second store call happens only on a mismatch, only
+// with WithCanonicalJSON, and never runs the handler twice: the first call
+// ran nothing. Matching the old fingerprint means "the same request" as the
+// old version meant it (1.0 and 1 differed), which is no looser than
+// before. An attempt that takes over an old record keeps its old
+// fingerprint, so that key is matched the old way until it expires.
+// Records written after the upgrade carry the RFC 8785 fingerprint. The
+// fallback can go once every record written before the upgrade has
+// expired ([WithRetention], 24 h by default; an indeterminate record stays
+// until an operator resolves it).
 //
 // The stored result is compact binary (a version byte, flags, status,
 // header lines and body); a result without the version byte is an

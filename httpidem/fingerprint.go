@@ -16,10 +16,40 @@ import (
 // fingerprint returns the sha256 of what makes a request "the same request":
 // method, route pattern (when a ServeMux routed it before the middleware),
 // escaped path, query (keys sorted), normalised Content-Type, the headers
-// named by WithFingerprintHeaders, and the body (canonical JSON when
-// configured). Every part is length-prefixed, so no two different requests
-// hash the same bytes.
+// named by WithFingerprintHeaders, and the body (canonical JSON, RFC 8785,
+// when configured). Every part is length-prefixed, so no two different
+// requests hash the same bytes.
 func (m *Middleware) fingerprint(r *http.Request, body []byte) []byte {
+	return m.fingerprintWith(r, body, jcs)
+}
+
+// legacyFingerprint is the fingerprint httpidem computed for r before it
+// canonicalised JSON per RFC 8785 (see legacyCanonicalJSON), when it differs
+// from [Middleware.fingerprint]'s: records written before the upgrade carry
+// it. ok is false when the two are the same (canonical JSON off, a body that
+// is not JSON, or one both forms leave as it is or write alike).
+func (m *Middleware) legacyFingerprint(r *http.Request, body []byte) (fp []byte, ok bool) {
+	if !m.cfg.canonicalJSON {
+		return nil, false
+	}
+	if _, isJSON := canonicalContentType(r.Header.Get("Content-Type")); !isJSON {
+		return nil, false
+	}
+	if bytes.Equal(canonicalBody(body, jcs), canonicalBody(body, legacyCanonicalJSON)) {
+		return nil, false
+	}
+	return m.fingerprintWith(r, body, legacyCanonicalJSON), true
+}
+
+// canonicalBody is canon(body), or body when canon refuses it.
+func canonicalBody(body []byte, canon func([]byte) ([]byte, bool)) []byte {
+	if cb, ok := canon(body); ok {
+		return cb
+	}
+	return body
+}
+
+func (m *Middleware) fingerprintWith(r *http.Request, body []byte, canon func([]byte) ([]byte, bool)) []byte {
 	b := make([]byte, 0, 256)
 	b = field(b, r.Method)
 	b = field(b, r.Pattern)
@@ -36,9 +66,7 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte) []byte {
 		}
 	}
 	if m.cfg.canonicalJSON && isJSON {
-		if cb, ok := canonicalJSON(body); ok {
-			body = cb
-		}
+		body = canonicalBody(body, canon)
 	}
 	b = binary.AppendUvarint(b, uint64(len(body)))
 	h := sha256.New()
@@ -79,13 +107,17 @@ func canonicalContentType(ct string) (string, bool) {
 	return mime.FormatMediaType(mt, params), isJSON
 }
 
-// canonicalJSON re-encodes one JSON value with object keys sorted and no
-// insignificant whitespace; numbers are kept as written. A body whose
+// legacyCanonicalJSON is the canonical form of JSON bodies before RFC 8785,
+// kept unchanged so that records written before the upgrade are recognised
+// (see [Middleware.legacyFingerprint]). It re-encodes one JSON value with
+// object keys sorted (by UTF-8 bytes) and no insignificant whitespace, and a
+// trailing newline (encoding/json's Encoder); numbers are kept as written,
+// strings as encoding/json writes them. A body whose
 // strings hold bytes that are not UTF-8, or lone surrogate escapes, is not
 // canonicalised: encoding/json decodes those to U+FFFD, so different bodies
 // would hash alike. Nor is a body with an object whose member names repeat:
 // encoding/json keeps the last, so {"a":1,"a":2} would hash as {"a":2}.
-func canonicalJSON(b []byte) ([]byte, bool) {
+func legacyCanonicalJSON(b []byte) ([]byte, bool) {
 	if !utf8.Valid(b) || duplicateNames(b) {
 		return nil, false
 	}

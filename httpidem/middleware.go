@@ -129,6 +129,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return m.outcome(ctx, r2, c)
 	}
 	res, err := m.l.Do(r.Context(), opKey, fn, opts...)
+	if c == nil && errors.Is(err, idem.ErrMismatch) {
+		// The key may hold a record written before canonical JSON became
+		// RFC 8785's, under the fingerprint of the old canonical form (see
+		// the package documentation): the same request, if it matches.
+		if legacy, ok := m.legacyFingerprint(r, body); ok {
+			opts[0] = idem.Fingerprint(legacy)
+			res, err = m.l.Do(r.Context(), opKey, fn, opts...)
+		}
+	}
 	if m.cfg.busyWait > 0 {
 		deadline := time.Now().Add(m.cfg.busyWait)
 		for wait := 5 * time.Millisecond; c == nil && errors.Is(err, idem.ErrInProgress) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 100*time.Millisecond) {

@@ -261,14 +261,20 @@ func WithFingerprintHeaders(names ...string) Option {
 }
 
 // WithCanonicalJSON sets whether a JSON body (Content-Type application/json
-// or */*+json) is fingerprinted in a canonical form: object keys sorted,
-// insignificant whitespace removed, numbers kept as written (default false:
-// the raw bytes). With it, a client that re-serialises the same object with
-// its keys in another order is not refused with 422. A body that is not
-// valid JSON, whose strings are not valid Unicode (bytes that are not
-// UTF-8, lone surrogate escapes), or with an object whose member names
-// repeat ({"amount":100,"amount":5}, which decoders read differently), is
-// fingerprinted raw.
+// or */*+json) is fingerprinted in its RFC 8785 canonical form (JCS:
+// members sorted, no insignificant whitespace, strings and numbers written
+// one way, so 1.0, 1e0 and 1 are one number) rather than as its raw bytes
+// (default false). With it, a client that re-serialises the same object
+// with its keys in another order is not refused with 422, and the body's
+// part of the fingerprint is what any RFC 8785 library computes. A body
+// that is not I-JSON — not valid JSON, strings that are not valid Unicode
+// (bytes that are not UTF-8, lone surrogate escapes), an object whose
+// member names repeat ({"amount":100,"amount":5}, which decoders read
+// differently) — or with a number a double does not hold exactly as written
+// (9007199254740993, which RFC 8785 would round into another request's
+// number) is fingerprinted raw. Records written by a version that
+// canonicalised JSON otherwise are still recognised: see "Fingerprints
+// across the RFC 8785 upgrade" in the package documentation.
 func WithCanonicalJSON(canonical bool) Option {
 	return func(c *config) { c.canonicalJSON = canonical }
 }
