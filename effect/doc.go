@@ -54,5 +54,40 @@
 // Neither retries: the caller (a queue consumer, the Ledger's next call)
 // does, with the same key.
 //
+// # Why net/smtp and not a maintained SMTP client
+//
+// The SMTP conversation runs on the standard library's net/smtp (frozen,
+// but still maintained with Go) for the connection, EHLO, STARTTLS and
+// AUTH, and on this package's own MAIL, RCPT, DATA and reply reading over
+// net/smtp's Client.Text. github.com/emersion/go-smtp (v0.25.1), the
+// maintained client, was weighed and not taken, because three of the
+// answers above would be lost or need a shim around it:
+//
+//   - A bare reply code. RFC 5321 4.2 makes a reply's text optional, and
+//     go-smtp reads replies with net/textproto, which takes "250" or "554"
+//     alone on a line for a broken reply ("short response"). After the
+//     message's end that turns an accepted message, and a permanent
+//     refusal, into an unknown outcome. The fix is to read the reply
+//     ourselves, which go-smtp does not allow (its textproto.Conn is not
+//     exported), nor can a reader under it rewrite the line: go-smtp
+//     wraps STARTTLS itself, so such a reader would see ciphertext.
+//   - The message's end. go-smtp's DataCommand.Close writes the final
+//     "." and reads its reply in one call, and its error does not say
+//     which failed: "the server saw no end" (NotDone) or "the reply was
+//     lost" (unknown). Telling them apart would take a wrapper of the
+//     connection that records whether a write failed before the first
+//     read.
+//   - The deadline. go-smtp sets the connection's deadline before each
+//     command (5 minutes, 12 after the message's end) and clears it after,
+//     so the bound of [WithTimeout] and ctx's deadline would need another
+//     wrapper that holds every deadline to ours.
+//
+// Switching would also change [WithAuth] from net/smtp's Auth to go-sasl's
+// Client, a breaking change for no gain: net/smtp.Auth already takes any
+// mechanism (AUTH LOGIN, XOAUTH2) a caller writes. What we write by hand is
+// about eighty lines, tested against a fake server that answers or cuts
+// at each stage and against Mailpit. Revisit if net/smtp stops being
+// maintained or a needed extension (DSN, REQUIRETLS) is asked for.
+//
 // This package imports only the standard library and idem.
 package effect

@@ -148,7 +148,9 @@ func TestSMTPEndOfDataRefused(t *testing.T) {
 // RFC 5321 4.2: the text after a reply code is optional, and a reply may
 // span lines. A bare "250" to the message's end accepts it, a bare 451
 // or 554 refuses it; so at MAIL and RCPT. A reply that is no reply
-// at all to the message's end leaves the outcome unknown.
+// at all to the message's end leaves the outcome unknown. net/textproto,
+// and so go-smtp, read a bare code as a broken reply: this test is why
+// Send reads these replies itself (the package doc says more).
 func TestSMTPBareAndMultilineReplies(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
