@@ -33,7 +33,7 @@ type command struct {
 // function, not a variable, because the commands' run functions refer back
 // to this list (help).
 func allCommands() []*command {
-	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd, versionCmd}
+	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd, versionCmd, completionCmd}
 }
 
 func lookup(name string) *command {
@@ -71,6 +71,10 @@ func (c *command) flagSet(a *app) *flag.FlagSet {
 // (`idem inspect KEY --json`); "--" ends the flags. It prints the help and
 // returns errHelpShown for -h/--help.
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if a.flagSink != nil {
+		a.flagSink(fs)
+		return nil, errHelpShown
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -149,10 +153,14 @@ Usage:
 
 Commands:
 `)
+	width := 0
 	for _, c := range allCommands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
 	}
-	fmt.Fprintf(w, "  %-8s %s\n", "help", "show help for a command: idem help COMMAND")
+	for _, c := range allCommands() {
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-*s %s\n", width, "help", "show help for a command: idem help COMMAND")
 	fmt.Fprintf(w, `
 Global flags:
   --store URL  %s

@@ -82,6 +82,10 @@
 //	                     was built from: "idem v0.3.1 (go1.26.0)", or
 //	                     "idem (devel) (go1.26.0, rev abc1234, modified)"
 //	                     from a checkout; --json. Never opens the store.
+//	completion bash|zsh  a shell completion script: commands, queue's
+//	                     subcommands and each command's flags, made from
+//	                     this binary's commands; source <(idem completion
+//	                     bash). Never opens the store.
 //	help [COMMAND]       help.
 //
 // Exit codes:
@@ -98,6 +102,24 @@
 // the help, the --store flag, the list above and docs/cli.md are made from
 // it (a test keeps the last two current), so a new backend is one more
 // entry there.
+//
+// # Why the standard library's flag package
+//
+// The commands and their flags are parsed with package flag and the
+// command table in commands.go, not with a framework such as spf13/cobra,
+// alecthomas/kong or urfave/cli. What a framework would add for a user is
+// mostly shell completion, and that is a static script made from the same
+// table (idem completion, tested by running it in bash and zsh). What it
+// would cost: one more module (kong) to three (cobra brings spf13/pflag,
+// and mousetrap on Windows) in a binary that users install with go
+// install, and a change of behaviour that scripts rely on: pflag, cobra's
+// parser, reads -json as the short flags -j -s -o -n (an error here),
+// where flag takes one dash or two alike; flags after the KEY, --store
+// before or after the command, the exit codes (2 for usage, 3 not found,
+// 4 lease live) and the help made from storeurl's backends (which a test
+// keeps in step with this doc and docs/cli.md) would all be rebuilt on
+// its terms, with the command tests' expected outputs. Revisit if the
+// commands grow subcommands of subcommands or need completion of keys.
 //
 // # idem serve
 //

@@ -45,6 +45,10 @@ type app struct {
 	ownsStore      bool
 	cmd            *command
 	stderrTTY      bool
+	// flagSink, when set, is handed the command's FlagSet by a.parse,
+	// which then stops the command (errHelpShown): how completion learns
+	// each command's flags.
+	flagSink func(*flag.FlagSet)
 }
 
 // run is the whole command, in process: it parses args (without the
