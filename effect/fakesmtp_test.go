@@ -38,7 +38,8 @@ type fakeSMTP struct {
 	tls *tls.Config // set by newFakeSMTPS: every connection is TLS from its first byte
 
 	mu       sync.Mutex
-	tlsConns int // connections whose TLS handshake succeeded
+	cutAt    string // set with CutAt
+	tlsConns int    // connections whose TLS handshake succeeded
 	commands []string
 	messages []string
 	hung     chan struct{}
@@ -145,7 +146,10 @@ func (f *fakeSMTP) session(c net.Conn) {
 		<-f.hung // until the test ends
 		return true
 	}
-	if !say("220 fake ESMTP") {
+	f.mu.Lock()
+	cutAt := f.cutAt
+	f.mu.Unlock()
+	if cutAt == "greeting" || !say("220 fake ESMTP") {
 		return
 	}
 	for {
@@ -158,7 +162,7 @@ func (f *fakeSMTP) session(c net.Conn) {
 		f.mu.Lock()
 		f.commands = append(f.commands, line)
 		f.mu.Unlock()
-		if hang(verb) {
+		if hang(verb) || cutAt == verb {
 			return
 		}
 		switch verb {
@@ -186,9 +190,9 @@ func (f *fakeSMTP) session(c net.Conn) {
 		case "DATA":
 			say("354 go ahead")
 			var msg strings.Builder
-			for {
+			for n := 0; ; n++ {
 				l, err := r.ReadString('\n')
-				if err != nil {
+				if err != nil || cutAt == "message" && n == 10 {
 					return
 				}
 				if l == ".\r\n" {
@@ -210,6 +214,18 @@ func (f *fakeSMTP) session(c net.Conn) {
 			say("502 unknown command")
 		}
 	}
+}
+
+// CutAt makes the server close the connection without a reply: at
+// "greeting" before the greeting, at a command ("EHLO", "MAIL", "RCPT",
+// "DATA") once it is read, at "message" after reading the first lines of
+// the message (the unread bytes make the close a reset, so the client's
+// next write fails). It is set under the lock: at "greeting" the server
+// reads it before anything synchronizes it with the test.
+func (f *fakeSMTP) CutAt(stage string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cutAt = stage
 }
 
 func (f *fakeSMTP) Messages() []string {

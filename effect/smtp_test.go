@@ -199,6 +199,34 @@ func TestSMTPReplyLostAfterData(t *testing.T) {
 	}
 }
 
+// A connection cut at any stage before the message's end was written:
+// the server cannot have kept the message, so NotDone (and not
+// Permanent: there was no refusal). Cut after the message's end it is
+// TestSMTPReplyLostAfterData.
+func TestSMTPCutBeforeEndOfData(t *testing.T) {
+	for _, stage := range []string{"greeting", "EHLO", "MAIL", "RCPT", "DATA", "message"} {
+		t.Run(stage, func(t *testing.T) {
+			f := newFakeSMTP(t, "")
+			f.CutAt(stage)
+			m := receipt()
+			if stage == "message" {
+				// 9 MiB, over twice the most Linux buffers for a
+				// sender (tcp_wmem, 4 MiB) while its reader reads
+				// nothing: the client is still writing when the reset
+				// comes. (A message that fits the buffers is written
+				// in full before the reset, and the reply's loss then
+				// leaves the outcome unknown, as it should.)
+				m.Text = strings.Repeat("A line of the receipt, one of many.\n", 1<<18)
+			}
+			_, err := effect.NewSMTP(f.Addr, effect.WithTimeout(10*time.Second)).Send(context.Background(), "k", m)
+			wantClass(t, err, notDone)
+			if n := len(f.Messages()); n != 0 {
+				t.Fatalf("the server kept %d messages", n)
+			}
+		})
+	}
+}
+
 // A context cancelled mid-conversation ends Send promptly. Before the
 // message's end nothing was sent (NotDone); after it, the outcome is
 // unknown. Either way the error matches context.Canceled.
