@@ -26,7 +26,8 @@
 //	auth over plain text to a host not loopback    NotDone (nothing sent)
 //	4xx to MAIL, RCPT, DATA or the message's end    NotDone (an *SMTPError)
 //	5xx to MAIL, RCPT, DATA or the message's end    NotDone + Permanent (an *SMTPError)
-//	ctx ended before the message's end was written  NotDone
+//	connection cut, or ctx ended, before the
+//	message's end was written                       NotDone
 //	reply to the message's end lost, ctx ended,
 //	or a timeout passed after it was written        ErrOutcomeUnknown
 //	250 to the message's end                        success
