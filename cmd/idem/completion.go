@@ -46,7 +46,7 @@ func runCompletion(ctx context.Context, a *app, args []string) error {
 	case "bash":
 		_, err = io.WriteString(a.stdout, bashCompletion())
 	case "zsh":
-		_, err = io.WriteString(a.stdout, "#compdef idem\n# zsh completion for idem, made by `idem completion zsh`.\n"+
+		_, err = io.WriteString(a.stdout, "# zsh completion for idem, made by `idem completion zsh`.\n"+
 			"autoload -U +X bashcompinit && bashcompinit\n"+bashCompletion())
 	default:
 		return usagef("unknown shell %q: want bash or zsh", pos[0])
