@@ -237,7 +237,9 @@ func TestLongHolderIsNotHammered(t *testing.T) {
 		t.Fatalf("%d busy retries over a %v hold (delays %v), want a handful (2 to 8)", busy, hold, delays)
 	}
 	for _, d := range delays {
-		if d > lease {
+		// On its last two receives a message looks again just after the
+		// lease ends (up to 25 ms of jitter past it).
+		if d > lease+25*time.Millisecond {
 			t.Fatalf("a busy delay %v passes the holder's lease (%v): delays %v", d, lease, delays)
 		}
 	}

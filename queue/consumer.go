@@ -594,10 +594,17 @@ const busyFirst = 25 * time.Millisecond
 const busyGrowth = 4
 
 // busy is the verdict on m when another attempt holds its key: retry after
-// [Consumer.busyWait].
+// [Consumer.busyWait], or, on the message's last two receives allowed, just
+// after the holder's lease ends (within the busy delay): a message keeps a
+// receive for after the lease, when a holder that died is taken over or
+// found indeterminate, rather than spend them all on quick looks and be
+// dead-lettered for its receives alone.
 func (c *Consumer) busy(m Message, running, leaseLeft time.Duration) verdict {
-	return verdict{outcome: "busy", action: actionRetry, delay: c.busyWait(m.ReceiveCount, running, leaseLeft),
-		reason: "another attempt holds the key"}
+	delay := c.busyWait(m.ReceiveCount, running, leaseLeft)
+	if c.cfg.maxReceives > 0 && m.ReceiveCount >= c.cfg.maxReceives-1 && leaseLeft > 0 {
+		delay = min(leaseLeft+rand.N(busyFirst), c.cfg.busyDelay) // copies do not all come back at once
+	}
+	return verdict{outcome: "busy", action: actionRetry, delay: delay, reason: "another attempt holds the key"}
 }
 
 // busyWait is the retry delay of a busy message on its receive-th receive

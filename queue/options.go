@@ -133,8 +133,12 @@ func WithBackoff(base, max time.Duration) Option {
 // taken over. So a duplicate of a quick holder is acked within tens of
 // milliseconds, and a long holder costs a handful of receives, then one
 // every half to whole busy delay. Busy retries count as receives (see
-// [WithMaxReceives]); one over the maximum is still retried while the
-// key is held, and acked once it is done. Non-positive values are ignored.
+// [WithMaxReceives]): on a message's last two receives allowed, a busy
+// key is looked at again just after the holder's lease ends (up to this
+// delay), so that the message still has a receive left when a holder that
+// died is taken over (or found indeterminate); one over the maximum
+// is still retried while the key is held, and acked once it is done.
+// Non-positive values are ignored.
 func WithBusyDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
