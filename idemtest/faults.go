@@ -78,7 +78,9 @@ func testFaults(t *testing.T, h Harness) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var c counter
-		_, err := ledger(h, s).Do(ctx, idem.Key("k"), c.fn(nil))
+		// outageLease: a claim the store refuses is retried for the
+		// lease's finish timeout, 30 s at the suite's fake-clock lease.
+		_, err := ledger(h, s, idem.WithLease(outageLease)).Do(ctx, idem.Key("k"), c.fn(nil))
 		wantStoreError(t, "Do on an unreachable store", err)
 		c.want(t, 0)
 		_, err = s.Get(ctx, "k")

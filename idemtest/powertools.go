@@ -179,7 +179,9 @@ func testPowertools(t *testing.T, h Harness) {
 		fs := NewFaultStore(newStore(t, h))
 		fs.Inject(OpRelease, Fault{Err: errInjected})
 		var c counter
-		_, err := ledger(h, fs).Do(context.Background(), key, c.fail(errBoom))
+		// outageLease: the refused release is retried for the lease's
+		// finish timeout, 30 s at the suite's fake-clock lease.
+		_, err := ledger(h, fs, idem.WithLease(outageLease)).Do(context.Background(), key, c.fail(errBoom))
 		wantErr(t, "Do", err, errBoom)
 		wantErr(t, "Do", err, errInjected)
 		var se *idem.StoreError
@@ -197,7 +199,8 @@ func testPowertools(t *testing.T, h Harness) {
 			fs := NewFaultStore(newStore(t, h))
 			fs.Inject(tc.op, Fault{Err: errInjected})
 			var c counter
-			_, err := ledger(h, fs).Do(context.Background(), key, c.fn([]byte("r")))
+			// outageLease, as in persistence_exception_deleting.
+			_, err := ledger(h, fs, idem.WithLease(outageLease)).Do(context.Background(), key, c.fn([]byte("r")))
 			se := wantStoreError(t, "Do", err)
 			wantErr(t, "Do", err, errInjected)
 			if se.Op != string(tc.op) || se.Key != key.String() {
