@@ -6,7 +6,9 @@
 package testenv
 
 import (
+	"flag"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -59,4 +61,28 @@ func Require(t testing.TB, name, suite string) string {
 // SkipMessage is the message Require skips with.
 func SkipMessage(name, suite string) string {
 	return "set " + name + "=" + Example(name) + " to run " + suite
+}
+
+// ShortParallel is the -parallel of a -short run of a package that calls
+// RunShortParallel.
+const ShortParallel = 8
+
+// RunShortParallel runs m (call it from TestMain: os.Exit(RunShortParallel(m)))
+// with -parallel ShortParallel when the run is -short and does not set
+// -parallel, and as asked otherwise. It is for packages whose parallel
+// tests mostly wait (for leases, visibility timeouts and retries), which
+// the default -parallel, GOMAXPROCS, runs two at a time on 2 cores. The
+// full run, as CI's, keeps go test's default.
+func RunShortParallel(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		set := false
+		flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+		if !set {
+			if err := flag.Set("test.parallel", strconv.Itoa(ShortParallel)); err != nil {
+				panic(err)
+			}
+		}
+	}
+	return m.Run()
 }
