@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/internal/jsontext"
 )
 
 // jcs canonicalises the JSON value b per RFC 8785 (JSON Canonicalization
@@ -30,7 +32,7 @@ import (
 // the first's response. 1.0, 1e2 and 0.1 are held exactly (as the decimal
 // the double prints as) and are canonicalised: 1, 100, 0.1.
 func jcs(b []byte) ([]byte, bool) {
-	if !utf8.Valid(b) || loneSurrogate(b) || duplicateNames(b) {
+	if !utf8.Valid(b) || jsontext.LoneSurrogate(b) || duplicateNames(b) {
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -221,41 +223,4 @@ func utf16Order(r rune) int {
 	}
 	r -= 0x10000
 	return (0xd800+int(r>>10))<<16 | (0xdc00 + int(r&0x3ff))
-}
-
-// loneSurrogate reports whether b, a JSON text in UTF-8, escapes a UTF-16
-// surrogate that is not half of a pair: a high one (\uD800-\uDBFF) not
-// followed at once by an escaped low one (\uDC00-\uDFFF), or a low one
-// alone. encoding/json decodes each to U+FFFD, so "a\udc80" and "a\udcff"
-// would canonicalise alike; RFC 8785 (I-JSON) refuses them. A backslash
-// only stands in a string in valid JSON; any other escape is skipped by its
-// one character.
-func loneSurrogate(b []byte) bool {
-	escape := func(i int) (rune, bool) { // the \uXXXX at b[i:], if any
-		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
-		return rune(n), err == nil
-	}
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		r, ok := escape(i)
-		switch {
-		case !ok:
-			i++ // another escape: skip its character
-		case r >= 0xd800 && r < 0xdc00:
-			if lo, ok := escape(i + 6); !ok || lo < 0xdc00 || lo > 0xdfff {
-				return true
-			}
-			i += 11
-		case r >= 0xdc00 && r <= 0xdfff:
-			return true
-		default:
-			i += 5
-		}
-	}
-	return false
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/internal/jsontext"
 	"github.com/idemkit/idem/internal/problem"
 	"github.com/idemkit/idem/store"
 )
@@ -617,8 +618,8 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) 
 		// different keys would become one.
 		err = errors.New("the body is not valid UTF-8")
 	}
-	if err == nil {
-		err = loneSurrogate(body)
+	if err == nil && jsontext.LoneSurrogate(body) {
+		err = errors.New("the body has an unpaired UTF-16 surrogate escape: encoding/json would decode it as U+FFFD, making different strings one")
 	}
 	if err == nil {
 		err = exactFields(body, v)
@@ -644,42 +645,6 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, c *call, v any) 
 	}
 	s.problem(w, c, http.StatusBadRequest, "invalid-body", err.Error(), nil)
 	return false
-}
-
-// loneSurrogate refuses a \u escape of a UTF-16 surrogate that is not
-// half of a pair: a high one (\uD800-\uDBFF) not followed at once by an
-// escaped low one (\uDC00-\uDFFF), or a low one not preceded by a high
-// one. encoding/json turns each into U+FFFD, so "a\udc80" and "a\udcff"
-// would be one key (and one fingerprint). A backslash can only stand in a
-// string in valid JSON; any other escape is skipped by its one character.
-func loneSurrogate(body []byte) error {
-	escape := func(i int) (rune, bool) { // the \uXXXX at body[i:], if any
-		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
-		return rune(n), err == nil
-	}
-	for i := 0; i < len(body); i++ {
-		if body[i] != '\\' {
-			continue
-		}
-		r, ok := escape(i)
-		switch {
-		case !ok:
-			i++ // another escape: skip its character
-		case r >= 0xd800 && r < 0xdc00:
-			if lo, ok := escape(i + 6); !ok || lo < 0xdc00 || lo > 0xdfff {
-				return errors.New("the body has an unpaired UTF-16 surrogate escape: encoding/json would decode it as U+FFFD, making different strings one")
-			}
-			i += 11
-		case r >= 0xdc00 && r <= 0xdfff:
-			return errors.New("the body has an unpaired UTF-16 surrogate escape: encoding/json would decode it as U+FFFD, making different strings one")
-		default:
-			i += 5
-		}
-	}
-	return nil
 }
 
 // exactFields checks the names of the top-level object in body against
