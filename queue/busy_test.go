@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
-	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/sqlitestore"
 )
@@ -167,17 +165,7 @@ func TestQuickDuplicateIsAckedSoon(t *testing.T) {
 		}
 	})
 	t.Run("sqlqueue", func(t *testing.T) {
-		ctx := context.Background()
-		st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), sqlitestore.WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		queues, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer queues.Close()
+		st, queues := embedded(t, sqlitestore.WithLogger(quiet))
 		q, err := queues.Queue("orders")
 		if err != nil {
 			t.Fatal(err)

@@ -22,6 +22,25 @@ import (
 	"github.com/idemkit/idem/webhook"
 )
 
+// embedded opens the embedded default, as the README's snippets do: a
+// sqlitestore ledger in a new file and sqlqueue in the same file through
+// its group commit; both are closed when t ends.
+func embedded(t *testing.T, opts ...sqlitestore.Option) (*sqlitestore.Store, *sqlqueue.SQLite) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { queues.Close() })
+	return store, queues
+}
+
 // visibilityOf wraps a source with another visibility (0: unbounded, as
 // amqpqueue and lambdasqs report).
 type visibilityOf struct {
@@ -113,18 +132,8 @@ func runBriefly(t *testing.T, c *queue.Consumer) {
 // default visibility (30 s) and the consumer's default handler timeout
 // agree, and nothing warns.
 func TestREADMEWebhookSnippetDoesNotWarn(t *testing.T) {
-	ctx := context.Background()
 	queuetest.NoWarnings(t, "README webhook snippet", func() {
-		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
-		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer queues.Close()
+		store, queues := embedded(t)
 		// From here on, the README's lines.
 		scheme, err := webhook.NewStripe("whsec_test")
 		if err != nil {
@@ -152,31 +161,21 @@ func TestREADMEWebhookSnippetDoesNotWarn(t *testing.T) {
 // The README's consumer snippet: a 3-minute visibility and a 30 s handler
 // timeout, six times apart, do not warn.
 func TestREADMEConsumerSnippetDoesNotWarn(t *testing.T) {
-	ctx := context.Background()
 	queuetest.NoWarnings(t, "README consumer snippet", func() {
-		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
-		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer queues.Close()
+		store, queues := embedded(t)
 		receipts, err := queues.Queue("receipts", sqlqueue.WithVisibility(3*time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := func(m queue.Message) (idem.OperationKey, error) { return idem.Key("receipt", string(m.Body)), nil }
+		type Job struct{ OrderID, UserID string }
+		key := func(j Job) (idem.OperationKey, error) { return idem.Key("receipt", j.OrderID, j.UserID), nil }
 		mailer := effect.NewSMTP("smtp.example.com:587", effect.WithPlainAuth("user", "password"))
-		send := func(ctx context.Context, m queue.Message) ([]byte, error) {
-			k, _ := key(m)
+		send := func(ctx context.Context, k idem.OperationKey, j Job) ([]byte, error) {
 			id, err := mailer.Send(ctx, k.String(), effect.Email{From: "a@example.com", To: []string{"b@example.com"}, Subject: "receipt", Text: "paid"})
 			return []byte(id), err
 		}
 		ledger := idem.New(store, idem.WithPolicy(idem.AtMostOnce))
-		c, err := queue.NewConsumer(receipts, ledger, key, send,
+		c, err := queue.NewTypedConsumer(receipts, ledger, queue.JSON[Job], key, send,
 			queue.WithHandlerTimeout(30*time.Second)) // refuses a visibility shorter than this
 		if err != nil {
 			t.Fatal(err)
@@ -188,18 +187,8 @@ func TestREADMEConsumerSnippetDoesNotWarn(t *testing.T) {
 // Package sqlqueue's snippet: a one-minute visibility and the consumer's
 // defaults (a 10 s handler timeout) do not warn.
 func TestSQLQueueDocSnippetDoesNotWarn(t *testing.T) {
-	ctx := context.Background()
 	queuetest.NoWarnings(t, "sqlqueue package snippet", func() {
-		store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
-		queues, err := sqlqueue.NewSQLite(ctx, store.DB(), sqlqueue.WithGroupCommit(store))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer queues.Close()
+		store, queues := embedded(t)
 		orders, err := queues.Queue("orders", sqlqueue.WithVisibility(time.Minute))
 		if err != nil {
 			t.Fatal(err)
