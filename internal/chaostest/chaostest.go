@@ -71,6 +71,27 @@ const (
 	EnvLease    = "IDEM_CHAOS_LEASE"    // the workers' lease, a time.Duration (default 4s)
 )
 
+// Rows is what ScanEffects reads: *sql.Rows and pgx.Rows both are.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanEffects reads the rows of a query "SELECT key, who FROM <effects>"
+// into who per key, for a Target's Effects. The caller closes rows.
+func ScanEffects(rows Rows) (map[string][]string, error) {
+	m := map[string][]string{}
+	for rows.Next() {
+		var k, who string
+		if err := rows.Scan(&k, &who); err != nil {
+			return nil, err
+		}
+		m[k] = append(m[k], who)
+	}
+	return m, rows.Err()
+}
+
 // The run's shape.
 const (
 	defaultKeys     = 300

@@ -92,15 +92,7 @@ func TestChaos(t *testing.T) {
 				return nil, err
 			}
 			defer rows.Close()
-			m := map[string][]string{}
-			for rows.Next() {
-				var k, who string
-				if err := rows.Scan(&k, &who); err != nil {
-					return nil, err
-				}
-				m[k] = append(m[k], who)
-			}
-			return m, rows.Err()
+			return chaostest.ScanEffects(rows)
 		},
 	}
 	for _, sc := range []chaostest.Scenario{{Policy: idem.AtLeastOnce}, {Policy: idem.AtMostOnce}, {Transactional: true}} {
