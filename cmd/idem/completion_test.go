@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/idemkit/idem/internal/testenv"
+
 	"context"
 	"os"
 	"os/exec"
@@ -110,7 +112,7 @@ echo "${COMPREPLY[*]}"`, "bash", script, tc.line).CombinedOutput()
 func TestCompletionZsh(t *testing.T) {
 	zsh, err := exec.LookPath("zsh")
 	if err != nil {
-		t.Skip("no zsh here")
+		zsh = testenv.Require(t, testenv.Zsh, "the zsh completion test")
 	}
 	script := completionScript(t, "zsh")
 	for _, tc := range completionCases {

@@ -22,6 +22,7 @@ const (
 	SQS      = "IDEM_TEST_SQS"         // SQS-compatible endpoint (local-aws-sqs)
 	SMTP     = "IDEM_TEST_SMTP"        // SMTP host:port (Mailpit)
 	Mailpit  = "IDEM_TEST_MAILPIT_API" // Mailpit's HTTP API
+	Zsh      = "IDEM_TEST_ZSH"         // a zsh binary (idem completion zsh)
 )
 
 // Example returns a value for name that works on the project's machines.
@@ -43,6 +44,8 @@ func Example(name string) string {
 		return "127.0.0.1:1025"
 	case Mailpit:
 		return "http://127.0.0.1:8025"
+	case Zsh:
+		return "/usr/bin/zsh"
 	}
 	return "..."
 }
