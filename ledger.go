@@ -24,6 +24,7 @@ type Ledger struct {
 	log        *slog.Logger
 	owner      string
 	hashedKeys bool
+	observer   Observer
 	cache      *resultCache
 	// claims and completes coalesce concurrent calls' store writes
 	// (WithCoalescing); nil sends each call's own.
@@ -65,7 +66,7 @@ func New(s store.Store, opts ...Option) *Ledger {
 		host, _ := os.Hostname()
 		c.owner = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	l := &Ledger{store: s, defaults: c.call, log: c.logger, owner: c.owner, hashedKeys: c.hashedKeys}
+	l := &Ledger{store: s, defaults: c.call, log: c.logger, owner: c.owner, hashedKeys: c.hashedKeys, observer: c.observer}
 	if c.cacheSize > 0 {
 		l.cache = newResultCache(c.cacheSize)
 	}

@@ -44,6 +44,7 @@ type config struct {
 	coalesce   int
 	// coalesceFrom: see WithCoalescingFrom (0: DefaultCoalescingFrom).
 	coalesceFrom int
+	observer     Observer
 }
 
 type callConfig struct {
