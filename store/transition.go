@@ -15,7 +15,6 @@ package store
 
 import (
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -365,22 +364,21 @@ type Slot struct {
 	first  [1]JournalEntry // a new key's journal, in the slot's own allocation
 }
 
-// free holds slots that stores dropped and nobody else can reach, for the
-// next new key: a process that keeps a retention sweeps as many records as
-// it creates, and reusing their memory spares the garbage collector most of
-// the bytes of a new record. The pool empties itself across collections.
-var free sync.Pool
-
-// NewSlot claims an absent key: it returns the slot to keep and the result.
-// floor is as for [ApplyClaim].
+// NewSlot claims an absent key in a new slot: it returns the slot to keep
+// and the result. floor is as for [ApplyClaim]. A store that keeps dropped
+// slots for reuse calls [Slot.ClaimNew] on one instead.
 func NewSlot(req ClaimRequest, now time.Time, floor int64) (*Slot, ClaimResult) {
-	s, _ := free.Get().(*Slot)
-	if s == nil {
-		s = new(Slot)
-	}
+	s := new(Slot)
+	return s, s.ClaimNew(req, now, floor)
+}
+
+// ClaimNew claims an absent key in s, a new slot or one that [Slot.Reset]
+// made ready for reuse, and returns the result. floor is as for
+// [ApplyClaim].
+func (s *Slot) ClaimNew(req ClaimRequest, now time.Time, floor int64) ClaimResult {
 	s.rec.Journal = s.first[:0:1]
 	claim(&s.rec, false, req, now, false, floor)
-	return s, s.acquired(now, false)
+	return s.acquired(now, false)
 }
 
 // Claim applies req to the slot's record at now, in place.
@@ -468,17 +466,20 @@ func (s *Slot) annotateLate(fence int64, attemptID string, now time.Time) {
 	}
 }
 
-// Free gives the slot back for reuse by a later [NewSlot]. Call it once the
-// store has dropped the slot (deleted or swept the key) and holds no other
-// reference to it; the slot must not be used afterwards. A slot that lent
-// its journal to a caller is left to the garbage collector instead, since
-// the caller may still read it.
-func (s *Slot) Free() {
+// Reset clears a slot the store has dropped (deleted or swept its key) so
+// that a later [Slot.ClaimNew] can reuse its memory, and reports whether it
+// may: a slot that lent its journal to a caller is left to the garbage
+// collector instead (Reset returns false), since the caller may still read
+// it. Reusing slots spares the collector most of the bytes of a new record
+// in a process that sweeps as many records as it creates. The slot must
+// not be used after a false answer, nor before its ClaimNew after a true
+// one.
+func (s *Slot) Reset() bool {
 	if s.pinned {
-		return
+		return false
 	}
 	*s = Slot{}
-	free.Put(s)
+	return true
 }
 
 // Peek returns the slot's record: read it, never modify it or keep it.

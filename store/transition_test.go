@@ -40,6 +40,7 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 	keys := []string{"a", "b"}
 	cow := map[string]*Record{}
 	slots := map[string]*Slot{}
+	var spare []*Slot // dropped slots Reset let us reuse, as memstore keeps them
 	var out []handed
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	dur := func(max int) time.Duration { return time.Duration(rng.IntN(max+1)) * time.Second }
@@ -88,7 +89,11 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 			var want ClaimResult
 			cowCall(rec, func() (*Record, error) { next, want = ApplyClaim(rec, req, now, floor); return next, nil })
 			var got ClaimResult
-			if slot == nil {
+			if slot == nil && len(spare) > 0 {
+				slot, spare = spare[len(spare)-1], spare[:len(spare)-1]
+				got = slot.ClaimNew(req, now, floor)
+				slots[key] = slot
+			} else if slot == nil {
 				slot, got = NewSlot(req, now, floor)
 				slots[key] = slot
 			} else {
@@ -166,7 +171,9 @@ func runDifferential(t *testing.T, seed uint64, steps int) {
 				floor = max(floor, slot.Peek().Fence)
 				delete(cow, key)
 				delete(slots, key)
-				slot.Free() // a later NewSlot may reuse it
+				if slot.Reset() { // a later claim of a new key reuses it
+					spare = append(spare, slot)
+				}
 			}
 		case 9: // a reader
 			what = "copy"

@@ -39,7 +39,36 @@ type shard struct {
 	// Sweep): a key's new record starts above it (store.FirstFence), so
 	// its fences never repeat even when the clock has not moved since.
 	floor int64
-	_     [32]byte // keep shards on separate cache lines
+	// spare holds slots of dropped records for new keys (at most
+	// maxSpare): under the shard's lock, so reuse costs no atomic
+	// operation, and most recently dropped first, while still in cache.
+	spare []*store.Slot
+	_     [8]byte // keep shards on separate cache lines
+}
+
+// maxSpare bounds each shard's spare slots: 64 shards × 128 × 512 bytes is
+// at most 4 MiB kept after a sweep of a larger burst.
+const maxSpare = 128
+
+// newSlot returns a spare slot or a new one.
+func (sh *shard) newSlot() *store.Slot {
+	if n := len(sh.spare); n > 0 {
+		s := sh.spare[n-1]
+		sh.spare[n-1] = nil
+		sh.spare = sh.spare[:n-1]
+		return s
+	}
+	return new(store.Slot)
+}
+
+// drop removes key's record (slot) from the shard and keeps its slot for a
+// new key if it may.
+func (sh *shard) drop(key string, slot *store.Slot) {
+	sh.floor = max(sh.floor, slot.Peek().Fence)
+	delete(sh.records, key)
+	if slot.Reset() && len(sh.spare) < maxSpare {
+		sh.spare = append(sh.spare, slot)
+	}
 }
 
 // Option configures a Store.
@@ -98,7 +127,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (res store.Cl
 			res.Record.Result = append([]byte(nil), res.Record.Result...)
 			return nil
 		}
-		sh.records[req.Key], res = store.NewSlot(req, now, sh.floor)
+		slot := sh.newSlot()
+		res = slot.ClaimNew(req, now, sh.floor)
+		sh.records[req.Key] = slot
 		return nil
 	})
 	return res, err
@@ -231,9 +262,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		if slot == nil || slot.Peek().Expired(now) {
 			return store.ErrNotFound
 		}
-		sh.floor = max(sh.floor, slot.Peek().Fence)
-		delete(sh.records, key)
-		slot.Free()
+		sh.drop(key, slot)
 		return nil
 	})
 }
@@ -256,9 +285,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 				break
 			}
 			if r := slot.Peek(); r.Expired(now) {
-				sh.floor = max(sh.floor, r.Fence)
-				delete(sh.records, k)
-				slot.Free()
+				sh.drop(k, slot)
 				n++
 			}
 		}
