@@ -76,8 +76,10 @@
 // Signature headers are read as the providers write them: Standard
 // Webhooks' entries separated by one ASCII space, and every base64
 // signature (Standard, Shopify, Twilio, HMAC's [Base64] and [Base64URL])
-// in its canonical encoding, as the providers' helpers that compare the
-// encoded strings require; a non-canonical one matches nothing. In these
+// in its canonical encoding, and every hex signature (Stripe, Slack,
+// GitHub, HMAC's [Hex]) in lower case, as the providers' helpers that
+// compare the encoded strings require; a non-canonical one matches
+// nothing. In these
 // cases a scheme refuses, with [ErrMalformed] (401), what the provider's
 // own library accepts:
 //

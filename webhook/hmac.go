@@ -17,14 +17,15 @@ import (
 type Encoding int
 
 const (
-	Hex       Encoding = iota // lower- or upper-case hex (the default)
+	Hex       Encoding = iota // lower-case hex (the default)
 	Base64                    // standard base64, padded, canonical
 	Base64URL                 // URL-safe base64, padded or not, canonical
 )
 
 // errNotCanonical: a signature that decodes, but is not the one encoding
-// of its bytes (unused bits set, a line break inside); it matches nothing.
-var errNotCanonical = errors.New("webhook: signature is not canonical base64")
+// of its bytes (unused bits set, a line break inside, upper-case hex); it
+// matches nothing.
+var errNotCanonical = errors.New("webhook: signature is not in its canonical encoding")
 
 func (e Encoding) decode(s string) ([]byte, error) {
 	switch e {
@@ -42,6 +43,12 @@ func (e Encoding) decode(s string) ([]byte, error) {
 		}
 		return b, nil
 	default:
+		// Lower case only: the providers' helpers (Stripe's, GitHub's,
+		// Slack's) compare the lower-case hex string they compute, so an
+		// upper-case signature matches nothing there either.
+		if strings.ContainsFunc(s, func(r rune) bool { return 'A' <= r && r <= 'F' }) {
+			return nil, errNotCanonical
+		}
 		return hex.DecodeString(s)
 	}
 }

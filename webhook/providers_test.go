@@ -148,6 +148,9 @@ func TestGitHub(t *testing.T) {
 	runNegative(t, s, gh1Secret, []verifyCase{
 		{"wrong signature", hdr("X-Hub-Signature-256", "sha256="+strings.Repeat("ab", 32)), gh1Body, now, ErrNoMatch},
 		{"truncated signature", hdr("X-Hub-Signature-256", gh1Sig[:40]), gh1Body, now, ErrNoMatch},
+		// The right bytes in upper-case hex: GitHub's own check compares
+		// the lower-case string, so this matches nothing there either.
+		{"upper-case hex", hdr("X-Hub-Signature-256", "sha256="+strings.ToUpper(gh1Sig[7:])), gh1Body, now, ErrNoMatch},
 		{"prefix only", hdr("X-Hub-Signature-256", "sha256="), gh1Body, now, ErrNoMatch},
 		{"missing", hdr("X-Hub-Signature", "sha1=0123"), gh1Body, now, ErrNoSignature},
 		{"unknown version", hdr("X-Hub-Signature-256", "sha512="+gh1Sig[7:]), gh1Body, now, ErrUnknownVersion},
