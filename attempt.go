@@ -141,7 +141,7 @@ func (l *Ledger) undoLostClaim(ctx context.Context, c *callConfig, req store.Cla
 		found, err := l.undoSafely(ctx, req, "the claim's answer was lost: "+cause.Error())
 		switch {
 		case err == nil && found:
-			l.logOutcome(ctx, slog.LevelWarn, "claim-undone", c, rec, slog.Any("error", cause),
+			l.logNote(ctx, slog.LevelWarn, "claim-undone", c, rec, slog.Any("error", cause),
 				slog.String("msg_detail", "the claim landed though its answer was lost; fn did not run, so the claim is undone"))
 			return true
 		case err == nil:
@@ -149,12 +149,12 @@ func (l *Ledger) undoLostClaim(ctx context.Context, c *callConfig, req store.Cla
 		case errors.Is(err, ErrLeaseLost):
 			return true // the attempt ended meanwhile (undone by another try, taken over, resolved)
 		case !retryable(err):
-			l.logOutcome(ctx, slog.LevelWarn, "claim-lost", c, rec, slog.Any("error", err),
+			l.logNote(ctx, slog.LevelWarn, "claim-lost", c, rec, slog.Any("error", err),
 				slog.String("msg_detail", "the claim's answer was lost and it could not be undone: if it landed, the key waits for its lease"))
 			return true
 		}
 		if !sleep(ctx, jitter(wait)) {
-			l.logOutcome(ctx, slog.LevelWarn, "claim-lost", c, rec, slog.Any("error", err),
+			l.logNote(ctx, slog.LevelWarn, "claim-lost", c, rec, slog.Any("error", err),
 				slog.String("msg_detail", "the claim's answer was lost and the store stayed out of reach: if it landed, the key waits for its lease"))
 			return true
 		}

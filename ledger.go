@@ -217,7 +217,11 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 // claim is answered, fn does not run and Do returns ctx's error (wrapped
 // likewise). docs/design.md ("Guarantees under crashes and store faults")
 // goes through each case.
-func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
+//
+// With an [Observer] attached ([WithObserver]), the call is an OpStart
+// event (fn and the store get the context it returns) and one OpEnd; an
+// invalid key returns before either.
+func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (_ Result, err error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
 	}
@@ -231,6 +235,10 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
+	if l.observer != nil {
+		ctx = l.opStart(ctx, key.s, c, start)
+		defer func() { l.opEnd(ctx, c, start, err) }() // also when fn panics
+	}
 	req := l.claimRequest(key.s, c)
 	cr, err := l.claim(ctx, req)
 	if err != nil {
@@ -243,6 +251,7 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	}
 	rec := cr.Record
 	if cr.Takeover {
+		c.takeover = true
 		l.logTakeover(ctx, c, rec)
 	}
 	var reconciled bool
@@ -308,26 +317,47 @@ func (l *Ledger) callConfig(opts []CallOption) *callConfig {
 	return c
 }
 
-// fromCache answers from the local cache. With no options and logging off,
-// a hit allocates nothing.
+// fromCache answers from the local cache. With no options, no Observer
+// and debug logging off, a hit allocates nothing; a no-op Observer adds
+// nothing.
 func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (Result, bool, error) {
-	e, ok := l.cache.get(key, time.Now())
+	now := time.Now()
+	e, ok := l.cache.get(key, now)
 	if !ok {
 		return Result{}, false, nil
 	}
-	logging := l.log.Enabled(ctx, slog.LevelInfo)
-	if len(opts) > 0 || logging {
-		c := l.callConfig(opts)
-		rec := Record{Key: key, Fence: e.fence, Attempt: e.attempt}
-		if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
-			l.logOutcome(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(StatusCompleted)))
-			return Result{}, false, &MismatchError{Key: key, Status: StatusCompleted}
-		}
-		if logging {
-			l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done (cache)"))
+	res := Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}
+	log := l.logger(ctx)
+	logging := log.Enabled(ctx, slog.LevelDebug)
+	if len(opts) == 0 && !logging && l.observer == nil {
+		return res, true, nil
+	}
+	c := &l.defaults // read only: the call's outcome is not recorded in it (see logNote)
+	if len(opts) > 0 {
+		c = l.callConfig(opts)
+	}
+	var ev Event
+	if l.observer != nil {
+		k, hashed := l.ObservedKey(key)
+		ev = Event{Kind: OpStart, Key: k, KeyHashed: hashed, Policy: c.policy, Correlation: c.correlation, Started: now}
+		if next := l.observer.Observe(ctx, ev); next != nil {
+			ctx = next
 		}
 	}
-	return Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}, true, nil
+	rec := Record{Key: key, Fence: e.fence, Attempt: e.attempt}
+	var err error
+	ev.Outcome = "replayed"
+	if c.fingerprint != "" && e.fingerprint != "" && c.fingerprint != e.fingerprint {
+		res, err, ev.Outcome = Result{}, &MismatchError{Key: key, Status: StatusCompleted}, "mismatch"
+		l.logNote(ctx, slog.LevelWarn, "mismatch", c, rec, slog.String("status", string(StatusCompleted)))
+	} else if logging {
+		l.logNote(ctx, slog.LevelDebug, "replayed", c, rec, slog.String("msg_detail", "skipped, already done (cache)"))
+	}
+	if l.observer != nil {
+		ev.Kind, ev.Fence, ev.Attempt, ev.Err, ev.Duration = OpEnd, e.fence, e.attempt, err, time.Since(now)
+		l.observer.Observe(ctx, ev)
+	}
+	return res, err == nil, err
 }
 
 // found turns a claim that was not acquired into the caller's answer
@@ -341,7 +371,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.
 			l.cache.put(key, cacheEntry{value: rec.Result, fingerprint: rec.Fingerprint, attempt: rec.Attempt, fence: rec.Fence,
 				expires: time.Now().Add(rec.ExpiresAt.Sub(cr.Now))})
 		}
-		l.logOutcome(ctx, slog.LevelInfo, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
+		l.logOutcome(ctx, slog.LevelDebug, "replayed", c, rec, slog.String("msg_detail", "skipped, already done"))
 		return Result{Value: rec.Result, Replayed: true, Attempt: rec.Attempt, Fence: rec.Fence}, nil
 	case store.AnswerMismatch:
 		// Say what the record is: a key held by an attempt of another
@@ -356,7 +386,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.
 		}
 		return Result{}, &MismatchError{Key: key, Status: rec.Status}
 	case store.AnswerFailed:
-		l.logOutcome(ctx, slog.LevelInfo, "failed", c, rec, slog.String("reason", rec.Reason))
+		l.logOutcome(ctx, slog.LevelDebug, "failed", c, rec, slog.String("reason", rec.Reason))
 		return Result{}, &FailedError{Key: key, Reason: rec.Reason, Attempt: rec.Attempt, Fence: rec.Fence}
 	case store.AnswerIndeterminate:
 		ie := indeterminate(rec)
@@ -365,7 +395,7 @@ func (l *Ledger) found(ctx context.Context, key string, c *callConfig, cr store.
 		return Result{}, ie
 	case store.AnswerBusy:
 		retry := max(rec.LeaseUntil.Sub(cr.Now), time.Millisecond)
-		l.logOutcome(ctx, slog.LevelInfo, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
+		l.logOutcome(ctx, slog.LevelDebug, "busy", c, rec, slog.String("holder", rec.Owner), slog.Duration("retry_after", retry))
 		busy := &InProgressError{Key: key, Fence: rec.Fence, Attempt: rec.Attempt, Owner: rec.Owner, LeaseUntil: rec.LeaseUntil, RetryAfter: retry}
 		if e, ok := rec.EntryOf(rec.AttemptID); ok && !e.Started.IsZero() {
 			busy.Started, busy.Running = e.Started, max(cr.Now.Sub(e.Started), 0)
@@ -431,9 +461,12 @@ func (e abandonError) Unwrap() error { return e.err }
 // claimed is a local time taken before the claim was sent: the store's lease
 // ends no earlier than claimed+lease.
 func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed time.Time, fn func(context.Context) ([]byte, error), reconciled *bool) ([]byte, error) {
-	runCtx, cancel := context.WithCancelCause(ctx)
+	hb := l.newHeartbeat(ctx, c, rec, claimed)
+	// fn's context carries its attempt (AttemptFromContext) in the
+	// heartbeat, which is allocated anyway.
+	runCtx, cancel := context.WithCancelCause(&hb.attempt)
 	defer cancel(nil)
-	hb := l.startHeartbeat(ctx, c, rec, claimed, cancel)
+	hb.start(cancel)
 	// If fn ends its goroutine (runtime.Goexit, t.Fatal) the heartbeat must
 	// stop, so the lease lapses as after a crash.
 	defer hb.stop()
@@ -461,7 +494,7 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		// attempt holding the key: record fn's outcome under its fence,
 		// which the store refuses if another attempt took it meanwhile. fn
 		// was cancelled: its error says so.
-		l.logOutcome(ctx, slog.LevelWarn, "lease-ran-out", c, rec, slog.Any("error", lost),
+		l.logNote(ctx, slog.LevelWarn, "lease-ran-out", c, rec, slog.Any("error", lost),
 			slog.String("msg_detail", "fn was cancelled; the store still shows this attempt, so its outcome is recorded under its fence"))
 		if fnErr != nil {
 			fnErr = fmt.Errorf("%w (fn was cancelled: %v)", fnErr, lost)
@@ -469,7 +502,12 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		lost = nil
 	}
 	if lost != nil {
-		l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.Any("error", lost),
+		why := "ran-out"
+		if refused {
+			why = "refused"
+		}
+		l.observeLeaseLost(ctx, c, rec, why, lost)
+		l.logOutcome(ctx, slog.LevelWarn, "lease-lost", c, rec, slog.Any("error", lost),
 			slog.String("msg_detail", "fn may have done its effect; nothing recorded, the key's new holder decides"))
 		err := fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, lost)
 		if panicked {
@@ -515,7 +553,8 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		}
 		if err != nil {
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
-				l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec,
+				l.observeLeaseLost(ctx, c, rec, "taken-over", err)
+				l.logOutcome(ctx, slog.LevelWarn, "lease-lost", c, rec,
 					slog.String("msg_detail", "fn finished but the key was taken over before its result was recorded; the effect may repeat"))
 				return nil, fmt.Errorf("idem: %q attempt %d (fence %d) finished after losing its lease: %w", key, rec.Attempt, fence, ErrLeaseLost)
 			}
@@ -546,7 +585,8 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 	}
 	if serr := l.end(fctx, ending(op, reason)); serr != nil {
 		if errors.Is(serr, ErrLeaseLost) {
-			l.logOutcome(ctx, slog.LevelError, "lease-lost", c, rec, slog.String("reason", reason))
+			l.observeLeaseLost(ctx, c, rec, "taken-over", serr)
+			l.logOutcome(ctx, slog.LevelWarn, "lease-lost", c, rec, slog.String("reason", reason))
 			return nil, errors.Join(fnErr, fmt.Errorf("idem: %q attempt %d (fence %d): %w", key, rec.Attempt, fence, ErrLeaseLost))
 		}
 		return nil, errors.Join(fnErr, l.storeError(ctx, storeOp(op), key, c, rec, serr))
@@ -606,6 +646,9 @@ func call(ctx context.Context, fn func(context.Context) ([]byte, error)) (val []
 // most fns end before the first extension is due, and then it costs a
 // timer set and stopped.
 type heartbeat struct {
+	// attempt is the parent of fn's context: the call's context, which
+	// it carries the attempt in.
+	attempt  attemptContext
 	l        *Ledger
 	ctx      context.Context // for the store calls and logs: never cancelled
 	c        *callConfig
@@ -630,13 +673,18 @@ type heartbeat struct {
 	once    sync.Once
 }
 
-func (l *Ledger) startHeartbeat(ctx context.Context, c *callConfig, rec Record, claimed time.Time, cancel context.CancelCauseFunc) *heartbeat {
-	h := &heartbeat{l: l, ctx: context.WithoutCancel(ctx), c: c, rec: rec, cancel: cancel,
-		interval: heartbeatInterval(c.lease), deadline: claimed.Add(c.lease)}
+func (l *Ledger) newHeartbeat(ctx context.Context, c *callConfig, rec Record, claimed time.Time) *heartbeat {
+	h := &heartbeat{l: l, ctx: context.WithoutCancel(ctx), c: c, rec: rec, interval: heartbeatInterval(c.lease), deadline: claimed.Add(c.lease)}
+	h.attempt = attemptContext{Context: ctx, h: h}
+	return h
+}
+
+// start sets the first beat; cancel cancels fn's context.
+func (h *heartbeat) start(cancel context.CancelCauseFunc) {
+	h.cancel = cancel
 	h.run.Lock() // a first beat waits for h.timer
 	h.timer = time.AfterFunc(h.interval, h.beat)
 	h.run.Unlock()
-	return h
 }
 
 // beat extends the lease once and sets the timer for the next, unless the
@@ -670,12 +718,14 @@ func (h *heartbeat) beat() {
 	case err == nil:
 		h.deadline = asked.Add(lease)
 		h.watchdog.Reset(time.Until(h.deadline))
+		h.l.observeLeaseExtended(h.ctx, h.c, h.rec, h.deadline)
 	case errors.Is(err, ErrLeaseLost):
 		h.refused.Store(true)
 		h.fail(ErrLeaseLost)
 		return
 	default:
-		h.l.logOutcome(h.ctx, slog.LevelWarn, "heartbeat-failed", h.c, h.rec, slog.Any("error", err))
+		h.l.observeStoreFailed(h.ctx, "extend", h.c, h.rec, err)
+		h.l.logNote(h.ctx, slog.LevelWarn, "heartbeat-failed", h.c, h.rec, slog.Any("error", err))
 		if !time.Now().Before(h.deadline) {
 			h.fail(fmt.Errorf("%w: the lease ran out while the store could not be reached: %w", ErrLeaseLost, err))
 			return

@@ -13,8 +13,9 @@ import (
 // github.com/idemkit/idem/otel implements it with OpenTelemetry); the
 // Ledger's own log lines are written whether or not one is attached.
 //
-// Observe is called synchronously on the operation's goroutine, so it must
-// be quick and safe for concurrent use. For an event whose Kind is a start
+// Observe is called synchronously on the operation's goroutine (a
+// heartbeat's LeaseExtended and StoreFailed on the heartbeat's timer
+// goroutine), so it must be quick and safe for concurrent use. For an event whose Kind is a start
 // ([Event.Kind.Starts]), the context Observe returns is the one the
 // operation continues with: a tracer returns ctx with its span, and the
 // matching end event is observed with that context. For every other kind
@@ -22,7 +23,8 @@ import (
 //
 // With no Observer attached ([WithObserver] unset), nothing is called and
 // nothing is allocated. With one attached, an event costs one call and no
-// allocation of idem's: Event is passed by value.
+// allocation of idem's (Event is passed by value), except the key's hash
+// under [WithHashedKeysInLogs], computed once per operation.
 type Observer interface {
 	Observe(ctx context.Context, e Event) context.Context
 }
@@ -77,7 +79,9 @@ const (
 	OpStart
 	// OpEnd: the operation ended. Outcome is one of "executed",
 	// "replayed", "reconciled", "busy", "mismatch", "indeterminate",
-	// "failed", "released", "lease-lost", "store-error", "abandoned";
+	// "failed", "released", "lease-lost", "store-error", "abandoned",
+	// or "rolled-back" ([DoTx] only); it is the outcome the Ledger's log
+	// line for the call names;
 	// Fence, Attempt, AttemptID and Takeover describe the attempt where
 	// there was one; Err is what Do returned; Duration is how long it
 	// took.
@@ -85,12 +89,17 @@ const (
 	// LeaseExtended: a heartbeat extended the running attempt's lease to
 	// Deadline.
 	LeaseExtended
-	// LeaseLost: the running attempt lost its key (Reason says how: the
-	// store refused a heartbeat, or the lease ran out unreached).
+	// LeaseLost: the running attempt lost its key, observed once fn has
+	// returned. Reason says how: "refused" (the store refused a
+	// heartbeat: another attempt holds the key), "ran-out" (the lease ran
+	// out while the store could not be reached) or "taken-over" (the
+	// store refused the write that ends the attempt); Err says more.
 	LeaseLost
-	// StoreFailed: a store call failed (Op names it: "claim", "finish",
-	// "extend", "read", "resolve"); Err is the store's error. The
-	// operation's OpEnd follows.
+	// StoreFailed: a store call failed: Op names it as [StoreError.Op]
+	// does ("claim", "claim-tx", "complete", "release", "fail",
+	// "abandon"), or "extend" for a heartbeat's extension (fn goes on;
+	// the next beat tries again); Err is the store's error. For every Op
+	// but "extend" the operation's OpEnd (Outcome "store-error") follows.
 	StoreFailed
 
 	// DeliveryStart: a queue consumer begins handling a delivery.

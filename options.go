@@ -56,6 +56,18 @@ type callConfig struct {
 	fingerprint string
 	correlation string
 	reconcile   ReconcileFunc
+
+	// What the call came to, set by logOutcome for the call's OpEnd:
+	// the outcome and the attempt it names. Written on the call's
+	// goroutine only.
+	outcome      string
+	endFence     int64
+	endAttempt   int
+	endAttemptID string
+	takeover     bool
+	// observedKey is the key as events carry it (its hash under
+	// WithHashedKeysInLogs); set only when an Observer is attached.
+	observedKey string
 }
 
 // WithLease sets how long a claim holds the key before it lapses (default
@@ -158,10 +170,18 @@ const DefaultCoalescingFrom = 12
 // about half as fast.)
 const coalescingFlights = 2
 
-// WithLogger sets the logger (default [slog.Default]). Every call logs one
-// line with the key, the outcome (executed, replayed, busy, takeover,
-// indeterminate, mismatch, failed, released, abandoned, lease-lost,
-// store-error), the fence, the attempt and a correlation id.
+// WithLogger sets the logger (default [slog.Default]); a logger in a call's
+// context ([ContextWithLogger]) takes its place for that call. Every call
+// logs one line with the key, the outcome, the fence, the attempt and a
+// correlation id, at a level that says whether anyone need look:
+//
+//   - INFO: an effect ran (executed, reconciled, rolled-back) or fn
+//     returned an error (released, failed);
+//   - DEBUG: expected answers that ran nothing (replayed, busy, a key
+//     found failed);
+//   - WARN: takeover, lease-lost, indeterminate, abandoned, a mismatch (a
+//     key reused for another request: a caller bug);
+//   - ERROR: store-error, and a panic in fn.
 func WithLogger(l *slog.Logger) Option {
 	return ledgerOption(func(c *config) {
 		if l != nil {

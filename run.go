@@ -70,7 +70,10 @@ func Run[T any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx co
 // returned unchanged. Concurrent calls for one key are serialized by the
 // database: one commits, the others then see the key completed (Replayed).
 // No heartbeat runs: the claim is invisible to others until it commits.
-func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx context.Context, tx Tx) ([]byte, error), opts ...CallOption) (Result, error) {
+//
+// With an [Observer] attached, the call is an OpStart and an OpEnd, as for
+// [Ledger.Do]; a rolled-back call's Outcome is "rolled-back".
+func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx context.Context, tx Tx) ([]byte, error), opts ...CallOption) (_ Result, err error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
 	}
@@ -84,6 +87,10 @@ func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx 
 		c.correlation = newCorrelationID()
 	}
 	start := time.Now()
+	if l.observer != nil {
+		ctx = l.opStart(ctx, key.s, c, start)
+		defer func() { l.opEnd(ctx, c, start, err) }()
+	}
 	var fnErr error
 	called := false
 	cr, val, err := ts.InTx(ctx, l.claimRequest(key.s, c), c.retention, func(ctx context.Context, tx Tx) ([]byte, error) {
@@ -103,6 +110,7 @@ func DoTx[Tx any](ctx context.Context, l *Ledger, key OperationKey, fn func(ctx 
 		return l.found(ctx, key.s, c, cr)
 	}
 	rec := cr.Record
+	c.takeover = cr.Takeover
 	l.logOutcome(ctx, slog.LevelInfo, "executed", c, rec, slog.Bool("takeover", cr.Takeover), slog.Bool("transactional", true), slog.Duration("took", time.Since(start)))
 	return Result{Value: val, Attempt: rec.Attempt, Fence: rec.Fence, Takeover: cr.Takeover}, nil
 }
