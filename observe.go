@@ -108,8 +108,17 @@ const (
 	DeliveryStart
 	// DeliveryEnd: the consumer settled the delivery. Outcome is "acked",
 	// "retried" (released for a later receive, after Delay),
-	// "dead-lettered" (Reason says why) or "handed-back"; Key, Fence,
-	// Attempt and AttemptID are the ledger's for the message's key.
+	// "dead-lettered" or "handed-back" (returned unhandled: the consumer
+	// is stopping, or an earlier message of its FIFO group is not done;
+	// no DeliveryStart's handling ran, but one was observed). Reason is,
+	// for a dead letter, its cause ("undecodable", "max-receives",
+	// "mismatch", "failed", "retried", "indeterminate"), else the outcome
+	// the consumer's log line names ("executed", "replayed", "busy", …).
+	// Key, Fence, Attempt, AttemptID and Takeover are the ledger's for
+	// the message's key: the attempt that ran the handler, else the one
+	// the ledger's answer names (AttemptID then empty); zero when there
+	// is none (an undecodable message). Err is the broker's refusal of
+	// the settlement, if any.
 	DeliveryEnd
 
 	// WebhookStart: the webhook Receiver begins a request. Source is the

@@ -119,8 +119,21 @@ var ErrVisibilityTooShort = errors.New("queue: visibility shorter than the handl
 // which the ledger also journals with the attempt), plus cause for a dead
 // letter (undecodable, max-receives, mismatch, failed, retried,
 // indeterminate), delay for a retry, reason, group_id, and settle_error when
-// the broker refused the settlement. The ledger's own line for the same
-// call carries the same correlation id.
+// the broker refused the settlement. The fence and attempt are those of
+// the ledger's attempt for the message's key (the one that ran the handler,
+// or the holder's for a busy key); 0 when there is none (an undecodable
+// message, a mismatch). The ledger's own line for the same call carries the
+// same correlation id. The line is at DEBUG for what needs no one's
+// attention (executed, replayed, reconciled, busy, held-back, handed-back:
+// the ledger's INFO line already says an effect ran), WARN for a takeover,
+// an indeterminate key, a retry after an error and a dead letter, ERROR
+// when the broker refused the settlement. A logger in the delivery's
+// context ([idem.ContextWithLogger]) takes the place of [WithLogger]'s.
+//
+// The consumer reports to its ledger's [idem.Observer]: a DeliveryStart
+// before the message's key is computed (the ledger's OpStart nests under
+// the context it returns) and one DeliveryEnd when the message is settled
+// (or handed back unhandled). Queue is the source's Name() when it has one.
 type Consumer struct {
 	src     Source
 	ledger  *idem.Ledger
@@ -251,7 +264,57 @@ func (c *Consumer) handBack(ctx context.Context, d Delivery, why dispatch.HandBa
 	case dispatch.BehindNotDone:
 		v.reason = "an earlier message of its group is not done"
 	}
-	c.settle(ctx, d, d.Message(), v, idem.Result{})
+	m := d.Message()
+	ctx, started := c.deliveryStart(ctx, m)
+	c.settle(ctx, d, m, v, idem.Attempt{}, started)
+}
+
+// deliveryStart reports m's DeliveryStart to the ledger's observer, if it
+// has one, and returns the context the delivery goes on with and when it
+// started (zero without an observer).
+func (c *Consumer) deliveryStart(ctx context.Context, m Message) (context.Context, time.Time) {
+	obs := c.ledger.Observer()
+	if obs == nil {
+		return ctx, time.Time{}
+	}
+	started := time.Now()
+	e := idem.Event{Kind: idem.DeliveryStart, Queue: c.queueName(), MessageID: m.ID, Receives: m.ReceiveCount, Attributes: m.Attributes, Started: started}
+	if next := obs.Observe(ctx, e); next != nil {
+		ctx = next
+	}
+	return ctx, started
+}
+
+// queueName is the source's name, for events, if it has one.
+func (c *Consumer) queueName() string {
+	if n, ok := c.src.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
+}
+
+// deliveryEnd reports how a delivery was settled (settleErr: the broker
+// refused it) to the ledger's observer.
+func (c *Consumer) deliveryEnd(ctx context.Context, obs idem.Observer, m Message, v verdict, att idem.Attempt, started time.Time, settleErr error) {
+	e := idem.Event{Kind: idem.DeliveryEnd, Queue: c.queueName(), MessageID: m.ID, Receives: m.ReceiveCount, Attributes: m.Attributes,
+		Reason: v.outcome, Fence: att.Fence, Attempt: att.Number, AttemptID: att.ID, Takeover: att.Takeover, Err: settleErr,
+		Started: started, Duration: time.Since(started)}
+	if att.Key != "" {
+		e.Key, e.KeyHashed = c.ledger.ObservedKey(att.Key)
+	}
+	switch v.action {
+	case actionAck:
+		e.Outcome = "acked"
+	case actionDeadLetter:
+		e.Outcome, e.Reason = "dead-lettered", v.cause
+	default:
+		e.Outcome = "retried"
+		if v.outcome == "handed-back" || v.outcome == "held-back" {
+			e.Outcome = "handed-back"
+		}
+		e.Delay = v.delay
+	}
+	obs.Observe(ctx, e)
 }
 
 // HandleBatch handles deliveries already received (FIFO groups in order,
@@ -287,11 +350,12 @@ type verdict struct {
 // is handled and stops before it is settled.
 func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[Delivery]) bool {
 	m := d.Message()
+	ctx, started := c.deliveryStart(ctx, m)
 	key, run, opts, err := c.prepare(m)
 	if err != nil {
 		keep.Stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,
-			reason: "undecodable: no operation key: " + err.Error()}, idem.Result{})
+			reason: "undecodable: no operation key: " + undecodableText(err)}, idem.Attempt{}, started)
 	}
 	logKey := c.ledger.LogKey(key.String())
 	keep.Name(logKey) // for the lines of its failed extensions
@@ -301,7 +365,7 @@ func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[
 		// still running.
 		v, res := c.overMax(ctx, key, m, opts)
 		keep.Stop()
-		return c.settle(ctx, d, m, v, res, logKey)
+		return c.settle(ctx, d, m, v, attemptOf(key, res, nil, nil), started, logKey)
 	}
 
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.handlerTimeout)
@@ -323,10 +387,19 @@ func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[
 	// the message is then left as after a crash, to come back when its
 	// visibility lapses.
 	defer keep.Stop()
-	res, err := c.do(hctx, key, m, run, opts)
+	res, fnCtx, err := c.do(hctx, key, m, run, opts)
 	keep.Stop()
 	v := c.judge(ctx, m, res, err)
-	return c.settle(ctx, d, m, v, withAttempt(res, err), logKey)
+	return c.settle(ctx, d, m, v, attemptOf(key, res, err, fnCtx), started, logKey)
+}
+
+// undecodableText is err's text without the "undecodable message: " of
+// [Undecodable], for a reason that already says undecodable.
+func undecodableText(err error) string {
+	if u, ok := err.(*undecodableError); ok {
+		return u.err.Error()
+	}
+	return err.Error()
 }
 
 // handlerGrace is how long past its timeout a handler that honours its
@@ -349,11 +422,19 @@ func (c *Consumer) overrunMargin(opts []idem.CallOption) time.Duration {
 	return handlerGrace + c.ledger.FinishTimeout(opts...)
 }
 
-// withAttempt fills in the fence and attempt of an outcome that came as an
-// error (busy, failed, indeterminate), for the message's log line.
-func withAttempt(res idem.Result, err error) idem.Result {
+// attemptOf is the ledger's attempt for key that the message's line and
+// DeliveryEnd name: the one that ran the handler (fnCtx: its context, nil
+// when it did not run), else the one an answer names (a replay's, a busy
+// key's holder, a failed or indeterminate key's last).
+func attemptOf(key idem.OperationKey, res idem.Result, err error, fnCtx context.Context) idem.Attempt {
+	if fnCtx != nil {
+		if a, ok := idem.AttemptFromContext(fnCtx); ok {
+			return a
+		}
+	}
+	a := idem.Attempt{Key: key.String(), Fence: res.Fence, Number: res.Attempt, Takeover: res.Takeover}
 	if res.Fence != 0 || err == nil {
-		return res
+		return a
 	}
 	var (
 		busy *idem.InProgressError
@@ -362,13 +443,13 @@ func withAttempt(res idem.Result, err error) idem.Result {
 	)
 	switch {
 	case errors.As(err, &busy):
-		res.Fence, res.Attempt = busy.Fence, busy.Attempt
+		a.Fence, a.Number = busy.Fence, busy.Attempt
 	case errors.As(err, &ind):
-		res.Fence, res.Attempt = ind.Fence, ind.Attempt
+		a.Fence, a.Number = ind.Fence, ind.Attempt
 	case errors.As(err, &fail):
-		res.Fence, res.Attempt = fail.Fence, fail.Attempt
+		a.Fence, a.Number = fail.Fence, fail.Attempt
 	}
-	return res
+	return a
 }
 
 // prepare computes m's key and ledger call options, and for a typed
@@ -462,16 +543,18 @@ func (c *Consumer) replayOverMax(ctx context.Context, key idem.OperationKey, m M
 }
 
 // do runs the handler (run, when prepare gave one) under the ledger,
-// turning a panic into an error.
-func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, run func(context.Context) ([]byte, error), opts []idem.CallOption) (res idem.Result, err error) {
+// turning a panic into an error. fnCtx is the context the handler ran
+// under (nil: it did not run), which carries its attempt.
+func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, run func(context.Context) ([]byte, error), opts []idem.CallOption) (res idem.Result, fnCtx context.Context, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.log.LogAttrs(ctx, slog.LevelError, "queue: handler panicked", c.ledger.LogKey(key.String()),
+			idem.LoggerFromContext(ctx, c.log).LogAttrs(ctx, slog.LevelError, "queue: handler panicked", c.ledger.LogKey(key.String()),
 				slog.String("message_id", m.ID), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 			err = fmt.Errorf("queue: handler panicked: %v", p)
 		}
 	}()
-	return c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+	res, err = c.ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+		fnCtx = ctx
 		var (
 			v   []byte
 			err error
@@ -489,6 +572,7 @@ func (c *Consumer) do(ctx context.Context, key idem.OperationKey, m Message, run
 		}
 		return v, err
 	}, opts...)
+	return res, fnCtx, err
 }
 
 // judge maps the ledger's answer to what happens to the delivery.
@@ -533,9 +617,11 @@ func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err er
 	return verdict{outcome: outcome, action: actionRetry, delay: c.backoff(m.ReceiveCount), reason: err.Error()}
 }
 
-// settle applies v to the delivery and logs the message's line. It reports
-// whether the message is acked or dead-lettered.
-func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict, res idem.Result, extra ...slog.Attr) bool {
+// settle applies v to the delivery, logs the message's line and reports
+// its DeliveryEnd (att: the ledger's attempt for its key; started: when
+// its DeliveryStart was). It reports whether the message is acked or
+// dead-lettered.
+func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict, att idem.Attempt, started time.Time, extra ...slog.Attr) bool {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var err error
@@ -547,19 +633,22 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 	case actionDeadLetter:
 		err = d.DeadLetter(sctx, v.reason)
 	}
-	level := slog.LevelInfo
+	if obs := c.ledger.Observer(); obs != nil {
+		c.deliveryEnd(ctx, obs, m, v, att, started, err)
+	}
+	level := slog.LevelDebug // the ledger's line says what ran
 	switch {
 	case err != nil:
 		level = slog.LevelError
 	case v.action == actionDeadLetter, v.outcome == "takeover", v.outcome == "indeterminate", v.outcome == "retried":
 		level = slog.LevelWarn
 	}
-	if c.log.Enabled(ctx, level) {
+	if log := idem.LoggerFromContext(ctx, c.log); log.Enabled(ctx, level) {
 		attrs := append(extra,
 			slog.String("outcome", v.outcome),
 			slog.String("action", string(v.action)),
-			slog.Int64("fence", res.Fence),
-			slog.Int("attempt", res.Attempt),
+			slog.Int64("fence", att.Fence),
+			slog.Int("attempt", att.Number),
 			slog.Int("receive_count", m.ReceiveCount),
 			slog.String("message_id", m.ID),
 			slog.String("correlation_id", m.ID))
@@ -578,7 +667,7 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict,
 		if err != nil {
 			attrs = append(attrs, slog.String("settle_error", err.Error()))
 		}
-		c.log.LogAttrs(ctx, level, "queue message "+v.outcome, attrs...)
+		log.LogAttrs(ctx, level, "queue message "+v.outcome, attrs...)
 	}
 	return err == nil && v.action != actionRetry
 }

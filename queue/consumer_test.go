@@ -409,7 +409,7 @@ func TestAckFailureAfterCompletionIsReplayed(t *testing.T) {
 	var effects atomic.Int32
 	c, err := queue.NewConsumer(q, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))), queue.MessageIDKey("m"),
 		func(context.Context, queue.Message) ([]byte, error) { effects.Add(1); return []byte("done"), nil },
-		queue.WithHandlerTimeout(50*time.Millisecond), queue.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		queue.WithHandlerTimeout(50*time.Millisecond), queue.WithLogger(slog.New(slog.NewJSONHandler(&logs, debugLevel))))
 	if err != nil {
 		t.Fatal(err)
 	}

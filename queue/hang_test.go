@@ -31,7 +31,7 @@ func TestHungHandlerLosesItsDelivery(t *testing.T) {
 	)
 	q := memqueue.New(memqueue.WithVisibility(visibility))
 	var logs testlog.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	log := slog.New(slog.NewTextHandler(&logs, debugLevel))
 	l := idem.New(memstore.New(), idem.WithLease(time.Second), idem.WithLogger(log))
 	release := make(chan struct{})
 	var once sync.Once
@@ -136,7 +136,7 @@ func TestSlowCompletionKeepsDeliveryInvisible(t *testing.T) {
 	)
 	q := memqueue.New(memqueue.WithVisibility(visibility))
 	var logs testlog.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	log := slog.New(slog.NewTextHandler(&logs, debugLevel))
 	l := idem.New(slowComplete{Store: memstore.New(), delay: completeDelay}, idem.WithLease(time.Second), idem.WithLogger(log))
 	var calls atomic.Int32
 	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(ctx context.Context, _ queue.Message) ([]byte, error) {

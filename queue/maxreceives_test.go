@@ -109,7 +109,7 @@ func TestBusyLineNamesTheHoldingAttempt(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	c, err := queue.NewConsumer(&fakeSource{}, l, queue.MessageIDKey("m"), noop,
-		queue.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		queue.WithLogger(slog.New(slog.NewTextHandler(&buf, debugLevel))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func newTypedWorld(t *testing.T, opts ...queue.Option) *typedWorld {
 		return []byte("sent " + r.OrderID), nil
 	}
 	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, w.log}, nil))
+	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, w.log}, debugLevel))
 	opts = append([]queue.Option{queue.WithLogger(log), queue.WithBackoff(time.Millisecond, time.Millisecond),
 		queue.WithBusyDelay(time.Millisecond)}, opts...)
 	c, err := queue.NewTypedConsumer(w.src, idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler))),

@@ -101,8 +101,11 @@ func main() {
 }
 
 // newJSONLogger is the Lambda's log: JSON lines (CloudWatch Logs Insights
-// searches them by key and by correlation_id).
-func newJSONLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+// searches them by key and by correlation_id). It keeps DEBUG lines, where
+// the ledger and the consumer say a duplicate was skipped.
+func newJSONLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
 
 // sesMailer stands for the SES client; wire yours here.
 type sesMailer struct{}

@@ -572,7 +572,7 @@ func newTally() *tally {
 	return t
 }
 
-func (t *tally) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (t *tally) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelDebug } // a delivery's line is DEBUG when all went well
 
 func (t *tally) WithAttrs(as []slog.Attr) slog.Handler {
 	if len(as) == 0 {
