@@ -125,9 +125,13 @@ const (
 	// sender's name.
 	WebhookStart
 	// WebhookEnd: the Receiver answered with Status. Outcome is
-	// "captured", "replayed" or "refused" (Reason: "signature",
-	// "timestamp", "too-large", "malformed", "mismatch", "busy",
-	// "store-error", …).
+	// "captured", "replayed", "handshake" (an authentic handshake,
+	// answered without a capture) or "refused" with a Reason: "method",
+	// "too-large", "timeout", "unreadable", "signature" (the signature or
+	// its signed timestamp), "malformed" (authentic, no usable event id),
+	// "busy", "mismatch", "indeterminate", "publish", "store-error",
+	// "capture-failed", "misconfigured", "answer-unreadable". Key is the
+	// event's operation key once known; Err the capture's error.
 	WebhookEnd
 
 	// RequestStart: the httpidem middleware begins a request with an

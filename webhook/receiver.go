@@ -242,17 +242,55 @@ type acceptedBody struct {
 	MessageID string `json:"message_id,omitempty"`
 }
 
+// served is how a request was answered, for its WebhookEnd event.
+type served struct {
+	outcome, reason string
+	status          int
+	key             idem.OperationKey // the event's, once known
+	err             error             // the capture's error
+}
+
 // ServeHTTP implements [http.Handler].
+//
+// With an [idem.Observer] on the ledger, each request is a WebhookStart
+// (the capture runs under the context it returns, so the ledger's OpStart
+// nests in it) and a WebhookEnd with the status answered and Outcome
+// "captured", "replayed", "handshake" (an authentic handshake, answered
+// without a capture) or "refused" with a Reason: "method",
+// "too-large", "timeout", "unreadable", "signature" (the signature or the
+// signed timestamp), "malformed" (authentic, without a usable event id),
+// "busy", "mismatch", "indeterminate", "publish" (the queue refused the
+// message), "store-error", "capture-failed" (another failure to capture),
+// "misconfigured" or "answer-unreadable". A logger in the request's
+// context ([idem.ContextWithLogger]) takes the place of [WithLogger]'s.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		rc.problem(w, r, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "webhooks are POSTed")
+	obs := rc.ledger.Observer()
+	if obs == nil {
+		rc.serve(w, r)
 		return
 	}
+	started := time.Now()
+	ctx := obs.Observe(r.Context(), idem.Event{Kind: idem.WebhookStart, Source: rc.source, Method: r.Method, Started: started})
+	if ctx != nil && ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
+	out := rc.serve(w, r)
+	e := idem.Event{Kind: idem.WebhookEnd, Source: rc.source, Method: r.Method, Outcome: out.outcome, Reason: out.reason, Status: out.status,
+		Err: out.err, Started: started, Duration: time.Since(started)}
+	if out.key.String() != "" {
+		e.Key, e.KeyHashed = rc.ledger.ObservedKey(out.key.String())
+	}
+	obs.Observe(r.Context(), e)
+}
+
+func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) served {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return rc.problem(w, r, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "webhooks are POSTed")
+	}
 	if r.ContentLength > rc.maxBody {
-		rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
+		return rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
 			fmt.Sprintf("the body may be at most %d bytes", rc.maxBody))
-		return
 	}
 	ctl := http.NewResponseController(w)
 	_ = ctl.SetReadDeadline(time.Now().Add(rc.bodyTimeout)) // ErrNotSupported outside net/http's server
@@ -263,16 +301,15 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var ne net.Error
 		switch {
 		case errors.As(err, &tooLarge):
-			rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
+			return rc.problem(w, r, http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
 				fmt.Sprintf("the body may be at most %d bytes", rc.maxBody))
 		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 			w.Header().Set("Connection", "close")
-			rc.problem(w, r, http.StatusRequestTimeout, "body-timeout", "Body too slow",
+			return rc.problem(w, r, http.StatusRequestTimeout, "body-timeout", "Body too slow",
 				fmt.Sprintf("the body must arrive within %v", rc.bodyTimeout))
 		default:
-			rc.problem(w, r, http.StatusBadRequest, "body-unreadable", "Body unreadable", "the body could not be read")
+			return rc.problem(w, r, http.StatusBadRequest, "body-unreadable", "Body unreadable", "the body could not be read")
 		}
-		return
 	}
 
 	var ev Event
@@ -283,21 +320,19 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		if Unauthentic(err) {
-			rc.problem(w, r, http.StatusUnauthorized, "signature-invalid", "Signature invalid", err.Error())
-		} else {
-			rc.problem(w, r, http.StatusBadRequest, "event-id-invalid", "Event id missing or invalid", err.Error())
+			return rc.problem(w, r, http.StatusUnauthorized, "signature-invalid", "Signature invalid", err.Error())
 		}
-		return
+		return rc.problem(w, r, http.StatusBadRequest, "event-id-invalid", "Event id missing or invalid", err.Error())
 	}
 	if hs, ok := rc.scheme.(Handshaker); ok {
 		if answer, ct, ok := hs.Handshake(body); ok {
 			// Authentic, and not an event: answered, never claimed or
 			// captured.
-			rc.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook: handshake answered", slog.String("source", rc.source))
+			rc.logger(r).LogAttrs(r.Context(), slog.LevelDebug, "webhook: handshake answered", slog.String("source", rc.source))
 			w.Header().Set("Content-Type", ct)
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write(answer)
-			return
+			return served{outcome: "handshake", status: http.StatusOK}
 		}
 	}
 
@@ -323,8 +358,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return encodeAnswer(http.StatusOK, accepted(p.ID))
 	})
 	if err != nil {
-		rc.captureFailed(w, r, ev.ID, err)
-		return
+		out := rc.captureFailed(w, r, ev.ID, err)
+		out.key, out.err = key, err
+		return out
 	}
 	status, answer, ours, ok := decodeAnswer(res.Value)
 	switch {
@@ -333,47 +369,67 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// is captured, and no message id was recorded.
 		status, answer = http.StatusOK, accepted("")
 	case !ok:
-		rc.log.ErrorContext(r.Context(), "webhook: the stored answer cannot be read", "source", rc.source, "event_id", ev.ID)
-		rc.problem(w, r, http.StatusInternalServerError, "answer-unreadable", "Stored answer unreadable",
+		rc.logger(r).ErrorContext(r.Context(), "webhook: the stored answer cannot be read", "source", rc.source, "event_id", ev.ID)
+		out := rc.problem(w, r, http.StatusInternalServerError, "answer-unreadable", "Stored answer unreadable",
 			"the event was captured but its stored answer cannot be read")
-		return
+		out.key = key
+		return out
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	out := served{outcome: "captured", status: status, key: key}
 	if res.Replayed {
 		h.Set(ReplayedHeader, "true")
+		out.outcome = "replayed"
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(answer)
+	return out
+}
+
+// logger is the logger for r's lines.
+func (rc *Receiver) logger(r *http.Request) *slog.Logger {
+	return idem.LoggerFromContext(r.Context(), rc.log)
 }
 
 // captureFailed answers a capture that did not happen (or whose outcome is
 // unknown): never 2xx.
-func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id string, err error) {
+func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id string, err error) served {
 	var busy *idem.InProgressError
 	var pub *PublishError
+	reason := "capture-failed"
 	switch {
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", problem.RetryAfter(busy.RetryAfter))
-		rc.problem(w, r, http.StatusConflict, "in-progress", "Delivery in progress",
+		return rc.problem(w, r, http.StatusConflict, "in-progress", "Delivery in progress",
 			"another delivery of this event is being captured; retry later")
-		return
 	case errors.Is(err, idem.ErrNotTransactional):
-		rc.log.ErrorContext(r.Context(), "webhook: capture misconfigured", "source", rc.source, "error", err)
-		rc.problem(w, r, http.StatusInternalServerError, "misconfigured", "Receiver misconfigured", "the event was not captured")
-		return
+		rc.logger(r).ErrorContext(r.Context(), "webhook: capture misconfigured", "source", rc.source, "error", err)
+		return rc.problem(w, r, http.StatusInternalServerError, "misconfigured", "Receiver misconfigured", "the event was not captured")
 	case errors.As(err, &pub):
-		rc.log.ErrorContext(r.Context(), "webhook: publish failed; answered 500 so the sender retries",
+		reason = "publish"
+		rc.logger(r).ErrorContext(r.Context(), "webhook: publish failed; answered 500 so the sender retries",
 			"source", rc.source, "event_id", id, "error", err)
 	default:
 		// Store errors, lease lost, indeterminate (AtMostOnce), failed keys,
 		// a request cancelled mid-capture: nothing here is "captured".
-		rc.log.ErrorContext(r.Context(), "webhook: capture failed; answered 500 so the sender retries",
+		var se *idem.StoreError
+		switch {
+		case errors.As(err, &se):
+			reason = "store-error"
+		case errors.Is(err, idem.ErrMismatch):
+			reason = "mismatch"
+		case errors.Is(err, idem.ErrIndeterminate):
+			reason = "indeterminate"
+		}
+		rc.logger(r).ErrorContext(r.Context(), "webhook: capture failed; answered 500 so the sender retries",
 			"source", rc.source, "event_id", id, "error", err)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(DefaultRetryAfter))
-	rc.problem(w, r, http.StatusInternalServerError, "capture-failed", "Event not captured",
+	out := rc.problem(w, r, http.StatusInternalServerError, "capture-failed", "Event not captured",
 		"the event could not be captured durably; retry later")
+	out.reason = reason
+	return out
 }
 
 // ProblemTypePrefix begins the type URI of every problem a Receiver answers,
@@ -385,13 +441,32 @@ func (rc *Receiver) captureFailed(w http.ResponseWriter, r *http.Request, id str
 // documents it.
 const ProblemTypePrefix = problem.TypeBase + "webhook-"
 
+// refusalReasons are the WebhookEnd reasons of the problems' slugs.
+var refusalReasons = map[string]string{
+	"method-not-allowed": "method", "body-too-large": "too-large", "body-timeout": "timeout",
+	"body-unreadable": "unreadable", "signature-invalid": "signature", "event-id-invalid": "malformed",
+	"in-progress": "busy", "capture-failed": "capture-failed", "misconfigured": "misconfigured",
+	"answer-unreadable": "answer-unreadable",
+}
+
 // problem writes an RFC 9457 problem. detail never holds a secret: it is a
 // scheme error's text (which names headers, never their values' secrets) or
-// a fixed sentence.
-func (rc *Receiver) problem(w http.ResponseWriter, r *http.Request, status int, slug, title, detail string) {
+// a fixed sentence. A refusal is logged at WARN when its signature does
+// not verify (a wrong secret, or a forger), at DEBUG when expected (a
+// duplicate while the first is captured, a method other than POST), at
+// INFO otherwise; a 5xx is logged by its caller.
+func (rc *Receiver) problem(w http.ResponseWriter, r *http.Request, status int, slug, title, detail string) served {
 	if status < 500 {
-		rc.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook: request refused",
+		level := slog.LevelInfo
+		switch status {
+		case http.StatusUnauthorized:
+			level = slog.LevelWarn
+		case http.StatusConflict, http.StatusMethodNotAllowed:
+			level = slog.LevelDebug
+		}
+		rc.logger(r).LogAttrs(r.Context(), level, "webhook: request refused",
 			slog.String("source", rc.source), slog.Int("status", status), slog.String("reason", detail))
 	}
 	problem.Write(w, status, ProblemTypePrefix+slug, title, detail, nil, 0)
+	return served{outcome: "refused", reason: refusalReasons[slug], status: status}
 }
