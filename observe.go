@@ -135,11 +135,16 @@ const (
 	WebhookEnd
 
 	// RequestStart: the httpidem middleware begins a request with an
-	// Idempotency-Key. Method and Route are set.
+	// Idempotency-Key. Method and Route (the ServeMux pattern that routed
+	// the request to the middleware; empty when the middleware wraps the
+	// mux) are set.
 	RequestStart
 	// RequestEnd: the middleware answered with Status; Outcome as for
-	// OpEnd, or "refused" with Reason for a request refused before its
-	// claim (a malformed key, a body too large).
+	// OpEnd ("released" for a response not recorded), or "refused" for a
+	// request refused before its claim (a malformed key, a body too
+	// large); Reason is the problem type answered, if any; Key, Fence,
+	// Attempt and Takeover the ledger's where known; Err what the ledger
+	// returned.
 	RequestEnd
 
 	// RelayPublished: the outbox relay forwarded a message (MessageID) to

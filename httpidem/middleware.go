@@ -73,8 +73,104 @@ func New(l *idem.Ledger, opts ...Option) *Middleware {
 func (m *Middleware) Retention() time.Duration { return m.cfg.retention }
 
 // Handler returns next wrapped in the middleware.
+//
+// With an [idem.Observer] on the ledger, each request on a protected
+// method that carries an Idempotency-Key is a RequestStart (Method, and
+// Route: the ServeMux pattern that routed the request to the middleware,
+// as with mux.Handle(pattern, m.Handler(h)); empty when the middleware
+// wraps the mux. The ledger's call and the handler run under the context
+// it returns) and a RequestEnd with the
+// Status answered and an Outcome: the ledger's ("executed", "replayed",
+// "released" for a response not recorded, "busy", "mismatch",
+// "indeterminate", "store-error", "lease-lost"), or "refused" for a
+// request answered before its claim. Reason is the problem type answered,
+// if any ([ProblemKeyInvalid], [ProblemBodyTooLarge], …).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if obs := m.l.Observer(); obs != nil && m.cfg.methods[r.Method] && len(r.Header[HeaderKey]) > 0 {
+			m.serveObserved(obs, w, r, next)
+			return
+		}
+		m.serve(w, r, next)
+	})
+}
+
+// serveObserved is serve between a RequestStart and a RequestEnd.
+func (m *Middleware) serveObserved(obs idem.Observer, w http.ResponseWriter, r *http.Request, next http.Handler) {
+	started := time.Now()
+	ctx := obs.Observe(r.Context(), idem.Event{Kind: idem.RequestStart, Method: r.Method, Route: r.Pattern, Started: started})
+	if ctx != nil && ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	out := m.serve(sw, r, next)
+	e := idem.Event{Kind: idem.RequestEnd, Method: r.Method, Route: r.Pattern, Outcome: out.outcome, Reason: sw.problem,
+		Status: sw.status, Fence: out.res.Fence, Attempt: out.res.Attempt, Takeover: out.res.Takeover, Err: out.err,
+		Started: started, Duration: time.Since(started)}
+	if out.key.String() != "" {
+		e.Key, e.KeyHashed = m.l.ObservedKey(out.key.String())
+	}
+	obs.Observe(r.Context(), e)
+}
+
+// statusWriter notes the status and the problem type answered, for a
+// RequestEnd event.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	problem string
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// served is what serve did with a request, for its RequestEnd.
+type served struct {
+	outcome string
+	key     idem.OperationKey
+	res     idem.Result
+	err     error
+}
+
+// outcomeOf names, as the ledger's OpEnd does, what a call that returned
+// err came to; ran: the handler ran.
+func outcomeOf(res idem.Result, err error, ran bool) string {
+	var se *idem.StoreError
+	switch {
+	case err == nil && res.Replayed:
+		return "replayed"
+	case err == nil:
+		return "executed"
+	case errors.Is(err, idem.ErrLeaseLost):
+		return "lease-lost"
+	case errors.As(err, &se):
+		return "store-error"
+	case ran:
+		return "released"
+	case errors.Is(err, idem.ErrInProgress):
+		return "busy"
+	case errors.Is(err, idem.ErrMismatch):
+		return "mismatch"
+	case errors.Is(err, idem.ErrIndeterminate):
+		return "indeterminate"
+	case errors.Is(err, idem.ErrFailed):
+		return "failed"
+	}
+	return "store-error" // the request's context ended during the claim
 }
 
 // errNotKept is returned from the ledger's fn for a response that is not
@@ -86,33 +182,35 @@ var errNotKept = errors.New("httpidem: response not recorded")
 // is known to have happened, so nothing is recorded.
 var errNoAnswer = errors.New("httpidem: handler interrupted before it answered")
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) served {
+	refused := served{outcome: "refused"}
 	if !m.cfg.methods[r.Method] {
 		next.ServeHTTP(w, r)
-		return
+		return served{}
 	}
 	lines := r.Header[HeaderKey]
 	if len(lines) == 0 {
 		if m.cfg.required {
 			m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing, "This endpoint requires an Idempotency-Key header.", 0)
-			return
+			return refused
 		}
 		next.ServeHTTP(w, r)
-		return
+		return served{}
 	}
 	w.Header().Set(HeaderRetention, m.ret)
 	key, err := m.parseKey(lines)
 	if err != nil {
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, detailOf(err), 0)
-		return
+		return refused
 	}
 	opKey, ok := m.operationKey(w, r, key)
 	if !ok {
-		return
+		return refused
 	}
+	refused.key = opKey
 	body, ok := m.readBody(w, r)
 	if !ok {
-		return
+		return refused
 	}
 	opts := make([]idem.CallOption, 0, 3)
 	opts = append(opts, idem.Fingerprint(m.fingerprint(r, body)), m.retention)
@@ -147,15 +245,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			res, err = m.l.Do(r.Context(), opKey, fn, opts...)
 		}
 	}
+	out := served{outcome: outcomeOf(res, err, c != nil), key: opKey, res: res, err: err}
 	if c != nil {
 		m.afterHandler(w, r, c, err)
-		return
+		return out
 	}
 	if err == nil {
 		m.replay(w, r, res)
-		return
+		return out
 	}
 	m.refuse(w, r, err)
+	return out
 }
 
 // sleep waits d, or until ctx is done; it reports whether d passed.
@@ -213,13 +313,13 @@ func (m *Middleware) operationKey(w http.ResponseWriter, r *http.Request, key st
 		err = ErrEmptyScope
 	}
 	if err != nil {
-		m.cfg.log.ErrorContext(r.Context(), "httpidem: scope function failed; request refused", slog.Any("error", err), slog.String("path", r.URL.Path))
+		m.logger(r).ErrorContext(r.Context(), "httpidem: scope function failed; request refused", slog.Any("error", err), slog.String("path", r.URL.Path))
 		m.writeProblem(w, http.StatusInternalServerError, ProblemScopeFailed, "", 0)
 		return idem.OperationKey{}, false
 	}
 	k := idem.Key(m.cfg.namespace, scope, key)
 	if err := k.Err(); err != nil {
-		m.cfg.log.ErrorContext(r.Context(), "httpidem: scope and key make an invalid operation key", slog.Any("error", err), slog.Int("scope_len", len(scope)))
+		m.logger(r).ErrorContext(r.Context(), "httpidem: scope and key make an invalid operation key", slog.Any("error", err), slog.Int("scope_len", len(scope)))
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, "Idempotency-Key is too long for this server.", 0)
 		return idem.OperationKey{}, false
 	}
@@ -314,7 +414,7 @@ func (m *Middleware) afterHandler(w http.ResponseWriter, r *http.Request, c *cap
 		if err != nil {
 			var se *idem.StoreError
 			if errors.As(err, &se) {
-				m.cfg.log.ErrorContext(r.Context(), "httpidem: releasing an unrecorded response failed; the key waits for its lease", slog.Any("error", err))
+				m.logger(r).ErrorContext(r.Context(), "httpidem: releasing an unrecorded response failed; the key waits for its lease", slog.Any("error", err))
 			}
 		}
 	case errors.Is(err, errNoAnswer):
@@ -326,7 +426,7 @@ func (m *Middleware) afterHandler(w http.ResponseWriter, r *http.Request, c *cap
 		// The store failed to record the outcome, or the lease was lost:
 		// the client has (or gets) the handler's response; a retry may run
 		// the handler again once the lease lapses (at least once).
-		m.cfg.log.ErrorContext(r.Context(), "httpidem: the handler ran but its response was not recorded", slog.Any("error", err), slog.String("path", r.URL.Path))
+		m.logger(r).ErrorContext(r.Context(), "httpidem: the handler ran but its response was not recorded", slog.Any("error", err), slog.String("path", r.URL.Path))
 	}
 }
 
@@ -340,7 +440,7 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, res idem.Res
 		m.notKept(w)
 		return
 	case err != nil:
-		m.cfg.log.ErrorContext(r.Context(), "httpidem: stored response cannot be decoded; handler not run", slog.Any("error", err), slog.Int64("fence", res.Fence))
+		m.logger(r).ErrorContext(r.Context(), "httpidem: stored response cannot be decoded; handler not run", slog.Any("error", err), slog.Int64("fence", res.Fence))
 		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordUnreadable, "", 0)
 		return
 	case resp.flags&flagHijacked != 0:
@@ -377,8 +477,14 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		// A store error (or the request's context ended during the claim,
 		// or a key failed by another writer): nothing ran.
-		m.cfg.log.ErrorContext(r.Context(), "httpidem: claim failed; handler not run", slog.Any("error", err), slog.String("path", r.URL.Path))
+		m.logger(r).ErrorContext(r.Context(), "httpidem: claim failed; handler not run", slog.Any("error", err), slog.String("path", r.URL.Path))
 		m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
 			"Nothing was done; retry with the same Idempotency-Key.", m.cfg.retryAfter)
 	}
+}
+
+// logger is the logger for r's lines: the one r's context carries
+// ([idem.ContextWithLogger]), else [WithLogger]'s.
+func (m *Middleware) logger(r *http.Request) *slog.Logger {
+	return idem.LoggerFromContext(r.Context(), m.cfg.log)
 }

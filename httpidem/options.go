@@ -330,7 +330,9 @@ func WithProblemBase(base string) Option {
 }
 
 // WithLogger sets the logger for what clients are not told: store errors,
-// scope errors, records that cannot be decoded (default [slog.Default]).
+// scope errors, records that cannot be decoded (default [slog.Default]). A
+// logger in the request's context ([idem.ContextWithLogger]) takes its
+// place for that request.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

@@ -67,5 +67,8 @@ var problemTitles = map[string]string{
 // writeProblem answers with an RFC 9457 problem document. retryAfter > 0
 // adds Retry-After (whole seconds, rounded up).
 func (m *Middleware) writeProblem(w http.ResponseWriter, status int, kind, detail string, retryAfter time.Duration) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.problem = kind // for the RequestEnd event
+	}
 	problem.Write(w, status, m.cfg.problemBase+kind, problemTitles[kind], detail, nil, retryAfter)
 }
