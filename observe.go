@@ -149,10 +149,15 @@ const (
 
 	// RelayPublished: the outbox relay forwarded a message (MessageID) to
 	// its publisher; Duration is the time since the message was written
-	// (the relay's lag).
+	// (the relay's lag; 0 when the outbox does not say), Started when it
+	// was written. Queue is the outbox's name, Attributes the message's.
+	// The relay has no ledger: it reports to the Observer given by
+	// outbox.WithObserver.
 	RelayPublished
-	// RelayRefused: the publisher refused a message (Reason, Err); the
-	// relay dead-letters or retries it as configured.
+	// RelayRefused: the publisher refused a message (Err); Reason says
+	// what the relay does: "refused" (dead-lettered as refused for good),
+	// "max-receives" (dead-lettered, out of receives) or "retried" (after
+	// Delay).
 	RelayRefused
 )
 

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dispatch"
 )
 
@@ -30,6 +31,7 @@ type config struct {
 	dedupPrefix       string
 	permanent         []error
 	logger            *slog.Logger
+	observer          idem.Observer
 }
 
 func defaultConfig() config {
@@ -147,4 +149,17 @@ func WithPermanentErrors(targets ...error) Option {
 // relayed message at debug, failures and dead letters at warn.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// WithObserver sets the observer the relay reports to (default none; the
+// relay has no ledger to take one from): a RelayPublished event for each
+// message the target confirmed (MessageID: the outbox message's id;
+// Duration: its age, when the outbox says when it was written; Attributes:
+// its own; Queue: the outbox's Name(), if it has one) and a RelayRefused
+// for each publish that failed (Err; Reason "refused" when dead-lettered
+// as refused for good, "max-receives" when dead-lettered out of receives,
+// "retried" otherwise). A publish cut short by the relay stopping is
+// neither.
+func WithObserver(o idem.Observer) Option {
+	return func(c *config) { c.observer = o }
 }

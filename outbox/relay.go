@@ -249,6 +249,14 @@ const (
 	actionDeadLetter action = "dead-letter"
 )
 
+// outboxName is the outbox's name, for events, if it has one.
+func (r *Relay) outboxName() string {
+	if n, ok := r.from.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
+}
+
 // relay publishes one outbox message and settles it. ok reports that it
 // was relayed (published, or found a duplicate, and acked); done that it
 // left the outbox (relayed or dead-lettered), so that its group may go on.
@@ -289,6 +297,13 @@ func (r *Relay) relay(ctx context.Context, d queue.Delivery, keep *dispatch.Keep
 		attrs = append(attrs, slog.String("group_id", m.GroupID))
 	}
 	if err == nil {
+		if obs := r.cfg.observer; obs != nil {
+			e := idem.Event{Kind: idem.RelayPublished, MessageID: m.ID, Queue: r.outboxName(), Attributes: m.Attributes}
+			if !m.Published.IsZero() {
+				e.Started, e.Duration = m.Published, time.Since(m.Published)
+			}
+			obs.Observe(ctx, e)
+		}
 		attrs = append(attrs, slog.String("target_id", p.ID), slog.Bool("duplicate", p.Duplicate))
 		if serr := r.settle(d, actionAck, 0, ""); serr != nil {
 			r.log.LogAttrs(ctx, slog.LevelWarn, "outbox message relayed, but its ack failed: it will be published again with the same dedup id",
@@ -305,19 +320,24 @@ func (r *Relay) relay(ctx context.Context, d queue.Delivery, keep *dispatch.Keep
 		delay  time.Duration
 		reason string
 		msg    string
+		why    string // the RelayRefused reason; "": none (stopped)
 	)
 	switch {
 	case ctx.Err() != nil:
 		act, msg = actionRetry, "outbox publish stopped: handed back"
 	case r.permanent(err):
-		act, msg = actionDeadLetter, "outbox message dead-lettered: the target refused it"
+		act, msg, why = actionDeadLetter, "outbox message dead-lettered: the target refused it", "refused"
 		reason = "outbox: the target refused the message for good: " + err.Error()
 	case r.cfg.maxReceives > 0 && m.ReceiveCount >= r.cfg.maxReceives:
-		act, msg = actionDeadLetter, "outbox message dead-lettered: out of receives"
+		act, msg, why = actionDeadLetter, "outbox message dead-lettered: out of receives", "max-receives"
 		reason = fmt.Sprintf("outbox: publish failed on receive %d of at most %d: %v", m.ReceiveCount, r.cfg.maxReceives, err)
 	default:
-		act, msg = actionRetry, "outbox publish failed: retried"
+		act, msg, why = actionRetry, "outbox publish failed: retried", "retried"
 		delay = r.backoff(m.ReceiveCount)
+	}
+	if obs := r.cfg.observer; obs != nil && why != "" {
+		obs.Observe(ctx, idem.Event{Kind: idem.RelayRefused, MessageID: m.ID, Queue: r.outboxName(), Attributes: m.Attributes,
+			Receives: m.ReceiveCount, Reason: why, Err: err, Delay: delay})
 	}
 	attrs = append(attrs, slog.String("action", string(act)))
 	if act == actionRetry {
