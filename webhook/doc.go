@@ -22,10 +22,10 @@
 //
 // Under an [idem.AtMostOnce] ledger a publish that failed (the broker may
 // have taken the message) leaves the key indeterminate: retries get 500
-// until an operator decides. `idem resolve accept:<source>:<event id>
-// --done` says the event is in the queue: retries get 200 and the accepted
-// body (without message_id; a --result is kept as the operator's note, not
-// replayed). `--not-done` releases the key: the next retry captures it.
+// until an operator decides with `idem resolve` (docs/webhooks.md).
+//
+// The package's examples run a Receiver end to end (Receiver, PublishTx)
+// and show the consumer's side (EventKey).
 //
 // # Capture modes
 //
@@ -64,41 +64,29 @@
 //	Twilio            "sha256:" + hex SHA-256 of body  yes (params or bodySHA256)
 //	HMAC              IDHeader if set, else ID(body)   IDHeader must be signed
 //
-// GitHub's X-GitHub-Delivery and Shopify's X-Shopify-Webhook-Id are not
-// covered by their signatures: anyone holding one signed delivery could
-// replay its body under a fresh id. Those schemes therefore key on the
-// signed body (both providers resend the same body on a retry), so such a
-// replay is answered as a duplicate and creates no second message. Set the
-// scheme's ID field ([JSONField]) to key on an id inside the body instead.
+// GitHub's and Shopify's delivery ids are not covered by their
+// signatures, so those schemes key on the signed body (a replay under a
+// fresh id is a duplicate); set the scheme's ID field ([JSONField]) to key
+// on an id inside the body instead.
 //
-// # Stricter than the providers' libraries
+// # Refusals and options
 //
-// Signature headers are read as the providers write them: Standard
-// Webhooks' entries separated by one ASCII space, and every base64
-// signature (Standard, Shopify, Twilio, HMAC's [Base64] and [Base64URL])
-// in its canonical encoding, and every hex signature (Stripe, Slack,
-// GitHub, HMAC's [Hex]) in lower case, as the providers' helpers that
-// compare the encoded strings require; a non-canonical one matches
-// nothing. In these
-// cases a scheme refuses, with [ErrMalformed] (401), what the provider's
-// own library accepts:
-//
-//   - a signature, timestamp or id header that appears more than once
-//     (the libraries read the first);
-//   - a signature header of more than 64 entries: Standard, Stripe, and
-//     HMAC with a Separator (the libraries read them all);
-//   - a signed timestamp that is not 1 to 12 decimal digits: no sign, no
-//     space (the libraries parse any integer);
-//   - Standard: headers of both the webhook-* and the svix-* set that
-//     differ, or a set partly there (Svix's libraries prefer each svix-*
-//     value, Standard Webhooks' read only webhook-*); both sets saying the
-//     same are taken;
-//   - Standard: an empty entry in the signature header, from two spaces or
-//     a leading or trailing one (the libraries skip it).
+// Signature headers are read strictly, as the providers write them
+// (canonical base64, lower-case hex, no repeated headers): a scheme
+// refuses with [ErrMalformed] (401) some headers the provider's own
+// library accepts; docs/webhooks.md lists them.
 //
 // Refusals: 405 (not POST), 413 (body over [DefaultMaxBody]), 408 (body
 // slower than [DefaultBodyTimeout]), 401 (not authentic), 400 (authentic but
 // without a usable id), each with an application/problem+json body whose
 // type begins with [ProblemTypePrefix] (each type is the section of
 // docs/problems.md that documents it); none of them touches the ledger.
+// [WithMaxBody] and [WithBodyTimeout] change those limits (1 MiB, 10 s);
+// [WithClock] (the clock signed timestamps are checked against, default
+// time.Now) and [WithLogger] (default slog.Default) are the others.
+//
+// docs/webhooks.md in the repository lists where the schemes are
+// stricter than the providers' libraries, why GitHub and Shopify are keyed
+// on the body, and how to resolve an event under AtMostOnce:
+// https://github.com/idemkit/idem/blob/main/docs/webhooks.md
 package webhook
