@@ -1,39 +1,3 @@
-// Package queue runs queue consumers whose effects happen once although the
-// broker delivers at least once.
-//
-// A broker is reached through three small interfaces: a [Source] hands out
-// [Delivery] values, each of which is acked, retried after a delay, extended
-// or dead-lettered; a [Publisher] sends an [Outgoing] message with an
-// optional dedup id and group id. Adapters live in subpackages: sqlqueue
-// (SQLite and PostgreSQL, the embedded default), jetstream, amqpqueue,
-// sqsqueue, and lambdasqs for AWS Lambda's SQS event source.
-//
-// A [Consumer] receives in batches, runs a [Handler] per message with bounded
-// concurrency, and wraps each call in an [idem.Ledger] under an operation key
-// computed from the message by a [KeyFunc] (a business id; the broker's
-// message id only when the user says so with [MessageIDKey]). The ledger's
-// outcome decides what happens to the delivery; see [Consumer].
-// [NewTypedConsumer] makes one whose messages are values of a type of
-// yours: each is decoded once ([JSON], or a decode of your own), and the
-// value gives the key and goes to the handler.
-//
-// # Defaults that agree
-//
-// A consumer's handler timeout and its source's visibility (how long a
-// delivery stays hidden: SQS's visibility timeout, JetStream's ack wait,
-// sqlqueue's and memqueue's visibility, 30 s by default everywhere) must
-// agree: [NewConsumer] refuses a visibility shorter than the handler
-// timeout, and warns below six times it. The rule is that the defaults
-// always agree, by deriving the one the caller did not set from the one
-// the broker already has: without [WithHandlerTimeout], a handler gets a
-// sixth of the source's visibility, at most [DefaultHandlerTimeout] (30 s;
-// all of it where the visibility is unbounded: amqpqueue, lambdasqs). So
-// every adapter's defaults give a 5 s handler timeout (30 s under AMQP and
-// Lambda) and no warning. Give a slow handler more time by raising the
-// queue's visibility (3 minutes: 30 s) or with WithHandlerTimeout.
-//
-// A message whose key another worker holds (busy) is retried soon, not
-// after a fixed delay: see [WithBusyDelay].
 package queue
 
 import (
