@@ -4,6 +4,17 @@
 // no mail or HTTP client says by itself: whether the effect can have
 // happened.
 //
+//	mailer := effect.NewSMTP("smtp.example.com:587", effect.WithPlainAuth(user, password))
+//	res, err := ledger.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+//		id, err := mailer.Send(ctx, key.String(), effect.Email{
+//			From: "Shop <receipts@shop.example>", To: []string{to},
+//			Subject: "Your receipt", Text: text})
+//		return []byte(id), err // the error says whether the email can have gone out
+//	})
+//
+// The package's SMTP.Send example adds the Reconcile hook that looks the
+// message up after a lost answer, and the error cases to switch on.
+//
 // Inside [idem.Ledger.Do] a failure means one of three things:
 //
 //	nothing happened, try again    wrapped in idem.NotDone: under AtMostOnce the key is released
@@ -55,40 +66,23 @@
 // Neither retries: the caller (a queue consumer, the Ledger's next call)
 // does, with the same key.
 //
-// # Why net/smtp and not a maintained SMTP client
+// # Options
 //
-// The SMTP conversation runs on the standard library's net/smtp (frozen,
-// but still maintained with Go) for the connection, EHLO, STARTTLS and
-// AUTH, and on this package's own MAIL, RCPT, DATA and reply reading over
-// net/smtp's Client.Text. github.com/emersion/go-smtp (v0.25.1), the
-// maintained client, was weighed and not taken, because three of the
-// answers above would be lost or need a shim around it:
+// [NewSMTP] takes the server's address and [SMTPOption]s: authentication
+// ([WithPlainAuth], or any net/smtp.Auth with [WithAuth]; never sent in
+// plain text to a host that is not loopback), TLS ([WithSTARTTLS],
+// opportunistic by default; [WithImplicitTLS] for port 465;
+// [WithTLSConfig]), the Message-ID's domain ([WithMessageIDDomain]), and
+// time bounds: [WithTimeout] for a whole send (default 5 minutes: RFC 5321
+// lets a server take up to 10 to answer the message's end, and a send cut
+// short there has an unknown outcome) and [WithDialTimeout] (30 s). An
+// [HTTP]'s zero value is ready to use: http.DefaultClient, the header
+// Idempotency-Key, the key as an sf-string (BareKey for Stripe's style).
 //
-//   - A bare reply code. RFC 5321 4.2 makes a reply's text optional, and
-//     go-smtp reads replies with net/textproto, which takes "250" or "554"
-//     alone on a line for a broken reply ("short response"). After the
-//     message's end that turns an accepted message, and a permanent
-//     refusal, into an unknown outcome. The fix is to read the reply
-//     ourselves, which go-smtp does not allow (its textproto.Conn is not
-//     exported), nor can a reader under it rewrite the line: go-smtp
-//     wraps STARTTLS itself, so such a reader would see ciphertext.
-//   - The message's end. go-smtp's DataCommand.Close writes the final
-//     "." and reads its reply in one call, and its error does not say
-//     which failed: "the server saw no end" (NotDone) or "the reply was
-//     lost" (unknown). Telling them apart would take a wrapper of the
-//     connection that records whether a write failed before the first
-//     read.
-//   - The deadline. go-smtp sets the connection's deadline before each
-//     command (5 minutes, 12 after the message's end) and clears it after,
-//     so the bound of [WithTimeout] and ctx's deadline would need another
-//     wrapper that holds every deadline to ours.
-//
-// Switching would also change [WithAuth] from net/smtp's Auth to go-sasl's
-// Client, a breaking change for no gain: net/smtp.Auth already takes any
-// mechanism (AUTH LOGIN, XOAUTH2) a caller writes. What we write by hand is
-// about eighty lines, tested against a fake server that answers or cuts
-// at each stage and against Mailpit. Revisit if net/smtp stops being
-// maintained or a needed extension (DSN, REQUIRETLS) is asked for.
+// docs/effects.md in the repository shows both with a Reconcile hook, and
+// says why the SMTP conversation runs on net/smtp rather than on a
+// maintained client library:
+// https://github.com/idemkit/idem/blob/main/docs/effects.md
 //
 // This package imports only the standard library and idem.
 package effect
