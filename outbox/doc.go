@@ -4,16 +4,13 @@
 // that the broker's dedup window and the consumer's ledger make its effect
 // happen once.
 //
-// # Why
-//
-// A program that commits an order and then publishes "order placed" loses
-// the message when it dies between the two; one that publishes first sends
-// a message about an order that may never commit. Neither the database nor
-// the broker can take part in the other's transaction. The outbox is the
-// honest answer: the message is a row in the application's own database,
-// written in the transaction that changes the business data, so it exists
-// if and only if that change committed. A relay then publishes it and
-// deletes it, at least once.
+// Use it when a database change and a message must both happen or neither:
+// a program that commits an order and then publishes "order placed" loses
+// the message when it dies between the two, and one that publishes first
+// announces an order that may never commit. In the outbox the message is a
+// row in the application's own database, so it exists if and only if the
+// change committed. The package's Relay example writes an order with its
+// message and relays it.
 //
 // # Writing to the outbox
 //
@@ -76,4 +73,18 @@
 // the target one at a time in the order they were written, on targets that
 // keep a group's order (SQS FIFO, sqlqueue); see [Relay] for failures,
 // delays and dead letters.
+//
+// # Options
+//
+// [NewRelay] takes: [WithConcurrency] (8 publishes at once; a FIFO group
+// takes one slot), [WithBatchSize] (10 messages a receive),
+// [WithPublishTimeout] (30 s a publish), [WithBackoff] (1 s doubling to 5
+// minutes, with jitter), [WithMaxReceives] (default 0: no limit, so a
+// broker outage of any length loses nothing), [WithPermanentErrors]
+// (publish errors that dead-letter at once, besides [queue.ErrRefused]),
+// [WithDedupPrefix] ("outbox:"; give each outbox relaying into a shared
+// target a prefix of its own), [WithExtendEvery] (a third of the outbox's
+// visibility), [WithShutdownTimeout] (30 s) and [WithLogger] (default
+// slog.Default). docs/usage.md in the repository walks through an outbox:
+// https://github.com/idemkit/idem/blob/main/docs/usage.md#publishing-from-your-own-transaction-the-outbox
 package outbox
