@@ -1,30 +1,3 @@
-// Package idemtest is the conformance suite that every store.Store must pass,
-// and the benchmarks that measure one. A store's tests call [TestStore] (and
-// its benchmarks [BenchmarkStore]) with a [Harness] that makes fresh stores.
-//
-//	func TestConformance(t *testing.T) {
-//		idemtest.TestStore(t, idemtest.Harness{New: func(t testing.TB) store.Store { ... }})
-//	}
-//
-// The suite runs the store both directly (the Store contract) and under an
-// idem.Ledger (the outcomes users see): duplicates, busy keys, lapsed leases
-// under each policy, stale holders, retention, fingerprints, permanent
-// failures, races between goroutines and between OS processes, a process
-// killed inside fn, closed and unreachable stores and corrupt records.
-//
-// Beyond the store.Store interface, the suite holds a store to what its doc
-// comments imply: times kept to the millisecond at least; keys kept
-// byte for byte (case, trailing spaces, escapes, up to idem.MaxKeyLen bytes
-// of UTF-8) and ordered byte-wise by List and its After cursor (a SQL
-// store needs a binary collation); fences and attempt numbers that keep
-// growing across a record's expiry, so a holder from before it is still
-// refused; and a refused write or heartbeat of a stale holder marking its
-// journal entry's LateFinish.
-//
-// The suite's subtests run in parallel, each on a fresh store from
-// Harness.New. With Harness.Advance the whole suite takes a few seconds on
-// an in-memory store; without it, it sleeps through leases of 300 ms.
-// Heartbeat tests always take real time (about a second).
 package idemtest
 
 import (
