@@ -41,10 +41,23 @@
 // downstream system that keeps the highest fence it saw refuses every
 // stale writer. A new record's first fence is [FirstFence] of the store's
 // clock (microseconds since 1970) and a floor the store may keep; every
-// later claim or resolution adds one. Each store says in its package doc
-// which clock it reads and what, if anything, it keeps as a floor: memstore
-// keeps one per shard, sqlitestore an exact floor in a table, pgstore and
-// redisstore read the server's clock, dynamostore the client's.
+// later claim or resolution adds one. Stores differ in the clock they
+// read and what, if anything, they keep as a floor: memstore keeps one per
+// shard, sqlitestore an exact floor in a table, pgstore and redisstore
+// read the server's clock, dynamostore the client's (docs/stores.md in the
+// repository says, store by store, when a fence could repeat).
+//
+// # Writing a store
+//
+// Implement [Store] with one atomic conditional write per call (a
+// transaction, a conditional update, a script), deciding each outcome with
+// the Apply functions so that every store answers alike; add
+// [BatchClaimer], [BatchFinisher] or [TxStore] where the backend can do
+// better than one call at a time; and pass idemtest.TestStore. Errors:
+// [ErrLeaseLost], [ErrNotFound] and [*CorruptError] are answers; anything
+// else is a store error, which the Ledger never reads as an outcome.
+// docs/design.md in the repository explains the contract:
+// https://github.com/idemkit/idem/blob/main/docs/design.md
 //
 // This package imports only the standard library.
 package store
