@@ -3,6 +3,7 @@ module github.com/idemkit/idem/bench
 go 1.26.0
 
 require (
+	github.com/dbos-inc/dbos-transact-golang v1.8.0
 	github.com/hibiken/asynq v0.26.0
 	github.com/idemkit/idem v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -19,6 +20,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

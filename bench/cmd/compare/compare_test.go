@@ -16,6 +16,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/redisstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
 
@@ -150,7 +152,8 @@ func TestComparisonsRun(t *testing.T) {
 			"pg":         {"pg claim, 2 callers: median ratio", "pg claim-batch10, 2 callers: median ratio"},
 			"redis":      {"redis claim+complete, 2 callers: median ratio", "redis claim, 2 callers: median ratio"},
 			"e2e-sqlite": {"e2e sqlite, 8 callers: median ratio"},
-			"e2e-pg":     {"e2e pg, 8 callers: median ratio"},
+			"e2e-pg": {"e2e pg, 8 callers: median ratio", "× idem÷river", "× idem÷dbos", "× river÷dbos",
+				"e2e pg               round 1 callers 8   dbos"},
 		}[comp]
 		for _, w := range want {
 			if !strings.Contains(text, w) {
@@ -160,5 +163,83 @@ func TestComparisonsRun(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		os.Stdout.WriteString(text)
+	}
+}
+
+// countPG counts exactly the transactions a run commits in the database and
+// the rows it writes in the schema, once its connections are closed, and
+// not the counter's own statements.
+func TestCountPGCountsCommitsAndRowWrites(t *testing.T) {
+	cfg := testConfig(t)
+	needPostgres(t, cfg)
+	ctx := context.Background()
+	const db = "idem_bench_test_count"
+	dbURL, err := benchDatabase(ctx, cfg.pgURL, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropBenchDatabase(ctx, cfg.pgURL, db) })
+	setup, err := newPool(ctx, dbURL, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, "CREATE SCHEMA counted; CREATE TABLE counted.t (k int PRIMARY KEY, v int); CREATE TABLE public.other (k int)"); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+	counter, err := newPGCounter(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counter.close()
+
+	cost, err := countPG(ctx, counter, "counted", func() error {
+		pc, err := pgxpool.ParseConfig(dbURL)
+		if err != nil {
+			return err
+		}
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol // no prepare transactions
+		pc.MaxConns = 1                                                      // connecting commits 1 (the backend reads its catalogs)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		for k := range 10 { // 10 commits, 10 rows
+			if _, err := pool.Exec(ctx, "INSERT INTO counted.t VALUES ($1, 0)", k); err != nil {
+				return err
+			}
+		}
+		// 1 commit, 4 rows in the schema (3 updated, 1 deleted), 1 row elsewhere
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		for _, q := range []string{"UPDATE counted.t SET v = 1 WHERE k < 3", "DELETE FROM counted.t WHERE k = 9", "INSERT INTO public.other VALUES (1)"} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		// a rolled-back transaction commits nothing
+		tx, err = pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO counted.t VALUES (100, 0)"); err != nil {
+			return err
+		}
+		return tx.Rollback(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Connecting counts 1 commit. A rolled-back insert counts in n_tup_ins:
+	// PostgreSQL counts the row written, whether or not it is kept.
+	if want := (pgCost{commits: 1 + 11, rows: 15}); cost != want {
+		t.Fatalf("countPG = %+v; want %+v", cost, want)
 	}
 }

@@ -160,13 +160,18 @@ func (e2eArgs) Kind() string { return "idem_bench_e2e" }
 func riverE2E[TTx any](ctx context.Context, cfg *config, driver riverdriver.Driver[TTx], schema string, n int) (e2eResult, error) {
 	res := e2eResult{n: n}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[e2eArgs]) error { return nil }))
-	// The fetch settings and worker count are those `river bench` uses.
+	var worked atomic.Int64
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[e2eArgs]) error {
+		worked.Add(1)
+		return nil
+	}))
+	// The fetch settings and the default worker count are those `river
+	// bench` uses.
 	client, err := river.NewClient(driver, &river.Config{
 		Schema:            schema,
 		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2000}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.riverWorkers}},
 		Workers:           workers,
 		Logger:            cfg.log,
 	})
@@ -216,6 +221,9 @@ func riverE2E[TTx any](ctx context.Context, cfg *config, driver riverdriver.Driv
 	}
 	res.consume = time.Since(start)
 	res.cpu = cpuTime() - cpu0
+	if w := worked.Load(); w != int64(n) {
+		return res, fmt.Errorf("river: the worker ran %d times for %d jobs", w, n)
+	}
 	return res, nil
 }
 
@@ -242,6 +250,15 @@ func openRiverSQLite(ctx context.Context, cfg *config, path string) (*sql.DB, er
 		return nil, fmt.Errorf("river migrate: %w", err)
 	}
 	return db, nil
+}
+
+// totalChanges returns SQLite's count of the rows inserted, updated or
+// deleted on db's connection since it was opened: db must have one
+// connection (as River on SQLite has), which stays open.
+func totalChanges(ctx context.Context, db *sql.DB) (int64, error) {
+	var n int64
+	err := db.QueryRowContext(ctx, "SELECT total_changes()").Scan(&n)
+	return n, err
 }
 
 // compareE2ESQLite: the embedded default (a queue and the durable ledger in
@@ -280,6 +297,7 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 			stats := st.Stats()
 			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
 				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler",
+				cost: fmt.Sprintf("rows n/a, %.2f commits", float64(stats.Commits)/float64(r.n)),
 				note: fmt.Sprintf("%s; writer: %.1f writes a commit, %.3f syncs a message", r.note(),
 					float64(stats.BatchedOps)/float64(max(stats.Batches, 1)), float64(stats.Syncs)/float64(r.n))})
 			return nil
@@ -291,12 +309,21 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 			}
 			defer db.Close()
 			load := loadavg()
+			changes0, err := totalChanges(ctx, db)
+			if err != nil {
+				return err
+			}
 			r, err := riverE2E(ctx, cfg, riversqlite.New(db), "", cfg.riverLiteN)
 			if err != nil {
 				return fmt.Errorf("river: %w", err)
 			}
+			changes1, err := totalChanges(ctx, db)
+			if err != nil {
+				return err
+			}
 			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: "riversqlite (modernc), InsertMany then work, no-op worker", note: r.note()})
+				what: fmt.Sprintf("riversqlite (modernc), InsertMany then work, no-op worker, %d workers", cfg.riverWorkers), note: r.note(),
+				cost: fmt.Sprintf("%.2f rows, commits n/a", float64(changes1-changes0)/float64(r.n))})
 			return nil
 		}
 		if err := sides(round, idemSide, riverSide); err != nil {
@@ -307,64 +334,137 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 }
 
 // compareE2EPG: the same on PostgreSQL: idem's queue and pgstore ledger in
-// bench_idem against River (riverpgxv5) in bench_river, cfg.pgE2EN
-// messages (jobs) each.
+// bench_idem against River (riverpgxv5) in bench_river and DBOS in
+// bench_dbos, cfg.pgE2EN messages (jobs, workflows) each, in a database of
+// their own (cfg.e2eDB). Each side's row writes and commits are read from
+// the server's statistics around its run (see pgCounter).
 func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 	const comp = "e2e pg"
 	if cfg.pgURL == "" {
 		return errors.New("set IDEM_TEST_POSTGRES (or -pg) to run the Postgres comparison")
 	}
-	rep.target(target{comp: comp, ratio: 1})
+	rep.target(target{comp: comp, anchor: "river", ratio: 1})
+	rep.target(target{comp: comp, anchor: "dbos", ratio: 20})
+	ecfg := *cfg
+	if cfg.e2eDB != "" {
+		dbURL, err := benchDatabase(ctx, cfg.pgURL, cfg.e2eDB)
+		if err != nil {
+			return err
+		}
+		ecfg.pgURL = dbURL
+		if !cfg.keep {
+			defer dropBenchDatabase(context.WithoutCancel(ctx), cfg.pgURL, cfg.e2eDB)
+		}
+	} else {
+		rep.note("e2e pg: -e2e-pg-db is empty: the commits counted are those of every client of the database in the time of each side")
+	}
+	cfg = &ecfg
 	if err := resetSchemas(ctx, cfg.pgURL, cfg.log); err != nil {
+		return err
+	}
+	if err := dropSchema(ctx, cfg.pgURL, dbosSchema); err != nil {
 		return err
 	}
 	if !cfg.keep {
 		defer dropSchemas(context.WithoutCancel(ctx), cfg.pgURL)
+		defer dropSchema(context.WithoutCancel(ctx), cfg.pgURL, dbosSchema)
 	}
+	if err := migrateDBOS(ctx, cfg); err != nil {
+		return err
+	}
+	counter, err := newPGCounter(ctx, cfg.pgURL)
+	if err != nil {
+		return err
+	}
+	defer counter.close()
 	for round := 1; round <= cfg.rounds; round++ {
 		idemSide := func() error {
-			st, pool, err := idemStore(ctx, cfg, cfg.pgConns, fmt.Sprintf("e2e_%d", round))
+			var r e2eResult
+			var qname, load string
+			cost, err := countPG(ctx, counter, idemSchema, func() error {
+				st, pool, err := idemStore(ctx, cfg, cfg.pgConns, fmt.Sprintf("e2e_%d", round))
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				defer st.Close()
+				q, err := newPGQueue(ctx, cfg, pool, round)
+				if err != nil {
+					return err
+				}
+				defer q.close()
+				qname = q.name
+				load = loadavg()
+				r, err = idemE2E(ctx, cfg, st, q, cfg.pgE2EN, cfg.coalesce)
+				if err != nil {
+					return fmt.Errorf("idem: %w", err)
+				}
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			defer st.Close()
-			q, err := newPGQueue(ctx, cfg, pool, round)
-			if err != nil {
-				return err
-			}
-			defer q.close()
-			if round == 1 && q.name == memQueueName {
-				rep.note("e2e pg: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", q.name)
-			}
-			load := loadavg()
-			r, err := idemE2E(ctx, cfg, st, q, cfg.pgE2EN, cfg.coalesce)
-			if err != nil {
-				return fmt.Errorf("idem: %w", err)
+			if round == 1 && qname == memQueueName {
+				rep.note("e2e pg: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", qname)
 			}
 			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: q.name + " + pgstore ledger, queue.Consumer, no-op handler", note: r.note()})
+				what: fmt.Sprintf("%s + pgstore ledger, queue.Consumer, no-op handler, %d consumers", qname, cfg.consumers),
+				note: r.note(), cost: cost.perMessage(r.n)})
 			return nil
 		}
 		riverSide := func() error {
-			pool, err := newPool(ctx, cfg.pgURL, cfg.pgConns)
-			if err != nil {
+			if err := truncate(ctx, cfg.pgURL, riverSchema+".river_job"); err != nil {
 				return err
 			}
-			defer pool.Close()
-			if _, err := pool.Exec(ctx, "TRUNCATE "+riverSchema+".river_job"); err != nil {
-				return err
-			}
-			load := loadavg()
-			r, err := riverE2E(ctx, cfg, riverpgxv5.New(pool), riverSchema, cfg.pgE2EN)
+			var r e2eResult
+			var load string
+			cost, err := countPG(ctx, counter, riverSchema, func() error {
+				pool, err := newPool(ctx, cfg.pgURL, cfg.pgConns)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				load = loadavg()
+				r, err = riverE2E(ctx, cfg, riverpgxv5.New(pool), riverSchema, cfg.pgE2EN)
+				if err != nil {
+					return fmt.Errorf("river: %w", err)
+				}
+				return nil
+			})
 			if err != nil {
-				return fmt.Errorf("river: %w", err)
+				return err
 			}
 			rep.add(sample{comp: comp, side: "river", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: "riverpgxv5, InsertMany then work, no-op worker", note: r.note()})
+				what: fmt.Sprintf("riverpgxv5, InsertMany then work, no-op worker, %d workers", cfg.riverWorkers),
+				note: r.note(), cost: cost.perMessage(r.n)})
 			return nil
 		}
-		if err := sides(round, idemSide, riverSide); err != nil {
+		dbosSide := func() error {
+			if err := truncateDBOS(ctx, cfg); err != nil {
+				return err
+			}
+			var r e2eResult
+			var load string
+			cost, err := countPG(ctx, counter, dbosSchema, func() error {
+				pool, err := newPool(ctx, cfg.pgURL, cfg.pgConns)
+				if err != nil {
+					return err
+				}
+				defer pool.Close() // DBOS closes it too when it shuts down
+				load = loadavg()
+				r, err = dbosE2E(ctx, cfg, pool, counter, cfg.pgE2EN)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			rep.add(sample{comp: comp, side: "dbos", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
+				what: fmt.Sprintf("DBOS queue of 1-step workflows, enqueued %d a transaction, worker concurrency %d, polling %s",
+					publishBatch, cfg.dbosWorkers, cfg.dbosPoll),
+				note: r.note(), cost: cost.perMessage(r.n)})
+			return nil
+		}
+		if err := sides(round, idemSide, riverSide, dbosSide); err != nil {
 			return err
 		}
 	}

@@ -34,28 +34,32 @@ import (
 
 // config is what the flags set.
 type config struct {
-	only       map[string]bool
-	rounds     int
-	duration   time.Duration
-	warmup     time.Duration
-	callers    []int
-	pgURL      string
-	redisURL   string
-	idemDB     int
-	asynqDB    int
-	e2eN       int // idem's messages in the end-to-end runs
-	riverLiteN int
-	pgE2EN     int
-	consumers  int
-	coalesce   int // idem.WithCoalescing of the e2e runs' ledgers
-	pgConns    int
-	prefill    int
-	batch      int
-	queue      string // idem's queue in the end-to-end runs: sqlqueue or memqueue
-	keep       bool
-	profile    string
-	out        io.Writer
-	log        *slog.Logger
+	only         map[string]bool
+	rounds       int
+	duration     time.Duration
+	warmup       time.Duration
+	callers      []int
+	pgURL        string
+	redisURL     string
+	idemDB       int
+	asynqDB      int
+	e2eN         int // idem's messages in the end-to-end runs
+	riverLiteN   int
+	pgE2EN       int
+	consumers    int
+	riverWorkers int           // River's MaxWorkers in the e2e runs
+	dbosWorkers  int           // DBOS queue worker concurrency in e2e-pg
+	dbosPoll     time.Duration // DBOS queue polling interval in e2e-pg
+	e2eDB        string        // the database e2e-pg makes and runs in, "" for -pg's own
+	coalesce     int           // idem.WithCoalescing of the e2e runs' ledgers
+	pgConns      int
+	prefill      int
+	batch        int
+	queue        string // idem's queue in the end-to-end runs: sqlqueue or memqueue
+	keep         bool
+	profile      string
+	out          io.Writer
+	log          *slog.Logger
 }
 
 var comparisons = []string{"pg", "redis", "e2e-sqlite", "e2e-pg"}
@@ -93,6 +97,10 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
+	fs.IntVar(&cfg.riverWorkers, "river-workers", 2000, "River's workers (QueueConfig.MaxWorkers) in the e2e runs, as `river bench` runs it")
+	fs.IntVar(&cfg.dbosWorkers, "dbos-workers", 1000, "DBOS's queue worker concurrency (dbos.WithWorkerConcurrency) in e2e-pg")
+	fs.DurationVar(&cfg.dbosPoll, "dbos-poll", 10*time.Millisecond, "DBOS's queue polling interval (dbos.WithQueueBasePollingInterval) in e2e-pg")
+	fs.StringVar(&cfg.e2eDB, "e2e-pg-db", "idem_bench_e2e", "database e2e-pg makes on -pg's server and runs in, so that its commit counts are its own (dropped at the end unless -keep; \"\": -pg's database, commits then count every client of it)")
 	fs.IntVar(&cfg.coalesce, "coalesce", 256, "idem.WithCoalescing of the ledger in e2e-pg, about the consumer concurrency (0: off; e2e-sqlite never coalesces: sqlitestore groups its writes itself)")
 	fs.IntVar(&cfg.batch, "batch", 128, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
 	fs.IntVar(&cfg.prefill, "prefill", 20000, "keys (jobs) put in each side's table before the pg measurements")
@@ -126,8 +134,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("-queue: %q is not built in (want %s)", cfg.queue, strings.Join(queueKinds(), " or "))
 	}
 	if cfg.rounds < 1 || cfg.duration <= 0 || cfg.e2eN < 1 || cfg.riverLiteN < 1 || cfg.pgE2EN < 1 ||
-		cfg.consumers < 1 || cfg.batch < 1 || cfg.pgConns < 2 {
-		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n, -pg-n, -consumers and -batch must be positive, -pg-conns at least 2")
+		cfg.consumers < 1 || cfg.batch < 1 || cfg.pgConns < 2 || cfg.riverWorkers < 1 || cfg.dbosWorkers < 1 || cfg.dbosPoll <= 0 {
+		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n, -pg-n, -consumers, -batch, -river-workers, -dbos-workers and -dbos-poll must be positive, -pg-conns at least 2")
 	}
 	level := slog.LevelError + 100
 	if *verbose {
@@ -148,11 +156,13 @@ type sample struct {
 	cpu     float64 // this process's CPU time (user+system) per key, µs
 	load    string  // load averages just before the measurement
 	note    string
+	cost    string // row writes and commits a message, as counted (see pgCounter), or ""
 }
 
 // target is what a comparison must reach.
 type target struct {
 	comp     string
+	anchor   string  // the side ratio is against; "" for any
 	ratio    float64 // idem / anchor, 0 for none
 	absolute float64 // idem's own rate, 0 for none
 }
@@ -169,8 +179,12 @@ func (r *report) add(s sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.samples = append(r.samples, s)
-	fmt.Fprintf(r.out, "%-20s round %d callers %-3d %-6s %10.0f /s %7.1f CPU-µs  load %s  %s%s\n",
-		s.comp, s.round, s.callers, s.side, s.rate, s.cpu, s.load, s.what, noteSuffix(s.note))
+	cost := ""
+	if s.cost != "" {
+		cost = "  " + s.cost + " a message"
+	}
+	fmt.Fprintf(r.out, "%-20s round %d callers %-3d %-6s %10.0f /s %7.1f CPU-µs%s  load %s  %s%s\n",
+		s.comp, s.round, s.callers, s.side, s.rate, s.cpu, cost, s.load, s.what, noteSuffix(s.note))
 }
 
 func noteSuffix(n string) string {
@@ -189,7 +203,9 @@ func (r *report) note(format string, args ...any) {
 }
 
 // print writes the summary: per comparison and concurrency, each round's
-// two rates and their ratio, the median ratio and whether the target is met.
+// rates of each pair of sides (idem against each anchor, then the anchors
+// against each other) and their ratio, the median ratio of each pair and
+// whether idem's targets are met.
 func (r *report) print() {
 	type group struct {
 		comp    string
@@ -197,6 +213,7 @@ func (r *report) print() {
 	}
 	var order []group
 	byGroup := map[group]map[int][]sample{}
+	sideOrder := map[group][]string{} // idem first, then the anchors as they first appear
 	for _, s := range r.samples {
 		g := group{s.comp, s.callers}
 		if byGroup[g] == nil {
@@ -204,14 +221,23 @@ func (r *report) print() {
 			order = append(order, g)
 		}
 		byGroup[g][s.round] = append(byGroup[g][s.round], s)
+		if !slices.Contains(sideOrder[g], s.side) {
+			sideOrder[g] = append(sideOrder[g], s.side)
+		}
+	}
+	for g, sides := range sideOrder {
+		if i := slices.Index(sides, "idem"); i > 0 {
+			sideOrder[g] = append([]string{"idem"}, slices.Delete(slices.Clone(sides), i, i+1)...)
+		}
 	}
 	fmt.Fprintln(r.out)
 	w := tabwriter.NewWriter(r.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "comparison\tcallers\tround\tidem /s\tanchor /s\tratio\tCPU-µs idem/anchor\tload (1/5/15 min)")
+	fmt.Fprintln(w, "comparison\tcallers\tround\tside /s\tother /s\tratio\tCPU-µs side/other\tserver: rows, commits a message side / other\tload (1/5/15 min)")
 	type verdict struct {
 		g      group
+		a, b   string // the pair: ratio is a's rate over b's
 		ratios []float64
-		idem   []float64
+		rates  []float64 // a's
 	}
 	var verdicts []verdict
 	for _, g := range order {
@@ -220,27 +246,24 @@ func (r *report) print() {
 			rounds = append(rounds, k)
 		}
 		sort.Ints(rounds)
-		v := verdict{g: g}
-		for _, rd := range rounds {
-			var idem, anchor *sample
-			for i := range byGroup[g][rd] {
-				s := &byGroup[g][rd][i]
-				if s.side == "idem" {
-					idem = s
-				} else {
-					anchor = s
+		sides := sideOrder[g]
+		for i, a := range sides {
+			for _, b := range sides[i+1:] {
+				v := verdict{g: g, a: a, b: b}
+				for _, rd := range rounds {
+					sa, sb := sideOf(byGroup[g][rd], a), sideOf(byGroup[g][rd], b)
+					if sa == nil || sb == nil {
+						continue
+					}
+					ratio := sa.rate / sb.rate
+					v.ratios = append(v.ratios, ratio)
+					v.rates = append(v.rates, sa.rate)
+					fmt.Fprintf(w, "%s\t%d\t%d\t%.0f (%s)\t%.0f (%s)\t%.2f×\t%.1f / %.1f\t%s / %s\t%s / %s\n", g.comp, g.callers, rd,
+						sa.rate, a, sb.rate, b, ratio, sa.cpu, sb.cpu, orDash(sa.cost), orDash(sb.cost), sa.load, sb.load)
 				}
+				verdicts = append(verdicts, v)
 			}
-			if idem == nil || anchor == nil {
-				continue
-			}
-			ratio := idem.rate / anchor.rate
-			v.ratios = append(v.ratios, ratio)
-			v.idem = append(v.idem, idem.rate)
-			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.0f (%s)\t%.2f×\t%.1f / %.1f\t%s / %s\n", g.comp, g.callers, rd,
-				idem.rate, anchor.rate, anchor.side, ratio, idem.cpu, anchor.cpu, idem.load, anchor.load)
 		}
-		verdicts = append(verdicts, v)
 	}
 	w.Flush()
 	fmt.Fprintln(r.out)
@@ -249,17 +272,17 @@ func (r *report) print() {
 			continue
 		}
 		med := median(v.ratios)
-		line := fmt.Sprintf("%s, %d callers: median ratio %.2f× (min %.2f, max %.2f)", v.g.comp, v.g.callers,
-			med, slices.Min(v.ratios), slices.Max(v.ratios))
+		line := fmt.Sprintf("%s, %d callers: median ratio %.2f× %s÷%s (min %.2f, max %.2f)", v.g.comp, v.g.callers,
+			med, v.a, v.b, slices.Min(v.ratios), slices.Max(v.ratios))
 		for _, t := range r.targets {
-			if t.comp != v.g.comp {
+			if t.comp != v.g.comp || v.a != "idem" || (t.anchor != "" && t.anchor != v.b) {
 				continue
 			}
 			if t.ratio > 0 {
 				line += fmt.Sprintf("; target ≥ %.0f×: %s", t.ratio, metWord(med >= t.ratio))
 			}
 			if t.absolute > 0 {
-				mi := median(v.idem)
+				mi := median(v.rates)
 				line += fmt.Sprintf("; idem median %.0f/s, target ≥ %.0f/s: %s", mi, t.absolute, metWord(mi >= t.absolute))
 			}
 		}
@@ -268,6 +291,23 @@ func (r *report) print() {
 	for _, n := range r.notes {
 		fmt.Fprintln(r.out, "note:", n)
 	}
+}
+
+// sideOf returns the sample of side in ss, or nil.
+func sideOf(ss []sample, side string) *sample {
+	for i := range ss {
+		if ss[i].side == side {
+			return &ss[i]
+		}
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func metWord(ok bool) string {
@@ -420,15 +460,17 @@ func (k *keys) next() string {
 	return k.prefix + strconv.FormatInt(k.n.Add(1), 10)
 }
 
-// sides runs the two sides of one round in the order the round calls for:
-// idem first in odd rounds, the anchor first in even ones.
-func sides(round int, idem, anchor func() error) error {
-	first, second := idem, anchor
-	if round%2 == 0 {
-		first, second = anchor, idem
+// sides runs the sides of one round in the order the round calls for: as
+// given (idem first) in odd rounds, reversed in even ones.
+func sides(round int, fs ...func() error) error {
+	for i := range fs {
+		f := fs[i]
+		if round%2 == 0 {
+			f = fs[len(fs)-1-i]
+		}
+		if err := f(); err != nil {
+			return err
+		}
 	}
-	if err := first(); err != nil {
-		return err
-	}
-	return second()
+	return nil
 }

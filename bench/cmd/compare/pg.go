@@ -115,6 +115,28 @@ func dropSchemas(ctx context.Context, url string) error {
 	return nil
 }
 
+// dropSchema drops one schema and all in it.
+func dropSchema(ctx context.Context, url, schema string) error {
+	pool, err := newPool(ctx, url, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	return err
+}
+
+// truncate empties a table on a connection of its own.
+func truncate(ctx context.Context, url, table string) error {
+	pool, err := newPool(ctx, url, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = pool.Exec(ctx, "TRUNCATE "+table)
+	return err
+}
+
 // riverInserter returns an insert-only River client (no queues) on a pool
 // of conns connections, after truncating River's job table if truncate.
 func riverInserter(ctx context.Context, cfg *config, conns int, truncate bool) (*river.Client[pgxTx], *pgxpool.Pool, error) {
