@@ -89,12 +89,17 @@ func dbosE2E(ctx context.Context, cfg *config, pool *pgxpool.Pool, watch *pgCoun
 	}
 	shutdown := func() error { return dbos.Shutdown(dctx, 30*time.Second) }
 	var effects, returned atomic.Int64
+	allReturned := make(chan struct{})
 	effect := func(context.Context) (int, error) {
 		effects.Add(1)
 		return 0, nil
 	}
 	dbos.RegisterWorkflow(dctx, func(wctx dbos.Context, i int) (int, error) {
-		defer returned.Add(1)
+		defer func() {
+			if returned.Add(1) == int64(n) {
+				close(allReturned)
+			}
+		}()
 		return dbos.RunAsStep(wctx, effect, dbos.WithStepName("effect"))
 	}, dbos.WithWorkflowName(dbosWorkflowName))
 	if _, err := dbos.RegisterQueue(dctx, dbosQueue, dbos.WithWorkerConcurrency(cfg.dbosWorkers),
@@ -118,23 +123,11 @@ func dbosE2E(ctx context.Context, cfg *config, pool *pgxpool.Pool, watch *pgCoun
 		shutdown()
 		return res, fmt.Errorf("dbos: launch: %w", err)
 	}
-	// Every workflow function has returned, then DBOS records it SUCCESS:
-	// count the records only once the functions are all done.
-	lastChange, last := time.Now(), int64(0)
-	for returned.Load() < int64(n) {
-		if r := returned.Load(); r != last {
-			lastChange, last = time.Now(), r
-		}
-		if time.Since(lastChange) > 2*time.Minute {
-			shutdown()
-			return res, fmt.Errorf("dbos: no workflow returned for 2 minutes (%d of %d)", last, n)
-		}
-		select {
-		case <-time.After(time.Millisecond):
-		case <-ctx.Done():
-			shutdown()
-			return res, ctx.Err()
-		}
+	// DBOS records a workflow SUCCESS after its function returns: count the
+	// records once the functions have all returned.
+	if err := waitClosed(ctx, allReturned, returned.Load, 2*time.Minute); err != nil {
+		shutdown()
+		return res, fmt.Errorf("dbos: workflows returned: %w", err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		var succeeded int64
@@ -179,4 +172,26 @@ func enqueueDBOS(ctx context.Context, dctx dbos.Context, pool *pgxpool.Pool, fir
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// waitClosed waits until done is closed, or fails when count (of the work
+// done so far) has not moved in stall.
+func waitClosed(ctx context.Context, done <-chan struct{}, count func() int64, stall time.Duration) error {
+	t := time.NewTicker(stall)
+	defer t.Stop()
+	last := int64(-1)
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+			c := count()
+			if c == last {
+				return fmt.Errorf("no progress in %s (at %d)", stall, c)
+			}
+			last = c
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
