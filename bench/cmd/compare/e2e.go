@@ -356,7 +356,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 			defer dropBenchDatabase(context.WithoutCancel(ctx), cfg.pgURL, cfg.e2eDB)
 		}
 	} else {
-		rep.note("e2e pg: -e2e-pg-db is empty: the commits counted are those of every client of the database in the time of each side")
+		rep.note("e2e pg: -e2e-pg-db is empty: the commits counted are those of every client of -pg's database in the time of each side")
 	}
 	cfg = &ecfg
 	if err := resetSchemas(ctx, cfg.pgURL, cfg.log); err != nil {
@@ -369,8 +369,10 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 		defer dropSchemas(context.WithoutCancel(ctx), cfg.pgURL)
 		defer dropSchema(context.WithoutCancel(ctx), cfg.pgURL, dbosSchema)
 	}
-	if err := migrateDBOS(ctx, cfg); err != nil {
-		return err
+	if cfg.dbos {
+		if err := migrateDBOS(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	counter, err := newPGCounter(ctx, cfg.pgURL)
 	if err != nil {
@@ -464,7 +466,11 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 				note: r.note(), cost: cost.perMessage(r.n)})
 			return nil
 		}
-		if err := sides(round, idemSide, riverSide, dbosSide); err != nil {
+		runs := []func() error{idemSide, riverSide}
+		if cfg.dbos {
+			runs = append(runs, dbosSide)
+		}
+		if err := sides(round, runs...); err != nil {
 			return err
 		}
 	}

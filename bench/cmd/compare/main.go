@@ -1,5 +1,5 @@
-// Command compare runs idem and its anchors (River, asynq) side by side in
-// one process and prints a table of rates and ratios.
+// Command compare runs idem and its anchors (River, asynq, DBOS) side by
+// side in one process and prints a table of rates and ratios.
 //
 // Every comparison runs each side in turn, several rounds interleaved (the
 // order flips every round), so that a ratio compares two figures taken a few
@@ -48,6 +48,7 @@ type config struct {
 	pgE2EN       int
 	consumers    int
 	riverWorkers int           // River's MaxWorkers in the e2e runs
+	dbos         bool          // whether e2e-pg runs DBOS too
 	dbosWorkers  int           // DBOS queue worker concurrency in e2e-pg
 	dbosPoll     time.Duration // DBOS queue polling interval in e2e-pg
 	e2eDB        string        // the database e2e-pg makes and runs in, "" for -pg's own
@@ -98,6 +99,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
 	fs.IntVar(&cfg.riverWorkers, "river-workers", 2000, "River's workers (QueueConfig.MaxWorkers) in the e2e runs, as `river bench` runs it")
+	fs.BoolVar(&cfg.dbos, "dbos", true, "run DBOS as a third side of e2e-pg (-dbos=false: idem and River only)")
 	fs.IntVar(&cfg.dbosWorkers, "dbos-workers", 1000, "DBOS's queue worker concurrency (dbos.WithWorkerConcurrency) in e2e-pg")
 	fs.DurationVar(&cfg.dbosPoll, "dbos-poll", 10*time.Millisecond, "DBOS's queue polling interval (dbos.WithQueueBasePollingInterval) in e2e-pg")
 	fs.StringVar(&cfg.e2eDB, "e2e-pg-db", "idem_bench_e2e", "database e2e-pg makes on -pg's server and runs in, so that its commit counts are its own (dropped at the end unless -keep; \"\": -pg's database, commits then count every client of it)")

@@ -46,6 +46,11 @@ func claimRequest(key string) store.ClaimRequest {
 		Lease: 30 * time.Second, Retention: time.Hour}
 }
 
+// benchAppName is the application_name of every connection the bench
+// opens, so that the row and commit counting can tell when all of a side's
+// connections have gone (see pgCounter).
+const benchAppName = "idem-bench"
+
 // newPool opens a pool of exactly conns connections, all connected before
 // it returns.
 func newPool(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
@@ -54,6 +59,7 @@ func newPool(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) 
 		return nil, err
 	}
 	pc.MaxConns, pc.MinConns = int32(conns), int32(conns)
+	pc.ConnConfig.RuntimeParams["application_name"] = benchAppName
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err

@@ -42,10 +42,12 @@ func (c pgCost) perMessage(n int) string {
 //
 // A backend counts its activity in its own memory and publishes it at most
 // once a second while connected, and always when it exits. So snapshot
-// first waits until no other client is connected to the database (a side
-// is counted with its pool closed, before and after its run), then forces
-// out its own connection's counts (pg_stat_force_next_flush, PostgreSQL
-// 15) and reads. Its own statements are transactions too, one each (simple
+// first waits until none of the bench's other connections (application_name
+// benchAppName) is left in the database (a side is counted with its pool
+// closed, before and after its run), then forces out its own connection's
+// counts (pg_stat_force_next_flush, PostgreSQL 15) and reads. The commits
+// are the whole database's: only in a database of its own are they the
+// side's alone. Its own statements are transactions too, one each (simple
 // protocol: no separate prepare), and costBetween takes them out.
 // Autovacuum's transactions in the database, if it runs during a side, are
 // not taken out; they are a few against tens of thousands.
@@ -60,6 +62,7 @@ func newPGCounter(ctx context.Context, dbURL string) (*pgCounter, error) {
 		return nil, err
 	}
 	pc.MaxConns, pc.MinConns = 1, 1
+	pc.ConnConfig.RuntimeParams["application_name"] = benchAppName + "-counter"
 	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -76,20 +79,21 @@ func (c *pgCounter) row(ctx context.Context, sql string, args ...any) pgx.Row {
 	return c.pool.QueryRow(ctx, sql, args...)
 }
 
-// snapshot waits up to 30 s for every other client of the database to
-// disconnect, then reads the database's commits and schema's row writes.
+// snapshot waits up to 30 s for the bench's other connections to the
+// database to close, then reads the database's commits and schema's row
+// writes.
 func (c *pgCounter) snapshot(ctx context.Context, schema string) (pgActivity, error) {
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var others int64
 		if err := c.row(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&others); err != nil {
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = $1`, benchAppName).Scan(&others); err != nil {
 			return pgActivity{}, err
 		}
 		if others == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return pgActivity{}, fmt.Errorf("counting: %d other clients still connected to the database after 30 s", others)
+			return pgActivity{}, fmt.Errorf("counting: %d connections named %s still in the database after 30 s", others, benchAppName)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
