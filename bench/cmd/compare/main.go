@@ -2,8 +2,8 @@
 // side in one process and prints a table of rates and ratios.
 //
 // Every comparison runs each side in turn, several rounds interleaved (the
-// order flips every round), so that a ratio compares two figures taken a few
-// seconds apart on the same machine. The load average is printed with each
+// order reverses every round), so that a ratio compares two figures taken a
+// few seconds apart on the same machine. The load average is printed with each
 // figure. See ../../README.md for what each comparison measures.
 //
 //	IDEM_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
