@@ -603,7 +603,9 @@ func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err er
 		return verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter, reason: err.Error()}
 	case errors.Is(err, idem.ErrMismatch):
 		return verdict{outcome: "dead-lettered", cause: "mismatch", action: actionDeadLetter, reason: err.Error()}
-	case errors.As(err, &perm), errors.Is(err, idem.ErrFailed):
+	case errors.Is(err, idem.ErrFailed): // its text says "failed permanently"
+		return verdict{outcome: "dead-lettered", cause: "failed", action: actionDeadLetter, reason: err.Error()}
+	case errors.As(err, &perm):
 		return verdict{outcome: "dead-lettered", cause: "failed", action: actionDeadLetter, reason: "permanent failure: " + err.Error()}
 	}
 	outcome := "retried"
