@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,5 +366,49 @@ func BenchmarkDoObserver(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Under coalescing, each call still has its own OpStart and OpEnd, with
+// its own attempt, however its claim and completion went to the store.
+func TestObserverUnderCoalescing(t *testing.T) {
+	ctx := context.Background()
+	rec := new(testobserve.Recorder)
+	l := idem.New(memstore.New(), quiet(), idem.WithObserver(rec), idem.WithCoalescing(8), idem.WithCoalescingFrom(1))
+	const n = 32
+	fences := make(chan int64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := l.Do(ctx, idem.Key("co", i), func(context.Context) ([]byte, error) { return nil, nil })
+			if err != nil {
+				t.Error(err)
+			}
+			fences <- res.Fence
+		}()
+	}
+	wg.Wait()
+	close(fences)
+	if err := rec.Check(); err != nil {
+		t.Fatal(err)
+	}
+	byFence := map[int64]bool{}
+	for _, e := range rec.Events() {
+		if e.Kind == idem.OpEnd {
+			if e.Outcome != "executed" || e.AttemptID == "" {
+				t.Errorf("OpEnd %+v", e.Event)
+			}
+			byFence[e.Fence] = true
+		}
+	}
+	for f := range fences {
+		if !byFence[f] {
+			t.Errorf("no OpEnd with fence %d", f)
+		}
+	}
+	if len(rec.Kinds()) != 2*n {
+		t.Errorf("%d events for %d calls, want %d", len(rec.Kinds()), n, 2*n)
 	}
 }
