@@ -68,11 +68,11 @@
 //
 // # Options
 //
-// [NewSMTP] takes the server's address and [SMTPOption]s: authentication
-// ([WithPlainAuth], or any net/smtp.Auth with [WithAuth]; never sent in
-// plain text to a host that is not loopback), TLS ([WithSTARTTLS],
-// opportunistic by default; [WithImplicitTLS] for port 465;
-// [WithTLSConfig]), the Message-ID's domain ([WithMessageIDDomain]), and
+// [NewSMTP] takes the server's address and options ([SMTPOption]):
+// authentication ([WithPlainAuth], or any net/smtp.Auth with [WithAuth];
+// never sent in plain text to a host that is not loopback), TLS
+// ([WithSTARTTLS], opportunistic by default; [WithImplicitTLS] for port
+// 465; [WithTLSConfig]), the Message-ID's domain ([WithMessageIDDomain]), and
 // time bounds: [WithTimeout] for a whole send (default 5 minutes: RFC 5321
 // lets a server take up to 10 to answer the message's end, and a send cut
 // short there has an unknown outcome) and [WithDialTimeout] (30 s). An

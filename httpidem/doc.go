@@ -10,10 +10,11 @@
 //	m := httpidem.New(ledger, httpidem.WithScope(tenantOf), httpidem.WithRequired(true))
 //	mux.Handle("POST /charges", m.Handler(charges))
 //
-// [ExampleNew] runs this with a retry and a request without a key.
-// Requests are recorded in an [idem.Ledger], so the middleware works on
-// every store, and one store can serve several servers: the first request
-// to claim a key runs the handler, under the ledger's lease and heartbeat.
+// The package's example (New) runs this with a retry and a request
+// without a key. Requests are recorded in an [idem.Ledger], so the
+// middleware works on every store, and one store can serve several
+// servers: the first request to claim a key runs the handler, under the
+// ledger's lease and heartbeat.
 //
 // # What a request gets
 //

@@ -2,7 +2,7 @@
 // v5: one row per key, every call one SQL statement and one round trip,
 // leases and retention on the server's clock. Use it when the program
 // already has PostgreSQL, when several hosts share one ledger, or to run
-// [idem.DoTx] on the program's own tables there.
+// idem.DoTx on the program's own tables there.
 //
 //	s, err := pgstore.Open(ctx, "postgres://app@db:5432/app?sslmode=verify-full")
 //	if err != nil {
@@ -52,7 +52,7 @@
 //
 // [Store.InTx] implements [store.TxStore] for [pgx.Tx]: the claim, fn's
 // writes through the transaction, and the completion commit together
-// (see [idem.DoTx]), under READ COMMITTED. For database/sql code, [SQL]
+// (see idem.DoTx), under READ COMMITTED. For database/sql code, [SQL]
 // returns a [SQLStore], which implements store.TxStore for *sql.Tx over
 // the same pool. A concurrent claim of the key waits for the transaction.
 //
@@ -62,7 +62,7 @@
 // or [Store.Sweep] in a loop until it returns 0, every minute or
 // continuously. Sweepers in several processes share the work and never
 // delay claims, and a call costs what it deletes, not what the table
-// holds. The table's size is claim rate × retention ([idem.WithRetention]):
+// holds. The table's size is claim rate × retention (idem.WithRetention):
 // retention is the knob, and must cover the senders' retry horizon.
 //
 // # Options and defaults

@@ -11,7 +11,7 @@
 //	defer store.Close()
 //	ledger := idem.New(store)
 //
-// The package's examples run a Ledger on a file and [idem.DoTx] on a
+// The package's examples run a Ledger on a file and idem.DoTx on a
 // table of the program's own. [Store.DB] gives access to the database, for
 // such tables in the same file; queue/sqlqueue keeps its queues there too
 // (sqlqueue.WithGroupCommit).
@@ -34,7 +34,7 @@
 // of paying one each. One operation's error does not affect the others of
 // its batch; if the COMMIT fails, every operation of the batch gets the
 // error: none is reported done unless it is durable. [Store.Stats] counts
-// operations and commits. Do not add [idem.WithCoalescing] on top.
+// operations and commits. Do not add idem.WithCoalescing on top.
 //
 // Any number of processes (and Stores) may open the same file at once.
 // SQLite's file lock serializes their writers: a writer waits for the lock
@@ -47,7 +47,7 @@
 //
 // # Transactions (DoTx)
 //
-// A [*Store] implements [store.TxStore] for *sql.Tx: [idem.DoTx] claims
+// A [*Store] implements [store.TxStore] for *sql.Tx: idem.DoTx claims
 // the key, runs fn with a transaction, and commits fn's writes and the
 // key's completion together (under the same sync as the rest of the
 // batch), or rolls both back when fn fails: an effect on the program's own
