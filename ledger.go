@@ -225,26 +225,41 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	if err := key.Err(); err != nil {
 		return Result{}, err
 	}
-	if l.cache != nil {
+	if l.cache != nil && !hasClaimed(opts) {
 		if res, ok, err := l.fromCache(ctx, key.s, opts); ok || err != nil {
 			return res, err
 		}
 	}
 	start := time.Now()
 	c := l.callConfig(opts)
-	if c.correlation == "" {
+	if c.claimed != nil {
+		// Claimed on the call's behalf (WithClaimed): its request says
+		// what the record was claimed under.
+		req := c.claimed.Request
+		c.correlation, c.policy, c.fingerprint, c.lease = req.Correlation, req.Policy, req.Fingerprint, req.Lease
+		if !c.claimed.Sent.IsZero() {
+			start = c.claimed.Sent
+		}
+	} else if c.correlation == "" {
 		c.correlation = newCorrelationID()
 	}
 	if l.observer != nil {
 		ctx = l.opStart(ctx, key.s, c, start)
 		defer func() { l.opEnd(ctx, c, start, err) }() // also when fn panics
 	}
-	req := l.claimRequest(key.s, c)
-	cr, err := l.claim(ctx, req)
-	if err != nil {
-		serr := l.storeError(ctx, "claim", key.s, c, Record{}, err)
-		l.recoverClaim(ctx, c, req, err)
-		return Result{}, serr
+	var cr store.ClaimResult
+	if c.claimed != nil {
+		if _, cr, err = l.claimedClaim(ctx, key.s, c); err != nil {
+			return Result{}, l.storeError(ctx, "claim", key.s, c, Record{}, err)
+		}
+	} else {
+		req := l.claimRequest(key.s, c)
+		cr, err = l.claim(ctx, req)
+		if err != nil {
+			serr := l.storeError(ctx, "claim", key.s, c, Record{}, err)
+			l.recoverClaim(ctx, c, req, err)
+			return Result{}, serr
+		}
 	}
 	if !cr.Acquired {
 		return l.found(ctx, key.s, c, cr)
@@ -549,7 +564,12 @@ func (l *Ledger) run(ctx context.Context, c *callConfig, rec Record, claimed tim
 		} else {
 			done := ending(store.OutcomeCompleted, "")
 			done.Result = val
-			err = l.end(fctx, done)
+			if c.claimed != nil && c.claimed.Complete != nil {
+				complete := c.claimed.Complete
+				err = l.write(fctx, key, rec.AttemptID, store.OutcomeCompleted, func(ctx context.Context) error { return complete(ctx, done) })
+			} else {
+				err = l.end(fctx, done)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {

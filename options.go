@@ -56,6 +56,7 @@ type callConfig struct {
 	fingerprint string
 	correlation string
 	reconcile   ReconcileFunc
+	claimed     *Claimed // WithClaimed; nil: Do claims the key itself
 
 	// What the call came to, set by logOutcome for the call's OpEnd:
 	// the outcome and the attempt it names. Written on the call's

@@ -185,6 +185,10 @@ func newConsumer(src Source, l *idem.Ledger, c *Consumer, opts []Option) (*Consu
 				slog.Duration("visibility", v), slog.Duration("handler_timeout", cfg.handlerTimeout))
 		}
 	}
+	receive := src.Receive
+	if cs := c.fusedSource(src); cs != nil {
+		receive = c.receiveFused(cs) // see fused.go
+	}
 	var extendBy time.Duration
 	c.cfg.ExtendEvery, extendBy = dispatch.Extension(v, c.cfg.ExtendEvery)
 	c.loop = &dispatch.Loop[Delivery]{
@@ -202,7 +206,7 @@ func newConsumer(src Source, l *idem.Ledger, c *Consumer, opts []Option) (*Consu
 			ExtendBounded: "queue: handler outlived its timeout; no longer extending its message, which another worker gets once its visibility lapses " +
 				"(the ledger's lease keeps the key from running twice)",
 		},
-		Receive:  src.Receive,
+		Receive:  receive,
 		Group:    func(d Delivery) string { return d.Message().GroupID },
 		Extend:   func(ctx context.Context, d Delivery, by time.Duration) error { return d.Extend(ctx, by) },
 		Process:  c.process,
@@ -257,6 +261,7 @@ const fillWait = 5 * time.Millisecond
 // consumer is stopping (handed-back), or an earlier message of its group
 // was not done or handed back (held-back).
 func (c *Consumer) handBack(ctx context.Context, d Delivery, why dispatch.HandBackReason) {
+	c.undoUnused(d)
 	v := verdict{outcome: "held-back", action: actionRetry, reason: "the consumer is stopping"}
 	switch why {
 	case dispatch.Stopping:
@@ -351,7 +356,7 @@ type verdict struct {
 func (c *Consumer) process(ctx context.Context, d Delivery, keep *dispatch.Keep[Delivery]) bool {
 	m := d.Message()
 	ctx, started := c.deliveryStart(ctx, m)
-	key, run, opts, err := c.prepare(m)
+	key, run, opts, err := c.prepared(d)
 	if err != nil {
 		keep.Stop()
 		return c.settle(ctx, d, m, verdict{outcome: "dead-lettered", cause: "undecodable", action: actionDeadLetter,

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
 )
 
 // receive waits up to wait for at least one delivery.
@@ -98,6 +100,24 @@ func (o *observed) Receive(ctx context.Context, max int) ([]queue.Delivery, erro
 		ds[i] = &observedDelivery{Delivery: d, o: o}
 	}
 	return ds, err
+}
+
+// ClaimsFor and ReceiveClaimed pass the fused path of a
+// [queue.ClaimingSource] through, so the consumer checks run it too.
+func (o *observed) ClaimsFor(s store.Store) bool {
+	cs, ok := o.Source.(queue.ClaimingSource)
+	return ok && cs.ClaimsFor(s)
+}
+
+func (o *observed) ReceiveClaimed(ctx context.Context, max int, claim func(queue.Message) (store.ClaimRequest, bool)) ([]queue.Delivery, []*idem.Claimed, error) {
+	ds, claims, err := o.Source.(queue.ClaimingSource).ReceiveClaimed(ctx, max, claim)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, d := range ds {
+		o.received[d.Message().ID]++
+		ds[i] = &observedDelivery{Delivery: d, o: o}
+	}
+	return ds, claims, err
 }
 
 func (o *observed) record(action string, d queue.Delivery, err error) {

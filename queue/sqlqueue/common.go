@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/internal/reason"
+	"github.com/idemkit/idem/store"
 )
 
 // Defaults for the options of a queue.
@@ -84,6 +85,9 @@ type config struct {
 	// groupCommit, when set, runs the SQLite handle's writes (see
 	// WithGroupCommit).
 	groupCommit GroupCommitter
+	// ledger, when set, is the ledger store in the handle's database
+	// that its queues claim keys on (see WithLedger).
+	ledger store.Store
 }
 
 func defaultConfig() config {
@@ -386,6 +390,9 @@ type delivery struct {
 
 	mu      sync.Mutex
 	settled bool
+	// completed: the fused path's completion deleted the message in its
+	// commit (see WithLedger); Ack only reports it.
+	completed bool
 }
 
 func (d *delivery) Message() queue.Message { return d.msg }
@@ -409,7 +416,12 @@ func (d *delivery) settle(f func() error) error {
 // Ack deletes the message if it is still this delivery's; otherwise it
 // returns an error wrapping [ErrReceiptExpired] and changes nothing.
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle(func() error { return d.s.ack(ctx, d) })
+	return d.settle(func() error {
+		if d.completed {
+			return nil
+		}
+		return d.s.ack(ctx, d)
+	})
 }
 
 // Retry makes the message visible again delay from now (0: at once), if

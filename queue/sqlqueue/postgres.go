@@ -61,8 +61,11 @@ type Postgres struct {
 	nstop    chan struct{}
 	ndone    chan struct{}
 
-	amu  sync.Mutex
-	acks *pgAcks // started by the first ack
+	amu       sync.Mutex
+	acks      *pgAcks      // started by the first ack
+	completes *pgCompleter // started by the first fused completion
+
+	ledger pgLedger // WithLedger's store, or nil
 }
 
 type pgNames struct {
@@ -253,6 +256,13 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Post
 		return nil, fmt.Errorf("%w: the pool's connections default to %s (set default_transaction_isolation to read committed for them, e.g. in the pool config's RuntimeParams)", ErrIsolation, level)
 	}
 	p := &Postgres{pool: pool, cfg: cfg, n: newPGNames(cfg.schema)}
+	if cfg.ledger != nil {
+		l, err := checkLedger(ctx, pool, cfg.ledger)
+		if err != nil {
+			return nil, err
+		}
+		p.ledger = l
+	}
 	if cfg.migrate {
 		if err := p.migrate(ctx); err != nil {
 			return nil, err
@@ -363,10 +373,13 @@ func (p *Postgres) Close() error {
 		<-done
 	}
 	p.amu.Lock()
-	acks := p.acks
+	acks, completes := p.acks, p.completes
 	p.amu.Unlock()
 	if acks != nil {
 		acks.close() // acks a loop has taken finish; the others get ErrClosed
+	}
+	if completes != nil {
+		completes.close()
 	}
 	return nil
 }
@@ -765,16 +778,27 @@ func (q *PostgresQueue) publishArgsOn(ctx context.Context, db querier, args []an
 // (bounded at 30 s) and its messages are then handed back, visible at
 // once and the receive uncounted.
 func (q *PostgresQueue) Receive(ctx context.Context, n int) ([]queue.Delivery, error) {
-	n = max(n, 1)
+	var ds []queue.Delivery
+	err := q.waitFor(ctx, func() (bool, error) {
+		var err error
+		ds, err = q.receive(ctx, max(n, 1))
+		return len(ds) > 0, err
+	})
+	return ds, err
+}
+
+// waitFor calls try until it finds messages or fails, waiting between
+// tries as Receive does.
+func (q *PostgresQueue) waitFor(ctx context.Context, try func() (found bool, err error)) error {
 	q.p.listen(ctx)
 	for {
 		if q.p.closed.Load() {
-			return nil, ErrClosed
+			return ErrClosed
 		}
 		wake := q.wake.wait()
-		ds, err := q.receive(ctx, n)
-		if err != nil || len(ds) > 0 {
-			return ds, err
+		found, err := try()
+		if err != nil || found {
+			return err
 		}
 		wait := q.p.cfg.poll
 		var due *int64
@@ -782,15 +806,15 @@ func (q *PostgresQueue) Receive(ctx context.Context, n int) ([]queue.Delivery, e
 WHERE queue = $1 AND visible_at > now() AND visible_at < `+pgHeldVisibleAt, q.name).Scan(&due)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+			return q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 		}
 		if due != nil {
 			wait = min(wait, max(time.Duration(*due)*time.Microsecond, time.Millisecond))
 		}
 		if err := sleep(ctx, wait, wake); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -855,12 +879,24 @@ SELECT pg_notify($3, queue) FROM up`, ids, receipts, q.p.n.channel)
 }
 
 func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Delivery, error) {
-	rows, err := q.p.pool.Query(ctx, q.p.n.receive, q.name, max, q.cfg.visibility.Microseconds())
+	ds, corrupt, err := q.receiveOn(ctx, q.p.pool, max)
+	if err != nil {
+		return nil, err
+	}
+	deadLetterCorrupt(q.p.cfg.logger, q.name, corrupt, q.deadLetter)
+	return ds, nil
+}
+
+// receiveOn runs the receive statement on db and returns the deliveries
+// in id order, and the messages it took whose attributes cannot be read,
+// for the caller to dead-letter once the receive has committed.
+func (q *PostgresQueue) receiveOn(ctx context.Context, db querier, max int) ([]queue.Delivery, []corruptRow, error) {
+	rows, err := db.Query(ctx, q.p.n.receive, q.name, max, q.cfg.visibility.Microseconds())
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+		return nil, nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
 	defer rows.Close()
 	var (
@@ -872,7 +908,7 @@ func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Deliv
 		var attrs, group, dedup *string
 		var first *time.Time
 		if err := rows.Scan(&d.id, &d.msg.Body, &attrs, &group, &dedup, &d.msg.ReceiveCount, &d.receipt, &first, &d.msg.Published); err != nil {
-			return nil, fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err)
+			return nil, nil, fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err)
 		}
 		if attrs != nil {
 			if d.msg.Attributes, err = decodeAttrs([]byte(*attrs)); err != nil {
@@ -894,14 +930,13 @@ func (q *PostgresQueue) receiveRows(ctx context.Context, max int) ([]queue.Deliv
 	}
 	if err := rows.Err(); err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
+		return nil, nil, q.p.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
 	}
 	rows.Close()
-	deadLetterCorrupt(q.p.cfg.logger, q.name, corrupt, q.deadLetter)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
-	return ds, nil
+	return ds, corrupt, nil
 }
 
 func (q *PostgresQueue) settle(ctx context.Context, d *delivery, what, sql string, args ...any) error {

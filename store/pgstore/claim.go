@@ -127,14 +127,17 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []store.ClaimRequest) ([]st
 			return nil, err
 		}
 	}
-	out, err := s.claimBatch(ctx, s.pool, reqs)
+	out, err := s.claimBatch(ctx, s.pool, reqs, true)
 	if err != nil {
 		return nil, s.wrap("claim batch", err)
 	}
 	return out, nil
 }
 
-func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimRequest) ([]store.ClaimResult, error) {
+// claimBatch claims reqs on q. When a statement fails and undo is set,
+// the claims acquired before it are undone (q commits each statement);
+// in a caller's transaction, which the failure rolls back, they are not.
+func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimRequest, undo bool) ([]store.ClaimResult, error) {
 	out := make([]store.ClaimResult, len(reqs))
 	if len(reqs) == 1 {
 		res, err := s.claimOne(ctx, q, reqs[0])
@@ -153,7 +156,9 @@ func (s *Store) claimBatch(ctx context.Context, q querier, reqs []store.ClaimReq
 		return s.claimRound(ctx, q, reqs, round, out, newKeys)
 	})
 	if err != nil {
-		s.releaseAcquired(ctx, out, err)
+		if undo {
+			s.releaseAcquired(ctx, out, err)
+		}
 		return nil, err
 	}
 	return out, nil

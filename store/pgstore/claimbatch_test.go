@@ -172,7 +172,7 @@ func TestClaimBatchStartFollowsBatches(t *testing.T) {
 		}
 		reqs = append(reqs, req("repeat"))
 		q := &countQueries{querier: s.pool}
-		res, err := s.claimBatch(ctx, q, reqs)
+		res, err := s.claimBatch(ctx, q, reqs, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestClaimBatchFailsBetweenStatements(t *testing.T) {
 		reqs[i].Policy = store.AtMostOnce
 	}
 	q := &countQueries{querier: s.pool, failAfter: 1}
-	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
+	if _, err := s.claimBatch(ctx, q, reqs, true); !errors.Is(err, errLostBetween) {
 		t.Fatalf("claimBatch = %v, want the second statement's error", err)
 	}
 	if q.n != 2 {
@@ -258,7 +258,7 @@ func TestClaimBatchFailsUndoesAsNotRun(t *testing.T) {
 	// round two (t again) fails.
 	reqs := []store.ClaimRequest{req("t"), req("fresh"), req("t")}
 	q := &countQueries{querier: s.pool, failAfter: 2}
-	if _, err := s.claimBatch(ctx, q, reqs); !errors.Is(err, errLostBetween) {
+	if _, err := s.claimBatch(ctx, q, reqs, true); !errors.Is(err, errLostBetween) {
 		t.Fatalf("claimBatch = %v, want the third statement's error", err)
 	}
 	if q.n != 3 {

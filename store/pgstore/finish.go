@@ -119,12 +119,20 @@ func (s *Store) FinishBatch(ctx context.Context, reqs []store.FinishRequest) (er
 			return nil, err
 		}
 	}
-	errs = make([]error, len(reqs))
-	err = inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
-		return s.finishRound(ctx, reqs, round, errs)
-	})
+	errs, err = s.finishBatch(ctx, s.pool, reqs)
 	if err != nil {
 		return nil, s.wrap("finish batch", err)
+	}
+	return errs, nil
+}
+
+func (s *Store) finishBatch(ctx context.Context, q querier, reqs []store.FinishRequest) ([]error, error) {
+	errs := make([]error, len(reqs))
+	err := inRounds(len(reqs), func(i int) string { return reqs[i].Key }, func(round []int) error {
+		return s.finishRound(ctx, q, reqs, round, errs)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return errs, nil
 }
@@ -132,14 +140,14 @@ func (s *Store) FinishBatch(ctx context.Context, reqs []store.FinishRequest) (er
 // finishRound finishes reqs[i] for each i of round (distinct keys): the
 // completions in one completeBatchSQL statement (or finishSQL's, for one),
 // the others one by one.
-func (s *Store) finishRound(ctx context.Context, reqs []store.FinishRequest, round []int, errs []error) error {
+func (s *Store) finishRound(ctx context.Context, q querier, reqs []store.FinishRequest, round []int, errs []error) error {
 	var batch []int
 	for _, i := range round {
 		if r := &reqs[i]; r.Outcome == store.OutcomeCompleted && r.Reason == "" {
 			batch = append(batch, i)
 			continue
 		}
-		if err := s.finish(ctx, s.pool, reqs[i]); err != nil {
+		if err := s.finish(ctx, q, reqs[i]); err != nil {
 			if !errors.Is(err, store.ErrLeaseLost) {
 				return err
 			}
@@ -152,7 +160,7 @@ func (s *Store) finishRound(ctx context.Context, reqs []store.FinishRequest, rou
 	case 1:
 		// One statement either way: finishSQL's, without the arrays.
 		i := batch[0]
-		if err := s.finish(ctx, s.pool, reqs[i]); err != nil {
+		if err := s.finish(ctx, q, reqs[i]); err != nil {
 			if !errors.Is(err, store.ErrLeaseLost) {
 				return err
 			}
@@ -177,7 +185,7 @@ func (s *Store) finishRound(ctx context.Context, reqs []store.FinishRequest, rou
 		r := &reqs[i]
 		keys[j], fences[j], ids[j], results[j], rets[j] = r.Key, r.Fence, r.AttemptID, r.Result, micros(r.Retention)
 	}
-	rows, err := s.query(ctx, s.pool, s.q.completeBatch, keys, fences, ids, results, rets)
+	rows, err := s.query(ctx, q, s.q.completeBatch, keys, fences, ids, results, rets)
 	if err != nil {
 		return err
 	}
