@@ -183,6 +183,9 @@ type pgCompletion struct {
 // completer returns the handle's completer, starting it on first use, or
 // nil once the handle is closed.
 func (p *Postgres) completer() *pgCompleter {
+	if c := p.running.Load(); c != nil && !p.closed.Load() {
+		return c // every completion asks: no lock once it runs
+	}
 	p.amu.Lock()
 	defer p.amu.Unlock()
 	if p.closed.Load() {
@@ -195,6 +198,7 @@ func (p *Postgres) completer() *pgCompleter {
 			go c.loop()
 		}
 		p.completes = c
+		p.running.Store(c)
 	}
 	return p.completes
 }

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testlog"
+	"github.com/idemkit/idem/internal/testproc"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -184,4 +190,135 @@ func TestPostgresWithLedgerRefusesAnotherStore(t *testing.T) {
 	if !errors.Is(err, sqlqueue.ErrLedger) {
 		t.Fatalf("NewPostgres(WithLedger(not a pgstore)) = %v, want ErrLedger", err)
 	}
+}
+
+// The environment of TestPostgresFusedKilledMidHandler's child.
+const (
+	envFusedSchema = "SQLQUEUE_TEST_FUSED_SCHEMA" // the schema of the queue and the ledger table "ledger"
+)
+
+// TestPostgresFusedKilledMidHandler is TestConsumerKilledMidHandler on
+// the fused path: a consumer whose claim was made by its receive is
+// killed (SIGKILL) after its handler's effect and before anything was
+// recorded; a restarted worker, fused too, meets the lapsed attempt in its
+// own receive's claim and does what the policy says: a takeover (or a
+// reconciled record) under AtLeastOnce, an indeterminate key and a dead
+// letter under AtMostOnce, never a second effect.
+func TestPostgresFusedKilledMidHandler(t *testing.T) {
+	if os.Getenv(envFusedSchema) != "" {
+		fusedCrashChild(t)
+		return
+	}
+	pool := pgPool(t)
+	for _, tc := range []struct {
+		name      string
+		policy    idem.Policy
+		reconcile bool
+		effects   int
+	}{
+		{"at_least_once", idem.AtLeastOnce, false, 2},
+		{"at_least_once_reconciled", idem.AtLeastOnce, true, 1},
+		{"at_most_once", idem.AtMostOnce, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			schema := pgSchema(t, pool)
+			e := openFusedPG(t, pool, schema, "ledger")
+			q := pgQueue(t, e.p, "receipts", sqlqueue.WithVisibility(crashVisibility))
+			publish(t, q, queue.Outgoing{Body: []byte("order-42")})
+			effects := filepath.Join(t.TempDir(), "effects")
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			seen := testproc.KillAtLine(ctx, t, "TestPostgresFusedKilledMidHandler",
+				[]string{envFusedSchema + "=" + schema, envCrashEffects + "=" + effects, envCrashPolicy + "=" + tc.policy.String()}, "EFFECT DONE")
+			if n := countEffects(t, effects); n != 1 {
+				t.Fatalf("after the child: %d effects, want 1; child said:\n%s", n, strings.Join(seen, "\n"))
+			}
+
+			var lg testlog.Buffer
+			log := slog.New(slog.NewTextHandler(&lg, nil))
+			var opts []idem.CallOption
+			if tc.reconcile {
+				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+					return []byte("found"), countEffects(t, effects) > 0, nil
+				}))
+			}
+			src := &claimCounter{PostgresQueue: q}
+			l := idem.New(e.st, idem.WithPolicy(tc.policy), idem.WithLease(crashLease), idem.WithOwner("restarted"), idem.WithLogger(log))
+			c, err := queue.NewConsumer(src, l, queue.MessageIDKey("receipts"), effectHandler(effects, nil),
+				queue.WithHandlerTimeout(crashVisibility), queue.WithMaxReceives(3), queue.WithLogger(log),
+				queue.WithBackoff(100*time.Millisecond, 200*time.Millisecond),
+				queue.WithCallOptions(func(queue.Message) []idem.CallOption { return opts }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(runCtx) }()
+			for {
+				st, err := q.Stats(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Ready+st.InFlight+st.Delayed == 0 {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("the message was never settled after the crash: %+v\nlog:\n%s", st, lg.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if src.claimed.Load() == 0 {
+				t.Fatal("the restarted worker did not take the fused path")
+			}
+			if n := countEffects(t, effects); n != tc.effects {
+				t.Fatalf("%s: %d effects after the restart, want %d; log:\n%s", tc.name, n, tc.effects, lg.String())
+			}
+			st, _ := q.Stats(context.Background())
+			stuck, err := e.st.List(context.Background(), store.ListQuery{Stuck: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.policy == idem.AtMostOnce:
+				if len(stuck) != 1 || st.DeadLettered != 1 {
+					t.Fatalf("at_most_once: %d stuck keys and %d dead letters, want 1 and 1; log:\n%s", len(stuck), st.DeadLettered, lg.String())
+				}
+			case tc.reconcile:
+				if !strings.Contains(lg.String(), "outcome=reconciled") || len(stuck) != 0 {
+					t.Fatalf("reconciled: the log does not say so (or %d keys stuck):\n%s", len(stuck), lg.String())
+				}
+			default:
+				if !strings.Contains(lg.String(), "outcome=takeover") || len(stuck) != 0 {
+					t.Fatalf("at_least_once: no takeover logged (or %d keys stuck):\n%s", len(stuck), lg.String())
+				}
+			}
+		})
+	}
+}
+
+// fusedCrashChild consumes the queue on the fused path with a handler
+// that does the effect, says so on stdout, and waits to be killed.
+func fusedCrashChild(t *testing.T) {
+	pool := pgPool(t)
+	e := openFusedPG(t, pool, os.Getenv(envFusedSchema), "ledger")
+	q := pgQueue(t, e.p, "receipts", sqlqueue.WithVisibility(crashVisibility))
+	policy := idem.AtLeastOnce
+	if os.Getenv(envCrashPolicy) == idem.AtMostOnce.String() {
+		policy = idem.AtMostOnce
+	}
+	l := idem.New(e.st, idem.WithPolicy(policy), idem.WithLease(crashLease), idem.WithOwner("doomed"), idem.WithLogger(discard))
+	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("receipts"), effectHandler(os.Getenv(envCrashEffects), func() {
+		fmt.Println("EFFECT DONE")
+		select {} // killed here, between the effect and its record
+	}), queue.WithHandlerTimeout(crashVisibility), queue.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Run(context.Background())
 }

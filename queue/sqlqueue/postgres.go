@@ -62,8 +62,9 @@ type Postgres struct {
 	ndone    chan struct{}
 
 	amu       sync.Mutex
-	acks      *pgAcks      // started by the first ack
-	completes *pgCompleter // started by the first fused completion
+	acks      *pgAcks                     // started by the first ack
+	completes *pgCompleter                // started by the first fused completion
+	running   atomic.Pointer[pgCompleter] // completes, once started: read without amu
 
 	ledger pgLedger // WithLedger's store, or nil
 }

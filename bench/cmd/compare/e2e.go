@@ -76,6 +76,20 @@ func (s *countingSource) Receive(ctx context.Context, max int) ([]queue.Delivery
 	return ds, err
 }
 
+// ClaimsFor and ReceiveClaimed pass sqlqueue's fused path through.
+func (s *countingSource) ClaimsFor(st store.Store) bool {
+	cs, ok := s.Source.(queue.ClaimingSource)
+	return ok && cs.ClaimsFor(st)
+}
+
+func (s *countingSource) ReceiveClaimed(ctx context.Context, max int, claim func(queue.Message) (store.ClaimRequest, bool)) ([]queue.Delivery, []*idem.Claimed, error) {
+	ds, claims, err := s.Source.(queue.ClaimingSource).ReceiveClaimed(ctx, max, claim)
+	for i, d := range ds {
+		ds[i] = &countingDelivery{Delivery: d, s: s}
+	}
+	return ds, claims, err
+}
+
 type countingDelivery struct {
 	queue.Delivery
 	s *countingSource
@@ -390,7 +404,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 				}
 				defer pool.Close()
 				defer st.Close()
-				q, err := newPGQueue(ctx, cfg, pool, round)
+				q, err := newPGQueue(ctx, cfg, pool, st, round)
 				if err != nil {
 					return err
 				}

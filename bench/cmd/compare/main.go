@@ -57,6 +57,7 @@ type config struct {
 	prefill      int
 	batch        int
 	queue        string // idem's queue in the end-to-end runs: sqlqueue or memqueue
+	fused        bool   // sqlqueue.WithLedger: the fused queue+ledger path
 	keep         bool
 	profile      string
 	out          io.Writer
@@ -107,6 +108,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.batch, "batch", 128, "idem consumer receive batch (queue.WithBatchSize) in the e2e runs")
 	fs.IntVar(&cfg.prefill, "prefill", 20000, "keys (jobs) put in each side's table before the pg measurements")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 32, "connections of each side's pool in e2e-pg")
+	fs.BoolVar(&cfg.fused, "fused", true, "give sqlqueue the ledger's store (sqlqueue.WithLedger): the consumer takes the fused queue+ledger path")
 	fs.StringVar(&cfg.queue, "queue", defaultQueue, "idem's queue in the e2e runs: "+strings.Join(queueKinds(), " or "))
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the bench_idem and bench_river schemas after the run")
 	fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -32,11 +33,15 @@ func newSQLiteQueue(ctx context.Context, cfg *config, st *sqlitestore.Store) (id
 }
 
 // newPGQueue returns a sqlqueue queue in bench_idem on pool.
-func newPGQueue(ctx context.Context, cfg *config, pool *pgxpool.Pool, round int) (idemQueue, error) {
+func newPGQueue(ctx context.Context, cfg *config, pool *pgxpool.Pool, st store.Store, round int) (idemQueue, error) {
 	if cfg.queue == "memqueue" {
 		return newMemQueue(), nil
 	}
-	qs, err := sqlqueue.NewPostgres(ctx, pool, sqlqueue.WithSchema(idemSchema), sqlqueue.WithLogger(cfg.log))
+	opts := []sqlqueue.Option{sqlqueue.WithSchema(idemSchema), sqlqueue.WithLogger(cfg.log)}
+	if cfg.fused {
+		opts = append(opts, sqlqueue.WithLedger(st))
+	}
+	qs, err := sqlqueue.NewPostgres(ctx, pool, opts...)
 	if err != nil {
 		return idemQueue{}, err
 	}
