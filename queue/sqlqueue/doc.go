@@ -90,6 +90,25 @@
 // sqlitestore.ErrOnWriter instead). Use PublishTx with the function's
 // transaction.
 //
+// # PostgreSQL: the fused path
+//
+// Give the handle the ledger's store with [WithLedger](store), a
+// pgstore.Store on the same database:
+//
+//	st, err := pgstore.New(ctx, pool)
+//	queues, err := sqlqueue.NewPostgres(ctx, pool, sqlqueue.WithLedger(st))
+//	c, err := queue.NewConsumer(orders, idem.New(st), keyOf, handle)
+//
+// A consumer whose ledger is on that store then claims the keys of a
+// received batch in the receive's transaction, and commits each handled
+// message's completion with its ack, batched with the other handlers':
+// a batch costs one commit for its receive and claims, and its messages
+// share the commits of their completions and acks, where the separate
+// path commits the receive, the claims, the completions and the acks
+// apart. Everything else is as without it. The consumer takes the path by itself when the
+// ledger's store is the handle's; [WithLedger] is the one switch, because
+// only the caller knows that the two share a database.
+//
 // # Housekeeping
 //
 // Expired dedup ids behave as absent; [SQLite.Sweep] and [Postgres.Sweep]
