@@ -56,8 +56,10 @@ func (d *countingDelivery) Ack(ctx context.Context) error {
 // through the store's group commit (writes=groupcommit,
 // sqlqueue.WithGroupCommit) and with a writer of its own that takes turns
 // with the store's (writes=writelock, sqlqueue.WithWriteLock), one after
-// the other, so that the two compare on the same machine load. Run it
-// with -benchtime 100000x.
+// the other, and with the fused path (writes=fused, sqlqueue.WithLedger:
+// the claims in the receive's unit of work, each completion in one with
+// its ack), so that they compare on the same machine load. Run it with
+// -benchtime 100000x.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, tc := range []struct {
 		name               string
@@ -67,7 +69,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		{"consumer=64x64", 64, 64},
 		{"consumer=256x128", 256, 128},
 	} {
-		for _, writes := range []string{"groupcommit", "writelock"} {
+		for _, writes := range []string{"groupcommit", "writelock", "fused"} {
 			b.Run(tc.name+"/writes="+writes, func(b *testing.B) {
 				benchEndToEnd(b, tc.concurrency, tc.batch, writes)
 			})
@@ -99,14 +101,21 @@ func groupCommit(st *sqlitestore.Store) sqlqueue.Option { return sqlqueue.WithGr
 func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
 	ctx := context.Background()
 	st, qs := benchSQLite(b, func(st *sqlitestore.Store) sqlqueue.Option {
-		if writes == "writelock" {
+		switch writes {
+		case "writelock":
 			return sqlqueue.WithWriteLock(st.LockWrites)
+		case "fused":
+			return sqlqueue.WithLedger(st)
 		}
 		return sqlqueue.WithGroupCommit(st)
 	})
 	q, _ := qs.Queue("bench")
 	l := idem.New(st, idem.WithLogger(discard))
-	src := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
+	counting := &countingSource{Source: q, n: int64(b.N), done: make(chan struct{})}
+	var src queue.Source = counting
+	if writes == "fused" {
+		src = claimingCountingSource{counting}
+	}
 	c, err := queue.NewConsumer(src, l, queue.MessageIDKey("bench"),
 		func(context.Context, queue.Message) ([]byte, error) { return nil, nil },
 		queue.WithConcurrency(concurrency), queue.WithBatchSize(batchSize), queue.WithLogger(discard))
@@ -131,7 +140,7 @@ func benchEndToEnd(b *testing.B, concurrency, batchSize int, writes string) {
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(cctx) }()
 	select {
-	case <-src.done:
+	case <-counting.done:
 	case err := <-ran:
 		b.Fatalf("the consumer stopped: %v", err)
 	}

@@ -38,6 +38,8 @@ type SQLite struct {
 	closed    atomic.Bool
 	lastSweep atomic.Int64
 	acks      sqliteAcks
+	completes sqliteCompletes // the fused path's (WithLedger)
+	ledger    sqliteLedger    // WithLedger's store, or nil
 
 	// txStmts are PublishTx's statements, prepared on db once it
 	// succeeds (a failure, such as tables not made yet, is tried again
@@ -70,14 +72,21 @@ func NewSQLite(ctx context.Context, db *sql.DB, opts ...Option) (*SQLite, error)
 		o(&cfg)
 	}
 	s := &SQLite{db: db, cfg: cfg}
+	if cfg.ledger != nil {
+		l, err := s.checkLedger()
+		if err != nil {
+			return nil, err
+		}
+		s.ledger = l
+	}
 	if cfg.migrate {
 		if err := s.migrate(ctx); err != nil {
 			return nil, err
 		}
 	}
 	var err error
-	if cfg.groupCommit != nil {
-		s.w, err = newGCWriter(ctx, s, cfg.groupCommit)
+	if s.cfg.groupCommit != nil { // WithGroupCommit, or WithLedger's store
+		s.w, err = newGCWriter(ctx, s, s.cfg.groupCommit)
 	} else {
 		s.w, err = newSQLiteWriter(ctx, s)
 	}
@@ -609,33 +618,9 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 		ds      []queue.Delivery
 		corrupt []corruptRow
 	)
-	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
-		ds, corrupt = ds[:0], corrupt[:0]
-		rows, err := st.receive.Query(now+q.cfg.visibility.Microseconds(), now, q.name, max)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			d := &delivery{s: q}
-			var attrs, group, dedup sql.NullString
-			var first sql.NullInt64
-			var published int64
-			if err := rows.Scan(&d.id, &d.msg.Body, &attrs, &group, &dedup, &d.msg.ReceiveCount,
-				&d.receipt, &first, &published); err != nil {
-				return err
-			}
-			if d.msg.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
-				corrupt = append(corrupt, corruptRow{d, err})
-				continue
-			}
-			d.msg.ID = formatID(d.id)
-			d.msg.GroupID, d.msg.DedupID = group.String, dedup.String
-			d.msg.FirstReceived = time.UnixMicro(first.Int64)
-			d.msg.Published = time.UnixMicro(published)
-			ds = append(ds, d)
-		}
-		return rows.Err()
+	err := q.s.w.do(ctx, func(st *sqliteStmts, now int64) (err error) {
+		ds, corrupt, err = q.receiveIn(st, now, max)
+		return err
 	}, func() { q.handBack(ds) })
 	if err != nil {
 		return nil, q.s.wrapErr(fmt.Errorf("sqlqueue: receive from %s: %w", q.name, err))
@@ -648,8 +633,47 @@ func (q *SQLiteQueue) receive(ctx context.Context, max int) ([]queue.Delivery, e
 		return nil, err
 	}
 	deadLetterCorrupt(q.s.cfg.logger, q.name, corrupt, q.deadLetter)
-	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
 	return ds, nil
+}
+
+// receiveIn runs the receive statement in a unit of the writer and
+// returns the deliveries in id order, and the messages it took whose
+// attributes cannot be read, for the caller to dead-letter once the unit
+// has committed.
+func (q *SQLiteQueue) receiveIn(st *sqliteStmts, now int64, max int) ([]queue.Delivery, []corruptRow, error) {
+	var (
+		ds      []queue.Delivery
+		corrupt []corruptRow
+	)
+	rows, err := st.receive.Query(now+q.cfg.visibility.Microseconds(), now, q.name, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		d := &delivery{s: q}
+		var attrs, group, dedup sql.NullString
+		var first sql.NullInt64
+		var published int64
+		if err := rows.Scan(&d.id, &d.msg.Body, &attrs, &group, &dedup, &d.msg.ReceiveCount,
+			&d.receipt, &first, &published); err != nil {
+			return nil, nil, err
+		}
+		if d.msg.Attributes, err = decodeAttrs([]byte(attrs.String)); err != nil {
+			corrupt = append(corrupt, corruptRow{d, err})
+			continue
+		}
+		d.msg.ID = formatID(d.id)
+		d.msg.GroupID, d.msg.DedupID = group.String, dedup.String
+		d.msg.FirstReceived = time.UnixMicro(first.Int64)
+		d.msg.Published = time.UnixMicro(published)
+		ds = append(ds, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].(*delivery).id < ds[j].(*delivery).id })
+	return ds, corrupt, nil
 }
 
 // handBack returns messages that a receive took after its caller had

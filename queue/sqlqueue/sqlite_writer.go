@@ -75,6 +75,11 @@ type sqliteStmts struct {
 	// parse than to run.
 	insertRows func(n int) *sql.Stmt
 
+	// ctx is the context of the group committer's unit the statements
+	// run in (WithGroupCommit), which the ledger store's claims and
+	// finishes inside the unit need; nil on the handle's own writer.
+	ctx context.Context
+
 	x interface {
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -524,6 +529,7 @@ func (g *gcWriter) boundRows(n int) *sql.Stmt {
 func (g *gcWriter) do(ctx context.Context, run func(st *sqliteStmts, now int64) error, _ func()) error {
 	err := g.gc.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		st := g.bind(tx)
+		st.ctx = ctx
 		now := g.s.now()
 		err := run(st, now)
 		if err == nil {

@@ -20,7 +20,11 @@ func newSQLiteQueue(ctx context.Context, cfg *config, st *sqlitestore.Store) (id
 	if cfg.queue == "memqueue" {
 		return newMemQueue(), nil
 	}
-	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithGroupCommit(st), sqlqueue.WithLogger(cfg.log))
+	write := sqlqueue.WithGroupCommit(st)
+	if cfg.fused {
+		write = sqlqueue.WithLedger(st) // and the store's group commit
+	}
+	qs, err := sqlqueue.NewSQLite(ctx, st.DB(), write, sqlqueue.WithLogger(cfg.log))
 	if err != nil {
 		return idemQueue{}, err
 	}
