@@ -109,6 +109,11 @@
 // ledger's store is the handle's; [WithLedger] is the one switch, because
 // only the caller knows that the two share a database.
 //
+// On SQLite the same option, [WithLedger](store) with the sqlitestore.Store
+// of the file (it implies [WithGroupCommit] with it), makes a receive and
+// its claims one unit of the store's writer, and each completion and its
+// ack another, shared by the handlers that finish meanwhile.
+//
 // # Housekeeping
 //
 // Expired dedup ids behave as absent; [SQLite.Sweep] and [Postgres.Sweep]
