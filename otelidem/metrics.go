@@ -1,0 +1,222 @@
+package otelidem
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/idemkit/idem"
+)
+
+// Metric names. docs/observability.md says what each counts.
+const (
+	MetricOperations        = "idem.operations"
+	MetricOperationDuration = "idem.operation.duration"
+	MetricTakeovers         = "idem.takeovers"
+	MetricIndeterminate     = "idem.indeterminate"
+	MetricBusy              = "idem.busy"
+	MetricLeaseExtensions   = "idem.lease.extensions"
+	MetricLeaseLosses       = "idem.lease.losses"
+	MetricStoreErrors       = "idem.store.errors"
+	MetricDeliveries        = "idem.deliveries"
+	MetricDeliveryDuration  = "idem.delivery.duration"
+	MetricDeadLetters       = "idem.dead_letters"
+	MetricWebhookRequests   = "idem.webhook.requests"
+	MetricWebhookRefusals   = "idem.webhook.refusals"
+	MetricWebhookDuration   = "idem.webhook.duration"
+	MetricHTTPRequests      = "idem.http.requests"
+	MetricHTTPDuration      = "idem.http.duration"
+	MetricRelayPublished    = "idem.relay.published"
+	MetricRelayRefused      = "idem.relay.refused"
+	MetricRelayLag          = "idem.relay.lag"
+	MetricQueueMessages     = "idem.queue.messages"
+	MetricQueueOldestAge    = "idem.queue.oldest_age"
+)
+
+// durationBounds are the histograms' bucket bounds in seconds: from a
+// memstore call (tens of µs) to a slow effect (a minute).
+var durationBounds = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// lagBounds are the relay lag's bounds in seconds: a relay polls, so its
+// lag is rarely under a millisecond and can reach minutes when it is down.
+var lagBounds = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+type instruments struct {
+	operations, takeovers, indeterminate, busy    metric.Int64Counter
+	leaseExtensions, leaseLosses, storeErrors     metric.Int64Counter
+	deliveries, deadLetters                       metric.Int64Counter
+	webhookRequests, webhookRefusals, httpRequest metric.Int64Counter
+	relayPublishedN, relayRefusedN                metric.Int64Counter
+	opDuration, deliveryDuration                  metric.Float64Histogram
+	webhookDuration, httpDuration, relayLag       metric.Float64Histogram
+}
+
+func newInstruments(m metric.Meter, stats []func(context.Context) ([]QueueStats, error)) instruments {
+	var in instruments
+	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			otel.Handle(err)
+			c, _ = noop.NewMeterProvider().Meter(ScopeName).Int64Counter(name)
+		}
+		*dst = c
+	}
+	histogram := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(bounds...))
+		if err != nil {
+			otel.Handle(err)
+			h, _ = noop.NewMeterProvider().Meter(ScopeName).Float64Histogram(name)
+		}
+		*dst = h
+	}
+	counter(&in.operations, MetricOperations, "{operation}", "Ledger operations, by outcome and policy.")
+	histogram(&in.opDuration, MetricOperationDuration, "Duration of Ledger operations, by outcome and policy.", durationBounds)
+	counter(&in.takeovers, MetricTakeovers, "{operation}", "Operations that took over a lapsed attempt (its effect may run twice).")
+	counter(&in.indeterminate, MetricIndeterminate, "{operation}", "Operations answered indeterminate: a key that needs a Reconcile hook or an operator.")
+	counter(&in.busy, MetricBusy, "{operation}", "Operations answered busy: another attempt holds the key.")
+	counter(&in.leaseExtensions, MetricLeaseExtensions, "{extension}", "Heartbeats that extended a running attempt's lease.")
+	counter(&in.leaseLosses, MetricLeaseLosses, "{attempt}", "Running attempts that lost their key, by reason.")
+	counter(&in.storeErrors, MetricStoreErrors, "{call}", "Store calls that failed, by the call.")
+	counter(&in.deliveries, MetricDeliveries, "{delivery}", "Queue deliveries settled, by queue and outcome.")
+	histogram(&in.deliveryDuration, MetricDeliveryDuration, "Time to handle and settle a delivery, by queue and outcome.", durationBounds)
+	counter(&in.deadLetters, MetricDeadLetters, "{message}", "Messages dead-lettered by a consumer, by queue and reason.")
+	counter(&in.webhookRequests, MetricWebhookRequests, "{request}", "Webhook requests answered, by source and outcome.")
+	counter(&in.webhookRefusals, MetricWebhookRefusals, "{request}", "Webhook requests refused, by source and reason.")
+	histogram(&in.webhookDuration, MetricWebhookDuration, "Time to answer a webhook request, by source and outcome.", durationBounds)
+	counter(&in.httpRequest, MetricHTTPRequests, "{request}", "httpidem requests answered, by method, route, outcome and status.")
+	histogram(&in.httpDuration, MetricHTTPDuration, "Time to answer an httpidem request, by method, route and outcome.", durationBounds)
+	counter(&in.relayPublishedN, MetricRelayPublished, "{message}", "Outbox messages the relay published.")
+	counter(&in.relayRefusedN, MetricRelayRefused, "{message}", "Outbox messages the publisher refused, by reason.")
+	histogram(&in.relayLag, MetricRelayLag, "Time from an outbox message's write to its publish.", lagBounds)
+	if len(stats) > 0 {
+		registerQueueStats(m, stats)
+	}
+	return in
+}
+
+func registerQueueStats(m metric.Meter, stats []func(context.Context) ([]QueueStats, error)) {
+	messages, err := m.Int64ObservableGauge(MetricQueueMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages in a queue, by state (ready, in_flight, delayed, dead_lettered)."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	oldest, err := m.Float64ObservableGauge(MetricQueueOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest message in a queue (0 when it is empty)."))
+	if err != nil {
+		otel.Handle(err)
+		return
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		for _, f := range stats {
+			qs, err := f(ctx)
+			if err != nil {
+				// One queue's failure does not hide the others'.
+				otel.Handle(err)
+				continue
+			}
+			for _, s := range qs {
+				dest := semconv.MessagingDestinationName(s.Queue)
+				for _, st := range [...]struct {
+					state string
+					n     int64
+				}{{"ready", s.Ready}, {"in_flight", s.InFlight}, {"delayed", s.Delayed}, {"dead_lettered", s.DeadLettered}} {
+					obs.ObserveInt64(messages, st.n, metric.WithAttributes(dest, AttrQueueState.String(st.state)))
+				}
+				obs.ObserveFloat64(oldest, s.OldestAge.Seconds(), metric.WithAttributes(dest))
+			}
+		}
+		return nil
+	}, messages, oldest)
+	if err != nil {
+		otel.Handle(err)
+	}
+}
+
+func (in *instruments) op(ctx context.Context, e idem.Event) {
+	set := metric.WithAttributes(AttrOutcome.String(e.Outcome), AttrPolicy.String(e.Policy.String()))
+	in.operations.Add(ctx, 1, set)
+	in.opDuration.Record(ctx, e.Duration.Seconds(), set)
+	policy := metric.WithAttributes(AttrPolicy.String(e.Policy.String()))
+	if e.Takeover {
+		in.takeovers.Add(ctx, 1, policy)
+	}
+	switch e.Outcome {
+	case "indeterminate":
+		in.indeterminate.Add(ctx, 1, policy)
+	case "busy":
+		in.busy.Add(ctx, 1, policy)
+	}
+}
+
+func (in *instruments) leaseExtended(ctx context.Context) { in.leaseExtensions.Add(ctx, 1) }
+
+func (in *instruments) leaseLost(ctx context.Context, e idem.Event) {
+	in.leaseLosses.Add(ctx, 1, metric.WithAttributes(AttrReason.String(token(e.Reason))))
+}
+
+func (in *instruments) storeFailed(ctx context.Context, e idem.Event) {
+	in.storeErrors.Add(ctx, 1, metric.WithAttributes(AttrStoreOp.String(token(e.Op))))
+}
+
+func (in *instruments) delivery(ctx context.Context, e idem.Event) {
+	dest := semconv.MessagingDestinationName(e.Queue)
+	set := metric.WithAttributes(dest, AttrOutcome.String(e.Outcome))
+	in.deliveries.Add(ctx, 1, set)
+	in.deliveryDuration.Record(ctx, e.Duration.Seconds(), set)
+	if e.Outcome == "dead-lettered" {
+		in.deadLetters.Add(ctx, 1, metric.WithAttributes(dest, AttrReason.String(token(e.Reason))))
+	}
+}
+
+func (in *instruments) webhook(ctx context.Context, e idem.Event) {
+	src := AttrWebhookSource.String(e.Source)
+	set := metric.WithAttributes(src, AttrOutcome.String(e.Outcome), semconv.HTTPResponseStatusCode(e.Status))
+	in.webhookRequests.Add(ctx, 1, set)
+	in.webhookDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(src, AttrOutcome.String(e.Outcome)))
+	if e.Outcome == "refused" {
+		in.webhookRefusals.Add(ctx, 1, metric.WithAttributes(src, AttrReason.String(token(e.Reason))))
+	}
+}
+
+func (in *instruments) request(ctx context.Context, e idem.Event) {
+	method, route := semconv.HTTPRequestMethodKey.String(e.Method), semconv.HTTPRoute(e.Route)
+	in.httpRequest.Add(ctx, 1, metric.WithAttributes(method, route, AttrOutcome.String(e.Outcome),
+		semconv.HTTPResponseStatusCode(e.Status)))
+	in.httpDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(method, route, AttrOutcome.String(e.Outcome)))
+}
+
+func (in *instruments) relayPublished(ctx context.Context, e idem.Event) {
+	dest := metric.WithAttributes(semconv.MessagingDestinationName(e.Queue))
+	in.relayPublishedN.Add(ctx, 1, dest)
+	in.relayLag.Record(ctx, e.Duration.Seconds(), dest)
+}
+
+func (in *instruments) relayRefused(ctx context.Context, e idem.Event) {
+	in.relayRefusedN.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(e.Queue),
+		AttrReason.String(token(e.Reason))))
+}
+
+// token returns reason when it is a short token, else "other": a metric
+// attribute must not take an unbounded set of values (an error's text, a
+// receive count), which would make a series per message.
+func token(reason string) string {
+	if reason == "" {
+		return "none"
+	}
+	if len(reason) > 32 {
+		return "other"
+	}
+	for i := 0; i < len(reason); i++ {
+		c := reason[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return "other"
+		}
+	}
+	return reason
+}
