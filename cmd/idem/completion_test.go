@@ -23,7 +23,7 @@ func TestCompletionFlags(t *testing.T) {
 	for cmd, flags := range map[string][]string{
 		"ls":            {"store", "status", "stuck", "limit", "after", "json"},
 		"resolve":       {"done", "not-done", "result", "result-file", "retention", "fence", "force", "reason", "by"},
-		"serve":         {"listen", "token-file", "max-body", "hash-keys"},
+		"serve":         {"listen", "token-file", "max-body", "hash-keys", "metrics"},
 		"queue stats":   {"queue", "schema", "json"},
 		"queue redrive": {"queue", "limit", "schema", "json"},
 		"completion":    {"store"},

@@ -61,7 +61,8 @@
 //	serve                the ledger over HTTP for workers in any language:
 //	                     POST /v1/claim, /v1/complete, /v1/release, /v1/fail,
 //	                     /v1/abandon, /v1/extend; GET /v1/records/KEY,
-//	                     /healthz. Claims are decided as the Go Ledger decides
+//	                     /healthz, /readyz, /metrics (Prometheus; off with
+//	                     --metrics=false). Claims are decided as the Go Ledger decides
 //	                     them (store.ClaimResult.Answer). --listen ADDR (default
 //	                     127.0.0.1:7070; loopback only without --token-file),
 //	                     --token-file PATH (Authorization: Bearer), --max-body
@@ -188,8 +189,13 @@
 // Origin header or a cross-site Sec-Fetch-Site are refused, and without
 // --token-file the Host must be localhost, 127.0.0.0/8 or [::1] (DNS
 // rebinding). The Authorization scheme is case-insensitive. GET /healthz
-// reads a key that is never claimed: 200 when the store answers a read,
-// else 503.
+// and GET /readyz read a key that is never claimed: 200 when the store
+// answers a read within 5s, else 503. GET /metrics is the Prometheus
+// exposition of the claims served, counted by package otelidem's
+// instruments (idem_operations_total by outcome, idem_takeovers_total,
+// idem_busy_total, idem_indeterminate_total, ...; docs/observability.md)
+// and of the Go runtime and process; --metrics=false turns it off (404).
+// With --token-file, /healthz, /readyz and /metrics need the token too.
 //
 // The fingerprint is the request itself as a string; the server stores its
 // sha256 as idem.Fingerprint does, so Go and HTTP workers of one operation

@@ -287,7 +287,7 @@ func TestHelp(t *testing.T) {
 		"explain": {"--json"},
 		"demo":    {"--orders N", "--seed N", "--lease D", "idem-demo.db"},
 		"version": {"--json"},
-		"serve":   {"--listen ADDR", "(default 127.0.0.1:7070)", "--token-file PATH", "--max-body BYTES", "(default 1048576)", "--hash-keys"},
+		"serve":   {"--listen ADDR", "(default 127.0.0.1:7070)", "--token-file PATH", "--max-body BYTES", "(default 1048576)", "--hash-keys", "--metrics"},
 	} {
 		idemRun(ctx, "help", cmd).expect(t, 0, flags...)
 	}

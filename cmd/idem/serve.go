@@ -36,7 +36,7 @@ import (
 
 var serveCmd = &command{
 	name:     "serve",
-	synopsis: "[--listen ADDR] [--token-file PATH] [--max-body BYTES] [--hash-keys]",
+	synopsis: "[--listen ADDR] [--token-file PATH] [--max-body BYTES] [--hash-keys] [--metrics=false]",
 	summary:  "serve the ledger over HTTP, for workers in any language",
 	help: `
 Serve answers an HTTP JSON API over the store, so that a worker in Python,
@@ -69,6 +69,11 @@ PostgreSQL table is created.
            by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
   GET  /healthz          200 when the store answers a read, else 503
+  GET  /readyz           the same check, under the name readiness probes use
+  GET  /metrics          Prometheus exposition of the claims served (idem_operations_total
+                         by outcome, takeovers, busy, indeterminate, ...: see
+                         docs/observability.md) and of the process; --metrics=false
+                         turns it off (404)
 
 Calls on an attempt name it by the fence and the attempt_id its claim
 returned (both required): the store writes only while that attempt holds
@@ -110,7 +115,7 @@ with an Origin header or a Sec-Fetch-Site other than none or same-origin
 is refused 403 (cross-origin). Without --token-file the server listens on
 a loopback address only and answers only a loopback Host (localhost,
 127.0.0.0/8, [::1]), else 403 (host-not-allowed). With it every request,
-/healthz included, needs "Authorization: Bearer TOKEN" (the file's
+/healthz, /readyz and /metrics included, needs "Authorization: Bearer TOKEN" (the file's
 content, surrounding white space trimmed; the scheme in any case), else
 401. SIGINT or SIGTERM stops it gracefully (calls under way finish, 10s
 at most; a second signal cuts their connections at once); it then waits
@@ -161,6 +166,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	tokenFile := fs.String("token-file", "", "require \"Authorization: Bearer TOKEN\", TOKEN read from `PATH`")
 	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
 	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key")
+	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus) and count the claims served")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -194,6 +200,14 @@ func runServe(ctx context.Context, a *app, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(a.stderr, nil))
 	srv := newServer(s, log, token, *maxBody, *hashKeys)
+	if *metrics {
+		m, err := newServeMetrics()
+		if err != nil {
+			return err
+		}
+		defer m.shutdown()
+		srv.obs, srv.metrics = m.observer, m.handler
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -333,6 +347,10 @@ type server struct {
 	maxBody  int64
 	hashKeys bool
 	inflight calls
+	// obs is told of each call and of the operations they make (nil:
+	// --metrics=false); metrics serves /metrics.
+	obs     idem.Observer
+	metrics http.Handler
 }
 
 func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
@@ -356,6 +374,12 @@ type call struct {
 	attempt int
 	status  int
 	extra   []slog.Attr
+	// For the observer: the claim's policy, the attempt, whether a finish
+	// was a retry already recorded, and the store call that failed.
+	policy    idem.Policy
+	attemptID string
+	repeated  bool
+	storeOp   string
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -375,6 +399,19 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.EscapedPath()
+	if path == "/metrics" && s.metrics != nil {
+		// Not observed: a scrape does not count itself.
+		if s.method(w, c, r, http.MethodGet) {
+			c.outcome, c.status = "metrics", http.StatusOK
+			s.metrics.ServeHTTP(w, r)
+		}
+		return
+	}
+	if s.obs != nil {
+		ctx := s.obs.Observe(r.Context(), idem.Event{Kind: idem.RequestStart, Method: r.Method, Route: routeOf(path), Started: start})
+		r = r.WithContext(ctx)
+		defer s.observeCall(ctx, r, c, path, start)
+	}
 	if rest, ok := strings.CutPrefix(path, "/v1/records/"); ok {
 		if !s.method(w, c, r, http.MethodGet) {
 			return
@@ -401,7 +438,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if path == "/healthz" {
+	if path == "/healthz" || path == "/readyz" {
 		if s.method(w, c, r, http.MethodGet) {
 			s.health(w, r, c)
 		}
@@ -580,6 +617,7 @@ func (s *server) problem(w http.ResponseWriter, c *call, status int, kind, detai
 // corrupt record, which a retry does not mend). Never an outcome.
 func (s *server) storeFailed(w http.ResponseWriter, c *call, op string, err error) {
 	c.extra = append(c.extra, slog.String("op", op), s.errAttr(c, "error", err))
+	c.storeOp = op
 	if errors.Is(err, idem.ErrCorrupt) {
 		c.outcome = "store-error"
 		s.problem(w, c, http.StatusInternalServerError, "record-corrupt",
@@ -819,6 +857,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 		req.Fingerprint = store.FingerprintOf([]byte(*b.Fingerprint))
 	}
 	c.extra = append(c.extra, slog.String("owner", owner), slog.String("policy", policy.String()))
+	c.policy = policy
 	// The claim runs to its end even if the client leaves: a store may
 	// commit it and then report the cancellation, and a claim that is
 	// known acquired can be undone below, one in doubt cannot.
@@ -854,7 +893,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request, c *call) {
 			s.problem(w, c, http.StatusServiceUnavailable, "store-unavailable", "The request ended before its claim was answered; the claim was undone.", nil)
 			return
 		}
-		c.outcome = "acquired"
+		c.outcome, c.attemptID = "acquired", rec.AttemptID
 		if cr.Takeover {
 			c.outcome = "takeover"
 			c.extra = append(c.extra, slog.String("msg_detail", "took over a lapsed attempt: it may have done part or all of its effect"))
@@ -962,6 +1001,7 @@ func (s *server) attemptCall(w http.ResponseWriter, r *http.Request, c *call, v 
 		return false
 	}
 	c.extra = append(c.extra, slog.String("attempt_id", ref.AttemptID))
+	c.attemptID = ref.AttemptID
 	return true
 }
 
@@ -996,7 +1036,7 @@ func (s *server) finished(w http.ResponseWriter, r *http.Request, c *call, op st
 		}
 		if gerr == nil {
 			if e, ok := rec.EntryOf(b.AttemptID); ok && recorded != nil && e.Fence == b.Fence && e.Outcome == outcome && recorded(&rec, e) {
-				c.outcome, c.attempt = string(outcome), e.Attempt
+				c.outcome, c.attempt, c.repeated = string(outcome), e.Attempt, true
 				c.extra = append(c.extra, slog.Bool("repeated", true))
 				s.reply(w, c, map[string]any{"outcome": outcome, "key": b.Key, "fence": b.Fence, "attempt_id": b.AttemptID, "repeated": true})
 				return
