@@ -82,7 +82,7 @@ func newInstruments(m metric.Meter, stats []func(context.Context) ([]QueueStats,
 	counter(&in.leaseExtensions, MetricLeaseExtensions, "{extension}", "Heartbeats that extended a running attempt's lease.")
 	counter(&in.leaseLosses, MetricLeaseLosses, "{attempt}", "Running attempts that lost their key, by reason.")
 	counter(&in.storeErrors, MetricStoreErrors, "{call}", "Store calls that failed, by the call.")
-	counter(&in.deliveries, MetricDeliveries, "{delivery}", "Queue deliveries settled, by queue and outcome.")
+	counter(&in.deliveries, MetricDeliveries, "{delivery}", "Queue deliveries settled, by queue, outcome and reason (the ledger's answer: executed, replayed, busy, ...; a dead letter's cause).")
 	histogram(&in.deliveryDuration, MetricDeliveryDuration, "Time to handle and settle a delivery, by queue and outcome.", durationBounds)
 	counter(&in.deadLetters, MetricDeadLetters, "{message}", "Messages dead-lettered by a consumer, by queue and reason.")
 	counter(&in.webhookRequests, MetricWebhookRequests, "{request}", "Webhook requests answered, by source and outcome.")
@@ -166,9 +166,9 @@ func (in *instruments) storeFailed(ctx context.Context, e idem.Event) {
 
 func (in *instruments) delivery(ctx context.Context, e idem.Event) {
 	dest := semconv.MessagingDestinationName(e.Queue)
-	set := metric.WithAttributes(dest, AttrOutcome.String(e.Outcome))
-	in.deliveries.Add(ctx, 1, set)
-	in.deliveryDuration.Record(ctx, e.Duration.Seconds(), set)
+	outcome := AttrOutcome.String(e.Outcome)
+	in.deliveries.Add(ctx, 1, metric.WithAttributes(dest, outcome, AttrReason.String(token(e.Reason))))
+	in.deliveryDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(dest, outcome))
 	if e.Outcome == "dead-lettered" {
 		in.deadLetters.Add(ctx, 1, metric.WithAttributes(dest, AttrReason.String(token(e.Reason))))
 	}
