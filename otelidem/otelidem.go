@@ -243,7 +243,13 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 		o.endHTTP(ctx, e)
 
 	case idem.RequestStart:
-		ctx, _ = o.tracer.Start(ctx, e.Method+" "+e.Route, trace.WithSpanKind(trace.SpanKindServer),
+		// The semantic conventions' name, "METHOD ROUTE", or the method
+		// alone when the route is unknown (the middleware wraps a mux).
+		name := e.Method
+		if e.Route != "" {
+			name += " " + e.Route
+		}
+		ctx, _ = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithTimestamp(startOf(e)),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(e.Method), semconv.HTTPRoute(e.Route)))
 		return ctx

@@ -332,9 +332,15 @@ func TestHTTPSpans(t *testing.T) {
 	wctx := tel.obs.Observe(ctx, idem.Event{Kind: idem.WebhookStart, Source: "github"})
 	tel.obs.Observe(wctx, idem.Event{Kind: idem.WebhookEnd, Source: "github", Outcome: "refused", Reason: "signature", Status: 401})
 
+	bare := tel.obs.Observe(ctx, idem.Event{Kind: idem.RequestStart, Method: "PUT"})
+	tel.obs.Observe(bare, idem.Event{Kind: idem.RequestEnd, Method: "PUT", Outcome: "executed", Status: 201})
+
 	ended := tel.spans.Ended()
-	if len(ended) != 2 {
-		t.Fatalf("%d spans, want 2", len(ended))
+	if len(ended) != 3 {
+		t.Fatalf("%d spans, want 3", len(ended))
+	}
+	if ended[2].Name() != "PUT" {
+		t.Errorf("a request without a route is span %q, want PUT", ended[2].Name())
 	}
 	r, w := ended[0], ended[1]
 	if r.Name() != "POST /orders" || r.SpanKind() != trace.SpanKindServer || r.Status().Code != codes.Error {
