@@ -2,8 +2,11 @@ package otelidem
 
 import (
 	"context"
+	"strconv"
+	"sync"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -53,10 +56,62 @@ type instruments struct {
 	relayPublishedN, relayRefusedN                metric.Int64Counter
 	opDuration, deliveryDuration                  metric.Float64Histogram
 	webhookDuration, httpDuration, relayLag       metric.Float64Histogram
+	sets                                          setCache
 }
 
-func newInstruments(m metric.Meter, stats []func(context.Context) ([]QueueStats, error)) instruments {
-	var in instruments
+// setCache keeps the attribute sets of the measurements made so far, so
+// that a measurement does not build and sort its set again: the values
+// are few (outcomes, reasons, queues, routes) and each comes back at
+// every event.
+type setCache struct {
+	mu   sync.RWMutex
+	opts map[setKey]metric.MeasurementOption
+}
+
+// setKey names a set: which measurement (kind) and its attribute values.
+type setKey struct {
+	kind       uint8
+	a, b, c, d string
+}
+
+// maxCachedSets bounds the cache; past it, sets are built each time.
+const maxCachedSets = 4096
+
+func (c *setCache) get(k setKey, attrs func() []attribute.KeyValue) metric.MeasurementOption {
+	c.mu.RLock()
+	o, ok := c.opts[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(attrs()...))
+	c.mu.Lock()
+	if c.opts == nil {
+		c.opts = map[setKey]metric.MeasurementOption{}
+	}
+	if len(c.opts) < maxCachedSets {
+		c.opts[k] = o
+	}
+	c.mu.Unlock()
+	return o
+}
+
+// The kinds of setKey.
+const (
+	setOp uint8 = iota
+	setPolicy
+	setDelivery
+	setDeliveryDuration
+	setDeadLetter
+	setWebhook
+	setWebhookDuration
+	setWebhookRefusal
+	setRequest
+	setRequestDuration
+)
+
+func newInstruments(m metric.Meter, stats []func(context.Context) ([]QueueStats, error)) *instruments {
+	in := &instruments{}
 	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		if err != nil {
@@ -139,18 +194,26 @@ func registerQueueStats(m metric.Meter, stats []func(context.Context) ([]QueueSt
 }
 
 func (in *instruments) op(ctx context.Context, e idem.Event) {
-	set := metric.WithAttributes(AttrOutcome.String(e.Outcome), AttrPolicy.String(e.Policy.String()))
+	policy := e.Policy.String()
+	set := in.sets.get(setKey{kind: setOp, a: e.Outcome, b: policy}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrOutcome.String(e.Outcome), AttrPolicy.String(policy)}
+	})
 	in.operations.Add(ctx, 1, set)
 	in.opDuration.Record(ctx, e.Duration.Seconds(), set)
-	policy := metric.WithAttributes(AttrPolicy.String(e.Policy.String()))
+	if !e.Takeover && e.Outcome != "indeterminate" && e.Outcome != "busy" {
+		return
+	}
+	policySet := in.sets.get(setKey{kind: setPolicy, a: policy}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrPolicy.String(policy)}
+	})
 	if e.Takeover {
-		in.takeovers.Add(ctx, 1, policy)
+		in.takeovers.Add(ctx, 1, policySet)
 	}
 	switch e.Outcome {
 	case "indeterminate":
-		in.indeterminate.Add(ctx, 1, policy)
+		in.indeterminate.Add(ctx, 1, policySet)
 	case "busy":
-		in.busy.Add(ctx, 1, policy)
+		in.busy.Add(ctx, 1, policySet)
 	}
 }
 
@@ -165,30 +228,64 @@ func (in *instruments) storeFailed(ctx context.Context, e idem.Event) {
 }
 
 func (in *instruments) delivery(ctx context.Context, e idem.Event) {
-	dest := semconv.MessagingDestinationName(e.Queue)
-	outcome := AttrOutcome.String(e.Outcome)
-	in.deliveries.Add(ctx, 1, metric.WithAttributes(dest, outcome, AttrReason.String(token(e.Reason))))
-	in.deliveryDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(dest, outcome))
+	reason := token(e.Reason)
+	in.deliveries.Add(ctx, 1, in.sets.get(setKey{kind: setDelivery, a: e.Queue, b: e.Outcome, c: reason}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue), AttrOutcome.String(e.Outcome), AttrReason.String(reason)}
+	}))
+	in.deliveryDuration.Record(ctx, e.Duration.Seconds(), in.sets.get(setKey{kind: setDeliveryDuration, a: e.Queue, b: e.Outcome}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue), AttrOutcome.String(e.Outcome)}
+	}))
 	if e.Outcome == "dead-lettered" {
-		in.deadLetters.Add(ctx, 1, metric.WithAttributes(dest, AttrReason.String(token(e.Reason))))
+		in.deadLetters.Add(ctx, 1, in.sets.get(setKey{kind: setDeadLetter, a: e.Queue, b: reason}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue), AttrReason.String(reason)}
+		}))
 	}
 }
 
 func (in *instruments) webhook(ctx context.Context, e idem.Event) {
-	src := AttrWebhookSource.String(e.Source)
-	set := metric.WithAttributes(src, AttrOutcome.String(e.Outcome), semconv.HTTPResponseStatusCode(e.Status))
-	in.webhookRequests.Add(ctx, 1, set)
-	in.webhookDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(src, AttrOutcome.String(e.Outcome)))
+	status := statusText(e.Status)
+	in.webhookRequests.Add(ctx, 1, in.sets.get(setKey{kind: setWebhook, a: e.Source, b: e.Outcome, c: status}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrWebhookSource.String(e.Source), AttrOutcome.String(e.Outcome), semconv.HTTPResponseStatusCode(e.Status)}
+	}))
+	in.webhookDuration.Record(ctx, e.Duration.Seconds(), in.sets.get(setKey{kind: setWebhookDuration, a: e.Source, b: e.Outcome}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrWebhookSource.String(e.Source), AttrOutcome.String(e.Outcome)}
+	}))
 	if e.Outcome == "refused" {
-		in.webhookRefusals.Add(ctx, 1, metric.WithAttributes(src, AttrReason.String(token(e.Reason))))
+		reason := token(e.Reason)
+		in.webhookRefusals.Add(ctx, 1, in.sets.get(setKey{kind: setWebhookRefusal, a: e.Source, b: reason}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{AttrWebhookSource.String(e.Source), AttrReason.String(reason)}
+		}))
 	}
 }
 
 func (in *instruments) request(ctx context.Context, e idem.Event) {
-	method, route := semconv.HTTPRequestMethodKey.String(e.Method), semconv.HTTPRoute(e.Route)
-	in.httpRequest.Add(ctx, 1, metric.WithAttributes(method, route, AttrOutcome.String(e.Outcome),
-		semconv.HTTPResponseStatusCode(e.Status)))
-	in.httpDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(method, route, AttrOutcome.String(e.Outcome)))
+	in.httpRequest.Add(ctx, 1, in.sets.get(setKey{kind: setRequest, a: e.Method, b: e.Route, c: e.Outcome, d: statusText(e.Status)}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(e.Method), semconv.HTTPRoute(e.Route),
+			AttrOutcome.String(e.Outcome), semconv.HTTPResponseStatusCode(e.Status)}
+	}))
+	in.httpDuration.Record(ctx, e.Duration.Seconds(), in.sets.get(setKey{kind: setRequestDuration, a: e.Method, b: e.Route, c: e.Outcome}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(e.Method), semconv.HTTPRoute(e.Route), AttrOutcome.String(e.Outcome)}
+	}))
+}
+
+// statusText is status for a set's key: the common ones without an
+// allocation.
+func statusText(status int) string {
+	switch status {
+	case 200:
+		return "200"
+	case 201:
+		return "201"
+	case 401:
+		return "401"
+	case 409:
+		return "409"
+	case 500:
+		return "500"
+	case 503:
+		return "503"
+	}
+	return strconv.Itoa(status)
 }
 
 func (in *instruments) relayPublished(ctx context.Context, e idem.Event) {

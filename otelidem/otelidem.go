@@ -139,7 +139,7 @@ type Observer struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
 	system     string
-	m          instruments
+	m          *instruments
 }
 
 var _ idem.Observer = (*Observer)(nil)
