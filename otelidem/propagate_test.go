@@ -81,9 +81,8 @@ func TestPublisherInjectsACopy(t *testing.T) {
 	}
 }
 
-// Each adapter carries the traceparent from publish to receive. (memqueue
-// and sqlqueue here; jetstream, amqpqueue and sqsqueue carry attributes as
-// headers and message attributes, under their own conformance suites.)
+// The embedded adapters carry the traceparent from publish to receive
+// (the brokers: TestBrokersCarryTheTraceContext).
 func TestAdaptersCarryTheTraceContext(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "idem.db"))
