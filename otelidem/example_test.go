@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/otelidem"
+	"github.com/idemkit/idem/outbox"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -62,6 +63,16 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+
+	// An outbox: rows written with otelidem.TxPublisher carry the trace
+	// of the transaction's request; the relay reports to the observer
+	// and publishes through otelidem.Publisher, which keeps a row's
+	// trace.
+	outboxRows, _ := queues.Queue("outbox")
+	if _, err := outbox.NewRelay(outboxRows, otelidem.Publisher(events), outbox.WithObserver(obs)); err != nil {
+		panic(err)
+	}
+	_ = otelidem.TxPublisher[*sql.Tx](outboxRows) // for outbox.PublishTx(ctx, ..., tx, key, m)
 
 	// Code that publishes itself: the message carries its span's
 	// traceparent.

@@ -291,7 +291,9 @@ func statusText(status int) string {
 func (in *instruments) relayPublished(ctx context.Context, e idem.Event) {
 	dest := metric.WithAttributes(semconv.MessagingDestinationName(e.Queue))
 	in.relayPublishedN.Add(ctx, 1, dest)
-	in.relayLag.Record(ctx, e.Duration.Seconds(), dest)
+	if e.Duration > 0 { // 0: the outbox did not say when the row was written
+		in.relayLag.Record(ctx, e.Duration.Seconds(), dest)
+	}
 }
 
 func (in *instruments) relayRefused(ctx context.Context, e idem.Event) {
