@@ -10,7 +10,7 @@ import (
 // delivery a queue consumer handles, each request the webhook Receiver and
 // the httpidem middleware answer, each message the outbox relay forwards.
 // Metrics, traces and audit trails are built on it (package
-// github.com/idemkit/idem/otel implements it with OpenTelemetry); the
+// github.com/idemkit/idem/otelidem implements it with OpenTelemetry); the
 // Ledger's own log lines are written whether or not one is attached.
 //
 // Observe is called synchronously on the operation's goroutine (a
