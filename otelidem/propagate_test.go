@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"maps"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/memqueue"
@@ -150,5 +152,24 @@ func TestAdaptersCarryTheTraceContext(t *testing.T) {
 	}
 	if qs := otelidem.QueueStats(s); qs.Queue != "traced" || qs.InFlight != 1 {
 		t.Errorf("QueueStats(sqlqueue.Stats) = %+v, want the in-flight message of traced", qs)
+	}
+}
+
+// With nothing set, the program's global propagator is a no-op: Inject
+// still writes W3C trace context, and New works on the global no-op
+// providers.
+func TestDefaultsCarryW3CTraceContext(t *testing.T) {
+	ctx, span := tracer(t).Start(context.Background(), "request")
+	defer span.End()
+	attrs := map[string]string{}
+	otelidem.Inject(ctx, attrs)
+	if got := attrs["traceparent"]; !strings.Contains(got, span.SpanContext().TraceID().String()) {
+		t.Errorf("traceparent %q, want one naming trace %s", got, span.SpanContext().TraceID())
+	}
+	o := otelidem.New()
+	octx := o.Observe(ctx, idem.Event{Kind: idem.OpStart, Key: "k"})
+	o.Observe(octx, idem.Event{Kind: idem.OpEnd, Key: "k", Outcome: "executed"})
+	if trace.SpanFromContext(octx).SpanContext().TraceID() != span.SpanContext().TraceID() {
+		t.Error("on the global no-op tracer, the operation's context lost the caller's trace")
 	}
 }
