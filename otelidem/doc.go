@@ -31,8 +31,9 @@
 //     span), not the consumer's own context: a delivery is one message, so
 //     the semantic conventions allow the creation context as parent, and
 //     only a parent (a link would start a new trace) puts the webhook
-//     request, the capture, the handler and its effect in one trace. Status
-//     Error when dead-lettered.
+//     request, the capture, the handler and its effect in one trace. A span
+//     the consumer's own context had (a Lambda invocation's) is linked.
+//     Status Error when dead-lettered.
 //   - "webhook SOURCE" (server), one per webhook Receiver request:
 //     idem.webhook.source, http.response.status_code, idem.outcome,
 //     idem.reason; Error on a 5xx.

@@ -198,9 +198,16 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 		}
 
 	case idem.DeliveryStart:
+		var links []trace.Link
 		if len(e.Attributes) > 0 {
-			// The publisher's span is the parent: see the package doc.
+			// The publisher's span is the parent: see the package doc. A
+			// span the consumer's own context had (a Lambda invocation's)
+			// is linked instead.
+			local := trace.SpanContextFromContext(ctx)
 			ctx = o.propagator.Extract(ctx, propagation.MapCarrier(e.Attributes))
+			if remote := trace.SpanContextFromContext(ctx); local.IsValid() && remote.IsValid() && !remote.Equal(local) {
+				links = []trace.Link{{SpanContext: local}}
+			}
 		}
 		attrs := make([]attribute.KeyValue, 0, 7)
 		if o.system != "" {
@@ -213,7 +220,7 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 			semconv.MessagingOperationName("process"),
 			AttrReceives.Int(e.Receives))
 		ctx, _ = o.tracer.Start(ctx, "process "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithTimestamp(startOf(e)), trace.WithAttributes(attrs...))
+			trace.WithTimestamp(startOf(e)), trace.WithAttributes(attrs...), trace.WithLinks(links...))
 		return ctx
 	case idem.DeliveryEnd:
 		o.m.delivery(ctx, e)

@@ -382,3 +382,29 @@ func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue
 		}
 	}
 }
+
+// A consumer running inside a span of its own (a Lambda invocation's)
+// keeps the publisher's span as the delivery's parent and links its own.
+func TestDeliveryLinksTheConsumersSpan(t *testing.T) {
+	tel := newTelemetry(t)
+	pctx, pub := tel.tp.Tracer("test").Start(context.Background(), "publish")
+	attrs := map[string]string{}
+	otelidem.Inject(pctx, attrs)
+	pub.End()
+	cctx, invocation := tel.tp.Tracer("test").Start(context.Background(), "invocation")
+	dctx := tel.obs.Observe(cctx, idem.Event{Kind: idem.DeliveryStart, Queue: "q", Attributes: attrs})
+	tel.obs.Observe(dctx, idem.Event{Kind: idem.DeliveryEnd, Queue: "q", Outcome: "acked"})
+	invocation.End()
+	var d sdktrace.ReadOnlySpan
+	for _, s := range tel.spans.Ended() {
+		if s.Name() == "process q" {
+			d = s
+		}
+	}
+	if d == nil || d.Parent().SpanID() != pub.SpanContext().SpanID() {
+		t.Fatalf("delivery span %v: want the publisher's span as parent", d)
+	}
+	if links := d.Links(); len(links) != 1 || links[0].SpanContext.SpanID() != invocation.SpanContext().SpanID() {
+		t.Errorf("delivery span's links = %v, want the invocation's span", links)
+	}
+}
