@@ -171,12 +171,14 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 		o.m.op(ctx, e)
 		span := trace.SpanFromContext(ctx)
 		if span.IsRecording() {
-			span.SetAttributes(AttrOutcome.String(e.Outcome))
-			attemptAttrs(span, e)
+			var buf [6]attribute.KeyValue
+			attrs := attemptAttrs(append(buf[:0], AttrOutcome.String(e.Outcome)), e)
 			switch e.Outcome {
 			case "store-error", "lease-lost", "failed", "indeterminate":
-				setError(span, e)
+				attrs = setError(span, attrs, e)
 			}
+			// One call: each takes the span's lock and grows its slice.
+			span.SetAttributes(attrs...)
 		}
 		span.End()
 	case idem.LeaseExtended:
@@ -226,17 +228,19 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 		o.m.delivery(ctx, e)
 		span := trace.SpanFromContext(ctx)
 		if span.IsRecording() {
-			span.SetAttributes(AttrOutcome.String(e.Outcome))
+			var buf [9]attribute.KeyValue
+			attrs := append(buf[:0], AttrOutcome.String(e.Outcome))
 			if e.Reason != "" {
-				span.SetAttributes(AttrReason.String(e.Reason))
+				attrs = append(attrs, AttrReason.String(e.Reason))
 			}
 			if e.Key != "" {
-				span.SetAttributes(keyAttr(e))
+				attrs = append(attrs, keyAttr(e))
 			}
-			attemptAttrs(span, e)
+			attrs = attemptAttrs(attrs, e)
 			if e.Outcome == "dead-lettered" {
-				setError(span, e)
+				attrs = setError(span, attrs, e)
 			}
+			span.SetAttributes(attrs...)
 		}
 		span.End()
 
@@ -275,23 +279,25 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) context.Context {
 func (o *Observer) endHTTP(ctx context.Context, e idem.Event) {
 	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
-		span.SetAttributes(AttrOutcome.String(e.Outcome))
+		var buf [10]attribute.KeyValue
+		attrs := append(buf[:0], AttrOutcome.String(e.Outcome))
 		if e.Status != 0 {
-			span.SetAttributes(semconv.HTTPResponseStatusCode(e.Status))
+			attrs = append(attrs, semconv.HTTPResponseStatusCode(e.Status))
 		}
 		if e.Reason != "" {
-			span.SetAttributes(AttrReason.String(e.Reason))
+			attrs = append(attrs, AttrReason.String(e.Reason))
 		}
 		if e.Key != "" {
-			span.SetAttributes(keyAttr(e))
+			attrs = append(attrs, keyAttr(e))
 		}
-		attemptAttrs(span, e)
+		attrs = attemptAttrs(attrs, e)
 		if e.Status >= 500 {
 			// The semantic conventions: a server span is an error on 5xx,
 			// not on 4xx (the client's).
 			span.SetStatus(codes.Error, http.StatusText(e.Status))
-			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(e.Status)))
+			attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(e.Status)))
 		}
+		span.SetAttributes(attrs...)
 	}
 	span.End()
 }
@@ -311,15 +317,18 @@ func keyAttr(e idem.Event) attribute.KeyValue {
 	return AttrKey.String(e.Key)
 }
 
-func attemptAttrs(span trace.Span, e idem.Event) {
+// attemptAttrs appends the attempt's attributes, where there is one.
+func attemptAttrs(attrs []attribute.KeyValue, e idem.Event) []attribute.KeyValue {
 	if e.Fence == 0 && e.AttemptID == "" {
-		return
+		return attrs
 	}
-	span.SetAttributes(AttrFence.Int64(e.Fence), AttrAttempt.Int(e.Attempt),
+	return append(attrs, AttrFence.Int64(e.Fence), AttrAttempt.Int(e.Attempt),
 		AttrAttemptID.String(e.AttemptID), AttrTakeover.Bool(e.Takeover))
 }
 
-func setError(span trace.Span, e idem.Event) {
+// setError sets span's status to Error and appends error.type (the
+// outcome).
+func setError(span trace.Span, attrs []attribute.KeyValue, e idem.Event) []attribute.KeyValue {
 	desc := e.Outcome
 	if e.Reason != "" {
 		desc += ": " + e.Reason
@@ -327,5 +336,5 @@ func setError(span trace.Span, e idem.Event) {
 		desc += ": " + e.Err.Error()
 	}
 	span.SetStatus(codes.Error, desc)
-	span.SetAttributes(semconv.ErrorTypeKey.String(e.Outcome))
+	return append(attrs, semconv.ErrorTypeKey.String(e.Outcome))
 }
