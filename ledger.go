@@ -320,8 +320,16 @@ func (l *Ledger) claimRequest(key string, c *callConfig) store.ClaimRequest {
 
 // callConfig returns the ledger's defaults with opts applied.
 func (l *Ledger) callConfig(opts []CallOption) *callConfig {
-	c := new(callConfig)
-	*c = l.defaults
+	var c *callConfig
+	if l.observer != nil {
+		oc := new(observedCall)
+		c = &oc.call
+		*c = l.defaults
+		c.obs = &oc.op
+	} else {
+		c = new(callConfig)
+		*c = l.defaults
+	}
 	for _, o := range opts {
 		o.applyCall(c)
 	}

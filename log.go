@@ -40,7 +40,9 @@ func (l *Ledger) logger(ctx context.Context) *slog.Logger { return LoggerFromCon
 // also the Outcome of the call's OpEnd event (see logNote for the lines
 // on the way).
 func (l *Ledger) logOutcome(ctx context.Context, level slog.Level, outcome string, c *callConfig, rec Record, extra ...slog.Attr) {
-	c.outcome, c.endFence, c.endAttempt, c.endAttemptID = outcome, rec.Fence, rec.Attempt, rec.AttemptID
+	if o := c.obs; o != nil {
+		o.outcome, o.fence, o.attempt, o.attemptID = outcome, rec.Fence, rec.Attempt, rec.AttemptID
+	}
 	l.logNote(ctx, level, outcome, c, rec, extra...)
 }
 
@@ -122,15 +124,16 @@ func (l *Ledger) storeError(ctx context.Context, op, key string, c *callConfig, 
 	return &StoreError{Op: op, Key: key, Err: err}
 }
 
-// opEvent is an event about the call c for its key (as observed).
+// opEvent is an event about the call c for its key (as observed). An
+// Observer is attached (so c.obs is set).
 func (l *Ledger) opEvent(kind EventKind, c *callConfig, started time.Time) Event {
-	return Event{Kind: kind, Key: c.observedKey, KeyHashed: l.hashedKeys, Policy: c.policy, Correlation: c.correlation, Started: started}
+	return Event{Kind: kind, Key: c.obs.key, KeyHashed: l.hashedKeys, Policy: c.policy, Correlation: c.correlation, Started: started}
 }
 
 // opStart observes the start of the call c for key and returns the
 // context the call goes on with. An Observer is attached.
 func (l *Ledger) opStart(ctx context.Context, key string, c *callConfig, started time.Time) context.Context {
-	c.observedKey, _ = l.ObservedKey(key)
+	c.obs.key, _ = l.ObservedKey(key)
 	if next := l.observer.Observe(ctx, l.opEvent(OpStart, c, started)); next != nil {
 		return next
 	}
@@ -141,7 +144,8 @@ func (l *Ledger) opStart(ctx context.Context, key string, c *callConfig, started
 // err, what the call returned. An Observer is attached.
 func (l *Ledger) opEnd(ctx context.Context, c *callConfig, started time.Time, err error) {
 	e := l.opEvent(OpEnd, c, started)
-	e.Outcome, e.Fence, e.Attempt, e.AttemptID, e.Takeover = c.outcome, c.endFence, c.endAttempt, c.endAttemptID, c.takeover
+	o := c.obs
+	e.Outcome, e.Fence, e.Attempt, e.AttemptID, e.Takeover = o.outcome, o.fence, o.attempt, o.attemptID, c.takeover
 	e.Err, e.Duration = err, time.Since(started)
 	l.observer.Observe(ctx, e)
 }

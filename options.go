@@ -48,27 +48,41 @@ type config struct {
 }
 
 type callConfig struct {
-	lease       time.Duration
-	leaseCap    time.Duration // WithLeaseAtMost; 0: none
-	leaseEnd    time.Time     // the call's start plus leaseCap: no heartbeat extends the lease past it; zero: none
-	retention   time.Duration
-	policy      Policy
+	lease     time.Duration
+	leaseCap  time.Duration // WithLeaseAtMost; 0: none
+	leaseEnd  time.Time     // the call's start plus leaseCap: no heartbeat extends the lease past it; zero: none
+	retention time.Duration
+	policy    Policy
+	// takeover: this call took over a lapsed attempt (set once claimed).
+	takeover    bool
 	fingerprint string
 	correlation string
 	reconcile   ReconcileFunc
 	claimed     *Claimed // WithClaimed; nil: Do claims the key itself
+	// obs is what the call came to, for its OpEnd: set only when the
+	// Ledger has an Observer (see observedCall), nil otherwise.
+	obs *opState
+}
 
-	// What the call came to, set by logOutcome for the call's OpEnd:
-	// the outcome and the attempt it names. Written on the call's
-	// goroutine only.
-	outcome      string
-	endFence     int64
-	endAttempt   int
-	endAttemptID string
-	takeover     bool
-	// observedKey is the key as events carry it (its hash under
-	// WithHashedKeysInLogs); set only when an Observer is attached.
-	observedKey string
+// opState is what a call came to, recorded by logOutcome for its OpEnd:
+// the outcome and the attempt it names. Written on the call's goroutine
+// only.
+type opState struct {
+	// key is the key as events carry it (its hash under
+	// WithHashedKeysInLogs).
+	key       string
+	outcome   string
+	fence     int64
+	attempt   int
+	attemptID string
+}
+
+// observedCall is a call's config and its opState in one allocation, for
+// a Ledger with an Observer: the observer adds no allocation to a call,
+// and a call without one carries a nil pointer only.
+type observedCall struct {
+	call callConfig
+	op   opState
 }
 
 // WithLease sets how long a claim holds the key before it lapses (default
