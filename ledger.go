@@ -221,7 +221,7 @@ func (l *Ledger) FinishTimeout(opts ...CallOption) time.Duration {
 // With an [Observer] attached ([WithObserver]), the call is an OpStart
 // event (fn and the store get the context it returns) and one OpEnd; an
 // invalid key returns before either.
-func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (_ Result, err error) {
+func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts ...CallOption) (Result, error) {
 	if err := key.Err(); err != nil {
 		return Result{}, err
 	}
@@ -230,6 +230,12 @@ func (l *Ledger) Do(ctx context.Context, key OperationKey, fn func(ctx context.C
 			return res, err
 		}
 	}
+	return l.do(ctx, key, fn, opts)
+}
+
+// do is Do past the cache. It is a function of its own so that a cache
+// hit does not pay for its defer.
+func (l *Ledger) do(ctx context.Context, key OperationKey, fn func(ctx context.Context) ([]byte, error), opts []CallOption) (_ Result, err error) {
 	start := time.Now()
 	c := l.callConfig(opts)
 	if c.claimed != nil {
@@ -349,12 +355,17 @@ func (l *Ledger) fromCache(ctx context.Context, key string, opts []CallOption) (
 	if !ok {
 		return Result{}, false, nil
 	}
-	res := Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}
-	log := l.logger(ctx)
-	logging := log.Enabled(ctx, slog.LevelDebug)
+	logging := l.logger(ctx).Enabled(ctx, slog.LevelDebug)
 	if len(opts) == 0 && !logging && l.observer == nil {
-		return res, true, nil
+		return Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}, true, nil
 	}
+	return l.replayCached(ctx, key, e, opts, logging, now)
+}
+
+// replayCached is fromCache's answer for a call with options, debug
+// logging or an Observer: apart, so that the plain hit stays small.
+func (l *Ledger) replayCached(ctx context.Context, key string, e cacheEntry, opts []CallOption, logging bool, now time.Time) (Result, bool, error) {
+	res := Result{Value: e.value, Replayed: true, Attempt: e.attempt, Fence: e.fence}
 	c := &l.defaults // read only: the call's outcome is not recorded in it (see logNote)
 	if len(opts) > 0 {
 		c = l.callConfig(opts)
