@@ -24,7 +24,10 @@ import (
 // With no Observer attached ([WithObserver] unset), nothing is called and
 // nothing is allocated. With one attached, an event costs one call and no
 // allocation of idem's (Event is passed by value), except the key's hash
-// under [WithHashedKeysInLogs], computed once per operation.
+// under [WithHashedKeysInLogs], computed once per operation; the httpidem
+// middleware's small writer that notes the status answered; and, in the
+// webhook Receiver and the middleware, the copy of the request that a new
+// context returned by a start requires.
 type Observer interface {
 	Observe(ctx context.Context, e Event) context.Context
 }
