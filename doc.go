@@ -72,6 +72,16 @@
 // [WithReconcile], [WithCorrelationID]. Per Ledger: [WithLogger],
 // [WithOwner], and on a network store under load [WithCoalescing].
 //
+// # Logs, metrics and traces
+//
+// Each call logs one line (see [WithLogger] for the levels: one INFO line
+// per effect run, duplicates and busy keys at DEBUG); [ContextWithLogger]
+// gives one operation a logger of its own. [WithObserver] attaches an
+// [Observer] that is told of every call, and of what the queue consumers,
+// webhook Receivers and httpidem middleware built on the Ledger do, for
+// metrics and traces. fn reads its own attempt, and the fence to pass
+// downstream, with [AttemptFromContext].
+//
 // # Stores
 //
 // store/sqlitestore is the embedded, durable default; store/memstore keeps
@@ -91,7 +101,8 @@
 // id of its own, so a store answer lost in a timeout is not read as a crash:
 // a claim that landed unseen is given back, and a finishing write is sent
 // again until the store answers. The fence is also a good idempotency key to
-// pass downstream (key + ":" + fence). docs/design.md in the repository
+// pass downstream (key + ":" + fence; fn finds it with
+// [AttemptFromContext]). docs/design.md in the repository
 // explains leases, fences, lost answers and every guarantee:
 // https://github.com/idemkit/idem/blob/main/docs/design.md
 //

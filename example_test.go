@@ -130,3 +130,33 @@ func ExampleWithReconcile() {
 	fmt.Println(string(res.Value), res.Takeover, res.Reconciled, err)
 	// Output: found-msg-id true true <nil>
 }
+
+// fn reads its attempt from its context: the fence makes a downstream
+// idempotency key that a stale attempt cannot reuse, and an Observer
+// counts what the Ledger did.
+func ExampleAttemptFromContext() {
+	ctx := context.Background()
+	outcomes := map[string]int{}
+	count := idem.ObserverFunc(func(ctx context.Context, e idem.Event) context.Context {
+		if e.Kind == idem.OpEnd {
+			outcomes[e.Outcome]++ // a metrics counter, in a real observer
+		}
+		return ctx
+	})
+	l := idem.New(memstore.New(), idem.WithLogger(slog.New(slog.DiscardHandler)), idem.WithObserver(count))
+	charge := func(ctx context.Context) ([]byte, error) {
+		a, _ := idem.AttemptFromContext(ctx)
+		providerKey := fmt.Sprintf("%s:%d", a.Key, a.Fence) // the provider's Idempotency-Key
+		fmt.Printf("attempt %d charges under %s:<fence> (fence set: %v)\n", a.Number, a.Key, a.Fence > 0)
+		return []byte(providerKey), nil
+	}
+	for range 2 {
+		if _, err := l.Do(ctx, idem.Key("charge", "order-42"), charge); err != nil {
+			fmt.Println(err)
+		}
+	}
+	fmt.Println("executed:", outcomes["executed"], "replayed:", outcomes["replayed"])
+	// Output:
+	// attempt 1 charges under charge:order-42:<fence> (fence set: true)
+	// executed: 1 replayed: 1
+}
