@@ -167,6 +167,8 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
 	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key")
 	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus) and count the claims served")
+	var level slog.Level
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "log calls at or above `LEVEL` (debug, info, warn, error); a granted claim, a duplicate, a busy key, an extension and a read are debug")
 	pos, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -198,7 +200,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	}
 	a.store, a.ownsStore = s, true
 
-	log := slog.New(slog.NewTextHandler(a.stderr, nil))
+	log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 	srv := newServer(s, log, token, *maxBody, *hashKeys)
 	if *metrics {
 		m, err := newServeMetrics()
@@ -521,6 +523,17 @@ func requestID(r *http.Request) string {
 	return hex.EncodeToString(b[:])
 }
 
+// expectedCall reports whether outcome is that of a call that went as a
+// worker expects (a claim granted, a duplicate answered, a busy key, a
+// lease extended, a read, a probe): logged at DEBUG.
+func expectedCall(outcome string) bool {
+	switch outcome {
+	case "acquired", "done", "busy", "extended", "record", "ok", "metrics":
+		return true
+	}
+	return false
+}
+
 func (s *server) logCall(r *http.Request, c *call, took time.Duration) {
 	level := slog.LevelInfo
 	switch {
@@ -530,6 +543,10 @@ func (s *server) logCall(r *http.Request, c *call, took time.Duration) {
 		level = slog.LevelError
 	case c.outcome == "takeover" || c.outcome == "indeterminate" || c.outcome == "mismatch" || c.outcome == "lease-lost":
 		level = slog.LevelWarn
+	case expectedCall(c.outcome):
+		// As the ledger logs: one INFO line per attempt's end, the
+		// expected steps and answers on the way at DEBUG.
+		level = slog.LevelDebug
 	}
 	attrs := make([]slog.Attr, 0, 10+len(c.extra))
 	if c.key != "" {

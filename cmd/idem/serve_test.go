@@ -198,7 +198,7 @@ func newServeTest(t *testing.T, s store.Store, token string, hashKeys bool) (*ap
 	if token != "" {
 		tok = []byte(token)
 	}
-	srv := newServer(s, slog.New(slog.NewTextHandler(logs, nil)), tok, 4096, hashKeys)
+	srv := newServer(s, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), tok, 4096, hashKeys)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return &api{t: t, base: hs.URL, token: token}, logs
@@ -651,6 +651,25 @@ func TestServeRetryReadFails(t *testing.T) {
 	fs.set("get", nil)
 	if rep := c.post("/v1/complete", body).expect(t, 200, "completed"); rep.body["repeated"] != true {
 		t.Fatalf("retried complete with attempt_id: %s", rep)
+	}
+}
+
+// TestServeLogLevels: at the default level an attempt logs one line, its
+// end; its claim, extension and a read of its record are DEBUG.
+func TestServeLogLevels(t *testing.T) {
+	logs := &syncBuffer{}
+	srv := newServer(memstore.New(), slog.New(slog.NewTextHandler(logs, nil)), nil, 4096, false)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	c := &api{t: t, base: hs.URL}
+	cl := c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "acquired")
+	c.post("/v1/claim", obj{"key": "k"}).expect(t, 409, "busy")
+	c.post("/v1/extend", obj{"key": "k", "fence": cl.num("fence"), "attempt_id": cl.str("attempt_id")}).expect(t, 200, "extended")
+	c.post("/v1/complete", obj{"key": "k", "fence": cl.num("fence"), "attempt_id": cl.str("attempt_id"), "result": b64("x")}).expect(t, 200, "completed")
+	c.post("/v1/claim", obj{"key": "k"}).expect(t, 200, "done")
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], "outcome=completed") {
+		t.Fatalf("want one INFO line, the completion:\n%s", logs.String())
 	}
 }
 
