@@ -84,7 +84,10 @@
 // (publish errors that dead-letter at once, besides [queue.ErrRefused]),
 // [WithDedupPrefix] ("outbox:"; give each outbox relaying into a shared
 // target a prefix of its own), [WithExtendEvery] (a third of the outbox's
-// visibility), [WithShutdownTimeout] (30 s) and [WithLogger] (default
-// slog.Default). docs/usage.md in the repository walks through an outbox:
+// visibility), [WithShutdownTimeout] (30 s), [WithLogger] (default
+// slog.Default) and [WithObserver] (none: the relay has no ledger to take
+// one from; give it the observer your ledgers have, e.g. otelidem's, to
+// count published and refused messages and the relay's lag).
+// docs/usage.md in the repository walks through an outbox:
 // https://github.com/idemkit/idem/blob/main/docs/usage.md#publishing-from-your-own-transaction-the-outbox
 package outbox
