@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idemkit/idem/store"
@@ -15,7 +16,10 @@ import (
 // path). Pass it to Do with [WithClaimed]; Do then sends no claim and
 // answers from Result exactly as from its own (busy, duplicate,
 // indeterminate, ...), runs fn under it when it was acquired, with
-// heartbeats, and ends the attempt as usual.
+// heartbeats, and ends the attempt as usual. A claim that waited more than
+// two thirds of its lease before Do got it is undone instead of run (Do
+// returns an error wrapping [ErrLeaseLost]): its lease might lapse, and
+// another delivery take the key over, before a heartbeat could extend it.
 type Claimed struct {
 	// Request is the claim that was sent: made by [Ledger.ClaimRequest]
 	// for the call's key and options.
@@ -99,6 +103,16 @@ func (l *Ledger) claimedClaim(ctx context.Context, key string, c *callConfig) (s
 		// is over.
 		l.releaseOrphan(req, cl.Result)
 		return req, store.ClaimResult{}, context.Cause(ctx)
+	}
+	if waited := time.Since(cl.Sent); cl.Result.Acquired && !cl.Sent.IsZero() && waited > req.Lease*2/3 {
+		// The claim waited (in a consumer's batch) past the point where a
+		// heartbeat could still extend it before it lapses: another
+		// delivery of the key may take it over while fn runs, so fn must
+		// not start under it. Undo it (refused if it was already taken)
+		// and let the caller try again.
+		l.releaseOrphan(req, cl.Result)
+		return req, store.ClaimResult{}, fmt.Errorf("idem: the claim made for %q waited %v of its %v lease before fn could start: %w",
+			key, waited.Round(time.Millisecond), req.Lease, ErrLeaseLost)
 	}
 	return req, cl.Result, nil
 }

@@ -91,3 +91,27 @@ func TestDoWithClaimedContextDone(t *testing.T) {
 		t.Fatalf("record = %+v, %v; want released", rec, err)
 	}
 }
+
+// A claim that waited most of its lease before Do got it (a message held
+// in a consumer's batch) is undone, not run: its lease could lapse, and
+// another delivery take the key, before fn's first heartbeat.
+func TestDoWithClaimedWaitedOutItsLease(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	defer st.Close()
+	l := idem.New(st, idem.WithLease(90*time.Millisecond))
+	key := idem.Key("receipt", 4)
+	cl := claimFor(t, l, key)
+	time.Sleep(70 * time.Millisecond) // more than two thirds of the lease
+	_, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { t.Fatal("fn ran"); return nil, nil }, idem.WithClaimed(cl))
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	}
+	if rec, err := st.Get(ctx, key.String()); err != nil || rec.Status != store.StatusReleased {
+		t.Fatalf("record = %+v, %v; want released at once", rec, err)
+	}
+	// A fresh claim runs.
+	if res, err := l.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil }, idem.WithClaimed(claimFor(t, l, key))); err != nil || string(res.Value) != "ok" {
+		t.Fatalf("fresh claim: %+v, %v", res, err)
+	}
+}

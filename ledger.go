@@ -255,7 +255,9 @@ func (l *Ledger) do(ctx context.Context, key OperationKey, fn func(ctx context.C
 	}
 	var cr store.ClaimResult
 	if c.claimed != nil {
-		if _, cr, err = l.claimedClaim(ctx, key.s, c); err != nil {
+		if _, cr, err = l.claimedClaim(ctx, key.s, c); errors.Is(err, ErrLeaseLost) {
+			return Result{}, err // not run: the claim waited out its lease
+		} else if err != nil {
 			return Result{}, l.storeError(ctx, "claim", key.s, c, Record{}, err)
 		}
 	} else {
