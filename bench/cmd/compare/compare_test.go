@@ -249,8 +249,9 @@ func TestCountPGCountsCommitsAndRowWrites(t *testing.T) {
 func TestSummaryPairsEverySide(t *testing.T) {
 	var out bytes.Buffer
 	rep := &report{out: &out}
-	rep.target(target{comp: "e2e pg", anchor: "river", ratio: 1})
+	rep.target(target{comp: "e2e pg", anchor: "river", ratio: 1.5})
 	rep.target(target{comp: "e2e pg", anchor: "dbos", ratio: 20})
+	rep.target(target{comp: "e2e pg", anchor: "river", ratio: 3, callers: 64}) // another concurrency's: not this one's
 	for round, rates := range [][3]float64{{3000, 1500, 300}, {3300, 1500, 100}} {
 		for i, side := range []string{"idem", "river", "dbos"} {
 			rep.add(sample{comp: "e2e pg", side: side, callers: 512, round: round + 1, rate: rates[i], cost: "1.00 rows, 1.00 commits"})
@@ -259,7 +260,7 @@ func TestSummaryPairsEverySide(t *testing.T) {
 	rep.print()
 	text := out.String()
 	for _, want := range []string{
-		"e2e pg, 512 callers: median ratio 2.10× idem÷river (min 2.00, max 2.20); target ≥ 1×: MET\n",
+		"e2e pg, 512 callers: median ratio 2.10× idem÷river (min 2.00, max 2.20); target ≥ 1.5×: MET\n",
 		"e2e pg, 512 callers: median ratio 21.50× idem÷dbos (min 10.00, max 33.00); target ≥ 20×: MET\n",
 		"e2e pg, 512 callers: median ratio 10.00× river÷dbos (min 5.00, max 15.00)\n",
 	} {

@@ -169,6 +169,7 @@ type target struct {
 	anchor   string  // the side ratio is against; "" for any
 	ratio    float64 // idem / anchor, 0 for none
 	absolute float64 // idem's own rate, 0 for none
+	callers  int     // the concurrency it applies at, 0 for any
 }
 
 type report struct {
@@ -279,11 +280,11 @@ func (r *report) print() {
 		line := fmt.Sprintf("%s, %d callers: median ratio %.2f× %s÷%s (min %.2f, max %.2f)", v.g.comp, v.g.callers,
 			med, v.a, v.b, slices.Min(v.ratios), slices.Max(v.ratios))
 		for _, t := range r.targets {
-			if t.comp != v.g.comp || v.a != "idem" || (t.anchor != "" && t.anchor != v.b) {
+			if t.comp != v.g.comp || v.a != "idem" || (t.anchor != "" && t.anchor != v.b) || (t.callers != 0 && t.callers != v.g.callers) {
 				continue
 			}
 			if t.ratio > 0 {
-				line += fmt.Sprintf("; target ≥ %.0f×: %s", t.ratio, metWord(med >= t.ratio))
+				line += fmt.Sprintf("; target ≥ %g×: %s", t.ratio, metWord(med >= t.ratio))
 			}
 			if t.absolute > 0 {
 				mi := median(v.rates)
