@@ -3,7 +3,6 @@ package sqlqueue_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/internal/testproc"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/queuetest"
@@ -196,16 +194,7 @@ func TestSQLiteFusedKilledMidHandler(t *testing.T) {
 		fusedSQLiteCrashChild(t)
 		return
 	}
-	for _, tc := range []struct {
-		name      string
-		policy    idem.Policy
-		reconcile bool
-		effects   int
-	}{
-		{"at_least_once", idem.AtLeastOnce, false, 2},
-		{"at_least_once_reconciled", idem.AtLeastOnce, true, 1},
-		{"at_most_once", idem.AtMostOnce, false, 1},
-	} {
+	for _, tc := range fusedCrashCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
@@ -222,68 +211,8 @@ func TestSQLiteFusedKilledMidHandler(t *testing.T) {
 				t.Fatalf("after the child: %d effects, want 1; child said:\n%s", n, strings.Join(seen, "\n"))
 			}
 
-			var lg testlog.Buffer
-			log := slog.New(slog.NewTextHandler(&lg, nil))
-			var opts []idem.CallOption
-			if tc.reconcile {
-				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
-					return []byte("found"), countEffects(t, effects) > 0, nil
-				}))
-			}
 			src := &sqliteClaimCounter{SQLiteQueue: q}
-			l := idem.New(e.store, idem.WithPolicy(tc.policy), idem.WithLease(crashLease), idem.WithOwner("restarted"), idem.WithLogger(log))
-			c, err := queue.NewConsumer(src, l, queue.MessageIDKey("receipts"), effectHandler(effects, nil),
-				queue.WithHandlerTimeout(crashVisibility), queue.WithMaxReceives(3), queue.WithLogger(log),
-				queue.WithBackoff(100*time.Millisecond, 200*time.Millisecond),
-				queue.WithCallOptions(func(queue.Message) []idem.CallOption { return opts }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(runCtx) }()
-			for {
-				st, err := q.Stats(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if st.Ready+st.InFlight+st.Delayed == 0 {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("the message was never settled after the crash: %+v\nlog:\n%s", st, lg.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			stop()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			if src.claimed.Load() == 0 {
-				t.Fatal("the restarted worker did not take the fused path")
-			}
-			if n := countEffects(t, effects); n != tc.effects {
-				t.Fatalf("%s: %d effects after the restart, want %d; log:\n%s", tc.name, n, tc.effects, lg.String())
-			}
-			st, _ := q.Stats(context.Background())
-			stuck, err := e.store.List(context.Background(), store.ListQuery{Stuck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case tc.policy == idem.AtMostOnce:
-				if len(stuck) != 1 || st.DeadLettered != 1 {
-					t.Fatalf("at_most_once: %d stuck keys and %d dead letters, want 1 and 1; log:\n%s", len(stuck), st.DeadLettered, lg.String())
-				}
-			case tc.reconcile:
-				if !strings.Contains(lg.String(), "outcome=reconciled") || len(stuck) != 0 {
-					t.Fatalf("reconciled: the log does not say so (or %d keys stuck):\n%s", len(stuck), lg.String())
-				}
-			default:
-				if !strings.Contains(lg.String(), "outcome=takeover") || len(stuck) != 0 {
-					t.Fatalf("at_least_once: no takeover logged (or %d keys stuck):\n%s", len(stuck), lg.String())
-				}
-			}
+			checkFusedRestart(ctx, t, tc, e.store, src, q.Stats, &src.claimed, effects)
 		})
 	}
 }

@@ -210,16 +210,7 @@ func TestPostgresFusedKilledMidHandler(t *testing.T) {
 		return
 	}
 	pool := pgPool(t)
-	for _, tc := range []struct {
-		name      string
-		policy    idem.Policy
-		reconcile bool
-		effects   int
-	}{
-		{"at_least_once", idem.AtLeastOnce, false, 2},
-		{"at_least_once_reconciled", idem.AtLeastOnce, true, 1},
-		{"at_most_once", idem.AtMostOnce, false, 1},
-	} {
+	for _, tc := range fusedCrashCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			schema := pgSchema(t, pool)
@@ -236,69 +227,95 @@ func TestPostgresFusedKilledMidHandler(t *testing.T) {
 				t.Fatalf("after the child: %d effects, want 1; child said:\n%s", n, strings.Join(seen, "\n"))
 			}
 
-			var lg testlog.Buffer
-			log := slog.New(slog.NewTextHandler(&lg, nil))
-			var opts []idem.CallOption
-			if tc.reconcile {
-				opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
-					return []byte("found"), countEffects(t, effects) > 0, nil
-				}))
-			}
 			src := &claimCounter{PostgresQueue: q}
-			l := idem.New(e.st, idem.WithPolicy(tc.policy), idem.WithLease(crashLease), idem.WithOwner("restarted"), idem.WithLogger(log))
-			c, err := queue.NewConsumer(src, l, queue.MessageIDKey("receipts"), effectHandler(effects, nil),
-				queue.WithHandlerTimeout(crashVisibility), queue.WithMaxReceives(3), queue.WithLogger(log),
-				queue.WithBackoff(100*time.Millisecond, 200*time.Millisecond),
-				queue.WithCallOptions(func(queue.Message) []idem.CallOption { return opts }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(runCtx) }()
-			for {
-				st, err := q.Stats(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if st.Ready+st.InFlight+st.Delayed == 0 {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("the message was never settled after the crash: %+v\nlog:\n%s", st, lg.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			stop()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			if src.claimed.Load() == 0 {
-				t.Fatal("the restarted worker did not take the fused path")
-			}
-			if n := countEffects(t, effects); n != tc.effects {
-				t.Fatalf("%s: %d effects after the restart, want %d; log:\n%s", tc.name, n, tc.effects, lg.String())
-			}
-			st, _ := q.Stats(context.Background())
-			stuck, err := e.st.List(context.Background(), store.ListQuery{Stuck: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case tc.policy == idem.AtMostOnce:
-				if len(stuck) != 1 || st.DeadLettered != 1 {
-					t.Fatalf("at_most_once: %d stuck keys and %d dead letters, want 1 and 1; log:\n%s", len(stuck), st.DeadLettered, lg.String())
-				}
-			case tc.reconcile:
-				if !strings.Contains(lg.String(), "outcome=reconciled") || len(stuck) != 0 {
-					t.Fatalf("reconciled: the log does not say so (or %d keys stuck):\n%s", len(stuck), lg.String())
-				}
-			default:
-				if !strings.Contains(lg.String(), "outcome=takeover") || len(stuck) != 0 {
-					t.Fatalf("at_least_once: no takeover logged (or %d keys stuck):\n%s", len(stuck), lg.String())
-				}
-			}
+			checkFusedRestart(ctx, t, tc, e.st, src, q.Stats, &src.claimed, effects)
 		})
+	}
+}
+
+// fusedCrashCase is one policy of a fused crash test and the effects it
+// allows in all: the child's, and the restarted worker's if any.
+type fusedCrashCase struct {
+	name      string
+	policy    idem.Policy
+	reconcile bool
+	effects   int
+}
+
+var fusedCrashCases = []fusedCrashCase{
+	{"at_least_once", idem.AtLeastOnce, false, 2},
+	{"at_least_once_reconciled", idem.AtLeastOnce, true, 1},
+	{"at_most_once", idem.AtMostOnce, false, 1},
+}
+
+// checkFusedRestart runs a restarted fused worker on src (claimed counts
+// its fused receives) until the crashed child's message is settled, and
+// checks what tc's policy promises: a takeover (or a reconciled record)
+// under AtLeastOnce, an indeterminate key and a dead letter under
+// AtMostOnce, and tc.effects effects in all.
+func checkFusedRestart(ctx context.Context, t *testing.T, tc fusedCrashCase, st store.Store, src queue.Source,
+	stats func(context.Context) (sqlqueue.Stats, error), claimed *atomic.Int64, effects string) {
+	t.Helper()
+	var lg testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&lg, nil))
+	var opts []idem.CallOption
+	if tc.reconcile {
+		opts = append(opts, idem.WithReconcile(func(context.Context, idem.Lapsed) ([]byte, bool, error) {
+			return []byte("found"), countEffects(t, effects) > 0, nil
+		}))
+	}
+	l := idem.New(st, idem.WithPolicy(tc.policy), idem.WithLease(crashLease), idem.WithOwner("restarted"), idem.WithLogger(log))
+	c, err := queue.NewConsumer(src, l, queue.MessageIDKey("receipts"), effectHandler(effects, nil),
+		queue.WithHandlerTimeout(crashVisibility), queue.WithMaxReceives(3), queue.WithLogger(log),
+		queue.WithBackoff(100*time.Millisecond, 200*time.Millisecond),
+		queue.WithCallOptions(func(queue.Message) []idem.CallOption { return opts }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	for {
+		s, err := stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Ready+s.InFlight+s.Delayed == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the message was never settled after the crash: %+v\nlog:\n%s", s, lg.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if claimed.Load() == 0 {
+		t.Fatal("the restarted worker did not take the fused path")
+	}
+	if n := countEffects(t, effects); n != tc.effects {
+		t.Fatalf("%s: %d effects after the restart, want %d; log:\n%s", tc.name, n, tc.effects, lg.String())
+	}
+	s, _ := stats(context.Background())
+	stuck, err := st.List(context.Background(), store.ListQuery{Stuck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case tc.policy == idem.AtMostOnce:
+		if len(stuck) != 1 || s.DeadLettered != 1 {
+			t.Fatalf("at_most_once: %d stuck keys and %d dead letters, want 1 and 1; log:\n%s", len(stuck), s.DeadLettered, lg.String())
+		}
+	case tc.reconcile:
+		if !strings.Contains(lg.String(), "outcome=reconciled") || len(stuck) != 0 {
+			t.Fatalf("reconciled: the log does not say so (or %d keys stuck):\n%s", len(stuck), lg.String())
+		}
+	default:
+		if !strings.Contains(lg.String(), "outcome=takeover") || len(stuck) != 0 {
+			t.Fatalf("at_least_once: no takeover logged (or %d keys stuck):\n%s", len(stuck), lg.String())
+		}
 	}
 }
 
