@@ -242,16 +242,23 @@ func testConsumer(t *testing.T, h Harness) {
 		}
 		var lg logs
 		obs := observe(src)
+		var runs atomic.Int32
+		// Extensions every tenth of the visibility, so that two land while
+		// the handler runs even when a loaded machine delays some of them.
 		c := newConsumer(t, obs, idem.New(h.store(t)), func(context.Context, queue.Message) ([]byte, error) {
+			runs.Add(1)
 			time.Sleep(src.Visibility() * 9 / 10)
 			return nil, nil
-		}, append(fast(&lg), queue.WithHandlerTimeout(src.Visibility()), queue.WithExtendEvery(src.Visibility()/5))...)
+		}, append(fast(&lg), queue.WithHandlerTimeout(src.Visibility()), queue.WithExtendEvery(src.Visibility()/10))...)
 		publish(t, pub, queue.Outgoing{Body: []byte("order-1")})
 		stop := runConsumer(t, c)
 		eventually(t, 30*time.Second, "the message was never acked", func() bool { return obs.count("ack") == 1 })
 		stop()
 		if n := obs.count("extend"); n < 2 {
 			t.Fatalf("the delivery was extended %d times while the handler ran, want at least 2", n)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times: the message reappeared while it ran", n)
 		}
 	})
 
