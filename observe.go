@@ -15,11 +15,12 @@ import (
 //
 // Observe is called synchronously on the operation's goroutine (a
 // heartbeat's LeaseExtended and StoreFailed on the heartbeat's timer
-// goroutine), so it must be quick and safe for concurrent use. For an event whose Kind is a start
-// ([Event.Kind.Starts]), the context Observe returns is the one the
-// operation continues with: a tracer returns ctx with its span, and the
-// matching end event is observed with that context. For every other kind
-// the returned context is ignored; return ctx.
+// goroutine), so it must be quick and safe for concurrent use. For an
+// event whose Kind is a start ([Event.Kind.Starts]), the context Observe
+// returns is the one the operation continues with: a tracer returns ctx
+// with its span, and the matching end event is observed with that
+// context. For every other kind the returned context is ignored; return
+// ctx.
 //
 // With no Observer attached ([WithObserver] unset), nothing is called and
 // nothing is allocated. With one attached, an event costs one call and no
