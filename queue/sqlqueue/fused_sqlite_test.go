@@ -131,25 +131,7 @@ func TestSQLiteFusedPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := q.Stats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Ready+st.InFlight+st.Delayed == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("messages left: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	<-done
+	runUntilSettled(t, c, q.Stats, 30*time.Second, func() string { return "" })
 	if got := ran.Load(); got != n {
 		t.Fatalf("the handler ran %d times for %d keys", got, n)
 	}

@@ -117,25 +117,7 @@ func TestPostgresFusedPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := q.Stats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Ready+st.InFlight+st.Delayed == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("messages left: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	<-done
+	runUntilSettled(t, c, q.Stats, 30*time.Second, func() string { return "" })
 	if got := ran.Load(); got != n {
 		t.Fatalf("the handler ran %d times for %d keys", got, n)
 	}
@@ -272,26 +254,8 @@ func checkFusedRestart(ctx context.Context, t *testing.T, tc fusedCrashCase, st 
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	for {
-		s, err := stats(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Ready+s.InFlight+s.Delayed == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the message was never settled after the crash: %+v\nlog:\n%s", s, lg.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	deadline, _ := ctx.Deadline()
+	runUntilSettled(t, c, stats, time.Until(deadline), func() string { return "the message was never settled after the crash; log:\n" + lg.String() })
 	if claimed.Load() == 0 {
 		t.Fatal("the restarted worker did not take the fused path")
 	}
@@ -316,6 +280,36 @@ func checkFusedRestart(ctx context.Context, t *testing.T, tc fusedCrashCase, st 
 		if !strings.Contains(lg.String(), "outcome=takeover") || len(stuck) != 0 {
 			t.Fatalf("at_least_once: no takeover logged (or %d keys stuck):\n%s", len(stuck), lg.String())
 		}
+	}
+}
+
+// runUntilSettled runs c until stats shows no message ready, in flight or
+// delayed, then stops it; it fails the test if that takes longer than
+// timeout (why adds to the failure: the consumer's log, say).
+func runUntilSettled(t *testing.T, c *queue.Consumer, stats func(context.Context) (sqlqueue.Stats, error), timeout time.Duration, why func() string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := stats(context.Background())
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if st.Ready+st.InFlight+st.Delayed == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("messages left: %+v\n%s", st, why())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
