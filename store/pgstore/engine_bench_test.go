@@ -18,6 +18,9 @@ import (
 // measures the store against, at the same clients and durability:
 //
 //	insert          INSERT INTO k VALUES (md5(random()::text)) ON CONFLICT DO NOTHING
+//	claim           the store's claim of a new key alone: one statement,
+//	                one commit (BenchmarkClaim runs it from Go; the target
+//	                is Go ≥ 0.9× this)
 //	claim+complete  the store's claim of a new key, then its completion:
 //	                two statements, two commits (the unbatched target is
 //	                0.45× insert)
@@ -63,6 +66,7 @@ func BenchmarkEngineStatements(b *testing.B) {
 	// (the clock's) from the row, a lookup by key in the statement.
 	key, id := "('e' || :n)", "('a' || :n)"
 	claim := pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
+	claimOnly := pgbenchParams(s.q.claim, "('c' || :n)", "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
 	complete := pgbenchParams(s.q.complete, key, "(SELECT f.fence FROM "+s.Table()+" AS f WHERE f.key = "+key+")", id, "'ok'", "3600000000")
 	arr := func(v, typ string) string { return "array_fill(" + v + "::" + typ + ", ARRAY[10])" }
 	claimBatch := pgbenchParams(s.q.claimBatch,
@@ -82,6 +86,7 @@ func BenchmarkEngineStatements(b *testing.B) {
 		keys         int
 	}{
 		{"insert", "INSERT INTO " + bare + " VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;\n", 1},
+		{"claim", rnd + claimOnly + ";\n", 1},
 		{"claim+complete", rnd + claim + ";\n" + complete + ";\n", 1},
 		{"row+update", rnd + "INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, owner, lease_until, expires_at, created_at, updated_at) " +
 			"VALUES ('f' || :n, 'in_progress', 'at_least_once', 1, 1, 'bench', now() + interval '30 s', now() + interval '1 hour', now(), now()) ON CONFLICT DO NOTHING;\n" +
