@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cputime"
 	"github.com/idemkit/idem/otelidem"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
@@ -57,8 +57,8 @@ func BenchmarkLedgerDo(b *testing.B) {
 			b.SetParallelism(4) // 4 × GOMAXPROCS goroutines
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := cpuTime()
-			defer func() { b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "CPU-µs/op") }()
+			cpu := cputime.Self()
+			defer func() { b.ReportMetric(float64((cputime.Self()-cpu).Nanoseconds())/1e3/float64(b.N), "CPU-µs/op") }()
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
@@ -119,7 +119,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
-			start, cpu := time.Now(), cpuTime()
+			start, cpu := time.Now(), cputime.Self()
 			run, stop := context.WithCancel(ctx)
 			ran := make(chan error, 1)
 			go func() { ran <- c.Run(run) }()
@@ -128,7 +128,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			case err := <-ran:
 				b.Fatalf("the consumer stopped: %v", err)
 			}
-			took, used := time.Since(start), cpuTime()-cpu
+			took, used := time.Since(start), cputime.Self()-cpu
 			b.StopTimer()
 			stop()
 			<-ran
@@ -136,13 +136,4 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.ReportMetric(float64(used.Nanoseconds())/1e3/float64(b.N), "CPU-µs/msg")
 		})
 	}
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

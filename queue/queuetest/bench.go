@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cputime"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
@@ -44,7 +45,13 @@ func memoryLedger(b *testing.B) store.Store {
 // loop of as many workers with no Consumer and no ledger; "ledger=memory",
 // a queue.Consumer with the ledger in memory (the Consumer's own cost);
 // "ledger=NAME" for each of ledgers; and "ledger-alone=NAME", that ledger's
-// Do of new keys without a queue (its ceiling). Each reports msgs/s.
+// Do of new keys without a queue (its ceiling). Each reports msgs/s, the
+// benchmark process's CPU-µs a message, and those of each server of
+// [servers] running on this machine (the broker's own and the ledger's
+// store's). The ledger's cost a message is then ledger=NAME less plain,
+// on the client and on each server; the broker's is plain's. Other work
+// on the machine using the same servers counts too: measure on a quiet
+// one.
 func BenchmarkConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.Publisher), ledgers ...Ledger) {
 	for _, conc := range []int{8, 32} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
@@ -60,7 +67,7 @@ func BenchmarkConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, que
 					var next atomic.Int64
 					var wg sync.WaitGroup
 					b.ResetTimer()
-					start := time.Now()
+					start, cpu := time.Now(), startCPU()
 					for range conc {
 						wg.Add(1)
 						go func() {
@@ -76,6 +83,7 @@ func BenchmarkConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, que
 					}
 					wg.Wait()
 					b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+					cpu.report(b, b.N)
 				})
 			}
 		})
@@ -143,7 +151,7 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	var stopped sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), startCPU()
 	if l == nil {
 		for range conc {
 			stopped.Add(1)
@@ -194,7 +202,46 @@ func benchConsume(b *testing.B, newQueue func(*testing.B) (queue.Source, queue.P
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu.report(b, n)
 	cancel()
 	stopped.Wait()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+}
+
+// servers are the server processes whose CPU the consume benchmarks
+// report, by command name, with the metric's prefix.
+var servers = [...]struct{ comm, metric string }{
+	{"redis-server", "redis"},
+	{"nats-server", "nats"},
+	{"beam.smp", "rabbitmq"},
+}
+
+// cpuReading is the CPU time, at a benchmark's start, of this process
+// and of each server of servers found running (-1 when not found).
+type cpuReading struct {
+	self    time.Duration
+	servers [len(servers)]time.Duration
+}
+
+func startCPU() cpuReading {
+	r := cpuReading{self: cputime.Self()}
+	for i, s := range servers {
+		r.servers[i] = -1
+		if d, ok := cputime.Of(s.comm); ok {
+			r.servers[i] = d
+		}
+	}
+	return r
+}
+
+// report reports the CPU-µs a message since r, of this process and of
+// each server found at r's reading and now.
+func (r cpuReading) report(b *testing.B, msgs int) {
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(msgs) }
+	b.ReportMetric(per(cputime.Self()-r.self), "CPU-µs/msg")
+	for i, s := range servers {
+		if d, ok := cputime.Of(s.comm); ok && r.servers[i] >= 0 {
+			b.ReportMetric(per(d-r.servers[i]), s.metric+"-CPU-µs/msg")
+		}
+	}
 }

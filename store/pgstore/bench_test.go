@@ -7,12 +7,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/cputime"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -69,24 +69,15 @@ func runCallers(b *testing.B, n, perOp int, body func(pb *testing.PB, keys *keyG
 	var prefix atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	b.RunParallel(func(pb *testing.PB) { body(pb, newKeyGen(&prefix)) })
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Self() - cpu0
 	b.StopTimer()
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "ops/s")
 		b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "CPU-µs/op")
 		b.ReportMetric(float64(b.N*perOp)/s, "keys/s")
 	}
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkClaimComplete: Claim then Finish (completed) of a new key, one

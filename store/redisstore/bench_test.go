@@ -10,12 +10,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/cputime"
 	"github.com/idemkit/idem/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -163,9 +163,9 @@ func runCallersN(b *testing.B, n, perOp int, body func(pb *testing.PB, keys *key
 	var prefix atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	b.RunParallel(func(pb *testing.PB) { body(pb, newKeyGen(&prefix)) })
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Self() - cpu0
 	b.StopTimer()
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "ops/s")
@@ -174,15 +174,6 @@ func runCallersN(b *testing.B, n, perOp int, body func(pb *testing.PB, keys *key
 			b.ReportMetric(float64(b.N*perOp)/s, "keys/s")
 		}
 	}
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchRequest is a claim of the benchmarks; each sets Key and, as a

@@ -11,11 +11,11 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/cputime"
 	"github.com/idemkit/idem/store"
 )
 
@@ -56,7 +56,7 @@ func benchClaimComplete(b *testing.B, callers int, key func() string) {
 	before := s.Stats()
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	start := time.Now()
 	if callers == 1 {
 		for i := 0; i < b.N; i++ {
@@ -71,7 +71,7 @@ func benchClaimComplete(b *testing.B, callers int, key func() string) {
 		})
 	}
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Self() - cpu0
 	b.StopTimer()
 	st := s.Stats()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
@@ -94,17 +94,6 @@ func claimComplete(b *testing.B, s *Store, ctx context.Context, key string, resu
 	if err := s.Finish(ctx, store.FinishRequest{Key: key, Fence: res.Record.Fence, AttemptID: res.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: result, Retention: 24 * time.Hour}); err != nil {
 		b.Errorf("complete %s: %v", key, err)
 	}
-}
-
-// cpuTime is the CPU time (user and system) this process has used: unlike
-// throughput, CPU per operation hardly changes when other processes share
-// the machine.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEngineInsert is the engine's limit on this disk with the store's
@@ -278,7 +267,7 @@ func BenchmarkDo(b *testing.B) {
 				b.ReportAllocs()
 				b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := cputime.Self()
 				start := time.Now()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
@@ -290,7 +279,7 @@ func BenchmarkDo(b *testing.B) {
 					}
 				})
 				elapsed := time.Since(start)
-				cpu := cpuTime() - cpu0
+				cpu := cputime.Self() - cpu0
 				b.StopTimer()
 				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
