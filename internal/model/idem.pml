@@ -29,6 +29,7 @@
  *   MUT_RESOLVE_NO_FENCE   Resolve drops its fence condition
  *   MUT_RESOLVE_SAME_FENCE Resolve does not add one to the fence
  *   MUT_CLAIM_RUNNING      a claim takes an in-progress record whose lease runs
+ *   MUT_NO_FINISH_RETRY    a completion whose answer was lost is not sent again
  */
 
 #ifndef POL
@@ -82,7 +83,8 @@ byte jout[NA];    /* the journal: each attempt's outcome */
 
 /* The world outside the store. */
 byte effects = 0;     /* effects done downstream */
-byte faulted = 0;     /* effects whose attempt was SIGKILLed or lost its lease before completing */
+byte faulted = 0;     /* effects whose attempt was SIGKILLed, lost its lease (a stall) or
+                       * ended in fn's error of unknown outcome, before completing */
 byte crashes = 0, stalls = 0, losses = 0, errs = 0;
 byte unknowns = 0;    /* fn errors after the effect (effect.ErrOutcomeUnknown): abandoned */
 byte finished = 0;    /* workers whose deliveries ended */
@@ -215,7 +217,11 @@ inline write(me, my, myf, mygen, o, ok) {
 		fi
 	   }
 	   if
+#ifdef MUT_NO_FINISH_RETRY
+	   :: lostw -> ok = 0; break /* given up: the key is left to its lease */
+#else
 	   :: lostw -> uncertain = 1; CRASHPOINT
+#endif
 	   :: !lostw && (ok || !uncertain) -> break
 	   :: !lostw && !ok && uncertain ->
 		ok = (jout[my] == o); /* an earlier try landed */
@@ -360,13 +366,8 @@ next:
 		fi;
 		CRASHPOINT;
 		write(me, my, myf, mygen, O_COMPLETED, ok);
-		atomic {
-			run_aid[me] = 0;
-			if
-			:: !ok -> cut(me) /* lost its lease: another holder decides */
-			:: else
-			fi
-		}
+		/* Refused: the lease lapsed under it (a stall, counted then). */
+		run_aid[me] = 0;
 		if
 		:: ok -> goto out
 		:: else -> goto next
