@@ -9,8 +9,9 @@
  * under a live worker (a stall: GC pause, SIGSTOP, partition), a store
  * answer lost before or after the store applied the write.
  *
- * Run (see model_test.go for the configurations it checks):
- *   spin -a -DPOL=1 idem.pml && gcc -O2 -DSAFETY -DNOREDUCE?? -o pan pan.c && ./pan -m100000
+ * Run (model_test.go runs the configurations docs/guarantees.md lists):
+ *   spin -a -DPOL=1 idem.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan -m20000
+ * and, after a violation, replay its trail: spin -t -p -g idem.pml
  *
  * Every invariant is a hidden bit named for it, set and asserted in one
  * step, so that spin's "assertion violated" names the invariant.
