@@ -31,6 +31,10 @@
  *   MUT_RESOLVE_SAME_FENCE Resolve does not add one to the fence
  *   MUT_CLAIM_RUNNING      a claim takes an in-progress record whose lease runs
  *   MUT_NO_FINISH_RETRY    a completion whose answer was lost is not sent again
+ *   MUT_UNDO_RELEASES_TAKEOVER  a lost takeover is undone by a release, not
+ *                          an abandon (the Reconcile hook is not asked again)
+ *   MUT_NOTDONE_ABANDONS   fn's idem.NotDone abandons the key, not releases it
+ *   MUT_RELEASED_NOT_CLAIMABLE  a released key answers duplicate
  */
 
 #ifndef POL
@@ -80,6 +84,9 @@ byte aid = 0;     /* the attempt id holding it; 0 after an abandon */
 bit lapsed = 0;   /* the lease has passed (derived from time in the code) */
 bit tk = 0;       /* the holder's journal entry is a takeover */
 byte rpol = 0;    /* the record's policy, written at claim time */
+bit lr = 0;       /* the last attempt that ran fn ended released with an
+                   * error (ledger.go's releasedWithError): a Reconcile
+                   * hook asks before the next one runs */
 byte jout[NA];    /* the journal: each attempt's outcome */
 
 /* The world outside the store. */
@@ -154,7 +161,11 @@ inline claim(me, my, ans, takeover, prevrel) {
 	takeover = 0; prevrel = 0;
 	if
 	:: status == ABSENT -> ans = A_ACQ
+#ifdef MUT_RELEASED_NOT_CLAIMABLE
+	:: status == RELEASED -> ans = A_DUP
+#else
 	:: status == RELEASED -> ans = A_ACQ; prevrel = 1
+#endif
 	:: status == DONE -> ans = A_DUP
 	:: status == INPROG ->
 		if
@@ -175,6 +186,10 @@ inline claim(me, my, ans, takeover, prevrel) {
 	:: ans == A_ACQ ->
 		single_holder = !(status == INPROG && !lapsed); assert(single_holder);
 		newfence(fence + 1);
+		if
+		:: takeover && aid != 0 && jout[aid] == O_NONE -> lr = 0 /* its entry is marked lapsed */
+		:: else
+		fi;
 		status = INPROG; aid = my; lapsed = 0; tk = takeover;
 		rpol = (POL == ALO -> ALO : AMO);
 		gh = me; gen++
@@ -183,17 +198,26 @@ inline claim(me, my, ans, takeover, prevrel) {
 }
 
 /* store.Store.Finish of the attempt (my, myf) with outcome o: ok 1 when
- * applied, 0 for ErrLeaseLost. */
-inline finish(me, my, myf, mygen, o, ok) {
+ * applied, 0 for ErrLeaseLost. nr: the attempt never ran fn (an undone
+ * claim: store.NotRunReason). */
+inline finish(me, my, myf, mygen, o, nr, ok) {
 	if
 	:: HELD(my, myf) ->
 		ok = 1;
 		stale_finish_refused = (gh == me && gen == mygen); assert(stale_finish_refused);
 		jout[my] = o;
 		if
-		:: o == O_COMPLETED -> status = DONE
-		:: o == O_RELEASED -> status = RELEASED
-		:: o == O_ABANDONED -> aid = 0; lapsed = 1 /* stays in progress, lapsed from now */
+		:: o == O_COMPLETED -> status = DONE; lr = 0
+		:: o == O_RELEASED -> status = RELEASED;
+			if
+			:: !nr -> lr = 1
+			:: else
+			fi
+		:: o == O_ABANDONED -> aid = 0; lapsed = 1; /* stays in progress, lapsed from now */
+			if
+			:: !nr -> lr = 0
+			:: else
+			fi
 		fi;
 		gh = 255
 	:: else -> ok = 0
@@ -203,14 +227,14 @@ inline finish(me, my, myf, mygen, o, ok) {
 /* Ledger.write: a finishing write sent until it gets an answer; a retry
  * refused after a try whose answer was lost reads the journal back. ok 1
  * when the write was recorded, 0 for ErrLeaseLost. */
-inline write(me, my, myf, mygen, o, ok) {
+inline write(me, my, myf, mygen, o, nr, ok) {
 	uncertain = 0;
 	do
 	:: atomic {
 		if
 		:: losses < LOSSES -> losses++; lostw = 1 /* never reached the store */
 		:: true ->
-			finish(me, my, myf, mygen, o, ok);
+			finish(me, my, myf, mygen, o, nr, ok);
 			if
 			:: losses < LOSSES -> losses++; lostw = 1 /* applied, answer lost */
 			:: true -> lostw = 0
@@ -308,7 +332,11 @@ next:
 		:: found ->
 			CRASHPOINT;
 			atomic {
-				finish(me, my, myf, mygen, (takeover -> O_ABANDONED : O_RELEASED), ok)
+#ifdef MUT_UNDO_RELEASES_TAKEOVER
+				finish(me, my, myf, mygen, O_RELEASED, 1, ok)
+#else
+				finish(me, my, myf, mygen, (takeover -> O_ABANDONED : O_RELEASED), 1, ok)
+#endif
 			}
 		:: else
 		fi;
@@ -325,7 +353,7 @@ next:
 	 * an error) asks the provider first: done records the effect found,
 	 * by Resolve with this attempt's id as its condition. */
 	if
-	:: POL == REC && (takeover || prevrel) ->
+	:: POL == REC && (takeover || (prevrel && lr)) ->
 		CRASHPOINT;
 		if
 		:: effects > 0 ->
@@ -366,7 +394,7 @@ next:
 		:: true
 		fi;
 		CRASHPOINT;
-		write(me, my, myf, mygen, O_COMPLETED, ok);
+		write(me, my, myf, mygen, O_COMPLETED, 0, ok);
 		/* Refused: the lease lapsed under it (a stall, counted then). */
 		run_aid[me] = 0;
 		if
@@ -375,14 +403,18 @@ next:
 		fi
 	:: errs < ERRS -> /* idem.NotDone: nothing happened, released */
 		errs++;
-		write(me, my, myf, mygen, O_RELEASED, ok);
+#ifdef MUT_NOTDONE_ABANDONS
+		write(me, my, myf, mygen, O_ABANDONED, 0, ok);
+#else
+		write(me, my, myf, mygen, O_RELEASED, 0, ok);
+#endif
 		run_aid[me] = 0;
 		goto next
 	:: POL != ALO && errs < ERRS -> /* an error after the effect: abandoned (AtMostOnce) */
 		errs++; unknowns++;
 		effect(me);
 		CRASHPOINT;
-		write(me, my, myf, mygen, O_ABANDONED, ok);
+		write(me, my, myf, mygen, O_ABANDONED, 0, ok);
 		atomic { run_aid[me] = 0; cut(me) }
 		goto next
 	fi;
@@ -440,7 +472,7 @@ end:
 			newfence(fence + 1);
 #endif
 			if
-			:: aid != 0 && jout[aid] == O_NONE -> jout[aid] = O_RESOLVED
+			:: aid != 0 && jout[aid] == O_NONE -> jout[aid] = O_RESOLVED; lr = 0
 			:: else
 			fi;
 			gen++; gh = 255;

@@ -86,30 +86,42 @@ func TestMutants(t *testing.T) {
 	s := newSpin(t)
 	for _, c := range []struct {
 		mutant, policy, invariant string
+		defs                      []string // other bounds than the model's
 	}{
 		// Finish applied to whatever attempt holds the key.
-		{"MUT_FINISH_NO_FENCE", atLeastOnce, "stale_finish_refused"},
+		{"MUT_FINISH_NO_FENCE", atLeastOnce, "stale_finish_refused", nil},
 		// A claim takes over a lapsed AtMostOnce record.
-		{"MUT_AMO_TAKEOVER", atMostOnce, "atmostonce_no_second_effect"},
+		{"MUT_AMO_TAKEOVER", atMostOnce, "atmostonce_no_second_effect", nil},
 		// A claim whose answer was lost is not read back and undone.
-		{"MUT_NO_READBACK", atMostOnce, "lost_claim_undone"},
+		{"MUT_NO_READBACK", atMostOnce, "lost_claim_undone", nil},
 		// Resolve decides whatever attempt is there, not the one inspected.
-		{"MUT_RESOLVE_NO_FENCE", atLeastOnce, "resolve_respects_fence"},
+		{"MUT_RESOLVE_NO_FENCE", atLeastOnce, "resolve_respects_fence", nil},
 		// Resolve leaves the fence as it was.
-		{"MUT_RESOLVE_SAME_FENCE", atMostOnce, "fence_monotonic"},
+		{"MUT_RESOLVE_SAME_FENCE", atMostOnce, "fence_monotonic", nil},
 		// A claim takes a record whose lease is running.
-		{"MUT_CLAIM_RUNNING", atLeastOnce, "single_holder"},
+		{"MUT_CLAIM_RUNNING", atLeastOnce, "single_holder", nil},
 		// A completion whose answer was lost is not sent again: the key
 		// is left to its lease, and the next delivery repeats the effect.
-		{"MUT_NO_FINISH_RETRY", atLeastOnce, "atleastonce_dup_only_after_fault"},
+		{"MUT_NO_FINISH_RETRY", atLeastOnce, "atleastonce_dup_only_after_fault", nil},
+		// A takeover whose answer was lost is undone by a release: the
+		// next claim is not a takeover, and the key was not released by
+		// an attempt that ran fn, so the Reconcile hook is not asked
+		// about the lapsed attempt's effect, and fn runs again.
+		{"MUT_UNDO_RELEASES_TAKEOVER", reconcile, "atmostonce_no_second_effect", []string{"-DSTALLS=0"}},
+		// fn's idem.NotDone under AtMostOnce abandons the key: left
+		// stuck by a live worker, with nothing done.
+		{"MUT_NOTDONE_ABANDONS", atMostOnce, "atmostonce_stuck_only_after_fault", nil},
+		// A released key answers duplicate: nobody runs it again.
+		{"MUT_RELEASED_NOT_CLAIMABLE", atLeastOnce, "atleastonce_no_loss", nil},
 	} {
 		t.Run(c.mutant, func(t *testing.T) {
 			t.Parallel() // most of the time is the C compiler's, on one core
-			out, _, _ := s.check(t, c.policy, "-D"+c.mutant)
+			out, states, _ := s.check(t, append([]string{c.policy, "-D" + c.mutant}, c.defs...)...)
 			want := "assertion violated " + c.invariant
 			if !strings.Contains(out, want) {
 				t.Fatalf("spin did not report %q for %s:\n%s", want, c.mutant, out)
 			}
+			t.Logf("%s found after %d states", c.invariant, states)
 		})
 	}
 }
