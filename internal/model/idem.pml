@@ -13,8 +13,9 @@
  *   spin -a -DPOL=1 idem.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan -m20000
  * and, after a violation, replay its trail: spin -t -p -g idem.pml
  *
- * Every invariant is a hidden bit named for it, set and asserted in one
- * step, so that spin's "assertion violated" names the invariant.
+ * Every invariant is a hidden variable named for it (hidden: not part of
+ * the state), set and asserted in one step, so that spin's "assertion
+ * violated" names the invariant.
  *
  * Macros (-D):
  *   POL       1 AtLeastOnce, 2 AtMostOnce, 3 AtMostOnce with a Reconcile
@@ -22,7 +23,8 @@
  *             provider before fn runs)
  *   W         workers (2 or 3); K acquired claims per worker (attempt ids)
  *   CRASHES   SIGKILLs in a run; STALLS leases lapsed under a live holder;
- *             LOSSES store answers lost; ERRS fn errors
+ *             LOSSES store answers lost; ERRS fn errors. The defaults are
+ *             model_test.go's bounds.
  *   Mutants, each a bug the checker must find (model_test.go):
  *   MUT_FINISH_NO_FENCE    Finish checks only that the record is in progress
  *   MUT_AMO_TAKEOVER       a claim takes over a lapsed AtMostOnce attempt
@@ -53,7 +55,7 @@
 #define STALLS 1
 #endif
 #ifndef LOSSES
-#define LOSSES 2
+#define LOSSES 1
 #endif
 #ifndef ERRS
 #define ERRS 1
