@@ -28,6 +28,9 @@ const (
 const defaultStore = "sqlite:idem.db"
 
 func main() {
+	if cfg := os.Getenv(chaosWorkerEnv); cfg != "" {
+		os.Exit(chaosWorkerMain(cfg)) // a worker of idem chaos
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, storeurl.New(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -1,0 +1,903 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/store"
+)
+
+var chaosCmd = &command{
+	name:     "chaos",
+	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
+	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
+	help: `
+Chaos runs a real pipeline under faults and checks each policy's
+guarantee (docs/guarantees.md). For each policy it publishes every key 1-5
+times onto a queue, runs --workers worker processes (this binary again),
+each a queue.Consumer whose effect is recorded in a sink the harness reads
+afterwards, injects the faults, waits until the queue is drained, and
+checks every key's effects against its record:
+
+  transactional, reconcile  every key exactly once
+  at_least_once             no key lost; every duplicate made by an attempt
+                            whose worker was killed (or frozen past its
+                            lease) between its effect and its completion,
+                            and taken over (journalled as a takeover)
+  at_most_once              no key twice; every key without its effect is
+                            indeterminate, listed by 'idem ls --stuck', and
+                            left by a killed or frozen worker
+
+The store and queue: the embedded default, sqlitestore and sqlqueue in
+one SQLite file in a temporary directory, removed at the end (--keep-dir
+keeps it). The sink: an O_APPEND file (at_least_once, at_most_once); a
+SQLite file that honours fences and answers the Reconcile hook
+(reconcile); a row written in the ledger's transaction by idem.DoTx
+(transactional: a receive loop settles each message by DoTx's answer).
+
+Faults (--faults, default all), on a schedule drawn from --seed (the same
+seed gives the same keys, copies and faults; the timing of the processes
+is the machine's):
+
+  kill-before-effect   a worker SIGKILLs itself in the handler, before the
+                       effect, for a scheduled key
+  kill-after-effect    ... after the effect, before its completion
+  kill-after-complete  ... after the completion, before the ack
+  stop                 SIGSTOP of a worker past its lease, then SIGCONT
+  short-visibility     the handler outlives the message's visibility, which
+                       is not extended: another worker receives it meanwhile
+  store-cut            the store's and broker's connections broken (SQLite:
+                       another connection holds the write lock past the
+                       workers' busy timeout)
+
+A killed worker is replaced. Each policy prints a line of figures, then a
+table per policy and per fault kind; --json FILE writes every figure,
+--report DIR a PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
+	exits: `  0    every policy kept its guarantee
+  1    a guarantee broke (the table says which key and why), or the run
+       failed (a worker could not start, the queue did not drain)
+  2    usage error
+  130  interrupted (Ctrl-C)`,
+	run: runChaos,
+}
+
+// chaosOptions are the command's flags.
+type chaosOptions struct {
+	policies   []string
+	faults     []string
+	keys       int
+	workers    int
+	duration   time.Duration
+	lease      time.Duration
+	visibility time.Duration
+	seed       uint64
+	jsonFile   string
+	reportDir  string
+	keepDir    bool
+	broken     bool
+	exe        string // the worker binary (default: this one)
+}
+
+var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
+
+func runChaos(ctx context.Context, a *app, args []string) error {
+	fs := a.cmd.flagSet(a)
+	o := chaosOptions{}
+	policies := fs.String("policies", strings.Join(chaosPolicies, ","), "the `policies` to run, comma-separated")
+	faults := fs.String("faults", strings.Join(allChaosFaults, ","), "the `faults` to inject, comma-separated, or none")
+	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
+	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
+	o.duration = 10 * time.Second
+	fs.Var(durationValue{&o.duration}, "duration", "how long the messages arrive and the faults go on, per policy (`D`)")
+	o.lease = 3 * time.Second
+	fs.Var(durationValue{&o.lease}, "lease", "the workers' lease (`D`)")
+	o.visibility = 4 * time.Second
+	fs.Var(durationValue{&o.visibility}, "visibility", "the queue's visibility timeout (`D`)")
+	fs.Uint64Var(&o.seed, "seed", 1, "the schedule's seed (`N`): keys, copies, faults")
+	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
+	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
+	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
+	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if a.storeExplicit {
+		return usagef("--store: chaos runs on the embedded default only in this version")
+	}
+	for p := range strings.SplitSeq(*policies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(chaosPolicies, p) {
+			return usagef("--policies: unknown policy %q (want %s)", p, strings.Join(chaosPolicies, ", "))
+		}
+		o.policies = append(o.policies, p)
+	}
+	if len(o.policies) == 0 {
+		return usagef("--policies: name at least one policy")
+	}
+	if *faults != "none" {
+		for f := range strings.SplitSeq(*faults, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			if !slices.Contains(allChaosFaults, f) {
+				return usagef("--faults: unknown fault %q (want %s, or none)", f, strings.Join(allChaosFaults, ", "))
+			}
+			o.faults = append(o.faults, f)
+		}
+	}
+	switch {
+	case o.keys < 1:
+		return usagef("--keys must be at least 1")
+	case o.workers < 1:
+		return usagef("--workers must be at least 1")
+	case o.duration < time.Second:
+		return usagef("--duration must be at least 1s")
+	case o.lease < 500*time.Millisecond:
+		return usagef("--lease must be at least 500ms")
+	case o.visibility < time.Second:
+		return usagef("--visibility must be at least 1s")
+	}
+	if o.exe, err = os.Executable(); err != nil {
+		return err
+	}
+	rep, err := chaosRun(ctx, o, a.stdout)
+	if err != nil {
+		return err
+	}
+	if err := writeChaosTables(a.stdout, rep); err != nil {
+		return err
+	}
+	if o.jsonFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		b = append(b, '\n')
+		if o.jsonFile == "-" {
+			_, err = a.stdout.Write(b)
+		} else {
+			err = os.WriteFile(o.jsonFile, b, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if o.reportDir != "" {
+		if err := writeChaosReport(o.reportDir, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "report: %s\n", filepath.Join(o.reportDir, "index.html"))
+	}
+	if !rep.OK {
+		var broke []string
+		for _, p := range rep.Policies {
+			if !p.OK {
+				broke = append(broke, p.Policy)
+			}
+		}
+		return &codeError{exitError, fmt.Errorf("a guarantee broke under %s", strings.Join(broke, ", "))}
+	}
+	return nil
+}
+
+// chaosReport is the figures of a run (--json).
+type chaosReport struct {
+	Seed       uint64               `json:"seed"`
+	Target     string               `json:"target"`
+	Faults     []string             `json:"faults"`
+	Keys       int                  `json:"keys_per_policy"`
+	Workers    int                  `json:"workers"`
+	Duration   string               `json:"duration"`
+	Lease      string               `json:"lease"`
+	Visibility string               `json:"visibility"`
+	Broken     bool                 `json:"broken_ledger,omitempty"`
+	Policies   []*chaosPolicyReport `json:"policies"`
+	OK         bool                 `json:"ok"`
+}
+
+// chaosPolicyReport is one policy's run.
+type chaosPolicyReport struct {
+	Policy    string `json:"policy"`
+	Guarantee string `json:"guarantee"`
+	Keys      int    `json:"keys"`
+	Messages  int    `json:"messages"`
+	Effects   int    `json:"effects"`
+	// KeysBy: keys with 0, 1 and 2+ effects.
+	KeysWith0  int `json:"keys_with_0_effects"`
+	KeysWith1  int `json:"keys_with_1_effect"`
+	KeysWith2  int `json:"keys_with_2_or_more"`
+	Duplicates int `json:"duplicates"`
+	// DuplicateCauses counts the duplicates by the fault that caused
+	// each (the kill or freeze of the worker whose attempt made it).
+	DuplicateCauses map[string]int `json:"duplicate_causes"`
+	DuplicateList   []chaosEffect  `json:"duplicate_effects,omitempty"` // the first 100
+	Indeterminate   int            `json:"indeterminate"`
+	// IndeterminateWhy counts the keys left indeterminate by cause.
+	IndeterminateWhy map[string]int `json:"indeterminate_causes"`
+	ListedStuck      int            `json:"listed_by_ls_stuck"`
+	Lost             int            `json:"lost"`
+	DeadLetters      int            `json:"dead_letters"`
+	// FaultsInjected counts the faults by kind: kills that fired, freezes,
+	// keys whose visibility ran out, connection faults.
+	FaultsInjected  map[string]int `json:"faults_injected"`
+	WorkersStarted  int            `json:"workers_started"`
+	Took            string         `json:"took"`
+	Throughput      float64        `json:"messages_per_second"`
+	DrainAfterFault string         `json:"drain_after_last_fault"`
+	Violations      []string       `json:"violations,omitempty"` // the first 50
+	ViolationCount  int            `json:"violation_count"`
+	OK              bool           `json:"ok"`
+}
+
+// chaosEffect is one effect the sink holds.
+type chaosEffect struct {
+	Key     string `json:"key"`
+	PID     int    `json:"pid"`
+	Attempt string `json:"attempt,omitempty"`
+	Fence   int64  `json:"fence,omitempty"`
+	Message string `json:"message,omitempty"`
+	Cause   string `json:"cause,omitempty"`
+	// Bystander: the kill named by Cause fired for another key the
+	// worker was handling at the same time, not in this attempt.
+	Bystander bool `json:"bystander,omitempty"`
+}
+
+var chaosGuarantees = map[string]string{
+	"at_least_once": "no key lost; duplicates only from a worker killed or frozen between its effect and its completion, taken over",
+	"at_most_once":  "no key twice; every key without its effect indeterminate, listed by ls --stuck, left by a killed or frozen worker",
+	"reconcile":     "every key exactly once",
+	"transactional": "every key exactly once",
+}
+
+func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport, error) {
+	root, err := os.MkdirTemp("", "idem-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	if o.keepDir {
+		fmt.Fprintf(out, "run directory: %s\n", root)
+	} else {
+		defer os.RemoveAll(root)
+	}
+	rep := &chaosReport{Seed: o.seed, Target: "embedded: sqlitestore + sqlqueue in one SQLite file", Faults: o.faults,
+		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
+		Visibility: o.visibility.String(), Broken: o.broken, OK: true}
+	if rep.Faults == nil {
+		rep.Faults = []string{}
+	}
+	fmt.Fprintf(out, "idem chaos: seed %d, %d keys per policy, %d workers, faults %s for %s per policy, lease %s, visibility %s\n",
+		o.seed, o.keys, o.workers, orNone(o.faults), o.duration, o.lease, o.visibility)
+	for i, p := range o.policies {
+		dir := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Join(dir, "fired"), 0o755); err != nil {
+			return nil, err
+		}
+		r := &chaosScenario{o: o, policy: p, dir: dir, out: out,
+			rng: rand.New(rand.NewPCG(o.seed, uint64(i))), killed: map[int]bool{}, stopped: map[int]bool{}}
+		pr, err := r.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		rep.Policies = append(rep.Policies, pr)
+		rep.OK = rep.OK && pr.OK
+		verdict := "ok"
+		if !pr.OK {
+			verdict = fmt.Sprintf("BROKEN (%d violations)", pr.ViolationCount)
+		}
+		fmt.Fprintf(out, "%-14s keys=%d messages=%d effects=%d duplicates=%d indeterminate=%d dead-letters=%d took=%s drain=%s %s\n",
+			p, pr.Keys, pr.Messages, pr.Effects, pr.Duplicates, pr.Indeterminate, pr.DeadLetters, pr.Took, pr.DrainAfterFault, verdict)
+		for _, v := range pr.Violations[:min(len(pr.Violations), 5)] {
+			fmt.Fprintf(out, "  %s\n", v)
+		}
+	}
+	return rep, nil
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ",")
+}
+
+// chaosScenario is one policy's run, in the harness.
+type chaosScenario struct {
+	o      chaosOptions
+	policy string
+	dir    string
+	out    io.Writer
+	rng    *rand.Rand
+	target chaosTarget
+	sched  chaosSchedule
+	env    string
+
+	mu        sync.Mutex
+	procs     map[int]*exec.Cmd // alive, by pid
+	exited    map[int]chan struct{}
+	killed    map[int]bool // by a scheduled kill (SIGKILL)
+	stopped   map[int]bool // frozen past the lease at least once
+	started   int
+	lastFault time.Time
+	failed    []string // workers that exited with an error
+	stopping  bool
+	cuts      int
+}
+
+func (r *chaosScenario) has(f string) bool { return slices.Contains(r.o.faults, f) }
+
+func (r *chaosScenario) noteFault(t time.Time) {
+	r.mu.Lock()
+	if t.After(r.lastFault) {
+		r.lastFault = t
+	}
+	r.mu.Unlock()
+}
+
+// schedule draws the keys' copies and the faults assigned to keys.
+func (r *chaosScenario) schedule() (copies []int) {
+	r.sched = chaosSchedule{}
+	var kinds []string
+	for _, f := range []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultSlow} {
+		if r.has(f) {
+			kinds = append(kinds, f)
+		}
+	}
+	copies = make([]int, r.o.keys)
+	for i := range copies {
+		copies[i] = 1 + r.rng.IntN(5)
+		// About one key in 25 per kind, at most a few dozen kills per
+		// kind: every worker start costs a second or so.
+		if len(kinds) > 0 && r.rng.IntN(25) < len(kinds) {
+			r.sched[chaosKey(i)] = kinds[r.rng.IntN(len(kinds))]
+		}
+	}
+	// Cap the kills per kind.
+	perKind := map[string]int{}
+	limit := max(2, int(r.o.duration/time.Second)*2)
+	for i := range r.o.keys {
+		k := chaosKey(i)
+		if f, ok := r.sched[k]; ok {
+			if perKind[f] >= limit {
+				delete(r.sched, k)
+				continue
+			}
+			perKind[f]++
+		}
+	}
+	return copies
+}
+
+func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
+	copies := r.schedule()
+	b, _ := json.Marshal(r.sched)
+	if err := os.WriteFile(filepath.Join(r.dir, "schedule.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos"}
+	be, err := openChaosBackend(ctx, r.target, r.dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Close()
+	if r.policy == "reconcile" {
+		db, err := openSinkDB(r.dir)
+		if err != nil {
+			return nil, err
+		}
+		_, err = db.ExecContext(ctx, sinkSchema)
+		db.Close()
+		if err != nil {
+			return nil, fmt.Errorf("creating the sink: %w", err)
+		}
+	}
+	pub, err := be.Publisher(ctx, r.o.visibility)
+	if err != nil {
+		return nil, err
+	}
+	wc := chaosWorkerCfg{Policy: r.policy, Dir: r.dir, Backend: r.target, Lease: r.o.lease, Visibility: r.o.visibility,
+		MaxReceives: 12, Broken: r.o.broken}
+	cb, _ := json.Marshal(wc)
+	r.env = chaosWorkerEnv + "=" + string(cb)
+	r.procs, r.exited = map[int]*exec.Cmd{}, map[int]chan struct{}{}
+
+	began := time.Now()
+	defer r.stopAll()
+	for range r.o.workers {
+		if err := r.startWorker(); err != nil {
+			return nil, err
+		}
+	}
+
+	// The messages: every key 1-5 times, in an order drawn from the
+	// seed, spread over two thirds of the duration.
+	var msgs []int
+	for i, n := range copies {
+		for range n {
+			msgs = append(msgs, i)
+		}
+	}
+	r.rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	faultCtx, stopFaults := context.WithTimeout(ctx, r.o.duration)
+	defer stopFaults()
+	var wg sync.WaitGroup
+	if r.has(faultStoreCut) {
+		wg.Go(func() { r.cutLoop(faultCtx, be) })
+	}
+	if r.has(faultStop) {
+		wg.Go(func() { r.stopLoop(faultCtx) })
+	}
+	published := 0
+	spread := r.o.duration * 2 / 3
+	step := spread / time.Duration(len(msgs)+1)
+	pubStart := time.Now()
+	seq := map[int]int{}
+	for n, i := range msgs {
+		if d := time.Until(pubStart.Add(time.Duration(n) * step)); d > 0 {
+			if !sleepCtx(ctx, d) {
+				return nil, ctx.Err()
+			}
+		}
+		seq[i]++
+		key := chaosKey(i)
+		m := queue.Outgoing{Body: []byte(key), DedupID: key + "#" + strconv.Itoa(seq[i])}
+		for try := 0; ; try++ {
+			p, err := pub.Publish(ctx, m)
+			if err == nil {
+				if !p.Duplicate {
+					published++
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if try == 100 {
+				return nil, fmt.Errorf("publishing: %w", err)
+			}
+			sleepCtx(ctx, 20*time.Millisecond)
+		}
+	}
+	wg.Wait() // the faults end with the duration
+	stopFaults()
+
+	// Drain: every message acked or dead-lettered.
+	drainBound := 3*time.Minute + r.o.lease*4 + r.o.visibility*4
+	deadline := time.Now().Add(drainBound)
+	var dead int64
+	for {
+		pending, d, err := be.Pending(ctx)
+		if err == nil && pending == 0 {
+			dead = d
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the queue did not drain within %s of the faults' end: %d of %d messages unsettled (%v; worker log: %s)",
+				drainBound, pending, published, err, filepath.Join(r.dir, "worker.log"))
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+	}
+	drained := time.Now()
+	r.stopAll()
+	took := drained.Sub(began)
+
+	pr := &chaosPolicyReport{Policy: r.policy, Guarantee: chaosGuarantees[r.policy], Keys: r.o.keys, Messages: published, DeadLetters: int(dead),
+		DuplicateCauses: map[string]int{}, IndeterminateWhy: map[string]int{}, FaultsInjected: map[string]int{},
+		Took: took.Round(100 * time.Millisecond).String(), Throughput: float64(published) / took.Seconds()}
+	r.mu.Lock()
+	pr.WorkersStarted = r.started
+	last := r.lastFault
+	if r.has(faultStoreCut) {
+		pr.FaultsInjected[faultStoreCut] = r.cuts
+	}
+	if r.has(faultStop) {
+		pr.FaultsInjected[faultStop] = len(r.stopped)
+	}
+	failed := slices.Clone(r.failed)
+	r.mu.Unlock()
+	if last.IsZero() {
+		last = began
+	}
+	pr.DrainAfterFault = max(drained.Sub(last), 0).Round(100 * time.Millisecond).String()
+	if err := r.check(ctx, be, pr); err != nil {
+		return nil, err
+	}
+	for _, f := range failed {
+		pr.violate("a worker failed: %s", f)
+	}
+	pr.OK = pr.ViolationCount == 0
+	return pr, nil
+}
+
+func (pr *chaosPolicyReport) violate(format string, args ...any) {
+	pr.ViolationCount++
+	if len(pr.Violations) < 50 {
+		pr.Violations = append(pr.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+func scanLines(path string, fn func([]string)) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fn(strings.Fields(sc.Text()))
+	}
+	return sc.Err()
+}
+
+// startWorker starts a worker process; a goroutine waits for it and,
+// unless the run is stopping, starts another in its place.
+func (r *chaosScenario) startWorker() error {
+	cmd := exec.Command(r.o.exe)
+	cmd.Env = append(os.Environ(), r.env)
+	logf, err := openAppend(r.dir, "worker.out")
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting a worker: %w", err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.procs[pid] = cmd
+	r.exited[pid] = done
+	r.started++
+	r.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		close(done)
+		r.mu.Lock()
+		delete(r.procs, pid)
+		stopping := r.stopping
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				r.killed[pid] = true
+				if time.Now().After(r.lastFault) {
+					r.lastFault = time.Now()
+				}
+			} else if !stopping {
+				r.failed = append(r.failed, fmt.Sprintf("pid %d: %v (see %s)", pid, err, filepath.Join(r.dir, "worker.out")))
+			}
+		}
+		r.mu.Unlock()
+		if !stopping {
+			if err := r.startWorker(); err != nil {
+				r.mu.Lock()
+				r.failed = append(r.failed, err.Error())
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return nil
+}
+
+// stopAll ends the workers: SIGCONT (a frozen one), SIGTERM, then SIGKILL
+// after 10 s.
+func (r *chaosScenario) stopAll() {
+	r.mu.Lock()
+	r.stopping = true
+	var waits []chan struct{}
+	for pid, cmd := range r.procs {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		waits = append(waits, r.exited[pid])
+	}
+	procs := maps.Clone(r.procs)
+	r.mu.Unlock()
+	timeout := time.After(10 * time.Second)
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-timeout:
+			for _, cmd := range procs {
+				_ = cmd.Process.Kill()
+			}
+			<-w
+		}
+	}
+}
+
+// cutLoop injects the backend's connection fault every 200-400 ms.
+func (r *chaosScenario) cutLoop(ctx context.Context, be chaosBackend) {
+	for sleepCtx(ctx, 200*time.Millisecond+rand.N(200*time.Millisecond)) {
+		n, err := be.Fault(ctx)
+		if err == nil || ctx.Err() == nil {
+			r.mu.Lock()
+			r.cuts += n
+			r.mu.Unlock()
+			r.noteFault(time.Now())
+		}
+	}
+}
+
+// stopLoop freezes a worker (SIGSTOP) for longer than its lease every
+// 3-5 s, then lets it go on (SIGCONT).
+func (r *chaosScenario) stopLoop(ctx context.Context) {
+	for sleepCtx(ctx, 3*time.Second+time.Duration(r.rng.Int64N(int64(2*time.Second)))) {
+		r.mu.Lock()
+		pids := slices.Sorted(maps.Keys(r.procs))
+		var cmd *exec.Cmd
+		if len(pids) > 0 {
+			cmd = r.procs[pids[rand.N(len(pids))]]
+		}
+		r.mu.Unlock()
+		if cmd == nil {
+			continue
+		}
+		if cmd.Process.Signal(syscall.SIGSTOP) != nil {
+			continue
+		}
+		r.mu.Lock()
+		r.stopped[cmd.Process.Pid] = true
+		r.mu.Unlock()
+		time.Sleep(r.o.lease + time.Second) // past the lease, whatever ctx says
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		r.noteFault(time.Now())
+	}
+}
+
+// check reads every key's record and effects and checks the policy's
+// guarantee, filling pr.
+func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPolicyReport) error {
+	s := be.Store()
+	// The kills that fired: kind per pid, and per attempt.
+	killKind := map[int]string{}
+	killAttempt := map[string]string{}
+	if err := scanLines(filepath.Join(r.dir, "kills"), func(f []string) {
+		if len(f) >= 4 {
+			pid, _ := strconv.Atoi(f[2])
+			killKind[pid] = f[0]
+			if f[3] != "-" {
+				killAttempt[f[3]] = f[0]
+			}
+			pr.FaultsInjected[f[0]]++
+		}
+	}); err != nil {
+		return err
+	}
+	if r.has(faultSlow) {
+		for _, f := range r.sched {
+			if f == faultSlow {
+				pr.FaultsInjected[faultSlow]++
+			}
+		}
+	}
+	effects := map[string][]chaosEffect{}
+	switch r.policy {
+	case "transactional":
+		rows, err := be.Effects(ctx)
+		if err != nil {
+			return err
+		}
+		for k, whos := range rows {
+			for _, who := range whos {
+				pid, _ := strconv.Atoi(who)
+				effects[k] = append(effects[k], chaosEffect{Key: k, PID: pid})
+			}
+		}
+	case "reconcile":
+		db, err := openSinkDB(r.dir)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		rows, err := db.QueryContext(ctx, "SELECT key, pid, attempt, fence, message FROM effects")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var e chaosEffect
+			if err := rows.Scan(&e.Key, &e.PID, &e.Attempt, &e.Fence, &e.Message); err != nil {
+				rows.Close()
+				return err
+			}
+			effects[e.Key] = append(effects[e.Key], e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	default:
+		if err := scanLines(filepath.Join(r.dir, "effects"), func(f []string) {
+			if len(f) == 5 {
+				pid, _ := strconv.Atoi(f[1])
+				fence, _ := strconv.ParseInt(f[3], 10, 64)
+				effects[f[0]] = append(effects[f[0]], chaosEffect{Key: f[0], PID: pid, Attempt: f[2], Fence: fence, Message: f[4]})
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	// The keys `idem ls --stuck` lists.
+	stuck := map[string]bool{}
+	for after := ""; ; {
+		recs, err := s.List(ctx, store.ListQuery{Stuck: true, After: after, Limit: 1000})
+		if err != nil {
+			return fmt.Errorf("listing the stuck keys: %w", err)
+		}
+		for _, rec := range recs {
+			stuck[rec.Key] = true
+		}
+		if len(recs) < 1000 {
+			break
+		}
+		after = recs[len(recs)-1].Key
+	}
+	pr.ListedStuck = len(stuck)
+
+	// cause names what made an effect that did not complete its key.
+	causeOf := func(e chaosEffect) (string, bool) {
+		if k, ok := killAttempt[e.Attempt]; ok {
+			return k, false
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if k, ok := killKind[e.PID]; ok {
+			return k, r.policy != "transactional"
+		}
+		if r.stopped[e.PID] {
+			return faultStop, false
+		}
+		if r.killed[e.PID] {
+			return "killed", false
+		}
+		return "none: a live worker", false
+	}
+	cause := func(e chaosEffect) string { c, _ := causeOf(e); return c }
+	ownerPID := func(owner string) int {
+		pid, _ := strconv.Atoi(strings.TrimPrefix(owner, "chaos-"))
+		return pid
+	}
+	for i := range r.o.keys {
+		k := chaosKey(i)
+		es := effects[k]
+		pr.Effects += len(es)
+		switch len(es) {
+		case 0:
+			pr.KeysWith0++
+		case 1:
+			pr.KeysWith1++
+		default:
+			pr.KeysWith2++
+		}
+		rec, err := s.Get(ctx, k)
+		if errors.Is(err, store.ErrNotFound) {
+			rec = store.Record{Key: k}
+		} else if err != nil {
+			return fmt.Errorf("reading %s: %w", k, err)
+		}
+		var extra []chaosEffect
+		switch r.policy {
+		case "transactional":
+			if len(es) == 1 && rec.Owner != "chaos-"+strconv.Itoa(es[0].PID) {
+				pr.violate("%s: its effect row was written by %d, its record is owned by %s", k, es[0].PID, rec.Owner)
+			}
+			extra = es[min(1, len(es)):]
+		default:
+			for _, e := range es {
+				if e.Attempt != rec.AttemptID || rec.Status != store.StatusCompleted {
+					extra = append(extra, e)
+				}
+			}
+			if rec.Status == store.StatusCompleted && len(extra) == len(es) && r.policy != "reconcile" {
+				pr.violate("%s: completed, but none of its %d effects is the completing attempt's", k, len(es))
+			}
+		}
+		if r.policy == "at_most_once" && rec.Status != store.StatusCompleted {
+			extra = nil // an indeterminate key's one effect is not a duplicate
+		}
+		if r.policy == "reconcile" && rec.Status == store.StatusCompleted && len(es) == 1 {
+			extra = nil // a reconciled key completes with the lapsed attempt's effect
+		}
+		if len(es) > 1 {
+			pr.Duplicates += len(es) - 1
+		}
+		unexplained := false
+		for n, e := range extra {
+			if len(es) <= 1 || n >= len(es)-1 {
+				break
+			}
+			e.Cause, e.Bystander = causeOf(e)
+			unexplained = unexplained || e.Cause == "none: a live worker"
+			pr.DuplicateCauses[e.Cause]++
+			if len(pr.DuplicateList) < 100 {
+				pr.DuplicateList = append(pr.DuplicateList, e)
+			}
+		}
+		switch r.policy {
+		case "transactional", "reconcile":
+			if rec.Status != store.StatusCompleted {
+				pr.violate("%s: %s, want completed", k, orDash(string(rec.Status)))
+			}
+			if len(es) != 1 {
+				if len(es) == 0 {
+					pr.Lost++
+				}
+				pr.violate("%s: %d effects, want exactly 1", k, len(es))
+			}
+		case "at_least_once":
+			if rec.Status != store.StatusCompleted || len(es) == 0 {
+				pr.Lost++
+				pr.violate("%s: %s with %d effects, want completed", k, orDash(string(rec.Status)), len(es))
+				continue
+			}
+			if len(es) > 1 {
+				if unexplained {
+					pr.violate("%s: %d effects, and a duplicate made by a worker that was neither killed nor frozen", k, len(es))
+				}
+				took := false
+				for _, je := range rec.Journal {
+					took = took || je.Takeover
+				}
+				if !took {
+					pr.violate("%s: %d effects, and no takeover in its journal", k, len(es))
+				}
+			}
+		case "at_most_once":
+			if len(es) > 1 {
+				pr.violate("%s: %d effects under at_most_once", k, len(es))
+			}
+			switch {
+			case rec.Status == store.StatusCompleted:
+				if len(es) != 1 {
+					pr.Lost++
+					pr.violate("%s: completed with %d effects, want 1", k, len(es))
+				}
+			case rec.Status == store.StatusInProgress:
+				pr.Indeterminate++
+				why := ""
+				if kk, ok := killAttempt[rec.AttemptID]; ok {
+					why = kk
+				} else {
+					why = cause(chaosEffect{PID: ownerPID(rec.Owner), Attempt: rec.AttemptID})
+				}
+				pr.IndeterminateWhy[why]++
+				if why == "none: a live worker" {
+					pr.violate("%s: left indeterminate by %s, a worker that was neither killed nor frozen", k, rec.Owner)
+				}
+				if !stuck[k] {
+					pr.violate("%s: indeterminate but not listed by ls --stuck", k)
+				}
+			default:
+				pr.Lost++
+				pr.violate("%s: %s with %d effects: lost silently (neither done nor listed by ls --stuck)", k, orDash(string(rec.Status)), len(es))
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/sqlitestore"
+)
+
+// chaosTarget names the store and queue of a chaos run; it travels to the
+// workers as JSON.
+type chaosTarget struct {
+	Kind  string `json:"kind"`  // "embedded"
+	Path  string `json:"path"`  // embedded: the SQLite file
+	Queue string `json:"queue"` // the queue's name
+}
+
+// chaosBackend is a store and a queue, opened in the harness or a worker.
+type chaosBackend interface {
+	Store() store.Store
+	// Source opens the run's queue for receiving, with visibility vis.
+	Source(ctx context.Context, vis time.Duration) (queue.Source, error)
+	// Publisher opens the run's queue for publishing.
+	Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error)
+	// DoTx runs idem.DoTx for key with an fn that calls before, writes
+	// the effect row (key, who, msgID) in the ledger's transaction, then
+	// calls after.
+	DoTx(ctx context.Context, l *idem.Ledger, key string, before, after func(context.Context) error, who, msgID string) (idem.Result, error)
+	// Effects reads the effect rows DoTx wrote: who per key.
+	Effects(ctx context.Context) (map[string][]string, error)
+	// Fault breaks the workers' connections to the store and the broker
+	// for real, once, and says how many it broke.
+	Fault(ctx context.Context) (int, error)
+	// Pending counts the messages not yet settled, and the dead letters.
+	Pending(ctx context.Context) (pending, dead int64, err error)
+	// FaultName says what Fault does.
+	FaultName() string
+	Close() error
+}
+
+// chaosBusyTimeout is how long an embedded worker's write waits for
+// SQLite's write lock; the harness holds it for up to chaosHoldMax at a
+// time (the store-cut fault), so some writes fail with SQLITE_BUSY.
+const (
+	chaosBusyTimeout = 250 * time.Millisecond
+	chaosHoldMin     = 100 * time.Millisecond
+	chaosHoldMax     = 500 * time.Millisecond
+)
+
+// openChaosBackend opens t; setup (in the harness, once) creates what the
+// run needs.
+func openChaosBackend(ctx context.Context, t chaosTarget, dir string, setup bool) (chaosBackend, error) {
+	switch t.Kind {
+	case "embedded":
+		return openEmbedded(ctx, t, setup)
+	}
+	return nil, fmt.Errorf("unknown chaos target %q", t.Kind)
+}
+
+// embedded is the default: sqlitestore and sqlqueue in one SQLite file.
+type embedded struct {
+	t    chaosTarget
+	s    *sqlitestore.Store
+	h    *sqlqueue.SQLite
+	lock *sql.DB // the harness's own connection, which holds the write lock
+}
+
+func openEmbedded(ctx context.Context, t chaosTarget, setup bool) (*embedded, error) {
+	var opts []sqlitestore.Option
+	if !setup {
+		opts = append(opts, sqlitestore.WithBusyTimeout(chaosBusyTimeout))
+	}
+	var (
+		s   *sqlitestore.Store
+		err error
+	)
+	for try := 0; ; try++ { // a worker may start while the harness holds the lock
+		if s, err = sqlitestore.Open(ctx, t.Path, opts...); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := &embedded{t: t, s: s}
+	if setup {
+		if _, err := s.DB().ExecContext(ctx, "CREATE TABLE IF NOT EXISTS chaos_effects (key TEXT NOT NULL, who TEXT NOT NULL, message TEXT NOT NULL)"); err != nil {
+			s.Close()
+			return nil, err
+		}
+		e.lock, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		e.lock.SetMaxOpenConns(1)
+	}
+	for try := 0; ; try++ {
+		if e.h, err = sqlqueue.NewSQLite(ctx, s.DB(), sqlqueue.WithGroupCommit(s), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *embedded) Store() store.Store { return e.s }
+
+func (e *embedded) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
+	return e.h.Queue(e.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (e *embedded) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
+	return e.h.Queue(e.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (e *embedded) DoTx(ctx context.Context, l *idem.Ledger, key string, before, after func(context.Context) error, who, msgID string) (idem.Result, error) {
+	return idem.DoTx(ctx, l, idem.RawKey(key), func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		if err := before(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO chaos_effects (key, who, message) VALUES (?, ?, ?)", key, who, msgID); err != nil {
+			return nil, err
+		}
+		return []byte(who), after(ctx)
+	}, idem.WithCorrelationID(msgID))
+}
+
+func (e *embedded) Effects(ctx context.Context) (map[string][]string, error) {
+	rows, err := e.s.DB().QueryContext(ctx, "SELECT key, who FROM chaos_effects")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string][]string{}
+	for rows.Next() {
+		var k, who string
+		if err := rows.Scan(&k, &who); err != nil {
+			return nil, err
+		}
+		m[k] = append(m[k], who)
+	}
+	return m, rows.Err()
+}
+
+// Fault holds SQLite's write lock (BEGIN IMMEDIATE) from another
+// connection for 100-500 ms, longer than the workers' busy timeout: SQLite
+// has no connection to cut, and this is the fault it meets for real. The
+// store and the queue share the file, so both see it.
+func (e *embedded) Fault(ctx context.Context) (int, error) {
+	if e.lock == nil {
+		return 0, errors.New("no lock connection")
+	}
+	tx, err := e.lock.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	sleepCtx(ctx, chaosHoldMin+rand.N(chaosHoldMax-chaosHoldMin))
+	return 1, tx.Rollback()
+}
+
+func (e *embedded) Pending(ctx context.Context) (int64, int64, error) {
+	q, err := e.h.Queue(e.t.Queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+func (e *embedded) FaultName() string { return "SQLite write lock held by another connection" }
+
+func (e *embedded) Close() error {
+	if e.h != nil {
+		e.h.Close()
+	}
+	if e.lock != nil {
+		e.lock.Close()
+	}
+	return e.s.Close()
+}
+
+// chaosKey is the name of key i.
+func chaosKey(i int) string { return "chaos:" + strconv.Itoa(i) }
