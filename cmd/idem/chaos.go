@@ -691,8 +691,12 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 		return err
 	}
 	if r.has(faultSlow) {
-		for _, f := range r.sched {
-			if f == faultSlow {
+		fired, err := os.ReadDir(filepath.Join(r.dir, "fired"))
+		if err != nil {
+			return err
+		}
+		for _, f := range fired {
+			if strings.HasPrefix(f.Name(), faultSlow+"-") {
 				pr.FaultsInjected[faultSlow]++
 			}
 		}

@@ -110,17 +110,26 @@ type chaosWorkerState struct {
 // fire kills the worker at a scheduled point: once per key across all
 // workers (an O_EXCL marker file), after logging the kill.
 func (w *chaosWorkerState) fire(kind, key string, att idem.Attempt) {
-	if w.sched[key] != kind {
+	if !w.once(kind, key) {
 		return
 	}
-	f, err := os.OpenFile(filepath.Join(w.cfg.Dir, "fired", kind+"-"+key), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return // fired already
-	}
-	f.Close()
 	_ = appendLine(w.kills, "%s %s %d %s %d", kind, key, w.pid, orDash(att.ID), att.Fence)
 	_ = syscall.Kill(w.pid, syscall.SIGKILL)
 	select {} // the signal is on its way
+}
+
+// once reports whether key is scheduled for kind and this is the first
+// time any worker asks (an O_EXCL marker file in the run's directory).
+func (w *chaosWorkerState) once(kind, key string) bool {
+	if w.sched[key] != kind {
+		return false
+	}
+	f, err := os.OpenFile(filepath.Join(w.cfg.Dir, "fired", kind+"-"+key), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return false // fired already
+	}
+	f.Close()
+	return true
 }
 
 func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
@@ -191,7 +200,7 @@ func (w *chaosWorkerState) handle(ctx context.Context, m queue.Message) ([]byte,
 	key := string(m.Body)
 	att, _ := idem.AttemptFromContext(ctx)
 	w.fire(faultKillBeforeEffect, key, att)
-	slow := w.sched[key] == faultSlow
+	slow := w.once(faultSlow, key)
 	if slow {
 		// The duplicate generator: a handler that ignores its context
 		// and outlives its message's visibility, which is not extended
@@ -245,7 +254,7 @@ func (w *chaosWorkerState) txOne(ctx context.Context, d queue.Delivery, l *idem.
 	m := d.Message()
 	key := string(m.Body)
 	sctx := context.WithoutCancel(ctx)
-	if w.sched[key] == faultSlow {
+	if w.once(faultSlow, key) {
 		// The duplicate generator: the message's visibility runs out
 		// (it is not extended) before DoTx runs, and another worker
 		// receives it meanwhile.
