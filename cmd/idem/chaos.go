@@ -343,6 +343,8 @@ type chaosScenario struct {
 	failed    []string // workers that exited with an error
 	stopping  bool
 	cuts      int
+
+	lastProgress time.Time
 }
 
 func (r *chaosScenario) has(f string) bool { return slices.Contains(r.o.faults, f) }
@@ -375,7 +377,7 @@ func (r *chaosScenario) schedule() (copies []int) {
 	}
 	// Cap the kills per kind.
 	perKind := map[string]int{}
-	limit := max(2, int(r.o.duration/time.Second)*2)
+	limit := max(3, int(r.o.duration/time.Second)/2) // a kill per kind every 2 s at most
 	for i := range r.o.keys {
 		k := chaosKey(i)
 		if f, ok := r.sched[k]; ok {
@@ -454,6 +456,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	pubStart := time.Now()
 	seq := map[int]int{}
 	for n, i := range msgs {
+		r.progress(ctx, be, began, published, len(msgs))
 		if d := time.Until(pubStart.Add(time.Duration(n) * step)); d > 0 {
 			if !sleepCtx(ctx, d) {
 				return nil, ctx.Err()
@@ -487,6 +490,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	deadline := time.Now().Add(drainBound)
 	var dead int64
 	for {
+		r.progress(ctx, be, began, published, len(msgs))
 		pending, d, err := be.Pending(ctx)
 		if err == nil && pending == 0 {
 			dead = d
@@ -530,6 +534,33 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	}
 	pr.OK = pr.ViolationCount == 0
 	return pr, nil
+}
+
+// chaosProgressEvery is how often a long run (a duration of a minute or
+// more) prints a progress line.
+const chaosProgressEvery = 30 * time.Second
+
+// progress prints a progress line, at most every chaosProgressEvery, in a
+// long run.
+func (r *chaosScenario) progress(ctx context.Context, be chaosBackend, began time.Time, published, total int) {
+	if r.o.duration < time.Minute || time.Since(r.lastProgress) < chaosProgressEvery {
+		return
+	}
+	if r.lastProgress.IsZero() {
+		r.lastProgress = began
+		return
+	}
+	r.lastProgress = time.Now()
+	pending, dead, err := be.Pending(ctx)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	done := int64(published) - pending
+	fmt.Fprintf(r.out, "  %s %s: published %d of %d messages, %d settled (%d dead letters), %.0f msg/s, %d workers started\n",
+		r.policy, time.Since(began).Round(time.Second), published, total, done, dead, float64(done)/time.Since(began).Seconds(), started)
 }
 
 func (pr *chaosPolicyReport) violate(format string, args ...any) {
