@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store"
 )
@@ -92,6 +93,7 @@ type chaosOptions struct {
 	keepDir    bool
 	broken     bool
 	exe        string // the worker binary (default: this one)
+	pgURL      string // --store postgres://...: pgstore and sqlqueue there
 }
 
 var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
@@ -113,6 +115,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
+	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, in the store's database (the only one in this version)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -122,7 +125,18 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if a.storeExplicit {
-		return usagef("--store: chaos runs on the embedded default only in this version")
+		scheme, _, _ := strings.Cut(a.storeURL, ":")
+		switch strings.ToLower(scheme) {
+		case "postgres", "postgresql":
+			o.pgURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+		default:
+			return usagef("--store: chaos runs on the embedded default or on PostgreSQL (postgres://...) in this version, not %s", storeurl.Redact(a.storeURL))
+		}
+	}
+	switch *queueName {
+	case "", "sqlqueue":
+	default:
+		return usagef("--queue: chaos runs sqlqueue, in the store's database, in this version, not %q", *queueName)
 	}
 	for p := range strings.SplitSeq(*policies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -281,7 +295,11 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	} else {
 		defer os.RemoveAll(root)
 	}
-	rep := &chaosReport{Seed: o.seed, Target: "embedded: sqlitestore + sqlqueue in one SQLite file", Faults: o.faults,
+	target := "embedded: sqlitestore + sqlqueue in one SQLite file"
+	if o.pgURL != "" {
+		target = "PostgreSQL: pgstore + sqlqueue in one database (" + storeurl.Redact(o.pgURL) + ")"
+	}
+	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
 		Visibility: o.visibility.String(), Broken: o.broken, OK: true}
 	if rep.Faults == nil {
@@ -398,6 +416,10 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 		return nil, err
 	}
 	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos"}
+	if r.o.pgURL != "" {
+		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos",
+			Schema: fmt.Sprintf("idem_chaos_%d_%s", os.Getpid(), strings.ReplaceAll(r.policy, "_", ""))}
+	}
 	be, err := openChaosBackend(ctx, r.target, r.dir, true)
 	if err != nil {
 		return nil, err

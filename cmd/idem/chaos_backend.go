@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -14,15 +15,20 @@ import (
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/sqlitestore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // chaosTarget names the store and queue of a chaos run; it travels to the
 // workers as JSON.
 type chaosTarget struct {
-	Kind  string `json:"kind"`  // "embedded"
-	Path  string `json:"path"`  // embedded: the SQLite file
-	Queue string `json:"queue"` // the queue's name
+	Kind   string `json:"kind"`             // "embedded" or "postgres"
+	Path   string `json:"path,omitempty"`   // embedded: the SQLite file
+	URL    string `json:"url,omitempty"`    // postgres: the database
+	Schema string `json:"schema,omitempty"` // postgres: the run's schema
+	Queue  string `json:"queue"`            // the queue's name
 }
 
 // chaosBackend is a store and a queue, opened in the harness or a worker.
@@ -63,6 +69,8 @@ func openChaosBackend(ctx context.Context, t chaosTarget, dir string, setup bool
 	switch t.Kind {
 	case "embedded":
 		return openEmbedded(ctx, t, setup)
+	case "postgres":
+		return openChaosPostgres(ctx, t, setup)
 	}
 	return nil, fmt.Errorf("unknown chaos target %q", t.Kind)
 }
@@ -197,3 +205,145 @@ func (e *embedded) Close() error {
 
 // chaosKey is the name of key i.
 func chaosKey(i int) string { return "chaos:" + strconv.Itoa(i) }
+
+// postgres is pgstore and sqlqueue in one PostgreSQL database, in a
+// schema of the run's own (dropped at the end).
+type postgres struct {
+	t    chaosTarget
+	s    *pgstore.Store
+	h    *sqlqueue.Postgres
+	pool *pgxpool.Pool // the harness's own pool: setup, faults, checks
+}
+
+// pgConnName is the application_name of the workers' connections, which
+// the store-cut fault terminates.
+func pgConnName(t chaosTarget) string { return "idemchaos-" + t.Schema }
+
+func openChaosPostgres(ctx context.Context, t chaosTarget, setup bool) (*postgres, error) {
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set(pgstore.ParamSchema, t.Schema)
+	if !setup {
+		q.Set("application_name", pgConnName(t))
+		q.Set("pool_max_conns", "6")
+	}
+	u.RawQuery = q.Encode()
+	p := &postgres{t: t}
+	if setup {
+		if p.pool, err = pgxpool.New(ctx, t.URL); err != nil {
+			return nil, err
+		}
+		if _, err := p.pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()); err != nil {
+			p.pool.Close()
+			return nil, err
+		}
+	}
+	for try := 0; ; try++ {
+		if p.s, err = pgstore.Open(ctx, u.String()); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	if setup {
+		if _, err := p.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+p.effects()+" (key text NOT NULL, who text NOT NULL, message text NOT NULL)"); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	for try := 0; ; try++ {
+		if p.h, err = sqlqueue.NewPostgres(ctx, p.s.Pool(), sqlqueue.WithSchema(t.Schema), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *postgres) effects() string { return pgx.Identifier{p.t.Schema, "chaos_effects"}.Sanitize() }
+
+func (p *postgres) Store() store.Store { return p.s }
+
+func (p *postgres) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
+	return p.h.Queue(p.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (p *postgres) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
+	return p.h.Queue(p.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (p *postgres) DoTx(ctx context.Context, l *idem.Ledger, key string, before, after func(context.Context) error, who, msgID string) (idem.Result, error) {
+	return idem.DoTx(ctx, l, idem.RawKey(key), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		if err := before(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+p.effects()+" (key, who, message) VALUES ($1, $2, $3)", key, who, msgID); err != nil {
+			return nil, err
+		}
+		return []byte(who), after(ctx)
+	}, idem.WithCorrelationID(msgID))
+}
+
+func (p *postgres) Effects(ctx context.Context) (map[string][]string, error) {
+	rows, err := p.pool.Query(ctx, "SELECT key, who FROM "+p.effects())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string][]string{}
+	for rows.Next() {
+		var k, who string
+		if err := rows.Scan(&k, &who); err != nil {
+			return nil, err
+		}
+		m[k] = append(m[k], who)
+	}
+	return m, rows.Err()
+}
+
+// Fault terminates about a third of the workers' connections
+// (pg_terminate_backend): the store's and the queue's, which share the
+// workers' pool.
+func (p *postgres) Fault(ctx context.Context) (int, error) {
+	var n int
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name = $1 AND random() < 1.0/3`, pgConnName(p.t)).Scan(&n)
+	return n, err
+}
+
+func (p *postgres) FaultName() string { return "pg_terminate_backend of the workers' connections" }
+
+func (p *postgres) Pending(ctx context.Context) (int64, int64, error) {
+	q, err := p.h.Queue(p.t.Queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+func (p *postgres) Close() error {
+	if p.h != nil {
+		p.h.Close()
+	}
+	if p.s != nil {
+		p.s.Close()
+	}
+	if p.pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = p.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.t.Schema}.Sanitize()+" CASCADE")
+		p.pool.Close()
+	}
+	return nil
+}
