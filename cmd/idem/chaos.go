@@ -395,7 +395,7 @@ func (r *chaosScenario) schedule() (copies []int) {
 	}
 	// Cap the kills per kind.
 	perKind := map[string]int{}
-	limit := max(3, int(r.o.duration/time.Second)/2) // a kill per kind every 2 s at most
+	limit := max(3, int(r.o.duration/time.Second)/5) // a kill per kind every 5 s at most
 	for i := range r.o.keys {
 		k := chaosKey(i)
 		if f, ok := r.sched[k]; ok {
