@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"image/png"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,4 +157,47 @@ func TestChaosReport(t *testing.T) {
 			t.Errorf("index.html lacks %q", want)
 		}
 	}
+}
+
+// TestChaosPostgres runs idem chaos on PostgreSQL (pgstore and sqlqueue
+// in a schema of the run's own, pg_terminate_backend as the store cut),
+// every policy at once, and checks that every guarantee held and that
+// the run's schema is gone afterwards.
+func TestChaosPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes")
+	}
+	pg := testPostgres(t)
+	res, rep := chaosJSON(t, "--store", pg, "--keys", "60", "--duration", "5s", "--seed", "11")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos on PostgreSQL: %s", res)
+	}
+	if !strings.HasPrefix(rep.Target, "PostgreSQL") || strings.Contains(rep.Target, passwordOf(pg)) {
+		t.Errorf("target %q", rep.Target)
+	}
+	for _, pr := range rep.Policies {
+		if pr.FaultsInjected[faultStoreCut] == 0 {
+			t.Errorf("%s: no connection terminated: %v", pr.Policy, pr.FaultsInjected)
+		}
+		if (pr.Policy == "transactional" || pr.Policy == "reconcile") && pr.KeysWith1 != pr.Keys {
+			t.Errorf("%s: %d of %d keys exactly once", pr.Policy, pr.KeysWith1, pr.Keys)
+		}
+	}
+	var left int
+	if err := pgConnect(t).QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'idem_chaos_%'").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d idem_chaos_ schemas left behind", left)
+	}
+}
+
+// passwordOf returns the password of a URL, or a string no target holds.
+func passwordOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			return p
+		}
+	}
+	return "\x00"
 }
