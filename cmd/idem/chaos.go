@@ -375,35 +375,29 @@ func (r *chaosScenario) noteFault(t time.Time) {
 	r.mu.Unlock()
 }
 
-// schedule draws the keys' copies and the faults assigned to keys.
+// schedule draws the keys' copies and the faults assigned to keys: for
+// each kind, about one key in 25, at most one every 5 s of the duration
+// (at least 6): every kill costs a worker start, and a long run should
+// measure the pipeline, not restarts. The keys are drawn evenly among all
+// keys, so the faults are spread over the run.
 func (r *chaosScenario) schedule() (copies []int) {
 	r.sched = chaosSchedule{}
-	var kinds []string
-	for _, f := range []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultSlow} {
-		if r.has(f) {
-			kinds = append(kinds, f)
-		}
-	}
 	copies = make([]int, r.o.keys)
 	for i := range copies {
 		copies[i] = 1 + r.rng.IntN(5)
-		// About one key in 25 per kind, at most a few dozen kills per
-		// kind: every worker start costs a second or so.
-		if len(kinds) > 0 && r.rng.IntN(25) < len(kinds) {
-			r.sched[chaosKey(i)] = kinds[r.rng.IntN(len(kinds))]
-		}
 	}
-	// Cap the kills per kind.
-	perKind := map[string]int{}
-	limit := max(3, int(r.o.duration/time.Second)/5) // a kill per kind every 5 s at most
-	for i := range r.o.keys {
-		k := chaosKey(i)
-		if f, ok := r.sched[k]; ok {
-			if perKind[f] >= limit {
-				delete(r.sched, k)
-				continue
+	limit := max(6, int(r.o.duration/time.Second)/5)
+	for _, f := range []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultSlow} {
+		if !r.has(f) {
+			continue
+		}
+		n := min(limit, max(r.o.keys/25, 1))
+		for tries := 0; n > 0 && tries < 20*r.o.keys; tries++ {
+			k := chaosKey(r.rng.IntN(r.o.keys))
+			if _, taken := r.sched[k]; !taken {
+				r.sched[k] = f
+				n--
 			}
-			perKind[f]++
 		}
 	}
 	return copies
