@@ -81,6 +81,17 @@
 //	                     key sent twice, and the ls --stuck, explain and
 //	                     resolve commands for the key it leaves
 //	                     indeterminate.
+//	chaos                each policy's guarantee on a real pipeline: a
+//	                     producer publishing every key 1-5 times, worker
+//	                     processes (this binary again) running a
+//	                     queue.Consumer, seeded kills before the effect,
+//	                     between effect and completion and before the ack,
+//	                     freezes past the lease, a visibility shorter than
+//	                     the handler, store and broker connection faults;
+//	                     on the embedded default (a temporary SQLite file)
+//	                     or --store postgres://...; a table per policy and
+//	                     fault kind, --json FILE, --report DIR (PNG, HTML);
+//	                     exit 1 when a guarantee broke.
 //	version              the module version and the VCS revision this binary
 //	                     was built from: "idem v0.3.1 (go1.26.0)", or
 //	                     "idem (devel) (go1.26.0, rev abc1234, modified)"
