@@ -376,17 +376,17 @@ func (r *chaosScenario) noteFault(t time.Time) {
 }
 
 // schedule draws the keys' copies and the faults assigned to keys: for
-// each kind, about one key in 25, at most one every 5 s of the duration
-// (at least 6): every kill costs a worker start, and a long run should
-// measure the pipeline, not restarts. The keys are drawn evenly among all
-// keys, so the faults are spread over the run.
+// each kind, one key in 500, at least 6 (and at most one in 25): every
+// kill costs a worker start, and a long run should measure the pipeline,
+// not restarts. The keys are drawn evenly among all keys, so the faults
+// are spread over the run.
 func (r *chaosScenario) schedule() (copies []int) {
 	r.sched = chaosSchedule{}
 	copies = make([]int, r.o.keys)
 	for i := range copies {
 		copies[i] = 1 + r.rng.IntN(5)
 	}
-	limit := max(6, int(r.o.duration/time.Second)/5)
+	limit := max(6, r.o.keys/500)
 	for _, f := range []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultSlow} {
 		if !r.has(f) {
 			continue
