@@ -96,8 +96,7 @@ func writeChaosReport(dir string, rep *chaosReport) error {
 		*chaosReport
 		Rows    []row
 		Command string
-	}{rep, rows, "idem chaos --seed " + fmt.Sprint(rep.Seed) + " --keys " + fmt.Sprint(rep.Keys) + " --workers " + fmt.Sprint(rep.Workers) +
-		" --duration " + rep.Duration + " --faults " + orNone(rep.Faults)})
+	}{rep, rows, chaosCommandLine(rep)})
 	if cerr := hf.Close(); err == nil {
 		err = cerr
 	}
@@ -228,3 +227,18 @@ Lower panel, per policy: duplicates (dark) and indeterminate keys (light) caused
 {{range .Rows}}{{if .Violations}}<h2>{{.Policy}}: violations</h2><ul>{{range .Violations}}<li><code>{{.}}</code></li>{{end}}</ul>{{end}}{{end}}
 </body></html>
 `))
+
+// chaosCommandLine is the command that repeats rep's run (the store's
+// URL aside, which the page names without its password).
+func chaosCommandLine(rep *chaosReport) string {
+	var policies []string
+	for _, p := range rep.Policies {
+		policies = append(policies, p.Policy)
+	}
+	line := fmt.Sprintf("idem chaos --policies %s --faults %s --keys %d --workers %d --duration %s --lease %s --visibility %s --seed %d",
+		strings.Join(policies, ","), orNone(rep.Faults), rep.Keys, rep.Workers, rep.Duration, rep.Lease, rep.Visibility, rep.Seed)
+	if rep.Broken {
+		line += " --broken-ledger"
+	}
+	return line
+}

@@ -152,7 +152,7 @@ func TestChaosReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"a guarantee broke", "BROKEN (1)", "&lt;b&gt;left&lt;/b&gt;", "chart.png", "idem chaos --seed 3"} {
+	for _, want := range []string{"a guarantee broke", "BROKEN (1)", "&lt;b&gt;left&lt;/b&gt;", "chart.png", "idem chaos --policies at_least_once,at_most_once --faults " + strings.Join(allChaosFaults, ",") + " --keys 10 --workers 2 --duration 5s"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("index.html lacks %q", want)
 		}
