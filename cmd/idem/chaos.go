@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -94,6 +95,7 @@ type chaosOptions struct {
 	broken     bool
 	exe        string // the worker binary (default: this one)
 	pgURL      string // --store postgres://...: pgstore and sqlqueue there
+	redisURL   string // --store redis://...: redisstore, and sqlqueue in a SQLite file
 }
 
 var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
@@ -129,8 +131,10 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		switch strings.ToLower(scheme) {
 		case "postgres", "postgresql":
 			o.pgURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+		case "redis", "rediss":
+			o.redisURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
 		default:
-			return usagef("--store: chaos runs on the embedded default or on PostgreSQL (postgres://...) in this version, not %s", storeurl.Redact(a.storeURL))
+			return usagef("--store: chaos runs on the embedded default, PostgreSQL (postgres://...) or Redis (redis://...) in this version, not %s", storeurl.Redact(a.storeURL))
 		}
 	}
 	switch *queueName {
@@ -146,6 +150,14 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 			return usagef("--policies: unknown policy %q (want %s)", p, strings.Join(chaosPolicies, ", "))
 		}
 		o.policies = append(o.policies, p)
+	}
+	if o.redisURL != "" && slices.Contains(o.policies, "transactional") {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "policies" })
+		if explicit {
+			return usagef("--policies: transactional needs idem.DoTx, which redisstore has not")
+		}
+		o.policies = slices.DeleteFunc(o.policies, func(p string) bool { return p == "transactional" })
 	}
 	if len(o.policies) == 0 {
 		return usagef("--policies: name at least one policy")
@@ -299,6 +311,9 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	if o.pgURL != "" {
 		target = "PostgreSQL: pgstore + sqlqueue in one database (" + storeurl.Redact(o.pgURL) + ")"
 	}
+	if o.redisURL != "" {
+		target = "Redis: redisstore (" + storeurl.Redact(o.redisURL) + ") + sqlqueue in a SQLite file"
+	}
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
 		Visibility: o.visibility.String(), Broken: o.broken, OK: true}
@@ -410,6 +425,10 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 		return nil, err
 	}
 	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos"}
+	if r.o.redisURL != "" {
+		r.target = chaosTarget{Kind: "redis", URL: r.o.redisURL, Path: filepath.Join(r.dir, "queue.db"), Queue: "chaos",
+			Schema: fmt.Sprintf("idemchaos:%d:%s:", os.Getpid(), r.policy)}
+	}
 	if r.o.pgURL != "" {
 		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos",
 			Schema: fmt.Sprintf("idem_chaos_%d_%s", os.Getpid(), strings.ReplaceAll(r.policy, "_", ""))}

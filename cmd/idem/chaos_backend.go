@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -16,18 +17,20 @@ import (
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/sqlitestore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
 // chaosTarget names the store and queue of a chaos run; it travels to the
 // workers as JSON.
 type chaosTarget struct {
-	Kind   string `json:"kind"`             // "embedded" or "postgres"
-	Path   string `json:"path,omitempty"`   // embedded: the SQLite file
-	URL    string `json:"url,omitempty"`    // postgres: the database
-	Schema string `json:"schema,omitempty"` // postgres: the run's schema
+	Kind   string `json:"kind"`             // "embedded", "postgres" or "redis"
+	Path   string `json:"path,omitempty"`   // embedded: the SQLite file; redis: the queue's SQLite file
+	URL    string `json:"url,omitempty"`    // postgres, redis: the store
+	Schema string `json:"schema,omitempty"` // postgres: the run's schema; redis: its key prefix
 	Queue  string `json:"queue"`            // the queue's name
 }
 
@@ -71,6 +74,8 @@ func openChaosBackend(ctx context.Context, t chaosTarget, dir string, setup bool
 		return openEmbedded(ctx, t, setup)
 	case "postgres":
 		return openChaosPostgres(ctx, t, setup)
+	case "redis":
+		return openChaosRedis(ctx, t, setup)
 	}
 	return nil, fmt.Errorf("unknown chaos target %q", t.Kind)
 }
@@ -344,6 +349,159 @@ func (p *postgres) Close() error {
 		defer cancel()
 		_, _ = p.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.t.Schema}.Sanitize()+" CASCADE")
 		p.pool.Close()
+	}
+	return nil
+}
+
+// redisTarget is redisstore under a key prefix of the run's own (deleted
+// at the end), with sqlqueue in a SQLite file of the run's directory as
+// the broker. Redis has no DoTx: the transactional policy does not run
+// on it.
+type redisTarget struct {
+	t     chaosTarget
+	s     *redisstore.Store
+	qdb   *sql.DB
+	h     *sqlqueue.SQLite
+	lock  *sql.DB               // the harness's: holds the queue file's write lock
+	admin redis.UniversalClient // the harness's: CLIENT KILL, cleanup
+}
+
+func openChaosRedis(ctx context.Context, t chaosTarget, setup bool) (*redisTarget, error) {
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set(redisstore.ParamPrefix, t.Schema)
+	if !setup {
+		q.Set("client_name", pgConnName(t))
+		q.Set("pool_size", "6")
+		q.Set("max_retries", "-1") // every cut reaches the Ledger, not only go-redis
+	}
+	u.RawQuery = q.Encode()
+	r := &redisTarget{t: t}
+	if r.s, err = redisstore.Open(ctx, u.String()); err != nil {
+		return nil, err
+	}
+	if setup {
+		r.admin = r.s.Client()
+	}
+	if r.qdb, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)"); err != nil {
+		r.Close()
+		return nil, err
+	}
+	for try := 0; ; try++ {
+		if r.h, err = sqlqueue.NewSQLite(ctx, r.qdb, sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	if setup {
+		if r.lock, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(10000)&_txlock=immediate"); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.lock.SetMaxOpenConns(1)
+	}
+	return r, nil
+}
+
+func (r *redisTarget) Store() store.Store { return r.s }
+
+func (r *redisTarget) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
+	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (r *redisTarget) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
+	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (r *redisTarget) DoTx(context.Context, *idem.Ledger, string, func(context.Context) error, func(context.Context) error, string, string) (idem.Result, error) {
+	return idem.Result{}, errors.New("redisstore has no DoTx")
+}
+
+func (r *redisTarget) Effects(context.Context) (map[string][]string, error) {
+	return nil, errors.New("redisstore has no DoTx")
+}
+
+// Fault kills about a third of the workers' Redis connections (CLIENT
+// KILL) and holds the queue file's write lock for a moment (the broker's
+// fault).
+func (r *redisTarget) Fault(ctx context.Context) (int, error) {
+	list, err := r.admin.ClientList(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for line := range strings.SplitSeq(list, "\n") {
+		var id, name string
+		for f := range strings.FieldsSeq(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			} else if v, ok := strings.CutPrefix(f, "name="); ok {
+				name = v
+			}
+		}
+		if name != pgConnName(r.t) || rand.N(3) != 0 {
+			continue
+		}
+		if err := r.admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err == nil {
+			n++
+		}
+	}
+	tx, err := r.lock.BeginTx(ctx, nil)
+	if err != nil {
+		return n, err
+	}
+	sleepCtx(ctx, chaosHoldMin/2+rand.N(chaosHoldMax/2-chaosHoldMin/2))
+	return n + 1, tx.Rollback()
+}
+
+func (r *redisTarget) FaultName() string {
+	return "CLIENT KILL of the workers' Redis connections; the queue file's write lock held"
+}
+
+func (r *redisTarget) Pending(ctx context.Context) (int64, int64, error) {
+	q, err := r.h.Queue(r.t.Queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+func (r *redisTarget) Close() error {
+	if r.h != nil {
+		r.h.Close()
+	}
+	if r.qdb != nil {
+		r.qdb.Close()
+	}
+	if r.lock != nil {
+		r.lock.Close()
+	}
+	if r.admin != nil { // the harness: remove the run's keys
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		iter := r.admin.Scan(ctx, 0, r.t.Schema+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 1000 {
+				r.admin.Del(ctx, keys...)
+				keys = keys[:0]
+			}
+		}
+		if len(keys) > 0 {
+			r.admin.Del(ctx, keys...)
+		}
+	}
+	if r.s != nil {
+		return r.s.Close()
 	}
 	return nil
 }
