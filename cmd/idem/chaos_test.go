@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // chaosJSON runs idem chaos with args plus --json and returns the result
@@ -200,4 +202,32 @@ func passwordOf(raw string) string {
 		}
 	}
 	return "\x00"
+}
+
+// TestChaosRedis runs idem chaos on Redis (redisstore under a key prefix
+// of the run's own, sqlqueue in a SQLite file as the broker, CLIENT KILL
+// as the store cut): every policy but transactional, which needs DoTx.
+func TestChaosRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes")
+	}
+	rd := testenv.Require(t, testenv.Redis, "idem chaos on Redis")
+	res, rep := chaosJSON(t, "--store", rd, "--keys", "60", "--duration", "5s", "--seed", "13")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos on Redis: %s", res)
+	}
+	if len(rep.Policies) != 3 {
+		t.Errorf("%d policies, want 3 (all but transactional)", len(rep.Policies))
+	}
+	for _, pr := range rep.Policies {
+		if pr.FaultsInjected[faultStoreCut] == 0 {
+			t.Errorf("%s: no connection cut: %v", pr.Policy, pr.FaultsInjected)
+		}
+		if pr.Policy == "reconcile" && pr.KeysWith1 != pr.Keys {
+			t.Errorf("%s: %d of %d keys exactly once", pr.Policy, pr.KeysWith1, pr.Keys)
+		}
+	}
+	if res := idemRun(context.Background(), "--store", rd, "chaos", "--policies", "transactional"); res.code != exitUsage {
+		t.Errorf("transactional on Redis: %s, want a usage error", res)
+	}
 }
