@@ -48,7 +48,10 @@ checks every key's effects against its record:
 
 The store and queue: the embedded default, sqlitestore and sqlqueue in
 one SQLite file in a temporary directory, removed at the end (--keep-dir
-keeps it). The sink: an O_APPEND file (at_least_once, at_most_once); a
+keeps it); --store postgres://... runs pgstore and sqlqueue in that
+database (a schema per policy, dropped at the end); --store redis://...
+runs redisstore (a key prefix per policy, deleted at the end) with
+sqlqueue in a SQLite file as the broker, every policy but transactional. The sink: an O_APPEND file (at_least_once, at_most_once); a
 SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
@@ -66,7 +69,8 @@ is the machine's):
                        is not extended: another worker receives it meanwhile
   store-cut            the store's and broker's connections broken (SQLite:
                        another connection holds the write lock past the
-                       workers' busy timeout)
+                       workers' busy timeout; PostgreSQL:
+                       pg_terminate_backend; Redis: CLIENT KILL)
 
 A killed worker is replaced. Each policy prints a line of figures, then a
 table per policy and per fault kind; --json FILE writes every figure,
