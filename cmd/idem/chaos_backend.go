@@ -380,7 +380,13 @@ func openChaosRedis(ctx context.Context, t chaosTarget, setup bool) (*redisTarge
 	}
 	u.RawQuery = q.Encode()
 	r := &redisTarget{t: t}
-	if r.s, err = redisstore.Open(ctx, u.String()); err != nil {
+	for try := 0; ; try++ { // the harness may kill the connection while it opens
+		if r.s, err = redisstore.Open(ctx, u.String()); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if setup {
