@@ -42,7 +42,7 @@ func TestChaos(t *testing.T) {
 	}
 	for _, p := range chaosPolicies {
 		t.Run(p, func(t *testing.T) {
-			res, rep := chaosJSON(t, "--policies", p, "--keys", "80", "--duration", "6s", "--seed", "7")
+			res, rep := chaosJSON(t, "--policies", p, "--keys", "60", "--duration", "5s", "--seed", "7")
 			if res.code != 0 {
 				t.Fatalf("idem chaos: %s", res)
 			}
@@ -50,7 +50,7 @@ func TestChaos(t *testing.T) {
 				t.Fatalf("%d policies in the figures, want 1", len(rep.Policies))
 			}
 			pr := rep.Policies[0]
-			if !rep.OK || !pr.OK || pr.ViolationCount != 0 || pr.Keys != 80 || pr.Lost != 0 {
+			if !rep.OK || !pr.OK || pr.ViolationCount != 0 || pr.Keys != 60 || pr.Lost != 0 {
 				t.Fatalf("figures: %+v", pr)
 			}
 			kills := pr.FaultsInjected[faultKillBeforeEffect] + pr.FaultsInjected[faultKillAfterEffect] + pr.FaultsInjected[faultKillBeforeAck]
@@ -170,7 +170,7 @@ func TestChaosPostgres(t *testing.T) {
 		t.Skip("idem chaos runs worker processes")
 	}
 	pg := testPostgres(t)
-	res, rep := chaosJSON(t, "--store", pg, "--keys", "60", "--duration", "5s", "--seed", "11")
+	res, rep := chaosJSON(t, "--store", pg, "--keys", "40", "--duration", "4s", "--seed", "11")
 	if res.code != 0 || !rep.OK {
 		t.Fatalf("idem chaos on PostgreSQL: %s", res)
 	}
@@ -212,7 +212,7 @@ func TestChaosRedis(t *testing.T) {
 		t.Skip("idem chaos runs worker processes")
 	}
 	rd := testenv.Require(t, testenv.Redis, "idem chaos on Redis")
-	res, rep := chaosJSON(t, "--store", rd, "--keys", "60", "--duration", "5s", "--seed", "13")
+	res, rep := chaosJSON(t, "--store", rd, "--keys", "40", "--duration", "4s", "--seed", "13")
 	if res.code != 0 || !rep.OK {
 		t.Fatalf("idem chaos on Redis: %s", res)
 	}
