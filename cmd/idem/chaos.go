@@ -121,7 +121,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
-	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, in the store's database (the only one in this version)")
+	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
 	if err != nil {
