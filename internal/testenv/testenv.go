@@ -24,6 +24,7 @@ const (
 	Mailpit  = "IDEM_TEST_MAILPIT_API" // Mailpit's HTTP API
 	Zsh      = "IDEM_TEST_ZSH"         // a zsh binary (idem completion zsh)
 	Spin     = "IDEM_TEST_SPIN"        // a spin binary (the protocol model, internal/model)
+	Chromium = "IDEM_TEST_CHROMIUM"    // a Chromium binary (the console's browser test)
 )
 
 // Example returns a value for name that works on the project's machines.
@@ -49,6 +50,8 @@ func Example(name string) string {
 		return "/usr/bin/zsh"
 	case Spin:
 		return "/usr/bin/spin"
+	case Chromium:
+		return "/usr/bin/chromium"
 	}
 	return "..."
 }
