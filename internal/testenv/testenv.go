@@ -23,6 +23,7 @@ const (
 	SMTP     = "IDEM_TEST_SMTP"        // SMTP host:port (Mailpit)
 	Mailpit  = "IDEM_TEST_MAILPIT_API" // Mailpit's HTTP API
 	Zsh      = "IDEM_TEST_ZSH"         // a zsh binary (idem completion zsh)
+	Chromium = "IDEM_TEST_CHROMIUM"    // a Chromium binary (the console's browser test)
 )
 
 // Example returns a value for name that works on the project's machines.
@@ -46,6 +47,8 @@ func Example(name string) string {
 		return "http://127.0.0.1:8025"
 	case Zsh:
 		return "/usr/bin/zsh"
+	case Chromium:
+		return "/usr/bin/chromium"
 	}
 	return "..."
 }
