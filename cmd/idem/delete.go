@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
@@ -66,14 +67,8 @@ func runDelete(ctx context.Context, a *app, args []string) error {
 	}
 	var st explain.State
 	if !corrupt {
-		st = explain.StateOf(&rec, now)
-		switch {
-		case *force:
-		case st == explain.StateInProgress:
-			return leaseLive("%q: attempt %d (owner %s) holds a live lease until %s (%s); it may still be running its effect. Wait for the lease to pass, or use --force",
-				key, rec.Attempt, orDash(rec.Owner), stamp(rec.LeaseUntil), rel(rec.LeaseUntil, now))
-		case st == explain.StateCompleted:
-			return refused("%q is completed: deleting it makes the next delivery run its effect again; use --force if that is what you want", key)
+		if st, err = checkDelete(&rec, now, *force, key); err != nil {
+			return err
 		}
 	}
 	if err := s.Delete(ctx, key); errors.Is(err, store.ErrNotFound) {
@@ -91,4 +86,20 @@ func runDelete(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "attempt %d may still be running: its effect may still happen (its writes are refused from now on); stop its worker\n", rec.Attempt)
 	}
 	return nil
+}
+
+// checkDelete refuses, unless force, to delete a key whose lease is live or
+// that is completed, as 'idem delete' and the console do; it returns the
+// key's state. name is the key as messages show it.
+func checkDelete(rec *idem.Record, now time.Time, force bool, name string) (explain.State, error) {
+	st := explain.StateOf(rec, now)
+	switch {
+	case force:
+	case st == explain.StateInProgress:
+		return st, leaseLive("%q: attempt %d (owner %s) holds a live lease until %s (%s); it may still be running its effect. Wait for the lease to pass, or use --force",
+			name, rec.Attempt, orDash(rec.Owner), stamp(rec.LeaseUntil), rel(rec.LeaseUntil, now))
+	case st == explain.StateCompleted:
+		return st, refused("%q is completed: deleting it makes the next delivery run its effect again; use --force if that is what you want", name)
+	}
+	return st, nil
 }

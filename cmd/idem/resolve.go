@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
@@ -186,45 +187,17 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 	if err != nil {
 		return err
 	}
-	st := explain.StateOf(&rec, now)
-	if d.fence != 0 && rec.Fence != d.fence {
-		return refused("%q is at fence %d, not %d: it changed since you inspected it (now %s, attempt %d); nothing done, inspect it again",
-			d.key, rec.Fence, d.fence, st, rec.Attempt)
+	st, noop, err := planDecision(&d, verb, &rec, now, d.key)
+	if err != nil {
+		return err
 	}
-	switch st {
-	case explain.StateInProgress:
-		if !d.force {
-			return leaseLive("%q: attempt %d (owner %s) holds a live lease until %s (%s); it may still be running its effect. Wait for the lease to pass, or use --force",
-				d.key, rec.Attempt, orDash(rec.Owner), stamp(rec.LeaseUntil), rel(rec.LeaseUntil, now))
+	if noop {
+		if d.asJSON {
+			return writeJSONIndent(a.stdout, toJSON(&rec, now, true)) // nothing changed
 		}
-		d.res.InProgress = true
-	case explain.StateLapsed, explain.StateIndeterminate:
-		// The attempt inspected (its fence, below), and only while its
-		// lease has passed: a heartbeat of an attempt that was only slow
-		// may revive it between this read and the write, and then it is
-		// running again, not something to decide.
-		d.res.Lapsed = true
-	case explain.StateReleased:
-		if verb == "release" {
-			if d.asJSON {
-				return writeJSONIndent(a.stdout, toJSON(&rec, now, true)) // nothing changed
-			}
-			fmt.Fprintf(a.stdout, "%s is already released (fence %d): the next delivery runs it as attempt %d; nothing done\n", d.key, rec.Fence, rec.Attempt+1)
-			return nil
-		}
-		fallthrough
-	default:
-		switch {
-		case d.force:
-		case verb == "release" && st == explain.StateFailed:
-			// Retrying a permanent failure is what release is for.
-		case verb == "release":
-			return refused("%q is completed: releasing it makes the next delivery run its effect again; use --force if that is what you want", d.key)
-		default:
-			return refused("%q is %s, not in progress: there is nothing to decide; use --force to overwrite it", d.key, st)
-		}
+		fmt.Fprintf(a.stdout, "%s is already released (fence %d): the next delivery runs it as attempt %d; nothing done\n", d.key, rec.Fence, rec.Attempt+1)
+		return nil
 	}
-	d.res.Key, d.res.Fence = d.key, rec.Fence
 	after, err := s.Resolve(ctx, d.res)
 	switch {
 	case errors.Is(err, idem.ErrLeaseLost) && d.res.Lapsed:
@@ -253,4 +226,51 @@ func (a *app) decide(ctx context.Context, d decision, verb string) error {
 		fmt.Fprintf(a.stdout, "attempt %d may still be running: its writes are refused from now on (fence %d is stale), but its effect may still happen\n", rec.Attempt, rec.Fence)
 	}
 	return nil
+}
+
+// planDecision checks rec, read at now, against what the operator asked
+// (verb is "release" or "resolve"), as the CLI and the console both do, and
+// sets d.res's conditions and fence for the write: an attempt in progress
+// only with force, a completed key released only with force, a key not in
+// progress resolved only with force. noop reports a release of a key
+// already released: nothing to write. name is the key as messages show it
+// (the console shows a hash under --hash-keys). The errors are the CLI's
+// (refused, leaseLive).
+func planDecision(d *decision, verb string, rec *idem.Record, now time.Time, name string) (st explain.State, noop bool, err error) {
+	st = explain.StateOf(rec, now)
+	if d.fence != 0 && rec.Fence != d.fence {
+		return st, false, refused("%q is at fence %d, not %d: it changed since you inspected it (now %s, attempt %d); nothing done, inspect it again",
+			name, rec.Fence, d.fence, st, rec.Attempt)
+	}
+	switch st {
+	case explain.StateInProgress:
+		if !d.force {
+			return st, false, leaseLive("%q: attempt %d (owner %s) holds a live lease until %s (%s); it may still be running its effect. Wait for the lease to pass, or use --force",
+				name, rec.Attempt, orDash(rec.Owner), stamp(rec.LeaseUntil), rel(rec.LeaseUntil, now))
+		}
+		d.res.InProgress = true
+	case explain.StateLapsed, explain.StateIndeterminate:
+		// The attempt inspected (its fence, below), and only while its
+		// lease has passed: a heartbeat of an attempt that was only slow
+		// may revive it between this read and the write, and then it is
+		// running again, not something to decide.
+		d.res.Lapsed = true
+	case explain.StateReleased:
+		if verb == "release" {
+			return st, true, nil
+		}
+		fallthrough
+	default:
+		switch {
+		case d.force:
+		case verb == "release" && st == explain.StateFailed:
+			// Retrying a permanent failure is what release is for.
+		case verb == "release":
+			return st, false, refused("%q is completed: releasing it makes the next delivery run its effect again; use --force if that is what you want", name)
+		default:
+			return st, false, refused("%q is %s, not in progress: there is nothing to decide; use --force to overwrite it", name, st)
+		}
+	}
+	d.res.Key, d.res.Fence = d.key, rec.Fence
+	return st, false, nil
 }
