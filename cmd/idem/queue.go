@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/sqlitestore"
@@ -95,14 +96,17 @@ func runQueue(ctx context.Context, a *app, args []string) error {
 
 // queueAdmin is what the queue commands need of a sqlqueue handle.
 type queueAdmin struct {
-	stats   func(ctx context.Context) ([]sqlqueue.Stats, error)
-	redrive func(ctx context.Context, queue string, limit int) (int, error)
-	close   func() error
+	stats       func(ctx context.Context) ([]sqlqueue.Stats, error)
+	redrive     func(ctx context.Context, queue string, limit int) (int, error)
+	deadLetters func(ctx context.Context, queue string, limit int) ([]sqlqueue.DeadLetter, error)
+	close       func() error
 }
 
-// redriver is a sqlqueue queue, as the queue commands use it.
+// redriver is a sqlqueue queue, as the queue commands and the console use
+// it.
 type redriver interface {
 	Redrive(ctx context.Context, limit int) (int, error)
+	DeadLetters(ctx context.Context, limit int) ([]sqlqueue.DeadLetter, error)
 }
 
 // queueHandle is a sqlqueue handle (*sqlqueue.SQLite or *sqlqueue.Postgres)
@@ -124,6 +128,13 @@ func adminOf[Q redriver](h queueHandle[Q]) *queueAdmin {
 			}
 			return q.Redrive(ctx, limit)
 		},
+		deadLetters: func(ctx context.Context, name string, limit int) ([]sqlqueue.DeadLetter, error) {
+			q, err := h.Queue(name)
+			if err != nil {
+				return nil, err
+			}
+			return q.DeadLetters(ctx, limit)
+		},
 		close: h.Close,
 	}
 }
@@ -141,6 +152,23 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 	if err != nil {
 		return nil, err
 	}
+	h, err := queuesOf(ctx, s, a.storeURL, schema)
+	if errors.Is(err, errNoQueues) {
+		return nil, refused("the store %q keeps no queues: sqlqueue lives in sqlite: and postgres:// databases", storeurl.Redact(a.storeURL))
+	}
+	return h, err
+}
+
+// errNoQueues: the store is not one whose database can hold sqlqueue's
+// tables.
+var errNoQueues = errors.New("the store keeps no queues")
+
+// queuesOf opens the sqlqueue tables of s's database, without creating
+// them: errNoQueues for a store other than SQLite or PostgreSQL, an error
+// wrapping sqlqueue.ErrNoTables for a database without them. On
+// PostgreSQL the tables are in schema, else the store URL's idem_schema,
+// else the search_path.
+func queuesOf(ctx context.Context, s any, storeURL, schema string) (*queueAdmin, error) {
 	switch st := s.(type) {
 	case *sqlitestore.Store:
 		h, err := sqlqueue.NewSQLite(ctx, st.DB(), sqlqueue.WithMigrate(false), sqlqueue.WithGroupCommit(st))
@@ -150,7 +178,7 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 		return adminOf[*sqlqueue.SQLiteQueue](h), nil
 	case *pgstore.Store:
 		if schema == "" {
-			schema = urlSchema(a.storeURL)
+			schema = urlSchema(storeURL)
 		}
 		h, err := sqlqueue.NewPostgres(ctx, st.Pool(), sqlqueue.WithMigrate(false), sqlqueue.WithSchema(schema))
 		if err != nil {
@@ -158,7 +186,7 @@ func (a *app) openQueues(ctx context.Context, schema string) (*queueAdmin, error
 		}
 		return adminOf[*sqlqueue.PostgresQueue](h), nil
 	}
-	return nil, refused("the store %q keeps no queues: sqlqueue lives in sqlite: and postgres:// databases", a.storeURL)
+	return nil, errNoQueues
 }
 
 func queueOpenErr(err error) error {
