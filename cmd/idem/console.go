@@ -259,7 +259,7 @@ func (cs *console) ref(key string) string {
 
 // unref returns the key ref names.
 func (cs *console) unref(ref string) (string, error) {
-	if !cs.hashKeys {
+	if !cs.hashKeys || ref == "" {
 		return ref, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(ref)
@@ -666,8 +666,8 @@ func (cs *console) key(w http.ResponseWriter, r *http.Request, c *call) {
 	x.Current = cs.redact(x.Current, key)
 	var journal []entryRow
 	for _, e := range rec.Journal {
-		journal = append(journal, entryRow{Attempt: e.Attempt, Fence: e.Fence, Owner: orDash(e.Owner), Policy: e.Policy,
-			Correlation: e.Correlation, Started: stamp(e.Started), Ended: stamp(e.Ended), Lease: stamp(e.LeaseUntil),
+		journal = append(journal, entryRow{Attempt: e.Attempt, Fence: e.Fence, Owner: cs.redact(orDash(e.Owner), key), Policy: e.Policy,
+			Correlation: cs.redact(e.Correlation, key), Started: stamp(e.Started), Ended: stamp(e.Ended), Lease: stamp(e.LeaseUntil),
 			Outcome: string(e.Outcome), Reason: cs.redact(e.Reason, key), By: e.ResolvedBy, Takeover: e.Takeover,
 			Late: !e.LateFinish.IsZero(), Decision: e.Decision, Running: e.Outcome == "" && e.Ended.IsZero()})
 	}
