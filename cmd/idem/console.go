@@ -130,8 +130,9 @@ func (s *server) serveConsole(w http.ResponseWriter, r *http.Request, c *call) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	// A key in a console URL must not leave in a Referer.
-	h.Set("Referrer-Policy", "no-referrer")
+	// A key in a console URL must not leave in a Referer to another site
+	// (no-referrer would make a form's Origin "null", which is refused).
+	h.Set("Referrer-Policy", "same-origin")
 	c.outcome = "console"
 	if status, why := s.consoleSafe(r); status != 0 {
 		if status == http.StatusUnauthorized {
