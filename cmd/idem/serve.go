@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -353,6 +354,8 @@ type server struct {
 	// --metrics=false); metrics serves /metrics.
 	obs     idem.Observer
 	metrics http.Handler
+	// cursorAEAD seals the list's cursors under --hash-keys (nil without).
+	cursorAEAD cipher.AEAD
 }
 
 func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
@@ -361,6 +364,9 @@ func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, has
 		opts = append(opts, idem.WithHashedKeysInLogs())
 	}
 	srv := &server{store: s, log: log, ledger: idem.New(s, opts...), maxBody: maxBody, hashKeys: hashKeys}
+	if hashKeys {
+		srv.cursorAEAD = newCursorAEAD()
+	}
 	if token != nil {
 		srv.auth, srv.token = true, sha256.Sum256(token)
 	}
@@ -414,16 +420,29 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 		defer s.observeCall(ctx, r, c, path, start)
 	}
+	if path == "/v1/records" {
+		if s.method(w, c, r, http.MethodGet) {
+			s.list(w, r, c)
+		}
+		return
+	}
 	if rest, ok := strings.CutPrefix(path, "/v1/records/"); ok {
 		if !s.method(w, c, r, http.MethodGet) {
 			return
 		}
+		// A key that ends in "/story" is read with its slash escaped
+		// (%2F): this path is the key's story.
+		rest, story := strings.CutSuffix(rest, "/story")
 		key, err := url.PathUnescape(rest)
 		if err != nil {
 			s.problem(w, c, http.StatusBadRequest, "invalid-key", "The key in the path is not properly escaped.", nil)
 			return
 		}
-		s.record(w, r, c, key)
+		if story {
+			s.story(w, r, c, key)
+		} else {
+			s.record(w, r, c, key)
+		}
 		return
 	}
 	post := map[string]func(http.ResponseWriter, *http.Request, *call){
@@ -528,7 +547,7 @@ func requestID(r *http.Request) string {
 // lease extended, a read, a probe): logged at DEBUG.
 func expectedCall(outcome string) bool {
 	switch outcome {
-	case "acquired", "done", "busy", "extended", "record", "ok", "metrics":
+	case "acquired", "done", "busy", "extended", "record", "list", "story", "ok", "metrics":
 		return true
 	}
 	return false
@@ -603,6 +622,7 @@ var problemTitles = map[string]string{
 	"method-not-allowed":     "Method not allowed",
 	"invalid-body":           "Request body is not the expected JSON",
 	"invalid-key":            "Key is invalid",
+	"invalid-query":          "Query parameter is invalid",
 	"invalid-fence":          "Fence is invalid",
 	"invalid-attempt":        "Attempt id is missing",
 	"invalid-duration":       "Duration is invalid",
