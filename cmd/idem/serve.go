@@ -69,6 +69,16 @@ PostgreSQL table is created.
        409 lease-lost: the attempt no longer holds the key; nothing recorded
            by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
+  GET  /v1/records?status=&stuck=&indeterminate=&prefix=&updated_after=
+                   &updated_before=&cursor=&limit=
+                         {records: [...], next_cursor}: records in key order as
+                         'idem ls --json' prints them, filtered as ls filters
+                         (status: the STATE column's; stuck=true (or lapsed=true):
+                         lapsed and indeterminate; times RFC 3339 or a duration
+                         ago); limit 1-1000 (default 100); next_cursor (absent on
+                         the last page) is opaque: pass it back as cursor
+  GET  /v1/records/KEY/story  'idem explain --json': the key's story and verdict
+                         (a key ending in /story: escape its slash, %2F)
   GET  /healthz          200 when the store answers a read, else 503
   GET  /readyz           the same check, under the name readiness probes use
   GET  /metrics          Prometheus exposition of the claims served (idem_operations_total
@@ -103,7 +113,7 @@ Every error is application/problem+json (type, title, status, detail);
 claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
 (invalid-body, invalid-key, invalid-fence, invalid-attempt,
-invalid-duration, invalid-policy, invalid-reason), a body over
+invalid-duration, invalid-policy, invalid-reason, invalid-query), a body over
 --max-body 413. A body is
 one JSON object, valid UTF-8 with no unpaired surrogate escape (a lone
 \uD800-\uDFFF, which JSON decoders turn into U+FFFD), each field named
@@ -166,7 +176,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	listen := fs.String("listen", defaultListen, "the `ADDR` (host:port) to listen on")
 	tokenFile := fs.String("token-file", "", "require \"Authorization: Bearer TOKEN\", TOKEN read from `PATH`")
 	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
-	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key")
+	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key; the list and stories name keys by it too")
 	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus) and count the claims served")
 	var level slog.Level
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log calls at or above `LEVEL` (debug, info, warn, error); a granted claim, a duplicate, a busy key, an extension and a read are debug")
