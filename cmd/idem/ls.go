@@ -187,7 +187,7 @@ func listFilter(name, status string, stuck, indeterminate bool) (store.ListQuery
 			want = st
 		}
 	default:
-		return q, "", fmt.Errorf("unknown status %q (want in_progress, completed, failed, released, lapsed or indeterminate)", status)
+		return q, "", fmt.Errorf("unknown %s %q (want in_progress, completed, failed, released, lapsed or indeterminate)", name, status)
 	}
 	return q, want, nil
 }

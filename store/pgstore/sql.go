@@ -641,7 +641,9 @@ func (q *queries) listSQL(lq store.ListQuery) (string, []any) {
 		b.WriteString(" AND t.policy = '" + store.AtMostOnce.String() + "'")
 	}
 	if lq.Prefix != "" {
-		b.WriteString(" AND t.key >= " + arg(lq.Prefix))
+		if lq.Prefix > lq.After {
+			b.WriteString(" AND t.key >= " + arg(lq.Prefix))
+		}
 		if end := store.PrefixEnd(lq.Prefix); end != "" {
 			b.WriteString(" AND t.key < " + arg(end))
 		}

@@ -556,9 +556,15 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 // listSQL is the statement of [Store.List] for q (checked) at now, in unix
 // microseconds, and its arguments.
 func listSQL(q store.ListQuery, now int64) (string, []any) {
+	// One lower bound of the key, so that SQLite reads the index from it:
+	// the cursor, or the prefix when it comes later.
+	lo, op := q.After, ">"
+	if q.Prefix != "" && q.Prefix > q.After {
+		lo, op = q.Prefix, ">="
+	}
 	var b strings.Builder
-	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key > ? AND expires_at > ?`)
-	args := []any{q.After, now}
+	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key ` + op + ` ? AND expires_at > ?`)
+	args := []any{lo, now}
 	// Statuses are literals (checked by the caller), so that SQLite can use
 	// the partial index of each.
 	if q.Status != "" {
@@ -572,10 +578,8 @@ func listSQL(q store.ListQuery, now int64) (string, []any) {
 		b.WriteString(` AND policy = '` + store.AtMostOnce.String() + `'`)
 	}
 	if q.Prefix != "" {
-		// The key range of the prefix, which the primary key (or a partial
-		// index of keys) reads as a range.
-		b.WriteString(` AND key >= ?`)
-		args = append(args, q.Prefix)
+		// The end of the prefix's key range, which the primary key (or a
+		// partial index of keys) reads as a range from lo.
 		if end := store.PrefixEnd(q.Prefix); end != "" {
 			b.WriteString(` AND key < ?`)
 			args = append(args, end)
