@@ -95,6 +95,9 @@ func benchList(b *testing.B, s store.Store, analyze func()) {
 		{"stuck", "stuck=true"},
 		{"prefix", "prefix=k-0500"},
 		{"updated_after", "updated_after=1h"},
+		// The worst case: a filter without an index that no record
+		// matches reads every record.
+		{"updated_before_none", "updated_before=2000-01-01T00:00:00Z"},
 		{"limit=50", "limit=50"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
