@@ -2,6 +2,7 @@ package idemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -65,6 +66,31 @@ func testAdmin(t *testing.T, h Harness) {
 		wantKeys(store.ListQuery{Limit: 2}, all[:2]...)
 		wantKeys(store.ListQuery{After: "b-failed", Limit: 2}, all[2:4]...)
 		wantKeys(store.ListQuery{After: "z"})
+		wantKeys(store.ListQuery{Indeterminate: true}, "e-lapsed-at-most-once")
+		wantKeys(store.ListQuery{Indeterminate: true, Status: idem.StatusInProgress}, "e-lapsed-at-most-once")
+		wantKeys(store.ListQuery{Indeterminate: true, Status: idem.StatusCompleted})
+		wantKeys(store.ListQuery{Indeterminate: true, After: "e-lapsed-at-most-once"})
+		wantKeys(store.ListQuery{Prefix: "d"}, "d-running")
+		wantKeys(store.ListQuery{Prefix: "e-lapsed-at-most-once"}, "e-lapsed-at-most-once")
+		wantKeys(store.ListQuery{Prefix: "e-lapsed-at-most-once-"})
+		wantKeys(store.ListQuery{Prefix: "g"}) // expired
+		wantKeys(store.ListQuery{Prefix: "b", Status: idem.StatusFailed}, "b-failed")
+		wantKeys(store.ListQuery{Prefix: "b", Status: idem.StatusCompleted})
+		wantKeys(store.ListQuery{Prefix: "f", Stuck: true}, "f-lapsed-at-least-once")
+		wantKeys(store.ListQuery{Prefix: "f", Indeterminate: true})
+		// d-running was claimed after the others lapsed: the last change.
+		d := get(t, s, "d-running")
+		others := all[:3:3]
+		others = append(others, all[4:]...)
+		wantKeys(store.ListQuery{UpdatedAfter: d.UpdatedAt.Add(-time.Nanosecond)}, "d-running")
+		wantKeys(store.ListQuery{UpdatedAfter: d.UpdatedAt})
+		wantKeys(store.ListQuery{UpdatedBefore: d.UpdatedAt}, others...)
+		wantKeys(store.ListQuery{UpdatedBefore: d.UpdatedAt.Add(time.Nanosecond)}, all...)
+		wantKeys(store.ListQuery{UpdatedBefore: d.UpdatedAt, Stuck: true, Limit: 1}, "e-lapsed-at-most-once")
+		wantKeys(store.ListQuery{UpdatedAfter: d.UpdatedAt.Add(-time.Nanosecond), UpdatedBefore: d.UpdatedAt.Add(time.Nanosecond), Prefix: "d-"}, "d-running")
+		if _, err := s.List(ctx, store.ListQuery{Status: "lapsed"}); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("List(Status %q) = %v, want ErrInvalid", "lapsed", err)
+		}
 
 		recs, err := s.List(ctx, store.ListQuery{Status: idem.StatusCompleted})
 		noErr(t, "List", err)
@@ -105,6 +131,11 @@ func testAdmin(t *testing.T, h Harness) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("paging with After returned %d keys %q..., want %d in order", len(got), got[:min(len(got), 3)], n)
 		}
+	})
+
+	t.Run("list_filter_pages", func(t *testing.T) {
+		t.Parallel()
+		testListFilterPages(t, h)
 	})
 
 	t.Run("resolve_not_done", func(t *testing.T) {
@@ -324,4 +355,105 @@ func testAdmin(t *testing.T, h Harness) {
 			t.Fatalf("claim after a Delete of an in_progress record: fence %d, want above the deleted record's %d (fences never repeat)", third.Record.Fence, again.Record.Fence)
 		}
 	})
+}
+
+// testListFilterPages pages through List under each filter, a few records
+// at a time, and checks that the pages hold the records the filter
+// selects by [store.ListQuery.Matches], in key order, each once. The keys
+// share prefixes ("x-", "xz-", and "x." and "x" just around the key range
+// of "x-"), so a prefix's range is checked at both its ends.
+func testListFilterPages(t *testing.T, h Harness) {
+	s := newStore(t, h)
+	ctx := context.Background()
+	finish := func(cr store.ClaimResult, o store.Outcome) {
+		noErr(t, "Finish", s.Finish(ctx, store.FinishRequest{Key: cr.Record.Key, Fence: cr.Record.Fence, AttemptID: cr.Record.AttemptID,
+			Outcome: o, Result: []byte("r"), Reason: "why", Retention: longRetention}))
+	}
+	var last string
+	for i := range 72 {
+		k := fmt.Sprintf("%s%03d", []string{"x-", "y-", "xz-"}[i%3], i)
+		r := req(h, k)
+		switch i % 4 {
+		case 0:
+			finish(acquire(t, s, r), store.OutcomeCompleted)
+		case 1:
+			finish(acquire(t, s, r), store.OutcomeFailed)
+		case 2:
+			r.Policy = idem.AtMostOnce
+			acquire(t, s, r)
+		case 3:
+			acquire(t, s, r)
+		}
+		last = k
+	}
+	for _, k := range []string{"x", "x-", "x.", "x-\U0010FFFF"} {
+		finish(acquire(t, s, req(h, k)), store.OutcomeCompleted)
+	}
+	lapse(t, h, s, last)
+	// Claimed after the others lapsed, with a lease that outlives the test.
+	hold(t, h, s, "x-running")
+	running := get(t, s, "x-running")
+
+	var recs []idem.Record
+	for after := ""; ; {
+		page, err := s.List(ctx, store.ListQuery{After: after, Limit: 1000})
+		noErr(t, "List", err)
+		if len(page) == 0 {
+			break
+		}
+		recs = append(recs, page...)
+		after = page[len(page)-1].Key
+	}
+	if len(recs) != 77 {
+		t.Fatalf("List returned %d records, want 77", len(recs))
+	}
+	at := now(t, s)
+	for _, c := range []struct {
+		q    store.ListQuery
+		want int // how many records match, so that no case checks an empty list
+	}{
+		{store.ListQuery{Prefix: "x-"}, 27},
+		{store.ListQuery{Prefix: "x-\U0010FFFF"}, 1},
+		{store.ListQuery{Prefix: "x"}, 53},
+		{store.ListQuery{Prefix: "x-", Status: idem.StatusFailed}, 6},
+		{store.ListQuery{Prefix: "xz-", Status: idem.StatusCompleted}, 6},
+		{store.ListQuery{Status: idem.StatusInProgress}, 37},
+		{store.ListQuery{Stuck: true}, 36},
+		{store.ListQuery{Indeterminate: true}, 18},
+		{store.ListQuery{Indeterminate: true, Prefix: "y-"}, 6},
+		{store.ListQuery{Stuck: true, Prefix: "x-"}, 12},
+		{store.ListQuery{UpdatedAfter: running.UpdatedAt.Add(-time.Nanosecond)}, 1},
+		{store.ListQuery{UpdatedBefore: running.UpdatedAt, Prefix: "x-"}, 26},
+		{store.ListQuery{UpdatedBefore: running.UpdatedAt, Stuck: true, Prefix: "y-"}, 12},
+	} {
+		var want []string
+		for i := range recs {
+			if c.q.Matches(&recs[i], at) {
+				want = append(want, recs[i].Key)
+			}
+		}
+		if len(want) != c.want {
+			t.Fatalf("%d of the records match %+v, want %d: %q", len(want), c.q, c.want, want)
+		}
+		for _, limit := range []int{1, 5, 100} {
+			q := c.q
+			q.Limit = limit
+			var got []string
+			for range len(recs) + 1 {
+				page, err := s.List(ctx, q)
+				noErr(t, fmt.Sprintf("List(%+v)", q), err)
+				if len(page) > limit {
+					t.Fatalf("List(%+v) returned %d records", q, len(page))
+				}
+				if len(page) == 0 {
+					break
+				}
+				got = append(got, keysOf(page)...)
+				q.After = page[len(page)-1].Key
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("pages of %d of List(%+v) = %q, want %q", limit, c.q, got, want)
+			}
+		}
+	}
 }

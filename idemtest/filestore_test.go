@@ -198,13 +198,13 @@ func (s *fileStore) Get(ctx context.Context, key string) (rec idem.Record, err e
 }
 
 func (s *fileStore) List(ctx context.Context, q store.ListQuery) ([]idem.Record, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
+	limit := q.PageSize()
 	var out []idem.Record
 	err := s.all(ctx, func(r *idem.Record, now time.Time) bool {
-		if q.After != "" && r.Key <= q.After || r.Expired(now) || q.Status != "" && r.Status != q.Status || q.Stuck && !r.Lapsed(now) {
+		if !q.Matches(r, now) {
 			return false
 		}
 		out = append(out, *r)

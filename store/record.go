@@ -68,6 +68,16 @@ func (r *Record) Lapsed(now time.Time) bool {
 	return r.Status == StatusInProgress && !now.Before(r.LeaseUntil)
 }
 
+// Indeterminate reports whether r is lapsed at now ([Record.Lapsed]) and
+// its policy is AtMostOnce: an attempt that never recorded its outcome and
+// that no claim takes over by itself. It waits for a Reconcile hook (a
+// claim with [ClaimRequest.TakeLapsed]) or an operator's [ResolveRequest].
+// A lapsed AtLeastOnce record is not indeterminate: its next claim takes
+// it over.
+func (r *Record) Indeterminate(now time.Time) bool {
+	return r.Lapsed(now) && r.Policy == AtMostOnce
+}
+
 // Expired reports whether r's retention has passed at now.
 func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 

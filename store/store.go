@@ -10,7 +10,9 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Store keeps one [Record] per key. Every mutating call must be one atomic
@@ -248,15 +250,113 @@ func (r ClaimResult) Answer(fingerprint string) (Answer, error) {
 	return 0, fmt.Errorf("store: a claim of %q found a %q record and did not take it (a store bug)", rec.Key, rec.Status)
 }
 
-// ListQuery selects records for [Store.List].
+// ListQuery selects records for [Store.List]: the records that match every
+// field set (the zero value of each field selects any record), in key
+// order, after After, at most Limit. [ListQuery.Matches] is the rule every
+// store applies, whether it filters in its engine or in Go. Expired records
+// are never listed.
+//
+// Store authors: a store must apply every field. Status, Stuck,
+// Indeterminate and After are cheap where the store has an index of keys
+// by status; Prefix is a key range ([PrefixEnd]); UpdatedAfter and
+// UpdatedBefore have no index in idem's stores, so a store reads records
+// in key order until it has Limit that match (a store documents the cost).
 type ListQuery struct {
 	Status Status // "" for any
-	// Stuck selects in_progress records whose lease has passed (lapsed
-	// AtLeastOnce attempts waiting for a takeover, and indeterminate
-	// AtMostOnce ones).
+	// Stuck selects lapsed records ([Record.Lapsed]): in_progress records
+	// whose lease has passed, lapsed AtLeastOnce attempts waiting for a
+	// takeover and indeterminate AtMostOnce ones alike. The console and
+	// `idem serve` call this filter "lapsed".
 	Stuck bool
-	After string // return keys greater than After (a cursor)
-	Limit int    // at most this many; 0 means 100
+	// Indeterminate selects indeterminate records ([Record.Indeterminate]):
+	// lapsed records whose policy (AtMostOnce) does not take them over; they
+	// wait for a Reconcile hook or an operator's [ResolveRequest].
+	Indeterminate bool
+	// Prefix selects keys that begin with Prefix ("" for any).
+	Prefix string
+	// UpdatedAfter, when not zero, selects records whose UpdatedAt (their
+	// last change, by the store's clock) is after it; UpdatedBefore, when
+	// not zero, those whose UpdatedAt is before it. Both bounds are
+	// exclusive.
+	UpdatedAfter, UpdatedBefore time.Time
+	// After is a cursor: only keys greater than After ("" for any).
+	After string
+	// Limit is the most records to return; 0 (or less) means
+	// [DefaultListLimit].
+	Limit int
+}
+
+// DefaultListLimit is the number of records [Store.List] returns for a
+// [ListQuery] whose Limit is 0 or less.
+const DefaultListLimit = 100
+
+// PageSize returns q.Limit, or [DefaultListLimit] when it is 0 or less.
+func (q ListQuery) PageSize() int {
+	if q.Limit <= 0 {
+		return DefaultListLimit
+	}
+	return q.Limit
+}
+
+// Check returns an error wrapping [ErrInvalid] if a store must refuse q:
+// a Status that is not one of the four.
+func (q ListQuery) Check() error {
+	if q.Status != "" && !q.Status.Valid() {
+		return fmt.Errorf("%w: list with unknown status %q", ErrInvalid, q.Status)
+	}
+	return nil
+}
+
+// Matches reports whether r, read at now (the store's clock), is one of
+// the records q selects, Limit aside: not expired, its key after q.After
+// and beginning with q.Prefix, and matching every filter q sets.
+func (q ListQuery) Matches(r *Record, now time.Time) bool {
+	switch {
+	case r.Expired(now),
+		q.After != "" && r.Key <= q.After,
+		!strings.HasPrefix(r.Key, q.Prefix),
+		q.Status != "" && r.Status != q.Status,
+		q.Stuck && !r.Lapsed(now),
+		q.Indeterminate && !r.Indeterminate(now),
+		!q.UpdatedAfter.IsZero() && !r.UpdatedAt.After(q.UpdatedAfter),
+		!q.UpdatedBefore.IsZero() && !r.UpdatedAt.Before(q.UpdatedBefore):
+		return false
+	}
+	return true
+}
+
+// PrefixEnd returns the least key greater than every key that begins with
+// prefix, for a store that selects [ListQuery.Prefix] as the key range
+// [prefix, PrefixEnd(prefix)); "" when there is no such bound (an empty
+// prefix, or one made only of the highest code point or byte). For a
+// prefix that is valid UTF-8 the bound is valid UTF-8 too (its last code
+// point is the next one, surrogates skipped), so a store whose keys are
+// text (PostgreSQL) can use it; keys compare byte by byte, which is code
+// point order for UTF-8. For another prefix it is the prefix with its
+// last byte below 0xff incremented and what follows it cut.
+func PrefixEnd(prefix string) string {
+	if utf8.ValidString(prefix) {
+		rs := []rune(prefix)
+		for i := len(rs) - 1; i >= 0; i-- {
+			if rs[i] == utf8.MaxRune {
+				continue
+			}
+			next := rs[i] + 1
+			if next == 0xD800 { // surrogates are not code points of UTF-8
+				next = 0xE000
+			}
+			return string(rs[:i]) + string(next)
+		}
+		return ""
+	}
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return ""
 }
 
 // ResolveRequest is an operator's (or a reconciler's) decision on a key,

@@ -61,6 +61,8 @@
 //	serve                the ledger over HTTP for workers in any language:
 //	                     POST /v1/claim, /v1/complete, /v1/release, /v1/fail,
 //	                     /v1/abandon, /v1/extend; GET /v1/records/KEY,
+//	                     /v1/records/KEY/story (explain --json), /v1/records
+//	                     (ls's filters, cursor pages),
 //	                     /healthz, /readyz, /metrics (Prometheus; off with
 //	                     --metrics=false). Claims are decided as the Go Ledger decides
 //	                     them (store.ClaimResult.Answer). --listen ADDR (default
@@ -148,7 +150,7 @@
 //	                              this call; record_status and record_fence say what
 //	                              the key holds now (absent when it has no record)
 //	400     invalid-body, invalid-key, invalid-fence, invalid-attempt, invalid-duration,
-//	        invalid-policy, invalid-reason
+//	        invalid-policy, invalid-reason, invalid-query (GET /v1/records)
 //	401     unauthorized          --token-file given and the bearer token is missing or wrong
 //	403     cross-origin          an Origin header, or Sec-Fetch-Site not none/same-origin
 //	403     host-not-allowed      no --token-file and a Host that is not a loopback name

@@ -14,7 +14,7 @@ import (
 
 var lsCmd = &command{
 	name:     "ls",
-	synopsis: "[--status S] [--stuck] [--limit N] [--after KEY] [--json]",
+	synopsis: "[--status S] [--stuck] [--indeterminate] [--prefix P] [--updated-after T] [--updated-before T] [--limit N] [--after KEY] [--json]",
 	summary:  "list records, one line each (--stuck: lapsed and indeterminate keys)",
 	help: `
 Ls lists records in key order, one line each: key, state, fence, attempt,
@@ -25,8 +25,12 @@ shows as "lapsed" (at_least_once: the next claim takes it over) or
 
 --status S lists the records in state S as the STATE column shows it:
 in_progress only those whose lease is live. --stuck lists just the lapsed
-and indeterminate keys: the ones a crash left behind. When more records match than --limit, ls says how to continue
-(--after the last key shown).
+and indeterminate keys: the ones a crash left behind; --indeterminate just
+the indeterminate ones. --prefix P lists the keys that begin with P.
+--updated-after T and --updated-before T list the records whose last
+change is after (before) T: a time in RFC 3339 (2026-01-02T15:04:05Z) or
+a duration ago by the store's clock (90m, 2d). When more records match
+than --limit, ls says how to continue (--after the last key shown).
 
 With --json it prints one JSON object per line (the fields of
 'idem inspect --json' without the journal).
@@ -47,6 +51,10 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	stuck := fs.Bool("stuck", false, "only lapsed and indeterminate keys (in_progress past their lease)")
 	limit := fs.Int("limit", 100, "list at most `N` records; 0 lists all")
 	after := fs.String("after", "", "only keys after `KEY` (continue an earlier listing)")
+	indeterminate := fs.Bool("indeterminate", false, "only indeterminate keys (at_most_once, lease passed, waiting for 'idem resolve')")
+	prefix := fs.String("prefix", "", "only keys that begin with `P`")
+	updatedAfter := fs.String("updated-after", "", "only records last changed after `T` (RFC 3339, or a duration ago: 1h, 2d)")
+	updatedBefore := fs.String("updated-before", "", "only records last changed before `T` (RFC 3339, or a duration ago: 1h, 2d)")
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -58,25 +66,11 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	if *limit < 0 {
 		return usagef("--limit must be 0 (all) or more, got %d", *limit)
 	}
-	q := store.ListQuery{After: *after, Stuck: *stuck}
-	var want explain.State
-	switch st := explain.State(*status); st {
-	case "":
-	case explain.StateLapsed, explain.StateIndeterminate:
-		q.Stuck, want = true, st
-	case explain.StateInProgress, explain.StateCompleted, explain.StateFailed, explain.StateReleased:
-		if *stuck {
-			return usagef("--stuck lists lapsed and indeterminate keys; it cannot be combined with --status %s", st)
-		}
-		q.Status = idem.Status(st)
-		if st == explain.StateInProgress {
-			// As the STATE column says: a live lease, not the stored
-			// in_progress of a lapsed or indeterminate key.
-			want = st
-		}
-	default:
-		return usagef("unknown --status %q (want in_progress, completed, failed, released, lapsed or indeterminate)", *status)
+	q, want, err := listFilter("--status", *status, *stuck, *indeterminate)
+	if err != nil {
+		return usagef("%s", err)
 	}
+	q.After, q.Prefix = *after, *prefix
 
 	s, err := a.open(ctx)
 	if err != nil {
@@ -85,6 +79,12 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	now, err := storeNow(ctx, s)
 	if err != nil {
 		return err
+	}
+	if q.UpdatedAfter, err = timeBound(*updatedAfter, now); err != nil {
+		return usagef("--updated-after: %s", err)
+	}
+	if q.UpdatedBefore, err = timeBound(*updatedBefore, now); err != nil {
+		return usagef("--updated-before: %s", err)
 	}
 	it := &lister{s: s, q: q, now: now, want: want, page: 500}
 	if *limit > 0 {
@@ -156,15 +156,68 @@ func runLs(ctx context.Context, a *app, args []string) error {
 	return corruptErr(corrupt)
 }
 
+// listFilter is the store query and the derived state to keep (any when
+// "") for a listing by status (a state as ls's STATE column shows it:
+// in_progress, completed, failed, released, lapsed or indeterminate),
+// stuck (lapsed and indeterminate keys) and indeterminate: the filters
+// 'idem ls' and serve's GET /v1/records share. The error says which
+// values do not go together.
+//
+// name is how the caller's user names the status filter ("--status").
+func listFilter(name, status string, stuck, indeterminate bool) (store.ListQuery, explain.State, error) {
+	q := store.ListQuery{Stuck: stuck, Indeterminate: indeterminate}
+	var want explain.State
+	switch st := explain.State(status); st {
+	case "":
+	case explain.StateLapsed:
+		if indeterminate {
+			return q, "", errors.New("indeterminate keys are not in state lapsed (at_least_once)")
+		}
+		q.Stuck, want = true, st
+	case explain.StateIndeterminate:
+		q.Indeterminate = true
+	case explain.StateInProgress, explain.StateCompleted, explain.StateFailed, explain.StateReleased:
+		if stuck || indeterminate {
+			return q, "", fmt.Errorf("the stuck and indeterminate filters list keys whose lease passed; they cannot be combined with %s %s", name, st)
+		}
+		q.Status = idem.Status(st)
+		if st == explain.StateInProgress {
+			// As the STATE column says: a live lease, not the stored
+			// in_progress of a lapsed or indeterminate key.
+			want = st
+		}
+	default:
+		return q, "", fmt.Errorf("unknown %s %q (want in_progress, completed, failed, released, lapsed or indeterminate)", name, status)
+	}
+	return q, want, nil
+}
+
+// timeBound parses a bound of the updated filters: "" (none), a time in
+// RFC 3339, or a duration (as a flag takes it: 90m, 2d) before now.
+func timeBound(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	d, err := parseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither a time in RFC 3339 (2026-01-02T15:04:05Z) nor a duration ago (90m, 2d)", v)
+	}
+	return now.Add(-d), nil
+}
+
 // stateCorrupt is the state ls shows for a record the store cannot decode
 // (CORRUPT in the table, "corrupt" in JSON).
 const stateCorrupt = "corrupt"
 
 // corruptJSON is a corrupt record in ls --json.
 type corruptJSON struct {
-	Key   string `json:"key"`
-	State string `json:"state"`
-	Error string `json:"error"`
+	Key     string `json:"key,omitempty"`
+	KeyHash string `json:"key_hash,omitempty"` // serve --hash-keys: the key's hash, no key
+	State   string `json:"state"`
+	Error   string `json:"error"`
 }
 
 // corruptErr is the error ls ends with when it listed corrupt records

@@ -279,7 +279,7 @@ func TestHelp(t *testing.T) {
 	// Flags of each command appear in its help.
 	for cmd, flags := range map[string][]string{
 		"inspect": {"--json"},
-		"ls":      {"--status S", "--stuck", "--limit N", "--after KEY", "--json"},
+		"ls":      {"--status S", "--stuck", "--indeterminate", "--prefix P", "--updated-after T", "--updated-before T", "--limit N", "--after KEY", "--json"},
 		"release": {"--fence N", "--force", "--reason TEXT"},
 		"resolve": {"--done", "--not-done", "--result STRING", "--result-file F", "--retention D", "--fence N", "--force", "--reason TEXT"},
 		"delete":  {"--force"},
@@ -446,6 +446,25 @@ func TestLs(t *testing.T) {
 		e.run("ls", "--status", "lapsed", "--stuck").expect(t, 0, "lapsed")
 		e.run("ls", "--status", "failed").expect(t, 0, "failed  failed")
 		e.run("ls", "--status", "released", "--after", "released").expect(t, 0, "no records match")
+
+		// The list API's filters.
+		r = e.run("ls", "--indeterminate")
+		if !strings.Contains(r.stdout, "indet ") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 1 {
+			t.Errorf("--indeterminate:\n%s", r)
+		}
+		r = e.run("ls", "--prefix", "r")
+		if r.expect(t, 0, "released", "running"); strings.Count(strings.TrimSpace(r.stdout), "\n") != 2 {
+			t.Errorf("--prefix r:\n%s", r)
+		}
+		e.run("ls", "--prefix", "l", "--stuck").expect(t, 0, "lapsed")
+		e.run("ls", "--prefix", "l", "--indeterminate").expect(t, 0, "no records match")
+		if r := e.run("ls", "--updated-after", "2000-01-01T00:00:00Z"); strings.Count(r.stdout, "\n") != 10 {
+			t.Errorf("--updated-after 2000: want every record:\n%s", r)
+		}
+		e.run("ls", "--updated-before", "2000-01-01T00:00:00Z").expect(t, 0, "no records match")
+		e.run("ls", "--updated-after", "3650d").expect(t, 0, "crash", "running")
+		e.run("ls", "--updated-before", "yesterday").expectErr(t, 2, "--updated-before")
+		e.run("ls", "--indeterminate", "--status", "failed").expectErr(t, 2, "cannot be combined with --status failed")
 
 		r = e.run("ls", "--limit", "3")
 		r.expect(t, 0, "crash", "done", "expired", `(3 shown; more follow: idem ls --after "expired" ...)`)

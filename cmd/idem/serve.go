@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -68,6 +69,16 @@ PostgreSQL table is created.
        409 lease-lost: the attempt no longer holds the key; nothing recorded
            by this call {record_status, record_fence: what the key holds}
   GET  /v1/records/KEY   the record as 'idem inspect --json' prints it; 404
+  GET  /v1/records?status=&stuck=&indeterminate=&prefix=&updated_after=
+                   &updated_before=&cursor=&limit=
+                         {records: [...], next_cursor}: records in key order as
+                         'idem ls --json' prints them, filtered as ls filters
+                         (status: the STATE column's; stuck=true (or lapsed=true):
+                         lapsed and indeterminate; times RFC 3339 or a duration
+                         ago); limit 1-1000 (default 100); next_cursor (absent on
+                         the last page) is opaque: pass it back as cursor
+  GET  /v1/records/KEY/story  'idem explain --json': the key's story and verdict
+                         (a key ending in /story: escape its slash, %2F)
   GET  /healthz          200 when the store answers a read, else 503
   GET  /readyz           the same check, under the name readiness probes use
   GET  /metrics          Prometheus exposition of the claims served (idem_operations_total
@@ -106,7 +117,7 @@ Every error is application/problem+json (type, title, status, detail);
 claim outcomes and lease-lost also carry "outcome". A store failure is
 503 with Retry-After: nothing is known, retry the call. Bad input is 400
 (invalid-body, invalid-key, invalid-fence, invalid-attempt,
-invalid-duration, invalid-policy, invalid-reason), a body over
+invalid-duration, invalid-policy, invalid-reason, invalid-query), a body over
 --max-body 413. A body is
 one JSON object, valid UTF-8 with no unpaired surrogate escape (a lone
 \uD800-\uDFFF, which JSON decoders turn into U+FFFD), each field named
@@ -170,7 +181,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	listen := fs.String("listen", defaultListen, "the `ADDR` (host:port) to listen on")
 	tokenFile := fs.String("token-file", "", "require \"Authorization: Bearer TOKEN\", TOKEN read from `PATH`")
 	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
-	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key")
+	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key; the list and stories name keys by it too")
 	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus) and count the claims served")
 	withConsole := fs.Bool("console", true, "serve the operations console under /console/ (behind the token with --token-file)")
 	var level slog.Level
@@ -373,6 +384,8 @@ type server struct {
 	counters func() map[string]float64
 	// console serves /console/ (nil: --console=false).
 	console *console
+	// cursorAEAD seals the list's cursors under --hash-keys (nil without).
+	cursorAEAD cipher.AEAD
 }
 
 func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, hashKeys bool) *server {
@@ -381,6 +394,9 @@ func newServer(s store.Store, log *slog.Logger, token []byte, maxBody int64, has
 		opts = append(opts, idem.WithHashedKeysInLogs())
 	}
 	srv := &server{store: s, log: log, ledger: idem.New(s, opts...), maxBody: maxBody, hashKeys: hashKeys}
+	if hashKeys {
+		srv.cursorAEAD = newCursorAEAD()
+	}
 	if token != nil {
 		srv.auth, srv.token = true, sha256.Sum256(token)
 	}
@@ -439,16 +455,29 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 		defer s.observeCall(ctx, r, c, path, start)
 	}
+	if path == "/v1/records" {
+		if s.method(w, c, r, http.MethodGet) {
+			s.list(w, r, c)
+		}
+		return
+	}
 	if rest, ok := strings.CutPrefix(path, "/v1/records/"); ok {
 		if !s.method(w, c, r, http.MethodGet) {
 			return
 		}
+		// A key that ends in "/story" is read with its slash escaped
+		// (%2F): this path is the key's story.
+		rest, story := strings.CutSuffix(rest, "/story")
 		key, err := url.PathUnescape(rest)
 		if err != nil {
 			s.problem(w, c, http.StatusBadRequest, "invalid-key", "The key in the path is not properly escaped.", nil)
 			return
 		}
-		s.record(w, r, c, key)
+		if story {
+			s.story(w, r, c, key)
+		} else {
+			s.record(w, r, c, key)
+		}
 		return
 	}
 	post := map[string]func(http.ResponseWriter, *http.Request, *call){
@@ -553,7 +582,7 @@ func requestID(r *http.Request) string {
 // lease extended, a read, a probe): logged at DEBUG.
 func expectedCall(outcome string) bool {
 	switch outcome {
-	case "acquired", "done", "busy", "extended", "record", "ok", "metrics", "console":
+	case "acquired", "done", "busy", "extended", "record", "list", "story", "ok", "metrics", "console":
 		return true
 	}
 	return false
@@ -628,6 +657,7 @@ var problemTitles = map[string]string{
 	"method-not-allowed":     "Method not allowed",
 	"invalid-body":           "Request body is not the expected JSON",
 	"invalid-key":            "Key is invalid",
+	"invalid-query":          "Query parameter is invalid",
 	"invalid-fence":          "Fence is invalid",
 	"invalid-attempt":        "Attempt id is missing",
 	"invalid-duration":       "Duration is invalid",

@@ -78,8 +78,11 @@ func (m *serveMetrics) shutdown() { _ = m.provider.Shutdown(context.Background()
 // its own.
 func routeOf(path string) string {
 	switch path {
-	case "/v1/claim", "/v1/complete", "/v1/release", "/v1/fail", "/v1/abandon", "/v1/extend", "/healthz", "/readyz":
+	case "/v1/claim", "/v1/complete", "/v1/release", "/v1/fail", "/v1/abandon", "/v1/extend", "/v1/records", "/healthz", "/readyz":
 		return path
+	}
+	if strings.HasPrefix(path, "/v1/records/") && strings.HasSuffix(path, "/story") {
+		return "/v1/records/{key}/story"
 	}
 	if strings.HasPrefix(path, "/v1/records/") {
 		return "/v1/records/{key}"

@@ -21,7 +21,8 @@ import (
 // recordJSON is a record as the command prints it with --json: snake_case
 // names, times in RFC 3339 (UTC), the result in base64.
 type recordJSON struct {
-	Key         string        `json:"key"`
+	Key         string        `json:"key,omitempty"`
+	KeyHash     string        `json:"key_hash,omitempty"` // serve --hash-keys: the key's hash, no key
 	Status      idem.Status   `json:"status"`
 	State       explain.State `json:"state"`
 	Policy      string        `json:"policy"`

@@ -25,10 +25,10 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
+	limit := q.PageSize()
 	now := s.now()
 	e := newExpr()
 	conds := []string{e.n(attrExpiresAt) + " > " + e.v(nanos(now))}
@@ -39,8 +39,21 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 		conds = append(conds, e.n(attrStatus)+" = "+e.v(str(string(store.StatusInProgress))),
 			e.n(attrLeaseUntil)+" <= "+e.v(nanos(now)))
 	}
+	if q.Indeterminate {
+		conds = append(conds, e.n(attrStatus)+" = "+e.v(str(string(store.StatusInProgress))),
+			e.n(attrLeaseUntil)+" <= "+e.v(nanos(now)), e.n(attrPolicy)+" = "+e.v(str(store.AtMostOnce.String())))
+	}
 	if q.After != "" {
 		conds = append(conds, e.n(AttrKey)+" > "+e.v(str(q.After)))
+	}
+	if q.Prefix != "" {
+		conds = append(conds, "begins_with("+e.n(AttrKey)+", "+e.v(str(q.Prefix))+")")
+	}
+	if !q.UpdatedAfter.IsZero() {
+		conds = append(conds, e.n(attrUpdatedAt)+" > "+e.v(nanos(q.UpdatedAfter)))
+	}
+	if !q.UpdatedBefore.IsZero() {
+		conds = append(conds, e.n(attrUpdatedAt)+" < "+e.v(nanos(q.UpdatedBefore)))
 	}
 	var out []store.Record
 	err := s.scan(ctx, e, strings.Join(conds, " AND "), "", func(it map[string]types.AttributeValue) (bool, error) {
@@ -53,7 +66,7 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 			return false, err
 		}
 		// The filter ran on DynamoDB; check again by the same rules.
-		if rec.Expired(now) || q.Stuck && !rec.Lapsed(now) || q.Status != "" && rec.Status != q.Status {
+		if !q.Matches(&rec, now) {
 			return true, nil
 		}
 		out = append(out, rec)

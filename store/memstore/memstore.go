@@ -210,27 +210,19 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
+	limit := q.PageSize()
 	now := s.now()
 	var out []store.Record
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, slot := range sh.records {
-			r := slot.Peek()
-			if k <= q.After && q.After != "" || r.Expired(now) {
-				continue
+		for _, slot := range sh.records {
+			if q.Matches(slot.Peek(), now) {
+				out = append(out, slot.Copy())
 			}
-			if q.Status != "" && r.Status != q.Status {
-				continue
-			}
-			if q.Stuck && !r.Lapsed(now) {
-				continue
-			}
-			out = append(out, slot.Copy())
 		}
 		sh.mu.Unlock()
 	}

@@ -30,31 +30,25 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 // byte. A record that cannot be decoded fails the whole call with a
 // *store.CorruptError naming its key.
 //
-// List(Stuck) reads the partial index of in_progress rows, so it stays
-// cheap on a large table: its cost grows with the number of running and
-// lapsed attempts, not with the number of records.
+// List(Stuck), List(Indeterminate) and List(Status in_progress) read the
+// partial index of in_progress rows, so they stay cheap on a large table:
+// their cost grows with the number of running and lapsed attempts, not
+// with the number of records. The other queries walk the primary key from
+// q.After (or the key range of q.Prefix) and stop at q.Limit matches: a
+// filter that few records match (failed, released, an UpdatedAfter or
+// UpdatedBefore bound; none has an index) reads the records it passes
+// over.
 func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
-	args := []any{q.After, limit}
-	var sql string
-	switch {
-	case q.Stuck && q.Status != "":
-		sql = s.q.listStuckStatus
-		args = append(args, string(q.Status))
-	case q.Stuck:
-		sql = s.q.listStuck
-	case q.Status != "":
-		sql = s.q.listStatus
-		args = append(args, string(q.Status))
-	default:
-		sql = s.q.list
+	if !pgtext.Valid(q.Prefix) {
+		return nil, nil // no key (valid text) begins with it
 	}
+	sql, args := s.q.listSQL(q)
 	rows, err := s.query(ctx, s.pool, sql, args...)
 	if err != nil {
 		return nil, s.wrap("list", err)

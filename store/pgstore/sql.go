@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -564,11 +565,14 @@ RETURNING ` + cols("t")
 // queries are a store's statements, built once from its table name and
 // clock.
 type queries struct {
-	now, claim, claimBatch, claimNew                          string
-	complete, completeReason, fail, release, abandon          string
-	late, extend, completeBatch                               string
-	get, exists, list, listStatus, listStuck, listStuckStatus string
-	resolve, delete, sweep                                    string
+	now, claim, claimBatch, claimNew                 string
+	complete, completeReason, fail, release, abandon string
+	late, extend, completeBatch                      string
+	get, exists, listStuck                           string
+	resolve, delete, sweep                           string
+	// listFrom begins every List statement ($1 the cursor, $2 the limit),
+	// and clock is the store's clock in SQL: see listSQL.
+	listFrom, clock string
 }
 
 func newQueries(table, clockTable string, implicit bool) queries {
@@ -583,26 +587,25 @@ func newQueries(table, clockTable string, implicit bool) queries {
 	stuck := " AND t.status = 'in_progress' AND t.lease_until <= " + now
 	w := wireNames.Replace
 	return queries{
-		now:             "SELECT " + now,
-		claim:           w(claimSQL(table, now, implicit)),
-		claimBatch:      w(claimBatchSQL(table, now, implicit)),
-		claimNew:        w(claimNewSQL(table, now, implicit)),
-		complete:        w(finishSQL(table, now, endComplete, implicit)),
-		completeReason:  w(finishSQL(table, now, endCompleteReason, implicit)),
-		fail:            w(finishSQL(table, now, endFail, implicit)),
-		release:         w(finishSQL(table, now, endRelease, implicit)),
-		abandon:         w(finishSQL(table, now, endAbandon, implicit)),
-		late:            w(lateSQL(table, now)),
-		extend:          w(extendSQL(table, now, implicit)),
-		completeBatch:   w(completeBatchSQL(table, now, implicit)),
-		get:             "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE t.key = $1 AND " + live(now),
-		exists:          "SELECT EXISTS (SELECT 1 FROM " + table + " AS t WHERE t.key = $1 AND " + live(now) + ")",
-		list:            list(""),
-		listStatus:      list(" AND t.status = $3"),
-		listStuck:       list(stuck),
-		listStuckStatus: list(stuck + " AND t.status = $3"),
-		resolve:         w(resolveSQL(table, now)),
-		delete:          "DELETE FROM " + table + " AS t WHERE t.key = $1 AND " + live(now),
+		now:            "SELECT " + now,
+		claim:          w(claimSQL(table, now, implicit)),
+		claimBatch:     w(claimBatchSQL(table, now, implicit)),
+		claimNew:       w(claimNewSQL(table, now, implicit)),
+		complete:       w(finishSQL(table, now, endComplete, implicit)),
+		completeReason: w(finishSQL(table, now, endCompleteReason, implicit)),
+		fail:           w(finishSQL(table, now, endFail, implicit)),
+		release:        w(finishSQL(table, now, endRelease, implicit)),
+		abandon:        w(finishSQL(table, now, endAbandon, implicit)),
+		late:           w(lateSQL(table, now)),
+		extend:         w(extendSQL(table, now, implicit)),
+		completeBatch:  w(completeBatchSQL(table, now, implicit)),
+		get:            "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE t.key = $1 AND " + live(now),
+		exists:         "SELECT EXISTS (SELECT 1 FROM " + table + " AS t WHERE t.key = $1 AND " + live(now) + ")",
+		listStuck:      list(stuck),
+		listFrom:       "SELECT " + cols("t") + " FROM " + table + " AS t\nWHERE " + live(now) + " AND t.key > $1",
+		clock:          now,
+		resolve:        w(resolveSQL(table, now)),
+		delete:         "DELETE FROM " + table + " AS t WHERE t.key = $1 AND " + live(now),
 		// Bounded batches: lock at most $1 expired rows, oldest first (an
 		// index range scan on expires_at that stops at the first live
 		// row: the clock must be an index condition here, not a join with
@@ -611,6 +614,54 @@ func newQueries(table, clockTable string, implicit bool) queries {
 		sweep: "DELETE FROM " + table + " AS t\nWHERE t.ctid = ANY (ARRAY(\n\tSELECT s.ctid FROM " + table + " AS s WHERE s.expires_at <= " + now +
 			"\n\tORDER BY s.expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))\nAND t.expires_at <= " + now,
 	}
+}
+
+// listSQL is the statement of [Store.List] for lq (checked, its Prefix
+// valid text) and its arguments: $1 the cursor, $2 the limit, then those
+// of the filters lq sets. Statuses are literals, so that the planner can
+// use the partial index of in_progress rows; Prefix is a key range, which
+// the primary key (or that index) reads as a range. The filters lq may
+// set make a few dozen distinct statements, each prepared once per
+// connection.
+func (q *queries) listSQL(lq store.ListQuery) (string, []any) {
+	var b strings.Builder
+	b.WriteString(q.listFrom)
+	args := []any{lq.After, lq.PageSize()}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if lq.Status != "" {
+		b.WriteString(" AND t.status = '" + string(lq.Status) + "'")
+	}
+	if lq.Stuck || lq.Indeterminate {
+		b.WriteString(" AND t.status = 'in_progress' AND t.lease_until <= " + q.clock)
+	}
+	if lq.Indeterminate {
+		b.WriteString(" AND t.policy = '" + store.AtMostOnce.String() + "'")
+	}
+	if lq.Prefix != "" {
+		if lq.Prefix > lq.After {
+			b.WriteString(" AND t.key >= " + arg(lq.Prefix))
+		}
+		if end := store.PrefixEnd(lq.Prefix); end != "" {
+			b.WriteString(" AND t.key < " + arg(end))
+		}
+	}
+	// updated_at is in whole microseconds, and pgx sends a time cut to its
+	// microsecond: before t is before t's microsecond rounded up.
+	if !lq.UpdatedAfter.IsZero() {
+		b.WriteString(" AND t.updated_at > " + arg(lq.UpdatedAfter))
+	}
+	if !lq.UpdatedBefore.IsZero() {
+		before := lq.UpdatedBefore.Truncate(time.Microsecond)
+		if before.Before(lq.UpdatedBefore) {
+			before = before.Add(time.Microsecond)
+		}
+		b.WriteString(" AND t.updated_at < " + arg(before))
+	}
+	b.WriteString("\nORDER BY t.key LIMIT $2")
+	return b.String(), args
 }
 
 // micros converts d to whole microseconds, the resolution of the server's

@@ -137,9 +137,11 @@ const scanCount = 1000
 
 // List implements [store.Store]. Redis has no index of the store's keys:
 // List SCANs every key of the database that matches the prefix (on every
-// master of a cluster), keeps those after q.After, sorts them byte-wise,
-// and then reads records in that order, in pipelines of 1000, until it
-// has q.Limit that match q.Status and q.Stuck. Its cost therefore grows
+// master of a cluster; q.Prefix narrows the SCAN's MATCH pattern), keeps
+// those after q.After, sorts them byte-wise, and then reads records in
+// that order, in pipelines of 1000, until it has q.Limit that match q's
+// filters (status, lapsed, indeterminate, updated time, checked in Go by
+// [store.ListQuery.Matches]). Its cost therefore grows
 // with the number of records under the prefix (about a second per million
 // on one server, and memory for their keys), whatever the query: it is
 // for operators (`idem ls`), not for a hot path. A record that cannot be
@@ -152,18 +154,18 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
+	limit := q.PageSize()
 	now, err := s.Now(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var keys []string
-	err = s.scan(ctx, func(_ context.Context, _ redis.Cmdable, batch []string) error {
+	err = s.scan(ctx, q.Prefix, func(_ context.Context, _ redis.Cmdable, batch []string) error {
 		for _, rk := range batch {
-			if k := rk[len(s.cfg.prefix):]; k > q.After {
+			if k := rk[len(s.cfg.prefix):]; k > q.After && strings.HasPrefix(k, q.Prefix) {
 				keys = append(keys, k)
 			}
 		}
@@ -200,7 +202,7 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 			if err != nil {
 				return nil, err
 			}
-			if rec.Expired(now) || (q.Status != "" && rec.Status != q.Status) || (q.Stuck && !rec.Lapsed(now)) {
+			if !q.Matches(&rec, now) {
 				continue
 			}
 			out = append(out, rec)
@@ -232,7 +234,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	}
 	deleted := 0
 	errEnough := errors.New("enough")
-	err = s.scan(ctx, func(ctx context.Context, c redis.Cmdable, batch []string) error {
+	err = s.scan(ctx, "", func(ctx context.Context, c redis.Cmdable, batch []string) error {
 		pipe := c.Pipeline()
 		exs := make([]*redis.StringCmd, len(batch))
 		for i, rk := range batch {
@@ -278,10 +280,11 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	return deleted, nil
 }
 
-// scan calls f with the keys under the prefix, in batches, on the client
-// of the node that holds them.
-func (s *Store) scan(ctx context.Context, f func(ctx context.Context, c redis.Cmdable, batch []string) error) error {
-	match := globEscape(s.cfg.prefix) + "*"
+// scan calls f with the keys under the prefix whose record keys begin
+// with keyPrefix ("" for all), in batches, on the client of the node that
+// holds them.
+func (s *Store) scan(ctx context.Context, keyPrefix string, f func(ctx context.Context, c redis.Cmdable, batch []string) error) error {
+	match := globEscape(s.cfg.prefix+keyPrefix) + "*"
 	node := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {

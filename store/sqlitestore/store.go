@@ -511,34 +511,22 @@ func (s *Store) read(ctx context.Context, key string) (*store.Record, int64, err
 // List implements [store.Store]. Expired records are never listed. A record
 // that cannot be decoded fails the whole call with a *store.CorruptError
 // naming its key (so an operator can Delete it).
+//
+// The query walks the primary key from q.After (or q.Prefix, to the end of
+// its key range), or the partial index of its status for in_progress
+// (also q.Stuck and q.Indeterminate), failed and released records, and
+// stops at q.Limit matches. UpdatedAfter and UpdatedBefore have no index:
+// a query that sets them reads records in key order until it has q.Limit
+// that match, so its cost grows with the records it passes over.
 func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	if err := q.Check(); err != nil {
+		return nil, err
 	}
-	if q.Status != "" && !q.Status.Valid() {
-		return nil, fmt.Errorf("sqlitestore: list: unknown status %q", q.Status)
-	}
-	now := s.now().UnixMicro()
-	var b strings.Builder
-	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key > ? AND expires_at > ?`)
-	args := []any{q.After, now}
-	// Statuses are literals (checked above), so that SQLite can use the
-	// partial index of each.
-	if q.Status != "" {
-		b.WriteString(` AND status = '` + string(q.Status) + `'`)
-	}
-	if q.Stuck {
-		b.WriteString(` AND status = 'in_progress' AND lease_until <= ?`)
-		args = append(args, now)
-	}
-	b.WriteString(` ORDER BY key LIMIT ?`)
-	args = append(args, int64(limit))
-
-	rows, err := s.rdb.QueryContext(ctx, b.String(), args...)
+	query, args := listSQL(q, s.now().UnixMicro())
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.readErr("list", err)
 	}
@@ -563,6 +551,62 @@ func (s *Store) List(ctx context.Context, q store.ListQuery) ([]store.Record, er
 		return nil, s.readErr("list", err)
 	}
 	return out, nil
+}
+
+// listSQL is the statement of [Store.List] for q (checked) at now, in unix
+// microseconds, and its arguments.
+func listSQL(q store.ListQuery, now int64) (string, []any) {
+	// One lower bound of the key, so that SQLite reads the index from it:
+	// the cursor, or the prefix when it comes later.
+	lo, op := q.After, ">"
+	if q.Prefix != "" && q.Prefix > q.After {
+		lo, op = q.Prefix, ">="
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT ` + columns + ` FROM idem_records WHERE key ` + op + ` ? AND expires_at > ?`)
+	args := []any{lo, now}
+	// Statuses are literals (checked by the caller), so that SQLite can use
+	// the partial index of each.
+	if q.Status != "" {
+		b.WriteString(` AND status = '` + string(q.Status) + `'`)
+	}
+	if q.Stuck || q.Indeterminate {
+		b.WriteString(` AND status = 'in_progress' AND lease_until <= ?`)
+		args = append(args, now)
+	}
+	if q.Indeterminate {
+		b.WriteString(` AND policy = '` + store.AtMostOnce.String() + `'`)
+	}
+	if q.Prefix != "" {
+		// The end of the prefix's key range, which the primary key (or a
+		// partial index of keys) reads as a range from lo.
+		if end := store.PrefixEnd(q.Prefix); end != "" {
+			b.WriteString(` AND key < ?`)
+			args = append(args, end)
+		}
+	}
+	// UpdatedAt is in whole microseconds: after t is after t's microsecond
+	// (cut), before t is before t's microsecond rounded up.
+	if !q.UpdatedAfter.IsZero() {
+		b.WriteString(` AND updated_at > ?`)
+		args = append(args, q.UpdatedAfter.UnixMicro())
+	}
+	if !q.UpdatedBefore.IsZero() {
+		b.WriteString(` AND updated_at < ?`)
+		args = append(args, ceilMicro(q.UpdatedBefore))
+	}
+	b.WriteString(` ORDER BY key LIMIT ?`)
+	args = append(args, int64(q.PageSize()))
+	return b.String(), args
+}
+
+// ceilMicro is t in unix microseconds, rounded up.
+func ceilMicro(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Sub(time.UnixMicro(us)) > 0 {
+		us++
+	}
+	return us
 }
 
 var (

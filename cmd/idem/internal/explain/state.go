@@ -36,10 +36,10 @@ const (
 func StateOf(r *idem.Record, now time.Time) State {
 	switch r.Status {
 	case idem.StatusInProgress:
-		if !r.Lapsed(now) {
+		switch {
+		case !r.Lapsed(now):
 			return StateInProgress
-		}
-		if r.Policy == idem.AtMostOnce {
+		case r.Indeterminate(now):
 			return StateIndeterminate
 		}
 		return StateLapsed
