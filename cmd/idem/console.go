@@ -39,10 +39,7 @@ const (
 	consoleDecide      = 50
 	consoleEvents      = 15
 	consoleDeadLetters = 20
-	// consoleMaxScan bounds the records one list page reads to find a page
-	// of matches of a filter the store does not apply.
-	consoleMaxScan = 20 * consolePage
-	consoleBy      = "idem console"
+	consoleBy          = "idem console"
 )
 
 // console is the operations console of `idem serve`, under /console/:
@@ -491,51 +488,25 @@ func (cs *console) records(w http.ResponseWriter, r *http.Request, c *call) {
 		cs.fail(w, r, c, http.StatusBadRequest, err.Error())
 		return
 	}
-	lq := store.ListQuery{After: after}
-	var want explain.State
-	switch st := explain.State(f.State); st {
-	case "":
-	case explain.StateLapsed, explain.StateIndeterminate:
-		lq.Stuck, want = true, st
-	case "stuck":
-		lq.Stuck = true
-	case explain.StateInProgress, explain.StateCompleted, explain.StateFailed, explain.StateReleased:
-		lq.Status = idem.Status(st)
-		if st == explain.StateInProgress {
-			want = st
-		}
-	default:
-		cs.fail(w, r, c, http.StatusBadRequest, "Unknown state "+strconv.Quote(f.State)+".")
+	st := f.State
+	stuck := st == "stuck"
+	if stuck {
+		st = ""
+	}
+	lq, want, err := listFilter("state", st, stuck, false)
+	if err != nil {
+		cs.fail(w, r, c, http.StatusBadRequest, err.Error()+".")
 		return
 	}
+	lq.After, lq.Prefix, lq.UpdatedAfter, lq.UpdatedBefore = after, f.Prefix, ua, ub
 	now, err := storeNow(ctx, cs.store)
 	if err != nil {
 		cs.storeFailed(w, r, c, "now", err)
 		return
 	}
-	keep := func(rec *idem.Record) bool {
-		return (ua.IsZero() || !rec.UpdatedAt.Before(ua)) && (ub.IsZero() || rec.UpdatedAt.Before(ub))
-	}
 	var rows []row
-	// A prefix starts the listing at the prefix itself: the record named
-	// by it, then the keys after it.
-	if f.Prefix != "" && after < f.Prefix {
-		rec, err := cs.store.Get(ctx, f.Prefix)
-		var ce *idem.CorruptError
-		switch {
-		case errors.As(err, &ce):
-			rows = append(rows, cs.row(listed{rec: idem.Record{Key: f.Prefix}, corrupt: ce}, now))
-		case err == nil && (want == "" || explain.StateOf(&rec, now) == want) && (lq.Status == "" || rec.Status == lq.Status) &&
-			(!lq.Stuck || explain.StateOf(&rec, now).Stuck()) && keep(&rec):
-			rows = append(rows, cs.row(listed{rec: rec}, now))
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			cs.storeFailed(w, r, c, "get", err)
-			return
-		}
-		lq.After = f.Prefix
-	}
 	it := &lister{s: cs.store, q: lq, now: now, want: want, page: consolePage + 1}
-	last, scanned, more := "", 0, false
+	last, more := "", false
 	for {
 		l, ok, err := it.next(ctx)
 		if err != nil {
@@ -545,21 +516,13 @@ func (cs *console) records(w http.ResponseWriter, r *http.Request, c *call) {
 		if !ok {
 			break
 		}
-		k := l.rec.Key
-		if l.corrupt != nil {
-			k = l.corrupt.Key
-		}
-		if f.Prefix != "" && !strings.HasPrefix(k, f.Prefix) {
-			break // keys are listed in order: no later key has the prefix
-		}
-		if len(rows) == consolePage || scanned == consoleMaxScan {
+		if len(rows) == consolePage {
 			more = true
 			break
 		}
-		scanned++
-		last = k
-		if l.corrupt == nil && !keep(&l.rec) {
-			continue
+		last = l.rec.Key
+		if l.corrupt != nil {
+			last = l.corrupt.Key
 		}
 		rows = append(rows, cs.row(l, now))
 	}
