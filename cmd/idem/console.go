@@ -712,7 +712,7 @@ func (cs *console) confirm(w http.ResponseWriter, r *http.Request, c *call) {
 	var ce *idem.CorruptError
 	switch {
 	case errors.As(err, &ce) && a.Do == "delete":
-		data["Corrupt"] = cs.redact(ce.Detail, key)
+		data["Corrupt"], data["Fence"] = cs.redact(ce.Detail, key), int64(0)
 		data["Refusal"] = "Its record is corrupt: its lease cannot be read, so an attempt may still hold the key."
 		data["Consequence"] = consequence(a, nil)
 		cs.render(w, c, http.StatusOK, "confirm", a.Label, data)

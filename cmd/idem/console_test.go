@@ -523,3 +523,26 @@ func TestConsoleDynamoDB(t *testing.T) {
 	c, _ := newConsoleTest(t, s, "", "", false)
 	checkConsoleBasics(t, c, s)
 }
+
+// TestConsoleCorrupt: a corrupt record is listed and counted, its page says
+// so, and only a forced delete removes it.
+func TestConsoleCorrupt(t *testing.T) {
+	ctx := context.Background()
+	u := corruptStore(t, []string{"a", "b", "c"}, "b")
+	s, err := sqlitestore.Open(ctx, strings.TrimPrefix(u, "sqlite:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, _ := newConsoleTest(t, s, u, "", false)
+	c.get("/console/").is(t, http.StatusOK).has(t, "st-corrupt", ">b<")
+	c.get("/console/records").is(t, http.StatusOK).has(t, ">a<", ">b<", ">c<", "st-corrupt")
+	c.get(keyPath("b")).is(t, http.StatusOK).has(t, `id="corrupt"`, `id="do-delete"`).lacks(t, `id="do-done"`)
+	c.get(confirmPath("done", "b")).is(t, http.StatusConflict)
+	c.get(confirmPath("delete", "b")).is(t, http.StatusOK).has(t, "Refused without force", `name="force"`)
+	c.confirmAndPost(confirmPath("delete", "b")).is(t, http.StatusConflict)
+	c.confirmAndPost(confirmPath("delete", "b"), "force", "yes").is(t, http.StatusSeeOther)
+	if _, err := s.Get(ctx, "b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after the forced delete: %v", err)
+	}
+}
