@@ -987,8 +987,10 @@ func (cs *console) redrive(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	// A redrive runs to its end even if the browser leaves.
 	n, err := h.redrive(context.WithoutCancel(ctx), name, limit)
-	if err != nil && n == 0 {
-		cs.storeFailed(w, r, c, "redrive", err)
+	if err != nil {
+		// What was moved stays moved (redrive works in transactions of up
+		// to 1,000 messages).
+		cs.storeFailed(w, r, c, fmt.Sprintf("redrive, after %d dead letter(s) were moved", n), err)
 		return
 	}
 	c.extra = append(c.extra, slog.String("queue", name), slog.Int("redriven", n))
