@@ -64,7 +64,9 @@
 //	                     /v1/records/KEY/story (explain --json), /v1/records
 //	                     (ls's filters, cursor pages),
 //	                     /healthz, /readyz, /metrics (Prometheus; off with
-//	                     --metrics=false). Claims are decided as the Go Ledger decides
+//	                     --metrics=false), and the operations console's web
+//	                     pages under /console/ (off with --console=false;
+//	                     docs/console.md). Claims are decided as the Go Ledger decides
 //	                     them (store.ClaimResult.Answer). --listen ADDR (default
 //	                     127.0.0.1:7070; loopback only without --token-file),
 //	                     --token-file PATH (Authorization: Bearer), --max-body
@@ -209,6 +211,14 @@
 // idem_busy_total, idem_indeterminate_total, ...; docs/observability.md)
 // and of the Go runtime and process; --metrics=false turns it off (404).
 // With --token-file, /healthz, /readyz and /metrics need the token too.
+//
+// GET /console/ is the operations console (docs/console.md): web pages of
+// the store's records, a key's story and its journal, and the sqlqueue
+// queues of its database, with resolve, release, delete and redrive, each
+// a POST behind a confirmation, with a CSRF token (an HMAC under a
+// per-process secret) and the CLI's checks. Its pages accept their own
+// origin only (Origin, Sec-Fetch-Site), need the token with --token-file,
+// and under --hash-keys hold no raw key. --console=false turns it off.
 //
 // The fingerprint is the request itself as a string; the server stores its
 // sha256 as idem.Fingerprint does, so Go and HTTP workers of one operation

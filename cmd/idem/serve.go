@@ -37,7 +37,7 @@ import (
 
 var serveCmd = &command{
 	name:     "serve",
-	synopsis: "[--listen ADDR] [--token-file PATH] [--max-body BYTES] [--hash-keys] [--metrics=false]",
+	synopsis: "[--listen ADDR] [--token-file PATH] [--max-body BYTES] [--hash-keys] [--metrics=false] [--console=false]",
 	summary:  "serve the ledger over HTTP, for workers in any language",
 	help: `
 Serve answers an HTTP JSON API over the store, so that a worker in Python,
@@ -85,6 +85,10 @@ PostgreSQL table is created.
                          by outcome, takeovers, busy, indeterminate, ...: see
                          docs/observability.md) and of the process; --metrics=false
                          turns it off (404)
+  GET  /console/         the operations console, web pages: overview, records,
+                         a key's story, queues; resolve, release, delete and
+                         redrive behind a confirmation (docs/console.md);
+                         --console=false turns it off (404)
 
 Calls on an attempt name it by the fence and the attempt_id its claim
 returned (both required): the store writes only while that attempt holds
@@ -123,7 +127,8 @@ id. One log line per call goes to stderr.
 
 POST bodies must be Content-Type: application/json (else 415). A request
 with an Origin header or a Sec-Fetch-Site other than none or same-origin
-is refused 403 (cross-origin). Without --token-file the server listens on
+is refused 403 (cross-origin); the console's pages accept their own
+origin only, and its forms carry a CSRF token. Without --token-file the server listens on
 a loopback address only and answers only a loopback Host (localhost,
 127.0.0.0/8, [::1]), else 403 (host-not-allowed). With it every request,
 /healthz, /readyz and /metrics included, needs "Authorization: Bearer TOKEN" (the file's
@@ -178,6 +183,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	maxBody := fs.Int64("max-body", defaultMaxBody, "the largest request body, in `BYTES`")
 	hashKeys := fs.Bool("hash-keys", false, "log a key's sha256 prefix (key_hash) instead of the key; the list and stories name keys by it too")
 	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus) and count the claims served")
+	withConsole := fs.Bool("console", true, "serve the operations console under /console/ (behind the token with --token-file)")
 	var level slog.Level
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log calls at or above `LEVEL` (debug, info, warn, error); a granted claim, a duplicate, a busy key, an extension and a read are debug")
 	pos, err := a.parse(fs, args)
@@ -219,7 +225,17 @@ func runServe(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 		defer m.shutdown()
-		srv.obs, srv.metrics = m.observer, m.handler
+		srv.obs, srv.metrics, srv.counters = m.observer, m.handler, m.counters
+	}
+	if *withConsole {
+		cs, err := newConsole(s, srv.ledger, *hashKeys, a.storeURL, log)
+		if err != nil {
+			return err
+		}
+		if *metrics {
+			cs.counters = srv.counters
+		}
+		srv.console = cs
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -364,6 +380,10 @@ type server struct {
 	// --metrics=false); metrics serves /metrics.
 	obs     idem.Observer
 	metrics http.Handler
+	// counters reads the metrics' idem_* counters (nil: --metrics=false).
+	counters func() map[string]float64
+	// console serves /console/ (nil: --console=false).
+	console *console
 	// cursorAEAD seals the list's cursors under --hash-keys (nil without).
 	cursorAEAD cipher.AEAD
 }
@@ -408,6 +428,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", c.id)
 	w.Header().Set("Cache-Control", "no-store")
 	defer func() { s.logCall(r, c, time.Since(start)) }()
+	if s.console != nil && consolePath(r.URL.EscapedPath()) {
+		// Web pages: their own browser guard and token check.
+		s.serveConsole(w, r, c)
+		return
+	}
 	if !s.browserSafe(w, r, c) {
 		return
 	}
@@ -557,7 +582,7 @@ func requestID(r *http.Request) string {
 // lease extended, a read, a probe): logged at DEBUG.
 func expectedCall(outcome string) bool {
 	switch outcome {
-	case "acquired", "done", "busy", "extended", "record", "list", "story", "ok", "metrics":
+	case "acquired", "done", "busy", "extended", "record", "list", "story", "ok", "metrics", "console":
 		return true
 	}
 	return false

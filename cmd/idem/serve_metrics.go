@@ -28,6 +28,7 @@ type serveMetrics struct {
 	observer idem.Observer
 	handler  http.Handler
 	provider *sdkmetric.MeterProvider
+	reg      *prometheus.Registry
 }
 
 func newServeMetrics() (*serveMetrics, error) {
@@ -45,7 +46,29 @@ func newServeMetrics() (*serveMetrics, error) {
 		observer: otelidem.New(otelidem.WithMeterProvider(mp), otelidem.WithTracerProvider(tracenoop.NewTracerProvider())),
 		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		provider: mp,
+		reg:      reg,
 	}, nil
+}
+
+// counters sums each idem_* counter over its labels, for the console's
+// overview; nil when the registry cannot be read.
+func (m *serveMetrics) counters() map[string]float64 {
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "idem_") {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			if c := mt.GetCounter(); c != nil {
+				out[mf.GetName()] += c.GetValue()
+			}
+		}
+	}
+	return out
 }
 
 func (m *serveMetrics) shutdown() { _ = m.provider.Shutdown(context.Background()) }
