@@ -30,19 +30,18 @@ func runPartialBatch(pass *analysis.Pass) (any, error) {
 	var list []finding
 	for _, f := range pass.Files {
 		ast.Inspect(f, func(n ast.Node) bool {
-			var ft *ast.FuncType
 			var body *ast.BlockStmt
 			var at ast.Node
 			switch n := n.(type) {
 			case *ast.FuncDecl:
-				ft, body, at = n.Type, n.Body, n.Name
+				body, at = n.Body, n.Name
 			case *ast.FuncLit:
-				ft, body, at = n.Type, n.Body, n.Type
+				body, at = n.Body, n.Type
 			default:
 				return true
 			}
-			sig, ok := typeOf(info, ft).(*types.Signature)
-			if !ok || body == nil || sig.Results().Len() != 1 || !isError(sig.Results().At(0).Type()) {
+			sig := signatureOf(info, n)
+			if sig == nil || body == nil || sig.Results().Len() != 1 || !isError(sig.Results().At(0).Type()) {
 				return true
 			}
 			takesEvent := false

@@ -52,9 +52,23 @@ type handler struct {
 	file    *ast.File
 }
 
-func classify(info *types.Info, ft *ast.FuncType) (h handler) {
-	sig, ok := typeOf(info, ft).(*types.Signature)
-	if !ok {
+// signatureOf returns the signature of a *ast.FuncDecl or *ast.FuncLit.
+func signatureOf(info *types.Info, n ast.Node) *types.Signature {
+	var t types.Type
+	switch n := n.(type) {
+	case *ast.FuncDecl:
+		if obj := info.Defs[n.Name]; obj != nil {
+			t = obj.Type()
+		}
+	case *ast.FuncLit:
+		t = info.TypeOf(n)
+	}
+	sig, _ := t.(*types.Signature)
+	return sig
+}
+
+func classify(sig *types.Signature) (h handler) {
+	if sig == nil {
 		return h
 	}
 	var hasReq bool
@@ -107,7 +121,7 @@ func runSwallowed(pass *analysis.Pass) (any, error) {
 			if body == nil {
 				return true
 			}
-			h := classify(pass.TypesInfo, ft)
+			h := classify(signatureOf(pass.TypesInfo, n))
 			if h.kind == notHandler {
 				return true
 			}

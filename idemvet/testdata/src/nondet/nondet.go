@@ -97,7 +97,7 @@ type job struct {
 
 func fieldSensitive(ctx context.Context, l *idem.Ledger, orderID string) {
 	j := job{OrderID: orderID, Queued: time.Now()}
-	l.Do(ctx, idem.Key("ship", j.OrderID), nil) // good: the time is in another field
+	l.Do(ctx, idem.Key("ship", j.OrderID), nil)       // good: the time is in another field
 	l.Do(ctx, idem.Key("ship", j.Queued.Unix()), nil) // want `derived from time.Now`
 }
 
@@ -117,16 +117,16 @@ func counters(ctx context.Context, l *idem.Ledger, items []string) {
 var seq int
 
 func brokers(ctx context.Context, js nats.JetStreamContext, js2 jetstream.JetStream, m *nats.Msg, ev event) {
-	js.Publish("orders", nil, nats.MsgId(ksuid.New().String())) // want `nats.MsgId is derived from ksuid.New`
+	js.Publish("orders", nil, nats.MsgId(ksuid.New().String()))                             // want `nats.MsgId is derived from ksuid.New`
 	js2.Publish(ctx, "orders", nil, jetstream.WithMsgID(fmt.Sprint(time.Now().UnixNano()))) // want `jetstream.WithMsgID is derived from time.Now`
-	m.Header.Set("Nats-Msg-Id", uuid.NewString()) // want `the Nats-Msg-Id header is derived from uuid.NewString`
-	js.Publish("orders", nil, nats.MsgId(ev.ID))  // good
-	m.Header.Set("Nats-Msg-Id", ev.ID)            // good
-	m.Header.Set("Trace-Id", uuid.NewString())    // good: not a key
+	m.Header.Set("Nats-Msg-Id", uuid.NewString())                                           // want `the Nats-Msg-Id header is derived from uuid.NewString`
+	js.Publish("orders", nil, nats.MsgId(ev.ID))                                            // good
+	m.Header.Set("Nats-Msg-Id", ev.ID)                                                      // good
+	m.Header.Set("Trace-Id", uuid.NewString())                                              // good: not a key
 }
 
 func client(req *http.Request, ev event) {
-	req.Header.Set("Idempotency-Key", uuid.NewString()) // want `the Idempotency-Key header is derived from uuid.NewString`
+	req.Header.Set("Idempotency-Key", uuid.NewString())    // want `the Idempotency-Key header is derived from uuid.NewString`
 	req.Header.Set("Idempotency-Key", "order-"+ev.OrderID) // good
 }
 
@@ -136,8 +136,8 @@ func tasks(ev event) []*asynq.Task {
 	return []*asynq.Task{
 		asynq.NewTask("email", payload, asynq.TaskID(fmt.Sprintf("email:%s:%d", ev.ID, now.Unix()))), // want `asynq.TaskID is derived from time.Now`
 		asynq.NewTask("email", []byte(now.String()), asynq.Unique(time.Hour)),                        // want `the payload of an asynq.Unique task is derived from time.Now`
-		asynq.NewTask("email", payload, asynq.TaskID("email:"+ev.ID)),                                 // good
-		asynq.NewTask("email", []byte(now.String())),                                                  // good: no uniqueness
+		asynq.NewTask("email", payload, asynq.TaskID("email:"+ev.ID)),                                // good
+		asynq.NewTask("email", []byte(now.String())),                                                 // good: no uniqueness
 	}
 }
 
@@ -150,7 +150,7 @@ type SendArgs struct {
 
 func riverArgs(orderID string) []SendArgs {
 	return []SendArgs{
-		{OrderID: orderID, At: time.Now()}, // want `River unique arg At is derived from time.Now`
+		{OrderID: orderID, At: time.Now()},   // want `River unique arg At is derived from time.Now`
 		{OrderID: orderID, Note: time.Now()}, // good: Note is not part of uniqueness
 	}
 }
