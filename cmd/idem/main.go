@@ -28,6 +28,9 @@ const (
 const defaultStore = "sqlite:idem.db"
 
 func main() {
+	if isVetTool(os.Args[1:]) {
+		vetTool() // go vet -vettool=idem
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, storeurl.New(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
