@@ -44,6 +44,8 @@ var sinkCalls = map[string]struct {
 var dedupFields = map[string]string{
 	pkgSQS + ".SendMessageInput.MessageDeduplicationId":                  "SQS MessageDeduplicationId",
 	pkgSQSTypes + ".SendMessageBatchRequestEntry.MessageDeduplicationId": "SQS MessageDeduplicationId",
+	pkgSNS + ".PublishInput.MessageDeduplicationId":                      "SNS MessageDeduplicationId",
+	pkgSNS + "/types.PublishBatchRequestEntry.MessageDeduplicationId":    "SNS MessageDeduplicationId",
 }
 
 // keyHeaders are headers whose value is a dedup or idempotency key.

@@ -14,6 +14,7 @@ const (
 	pkgWebhook   = "github.com/idemkit/idem/webhook"
 	pkgSQS       = "github.com/aws/aws-sdk-go-v2/service/sqs"
 	pkgSQSTypes  = "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	pkgSNS       = "github.com/aws/aws-sdk-go-v2/service/sns"
 	pkgEvents    = "github.com/aws/aws-lambda-go/events"
 	pkgAMQP      = "github.com/rabbitmq/amqp091-go"
 	pkgStreadway = "github.com/streadway/amqp"

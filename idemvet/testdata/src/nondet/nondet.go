@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
@@ -37,7 +38,7 @@ func forward(ctx context.Context, c *sqs.Client, queueURL string, ev event) erro
 		QueueUrl:               aws.String(queueURL),
 		MessageBody:            aws.String(string(payload)),
 		MessageGroupId:         aws.String(ev.ID),
-		MessageDeduplicationId: aws.String(fmt.Sprintf("%d-%f", time.Now().UnixMilli(), rand.Float64())), // want `SQS MessageDeduplicationId is derived from time.Now \(line 40\), which differs on every call`
+		MessageDeduplicationId: aws.String(fmt.Sprintf("%d-%f", time.Now().UnixMilli(), rand.Float64())), // want `SQS MessageDeduplicationId is derived from time.Now \(line 41\), which differs on every call`
 	})
 	return err
 }
@@ -59,7 +60,7 @@ func batchEntry(body string) types.SendMessageBatchRequestEntry {
 	return types.SendMessageBatchRequestEntry{
 		Id:                     aws.String("0"),
 		MessageBody:            aws.String(body),
-		MessageDeduplicationId: &id, // want `MessageDeduplicationId is derived from uuid.NewString \(line 58\)`
+		MessageDeduplicationId: &id, // want `MessageDeduplicationId is derived from uuid.NewString \(line 59\)`
 	}
 }
 
@@ -160,4 +161,8 @@ func helperKey() string { return uuid.NewString() }
 
 func limits(ctx context.Context, l *idem.Ledger) {
 	l.Do(ctx, idem.Key("x", helperKey()), nil)
+}
+
+func snsPublish(msg string) *sns.PublishInput {
+	return &sns.PublishInput{Message: &msg, MessageDeduplicationId: aws.String(uuid.NewString())} // want `SNS MessageDeduplicationId is derived from uuid.NewString`
 }
