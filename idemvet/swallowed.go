@@ -214,9 +214,8 @@ func clauses(b *ast.BlockStmt) []childList {
 // checkIf reports ifs = "if err != nil { log... }" followed by a success.
 func checkIf(pass *analysis.Pass, h *handler, ifs *ast.IfStmt, path []stmtLevel) (finding, bool) {
 	info := pass.TypesInfo
-	if ifs.Else != nil {
-		return finding{}, false
-	}
+	// An else branch runs only without the error: the error's path is the
+	// body, then what follows the if.
 	errObj := nilCheckedError(info, ifs.Cond)
 	if errObj == nil {
 		return finding{}, false
