@@ -102,6 +102,10 @@ func runVet(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
+// maxLoadErrors is how many load errors vet prints: the first ones say
+// what is wrong (a module not downloaded, a build tag), the rest repeat it.
+const maxLoadErrors = 10
+
 // vet loads the packages that patterns name and runs analyzers on them.
 // A package that does not load is reported in the error, and the others
 // are still checked.
@@ -169,6 +173,9 @@ func vet(ctx context.Context, patterns []string, tests bool, analyzers []*analys
 	if len(loadErrs) > 0 {
 		slices.Sort(loadErrs)
 		loadErrs = slices.Compact(loadErrs)
+		if n := len(loadErrs); n > maxLoadErrors {
+			loadErrs = append(loadErrs[:maxLoadErrors], fmt.Sprintf("and %d more", n-maxLoadErrors))
+		}
 		return out, &codeError{code: exitError, err: errors.New("packages that do not load:\n  " + strings.Join(loadErrs, "\n  "))}
 	}
 	return out, nil
