@@ -388,6 +388,10 @@ func isLogCall(info *types.Info, call *ast.CallExpr) bool {
 			return strings.HasPrefix(fn.Name(), "Print")
 		case "log/slog":
 			return logMethods[fn.Name()]
+		default:
+			// golang.org/x/exp/slog, logrus, glog, klog, zerolog/log, ...
+			last := pkg[strings.LastIndex(pkg, "/")+1:]
+			return strings.Contains(last, "log") && logMethods[fn.Name()]
 		case "fmt":
 			switch fn.Name() {
 			case "Print", "Printf", "Println":
@@ -403,7 +407,6 @@ func isLogCall(info *types.Info, call *ast.CallExpr) bool {
 			}
 			return false
 		}
-		return false
 	}
 	if typeName(deref(sig.Recv().Type())) == "testing.common" {
 		return false
