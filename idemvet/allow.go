@@ -55,7 +55,7 @@ func runAllows(pass *analysis.Pass) (any, error) {
 					continue
 				}
 				rest := c.Text[len(allowPrefix):]
-				if i := strings.Index(rest, "//"); i >= 0 {
+				if i := strings.Index(rest, " //"); i >= 0 {
 					rest = rest[:i] // a trailing comment is not the reason
 				}
 				if rest != "" && rest[0] != ' ' && rest[0] != '\t' {
