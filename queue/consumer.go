@@ -38,8 +38,10 @@ func MessageIDKey(prefix string) KeyFunc {
 			return idem.OperationKey{}, errors.New("the message has no id")
 		}
 		if prefix == "" {
+			//idem:allow deliveryid MessageIDKey is the documented opt-in for ids that are the effect's identity
 			return idem.Key(m.ID), nil
 		}
+		//idem:allow deliveryid as above
 		return idem.Key(prefix, m.ID), nil
 	}
 }

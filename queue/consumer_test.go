@@ -157,6 +157,7 @@ func TestHandleBatchBoundsLeaseByDeadline(t *testing.T) {
 			l := idem.New(store, append(tc.ledger, idem.WithLogger(slog.New(slog.DiscardHandler)))...)
 			var leaseLeft time.Duration
 			c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(ctx context.Context, m queue.Message) ([]byte, error) {
+				//idem:allow deliveryid the key MessageIDKey("m") gave this message
 				rec, err := store.Get(ctx, idem.Key("m", m.ID).String())
 				if err != nil {
 					return nil, err
@@ -200,6 +201,7 @@ func TestHandleBatchHeartbeatsStopAtDeadline(t *testing.T) {
 	var leaseUntil time.Time
 	c, err := queue.NewConsumer(q, l, queue.MessageIDKey("m"), func(_ context.Context, m queue.Message) ([]byte, error) {
 		time.Sleep(time.Until(deadline) - 300*time.Millisecond) // heartbeats run meanwhile
+		//idem:allow deliveryid the key MessageIDKey("m") gave this message
 		rec, err := store.Get(context.Background(), idem.Key("m", m.ID).String())
 		leaseUntil = rec.LeaseUntil
 		return nil, err

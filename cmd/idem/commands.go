@@ -33,7 +33,7 @@ type command struct {
 // function, not a variable, because the commands' run functions refer back
 // to this list (help).
 func allCommands() []*command {
-	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd, chaosCmd, versionCmd, completionCmd}
+	return []*command{inspectCmd, lsCmd, releaseCmd, resolveCmd, deleteCmd, sweepCmd, queueCmd, explainCmd, serveCmd, demoCmd, chaosCmd, vetCmd, versionCmd, completionCmd}
 }
 
 func lookup(name string) *command {

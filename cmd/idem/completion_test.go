@@ -67,7 +67,7 @@ func TestCompletionScript(t *testing.T) {
 // completionCases are command lines (the word under the cursor last) and
 // the words the script offers there.
 var completionCases = []struct{ line, want string }{
-	{"idem ", "inspect ls release resolve delete sweep queue explain serve demo chaos version completion help --store --help"},
+	{"idem ", "inspect ls release resolve delete sweep queue explain serve demo chaos vet version completion help --store --help"},
 	{"idem q", "queue"},
 	{"idem queue ", "stats redrive --help"},
 	{"idem queue redrive --l", "--limit"},

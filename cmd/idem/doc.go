@@ -94,6 +94,15 @@
 //	                     or --store postgres://...; a table per policy and
 //	                     fault kind, --json FILE, --report DIR (PNG, HTML);
 //	                     exit 1 when a guarantee broke.
+//	vet [PACKAGES]       static checks of Go packages (default ./...) for
+//	                     keys that cannot recognise a repeat (nondetkey,
+//	                     deliveryid, bodyhash) and handlers that swallow
+//	                     failures (swallowed, partialbatch); prints
+//	                     file:line:col: message [check] and exits 1 on
+//	                     findings; --json, --tests=false, --CHECK=false;
+//	                     //idem:allow CHECK reason silences a finding. Run
+//	                     by go vet -vettool=$(command -v idem) too. Never
+//	                     opens the store. See docs/vet.md.
 //	version              the module version and the VCS revision this binary
 //	                     was built from: "idem v0.3.1 (go1.26.0)", or
 //	                     "idem (devel) (go1.26.0, rev abc1234, modified)"

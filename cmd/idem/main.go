@@ -31,6 +31,9 @@ func main() {
 	if cfg := os.Getenv(chaosWorkerEnv); cfg != "" {
 		os.Exit(chaosWorkerMain(cfg)) // a worker of idem chaos
 	}
+	if isVetTool(os.Args[1:]) {
+		vetTool() // go vet -vettool=idem
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, storeurl.New(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -271,6 +271,7 @@ func BenchmarkDo(b *testing.B) {
 				start := time.Now()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
+						//idem:allow nondetkey each benchmark iteration is a new operation
 						key := idem.Key("receipt", strconv.FormatInt(next.Add(1), 10))
 						if _, err := l.Do(ctx, key, fn); err != nil {
 							b.Errorf("Do: %v", err)
