@@ -1,0 +1,2 @@
+CREATE SEQUENCE IF NOT EXISTS bench_idem.bseq;
+CREATE SEQUENCE IF NOT EXISTS bench_river.bseq;
