@@ -166,6 +166,23 @@ func TestComparisonsRun(t *testing.T) {
 	}
 }
 
+// With -receivers, idem's side runs that many consumers on the same queue
+// and ledger, sharing the concurrency: every message is still handled
+// once (idemE2E counts the handler's runs) and acked.
+func TestE2EReceiversShareTheQueue(t *testing.T) {
+	cfg := testConfig(t)
+	var out bytes.Buffer
+	cfg.out = &out
+	cfg.only = map[string]bool{"e2e-sqlite": true}
+	cfg.rounds, cfg.receivers = 1, 3
+	if err := run(context.Background(), cfg); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if text := out.String(); !strings.Contains(text, "no-op handler in 3 consumers (receive loops)") {
+		t.Errorf("idem's line does not name its 3 consumers:\n%s", text)
+	}
+}
+
 // countPG counts exactly the transactions a run commits in the database and
 // the rows it writes in the schema, once its connections are closed, and
 // not the counter's own statements.

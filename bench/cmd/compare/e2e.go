@@ -125,40 +125,76 @@ func idemE2E(ctx context.Context, cfg *config, st store.Store, q idemQueue, n, c
 
 	src := &countingSource{Source: q.src, done: make(chan struct{}), want: int64(n)}
 	var handled atomic.Int64
-	c, err := queue.NewConsumer(src, idem.New(st, idem.WithLogger(cfg.log), idem.WithCoalescing(coalesce)), queue.MessageIDKey("bench"),
-		func(context.Context, queue.Message) ([]byte, error) {
-			handled.Add(1)
-			return nil, nil
-		},
-		queue.WithConcurrency(cfg.consumers), queue.WithBatchSize(cfg.batch), queue.WithLogger(cfg.log),
-		queue.WithHandlerTimeout(q.src.Visibility()/6))
-	if err != nil {
-		return res, err
+	// -receivers consumers share the concurrency (the first takes what
+	// does not divide): each has its own receive loop, so up to that many
+	// receives are in flight at once.
+	ledger := idem.New(st, idem.WithLogger(cfg.log), idem.WithCoalescing(coalesce))
+	k := max(1, min(cfg.receivers, cfg.consumers))
+	cs := make([]*queue.Consumer, k)
+	for i := range cs {
+		conc := cfg.consumers / k
+		if i == 0 {
+			conc += cfg.consumers % k
+		}
+		c, err := queue.NewConsumer(src, ledger, queue.MessageIDKey("bench"),
+			func(context.Context, queue.Message) ([]byte, error) {
+				handled.Add(1)
+				return nil, nil
+			},
+			queue.WithConcurrency(conc), queue.WithBatchSize(min(cfg.batch, conc)), queue.WithLogger(cfg.log),
+			queue.WithHandlerTimeout(q.src.Visibility()/6))
+		if err != nil {
+			return res, err
+		}
+		cs[i] = c
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	ran := make(chan error, 1)
+	defer cancel()
+	ran := make(chan error, k)
 	start = time.Now()
-	go func() { ran <- c.Run(rctx) }()
+	for _, c := range cs {
+		go func() { ran <- c.Run(rctx) }()
+	}
+	wait := func() error {
+		var first error
+		for range k {
+			if err := <-ran; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 	select {
 	case <-src.done:
 		res.consume = time.Since(start)
 		res.cpu = cpuTime() - cpu0
 	case err := <-ran:
 		cancel()
-		return res, fmt.Errorf("consumer stopped after %d of %d: %v", src.acked.Load(), n, err)
+		for range k - 1 {
+			<-ran
+		}
+		return res, fmt.Errorf("a consumer stopped after %d of %d: %v", src.acked.Load(), n, err)
 	case <-ctx.Done():
 		cancel()
-		<-ran
+		wait()
 		return res, ctx.Err()
 	}
 	cancel()
-	if err := <-ran; err != nil {
+	if err := wait(); err != nil {
 		return res, err
 	}
 	if h := handled.Load(); h != int64(n) {
 		return res, fmt.Errorf("the handler ran %d times for %d messages", h, n)
 	}
 	return res, nil
+}
+
+// receiversNote names -receivers when it is not 1.
+func receiversNote(cfg *config) string {
+	if cfg.receivers <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" in %d consumers (receive loops)", cfg.receivers)
 }
 
 // e2eArgs is the job River inserts and works in the end-to-end runs.
@@ -310,7 +346,7 @@ func compareE2ESQLite(ctx context.Context, cfg *config, rep *report) error {
 			}
 			stats := st.Stats()
 			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler",
+				what: q.name + " + sqlitestore ledger, queue.Consumer, no-op handler" + receiversNote(cfg),
 				cost: fmt.Sprintf("rows n/a, %.2f commits", float64(stats.Commits)/float64(r.n)),
 				note: fmt.Sprintf("%s; writer: %.1f writes a commit, %.3f syncs a message", r.note(),
 					float64(stats.BatchedOps)/float64(max(stats.Batches, 1)), float64(stats.Syncs)/float64(r.n))})
@@ -424,7 +460,7 @@ func compareE2EPG(ctx context.Context, cfg *config, rep *report) error {
 				rep.note("e2e pg: idem's queue is %s, not sqlqueue: the ledger is durable, the queue is not", qname)
 			}
 			rep.add(sample{comp: comp, side: "idem", callers: cfg.consumers, round: round, rate: r.rate(), cpu: r.cpuPer(), load: load,
-				what: fmt.Sprintf("%s + pgstore ledger, queue.Consumer, no-op handler, %d consumers", qname, cfg.consumers),
+				what: fmt.Sprintf("%s + pgstore ledger, queue.Consumer, no-op handler, %d consumers", qname, cfg.consumers) + receiversNote(cfg),
 				note: r.note(), cost: cost.perMessage(r.n)})
 			return nil
 		}

@@ -47,6 +47,7 @@ type config struct {
 	riverLiteN   int
 	pgE2EN       int
 	consumers    int
+	receivers    int
 	riverWorkers int           // River's MaxWorkers in the e2e runs
 	dbos         bool          // whether e2e-pg runs DBOS too
 	dbosWorkers  int           // DBOS queue worker concurrency in e2e-pg
@@ -99,6 +100,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.riverLiteN, "river-sqlite-n", 5000, "jobs River inserts and works in e2e-sqlite (River on SQLite works a few hundred to a thousand jobs a second here)")
 	fs.IntVar(&cfg.pgE2EN, "pg-n", 20000, "messages (jobs) each side handles in e2e-pg")
 	fs.IntVar(&cfg.consumers, "consumers", 256, "idem consumer concurrency (queue.WithConcurrency) in the e2e runs")
+	fs.IntVar(&cfg.receivers, "receivers", 1, "idem consumers sharing -consumers in the e2e runs, each with its own receive loop: up to that many receives in flight at once")
 	fs.IntVar(&cfg.riverWorkers, "river-workers", 2000, "River's workers (QueueConfig.MaxWorkers) in the e2e runs, as `river bench` runs it")
 	fs.BoolVar(&cfg.dbos, "dbos", true, "run DBOS as a third side of e2e-pg (-dbos=false: idem and River only)")
 	fs.IntVar(&cfg.dbosWorkers, "dbos-workers", 1000, "DBOS's queue worker concurrency (dbos.WithWorkerConcurrency) in e2e-pg")
@@ -138,8 +140,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("-queue: %q is not built in (want %s)", cfg.queue, strings.Join(queueKinds(), " or "))
 	}
 	if cfg.rounds < 1 || cfg.duration <= 0 || cfg.e2eN < 1 || cfg.riverLiteN < 1 || cfg.pgE2EN < 1 ||
-		cfg.consumers < 1 || cfg.batch < 1 || cfg.pgConns < 2 || cfg.riverWorkers < 1 || cfg.dbosWorkers < 1 || cfg.dbosPoll <= 0 {
-		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n, -pg-n, -consumers, -batch, -river-workers, -dbos-workers and -dbos-poll must be positive, -pg-conns at least 2")
+		cfg.consumers < 1 || cfg.receivers < 1 || cfg.batch < 1 || cfg.pgConns < 2 || cfg.riverWorkers < 1 || cfg.dbosWorkers < 1 || cfg.dbosPoll <= 0 {
+		return nil, errors.New("-rounds, -duration, -n, -river-sqlite-n, -pg-n, -consumers, -receivers, -batch, -river-workers, -dbos-workers and -dbos-poll must be positive, -pg-conns at least 2")
 	}
 	level := slog.LevelError + 100
 	if *verbose {
