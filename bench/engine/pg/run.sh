@@ -4,7 +4,9 @@
 # completion update and ack delete, 100 messages a transaction), the same
 # with the receive taking row locks instead of the update (idem4.sql),
 # with no lock at all (idem4n.sql: no receiver could work this way, it is
-# the floor), and River's (river3.sql: insert, update to running, update
+# the floor), the queue's own three writes with no ledger row at all
+# (idem3q.sql: what a claim kept in the message's row would cost), and
+# River's (river3.sql: insert, update to running, update
 # to completed). The tables are the ones bench/cmd/compare makes, with
 # their indexes and triggers: keep them with
 #
@@ -20,7 +22,7 @@ url=$1 rounds=${2:-5} secs=${3:-10} clients=${4:-4}
 dir=$(cd "$(dirname "$0")" && pwd)
 psql -q "$url" -f "$dir/setup.sql"
 for r in $(seq 1 "$rounds"); do
-	if [ $((r % 2)) = 1 ]; then order="idem5 idem4 idem4n river3"; else order="river3 idem4n idem4 idem5"; fi
+	if [ $((r % 2)) = 1 ]; then order="idem5 idem4 idem4n idem3q river3"; else order="river3 idem3q idem4n idem4 idem5"; fi
 	for s in $order; do
 		psql -q "$url" -c 'TRUNCATE bench_idem.idem_queue_messages, bench_idem.e2e_1, bench_river.river_job' \
 			-c 'VACUUM ANALYZE bench_idem.idem_queue_messages, bench_idem.e2e_1, bench_river.river_job'
