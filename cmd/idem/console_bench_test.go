@@ -1,22 +1,12 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/pgstore"
-	"github.com/idemkit/idem/store/sqlitestore"
 )
 
 // BenchmarkConsole times the console's pages over the 100,000 records
@@ -26,51 +16,7 @@ import (
 // (issue 23) is the list's first page under 100 ms.
 //
 //	go test -run '^$' -bench BenchmarkConsole -benchtime 20x ./cmd/idem/
-func BenchmarkConsole(b *testing.B) {
-	b.Run("sqlite", func(b *testing.B) {
-		s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "idem.db"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		benchConsole(b, s, func() {})
-	})
-	b.Run("postgres", func(b *testing.B) {
-		u := os.Getenv(envPostgres)
-		if u == "" {
-			b.Skip("set " + envPostgres + " to run on PostgreSQL")
-		}
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, u)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var r [6]byte
-		rand.Read(r[:])
-		schema := "idemconsolebench_" + hex.EncodeToString(r[:])
-		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			conn.Close(context.Background())
-		})
-		pu, _ := url.Parse(u)
-		q := pu.Query()
-		q.Set(pgstore.ParamSchema, schema)
-		pu.RawQuery = q.Encode()
-		s, err := pgstore.Open(ctx, pu.String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		benchConsole(b, s, func() {
-			if _, err := conn.Exec(ctx, "ANALYZE "+schema+".idem_records"); err != nil {
-				b.Fatal(err)
-			}
-		})
-	})
-}
+func BenchmarkConsole(b *testing.B) { benchOnStores(b, "idemconsolebench_", benchConsole) }
 
 func benchConsole(b *testing.B, s store.Store, analyze func()) {
 	seedListBench(b, s)
