@@ -66,6 +66,9 @@ var (
 	// whose transactions default to an isolation level other than READ
 	// COMMITTED.
 	ErrIsolation = errors.New("sqlqueue: the queue's statements need READ COMMITTED")
+	// ErrBadID is wrapped by the error of RedriveMessage when the id is
+	// not one a queue hands out (a positive decimal number).
+	ErrBadID = errors.New("sqlqueue: not a message id")
 )
 
 // Option configures a [SQLite] or [Postgres] handle: what all its queues
@@ -369,6 +372,15 @@ func decodeAttrs(b []byte) (map[string]string, error) {
 }
 
 func formatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// parseMessageID reads an id formatID wrote.
+func parseMessageID(id string) (int64, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %q", ErrBadID, id)
+	}
+	return n, nil
+}
 
 // settler settles deliveries in one database.
 type settler interface {

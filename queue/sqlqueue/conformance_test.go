@@ -2,6 +2,7 @@ package sqlqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -117,6 +118,55 @@ type redriver interface {
 	queue.Source
 	queue.Publisher
 	Redrive(ctx context.Context, limit int) (int, error)
+	RedriveMessage(ctx context.Context, id string) (bool, error)
+}
+
+// redriveOneMessage: RedriveMessage moves the dead letter it names and
+// no other, once; an id that is no dead letter of the queue moves
+// nothing, and one that is no id is ErrBadID.
+func redriveOneMessage(t *testing.T, q redriver) {
+	t.Helper()
+	ctx := context.Background()
+	for _, b := range []string{"m1", "m2", "m3"} {
+		publish(t, q, queue.Outgoing{Body: []byte(b)})
+	}
+	ds := receive(t, q, 10)
+	if len(ds) != 3 {
+		t.Fatalf("received %d, want 3", len(ds))
+	}
+	ids := map[string]string{}
+	for _, d := range ds {
+		ids[string(d.Message().Body)] = d.Message().ID
+		if err := d.DeadLetter(ctx, "poison"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := q.RedriveMessage(ctx, ids["m2"]); err != nil || !ok {
+		t.Fatalf("RedriveMessage(m2) = %v, %v; want true", ok, err)
+	}
+	if ok, err := q.RedriveMessage(ctx, ids["m2"]); err != nil || ok {
+		t.Fatalf("RedriveMessage(m2) again = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := q.RedriveMessage(ctx, "999999999"); err != nil || ok {
+		t.Fatalf("RedriveMessage(an id never published) = %v, %v; want false, nil", ok, err)
+	}
+	if _, err := q.RedriveMessage(ctx, "not-an-id"); !errors.Is(err, sqlqueue.ErrBadID) {
+		t.Fatalf("RedriveMessage(not-an-id) = %v; want ErrBadID", err)
+	}
+	ds = receive(t, q, 10)
+	if got := fmt.Sprint(bodies(ds)); got != "[m2]" {
+		t.Fatalf("after redriving m2, received %s", got)
+	}
+	if ds[0].Message().ID != ids["m2"] || ds[0].Message().ReceiveCount != 1 {
+		t.Fatalf("redriven m2 has id %s (was %s) and receive count %d, want its id and 1", ds[0].Message().ID, ids["m2"], ds[0].Message().ReceiveCount)
+	}
+	var left []string
+	for _, dl := range deadLetters(t, q) {
+		left = append(left, string(dl.Message.Body))
+	}
+	if got := fmt.Sprint(left); got != "[m1 m3]" {
+		t.Fatalf("dead letters left = %s, want [m1 m3]", got)
+	}
 }
 
 // redriveIntoBusyGroup: a redriven message of a FIFO group keeps its id,

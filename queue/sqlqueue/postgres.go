@@ -1034,6 +1034,40 @@ FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2`, q.name, limit)
 	return out, nil
 }
 
+// RedriveMessage moves the queue's dead letter with id (a
+// [DeadLetter]'s Message.ID) back into the queue as [PostgresQueue.Redrive]
+// moves each one. It reports false when the queue has no dead letter with
+// that id (never dead-lettered, already redriven, or not this queue's),
+// and [ErrBadID] when id is not a message id.
+func (q *PostgresQueue) RedriveMessage(ctx context.Context, id string) (bool, error) {
+	if q.p.closed.Load() {
+		return false, ErrClosed
+	}
+	n, err := parseMessageID(id)
+	if err != nil {
+		return false, err
+	}
+	var moved int
+	err = pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
+		var groups []string
+		err := tx.QueryRow(ctx, `WITH moved AS (DELETE FROM `+q.p.n.dead+` WHERE queue = $1 AND id = $2 RETURNING *),
+ins AS (
+	INSERT INTO `+q.p.n.messages+` (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
+	RETURNING id, group_id)
+SELECT count(*), coalesce(array_agg(DISTINCT ins.group_id) FILTER (WHERE ins.group_id IS NOT NULL), '{}')
+FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved, &groups)
+		if err != nil {
+			return err
+		}
+		return q.lockGroups(ctx, tx, groups)
+	})
+	if err != nil {
+		return false, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s message %s: %w", q.name, id, err))
+	}
+	return moved == 1, nil
+}
+
 // Redrive moves up to limit of the queue's dead letters (limit < 1: all
 // of them), oldest first, back into the queue, visible at once, with
 // their receive count reset to 0 and their id, body, attributes, group

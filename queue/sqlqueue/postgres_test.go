@@ -666,6 +666,12 @@ func TestPostgresRedriveIntoBusyGroup(t *testing.T) {
 	redriveIntoBusyGroup(t, pgQueue(t, openPostgres(t, pool, pgSchema(t, pool)), "fifo"))
 }
 
+// See redriveOneMessage.
+func TestPostgresRedriveMessage(t *testing.T) {
+	pool := pgPool(t)
+	redriveOneMessage(t, pgQueue(t, openPostgres(t, pool, pgSchema(t, pool)), "one"))
+}
+
 // Message ids are drawn when a publish runs, not when it commits: a
 // PublishTx whose transaction commits after a later publish to the same
 // group adds an earlier id to a group whose later message may be in

@@ -806,6 +806,45 @@ FROM idem_queue_dead WHERE queue = ? ORDER BY id LIMIT ?`, q.name, limit)
 	return out, nil
 }
 
+// RedriveMessage moves the queue's dead letter with id (a
+// [DeadLetter]'s Message.ID) back into the queue as [SQLiteQueue.Redrive]
+// moves each one. It reports false when the queue has no dead letter with
+// that id (never dead-lettered, already redriven, or not this queue's),
+// and [ErrBadID] when id is not a message id.
+func (q *SQLiteQueue) RedriveMessage(ctx context.Context, id string) (bool, error) {
+	if q.s.closed.Load() {
+		return false, ErrClosed
+	}
+	n, err := parseMessageID(id)
+	if err != nil {
+		return false, err
+	}
+	moved := false
+	err = q.s.w.do(ctx, func(st *sqliteStmts, now int64) error {
+		res, err := st.x.ExecContext(bg, `INSERT INTO idem_queue_messages (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
+SELECT id, queue, body, attributes, group_id, dedup_id, ?, 0, published FROM idem_queue_dead WHERE queue = ? AND id = ?`, now, q.name, n)
+		if err != nil {
+			return err
+		}
+		if rows, err := res.RowsAffected(); err != nil || rows == 0 {
+			moved = false
+			return err
+		}
+		if _, err := st.x.ExecContext(bg, `DELETE FROM idem_queue_dead WHERE id = ?`, n); err != nil {
+			return err
+		}
+		moved = true
+		return nil
+	}, nil)
+	if err != nil {
+		return false, q.s.wrapErr(fmt.Errorf("sqlqueue: redrive %s message %s: %w", q.name, id, err))
+	}
+	if moved {
+		q.wake.wake()
+	}
+	return moved, nil
+}
+
 // Redrive moves up to limit of the queue's dead letters (limit < 1: all
 // of them), oldest first, back into the queue, visible at once, with
 // their receive count reset to 0 and their id, body, attributes, group

@@ -880,6 +880,15 @@ func TestSQLiteRedriveIntoBusyGroup(t *testing.T) {
 	}
 }
 
+// See redriveOneMessage.
+func TestSQLiteRedriveMessage(t *testing.T) {
+	for _, gc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("groupcommit=%v", gc), func(t *testing.T) {
+			redriveOneMessage(t, openSQLiteMode(t, "", nil, gc).queue(t, "one"))
+		})
+	}
+}
+
 // cancelInUnit is a GroupCommitter that runs units on a store's writer
 // and, once the unit with the marked context has run, cancels that
 // context before the transaction commits: the caller gives up while the
