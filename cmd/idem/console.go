@@ -39,6 +39,9 @@ const (
 	consoleDecide      = 50
 	consoleEvents      = 15
 	consoleDeadLetters = 20
+	// consoleConfirmScan: how many of a queue's oldest dead letters a
+	// redrive's confirmation looks through for the one it names.
+	consoleConfirmScan = 1000
 	consoleBy          = "idem console"
 )
 
@@ -843,6 +846,7 @@ type deadRow struct {
 	Receives       int
 	Size           int
 	Group          string
+	RedriveURL     string // its confirmation (the queues page)
 }
 
 func (cs *console) queuesPage(w http.ResponseWriter, r *http.Request, c *call) {
@@ -874,8 +878,8 @@ func (cs *console) queuesPage(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	type queueView struct {
 		queueRow
-		Dead           []deadRow
-		OneURL, AllURL string
+		Dead   []deadRow
+		AllURL string
 	}
 	var views []queueView
 	for _, st := range sts {
@@ -891,9 +895,9 @@ func (cs *console) queuesPage(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			for _, dl := range dls {
 				v.Dead = append(v.Dead, deadRow{ID: dl.Message.ID, Reason: dl.Reason, At: stamp(dl.At), Receives: dl.Message.ReceiveCount,
-					Size: len(dl.Message.Body), Group: dl.Message.GroupID})
+					Size: len(dl.Message.Body), Group: dl.Message.GroupID,
+					RedriveURL: "/console/queues/confirm?" + url.Values{"queue": {st.Queue}, "do": {"one"}, "id": {dl.Message.ID}}.Encode()})
 			}
-			v.OneURL = "/console/queues/confirm?" + url.Values{"queue": {st.Queue}, "do": {"one"}}.Encode()
 			v.AllURL = "/console/queues/confirm?" + url.Values{"queue": {st.Queue}, "do": {"all"}}.Encode()
 		}
 		views = append(views, v)
@@ -902,8 +906,9 @@ func (cs *console) queuesPage(w http.ResponseWriter, r *http.Request, c *call) {
 	cs.render(w, c, http.StatusOK, "queues", "Queues", data)
 }
 
-// oldestDead returns the queue's oldest dead letter and how many it has.
-func (cs *console) oldestDead(ctx context.Context, h *queueAdmin, queue string) (*sqlqueue.DeadLetter, int64, error) {
+// deadLetterOf returns the queue's dead letter id (nil when it is not
+// among the oldest consoleConfirmScan) and how many the queue has.
+func (cs *console) deadLetterOf(ctx context.Context, h *queueAdmin, queue, id string) (*sqlqueue.DeadLetter, int64, error) {
 	sts, err := h.stats(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -914,14 +919,19 @@ func (cs *console) oldestDead(ctx context.Context, h *queueAdmin, queue string) 
 			n = st.DeadLettered
 		}
 	}
-	if n == 0 {
-		return nil, 0, nil
+	if n == 0 || id == "" {
+		return nil, n, nil
 	}
-	dls, err := h.deadLetters(ctx, queue, 1)
-	if err != nil || len(dls) == 0 {
+	dls, err := h.deadLetters(ctx, queue, consoleConfirmScan)
+	if err != nil {
 		return nil, n, err
 	}
-	return &dls[0], n, nil
+	for i := range dls {
+		if dls[i].Message.ID == id {
+			return &dls[i], n, nil
+		}
+	}
+	return nil, n, nil
 }
 
 func (cs *console) queueConfirm(w http.ResponseWriter, r *http.Request, c *call) {
@@ -938,14 +948,23 @@ func (cs *console) queueConfirm(w http.ResponseWriter, r *http.Request, c *call)
 		return
 	}
 	defer h.close()
-	dl, n, err := cs.oldestDead(ctx, h, name)
+	id := q.Get("id")
+	if do == "one" && id == "" {
+		cs.fail(w, r, c, http.StatusBadRequest, "The link names no dead letter.")
+		return
+	}
+	dl, n, err := cs.deadLetterOf(ctx, h, name, id)
 	if err != nil {
 		cs.storeFailed(w, r, c, "dead letters", err)
 		return
 	}
+	if do == "one" && dl == nil {
+		cs.fail(w, r, c, http.StatusNotFound, "Message "+id+" is not among "+name+"'s dead letters (redriven since?): nothing to do, look again.")
+		return
+	}
 	data := map[string]any{"Queue": name, "Do": do, "N": n, "CSRF": cs.csrf("queue\x00" + name)}
 	if dl != nil {
-		data["Oldest"] = deadRow{ID: dl.Message.ID, Reason: dl.Reason, At: stamp(dl.At), Receives: dl.Message.ReceiveCount, Size: len(dl.Message.Body)}
+		data["One"] = deadRow{ID: dl.Message.ID, Reason: dl.Reason, At: stamp(dl.At), Receives: dl.Message.ReceiveCount, Size: len(dl.Message.Body)}
 	}
 	cs.render(w, c, http.StatusOK, "queueconfirm", "Redrive "+name, data)
 }
@@ -969,32 +988,41 @@ func (cs *console) redrive(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	defer h.close()
-	limit := 0
 	if do == "one" {
-		// Redrive moves the oldest dead letter: the one the confirmation
-		// named, unless it has moved since.
-		dl, _, err := cs.oldestDead(ctx, h, name)
-		if err != nil {
-			cs.storeFailed(w, r, c, "dead letters", err)
+		// The dead letter the confirmation named, or nothing.
+		id := r.PostFormValue("id")
+		moved, err := h.redriveMessage(context.WithoutCancel(ctx), name, id)
+		switch {
+		case errors.Is(err, sqlqueue.ErrBadID):
+			cs.fail(w, r, c, http.StatusBadRequest, "The form names no message id.")
 			return
-		}
-		if dl == nil || dl.Message.ID != r.PostFormValue("id") {
+		case err != nil:
+			cs.storeFailed(w, r, c, "redrive", err)
+			return
+		case !moved:
 			c.outcome = "console-refused"
-			cs.fail(w, r, c, http.StatusConflict, "The queue's oldest dead letter is no longer the one you confirmed; nothing done, look again.")
+			cs.fail(w, r, c, http.StatusConflict, "Message "+id+" is no longer one of "+name+"'s dead letters (redriven since?): nothing done, look again.")
 			return
 		}
-		limit = 1
+		cs.redriven(w, r, c, name, 1)
+		return
 	}
 	// A redrive runs to its end even if the browser leaves.
-	n, err := h.redrive(context.WithoutCancel(ctx), name, limit)
+	n, err := h.redrive(context.WithoutCancel(ctx), name, 0)
 	if err != nil {
 		// What was moved stays moved (redrive works in transactions of up
 		// to 1,000 messages).
 		cs.storeFailed(w, r, c, fmt.Sprintf("redrive, after %d dead letter(s) were moved", n), err)
 		return
 	}
-	c.extra = append(c.extra, slog.String("queue", name), slog.Int("redriven", n))
-	cs.log.LogAttrs(ctx, slog.LevelInfo, "idem console: redrive", slog.String("queue", name), slog.Int("redriven", n))
+	cs.redriven(w, r, c, name, n)
+}
+
+// redriven logs a redrive of n dead letters of queue and sends the browser
+// back to the queues page, which says so.
+func (cs *console) redriven(w http.ResponseWriter, r *http.Request, c *call, queue string, n int) {
+	c.extra = append(c.extra, slog.String("queue", queue), slog.Int("redriven", n))
+	cs.log.LogAttrs(r.Context(), slog.LevelInfo, "idem console: redrive", slog.String("queue", queue), slog.Int("redriven", n))
 	c.status = http.StatusSeeOther
-	http.Redirect(w, r, "/console/queues?"+url.Values{"redriven": {strconv.Itoa(n)}, "queue": {name}}.Encode(), c.status)
+	http.Redirect(w, r, "/console/queues?"+url.Values{"redriven": {strconv.Itoa(n)}, "queue": {queue}}.Encode(), c.status)
 }

@@ -438,26 +438,39 @@ func TestConsoleQueuesSQLite(t *testing.T) {
 
 func checkConsoleQueues(t *testing.T, c *consoleClient, orders interface {
 	Stats(context.Context) (sqlqueue.Stats, error)
+	DeadLetters(context.Context, int) ([]sqlqueue.DeadLetter, error)
 }) {
 	t.Helper()
 	ctx := context.Background()
 	c.get("/console/").is(t, http.StatusOK).has(t, `id="queues"`, "orders")
-	qp := c.get("/console/queues").is(t, http.StatusOK).
+	c.get("/console/queues").is(t, http.StatusOK).
 		has(t, `<td class="mono">orders</td>`, `orders</span> (2)`, "poison").lacks(t, ">o1<", ">o2<")
-	_ = qp
-	conf := c.get("/console/queues/confirm?queue=orders&do=one").is(t, http.StatusOK).has(t, "poison", "receive count reset to 0")
-	id := conf.field(t, "id")
-	got := c.confirmAndPost("/console/queues/confirm?queue=orders&do=one")
+	dls, err := orders.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 2 {
+		t.Fatalf("dead letters: %d, %v", len(dls), err)
+	}
+	// Redrive the newer of the two, not the oldest: the one the operator chose.
+	chosen, other := dls[1].Message.ID, dls[0].Message.ID
+	confirm := "/console/queues/confirm?" + url.Values{"queue": {"orders"}, "do": {"one"}, "id": {chosen}}.Encode()
+	conf := c.get(confirm).is(t, http.StatusOK).has(t, "Message "+chosen, "receive count reset to 0")
+	if id := conf.field(t, "id"); id != chosen {
+		t.Fatalf("the confirmation's form names message %s, want %s", id, chosen)
+	}
+	c.get("/console/queues/confirm?queue=orders&do=one").is(t, http.StatusBadRequest)
+	c.get("/console/queues/confirm?queue=orders&do=one&id=999999").is(t, http.StatusNotFound)
+	got := c.confirmAndPost(confirm)
 	if got.status != http.StatusSeeOther {
 		t.Fatalf("redrive one: %d\n%s", got.status, got.body)
 	}
 	c.get(got.location).is(t, http.StatusOK).has(t, "1 dead letter(s) of orders redriven")
-	if st, err := orders.Stats(ctx); err != nil || st.DeadLettered != 1 {
-		t.Fatalf("after redrive one: %+v %v", st, err)
+	if dls, err := orders.DeadLetters(ctx, 10); err != nil || len(dls) != 1 || dls[0].Message.ID != other {
+		t.Fatalf("after redriving %s, the dead letters are %+v (%v); want only %s", chosen, dls, err, other)
 	}
 	// A stale confirmation (its message went back already) moves nothing.
-	form := url.Values{"csrf": {conf.field(t, "csrf")}, "queue": {"orders"}, "do": {"one"}, "id": {id}}
+	form := url.Values{"csrf": {conf.field(t, "csrf")}, "queue": {"orders"}, "do": {"one"}, "id": {chosen}}
 	c.do(http.MethodPost, "/console/queues/redrive", form).is(t, http.StatusConflict)
+	form.Set("id", "not-an-id")
+	c.do(http.MethodPost, "/console/queues/redrive", form).is(t, http.StatusBadRequest)
 	form.Del("csrf")
 	c.do(http.MethodPost, "/console/queues/redrive", form).is(t, http.StatusForbidden)
 	c.confirmAndPost("/console/queues/confirm?queue=orders&do=all").is(t, http.StatusSeeOther)

@@ -18,7 +18,7 @@ import (
 
 var queueCmd = &command{
 	name:     "queue",
-	synopsis: "stats [--queue Q] [--json] | redrive [--queue Q] [--limit N] [--json]",
+	synopsis: "stats [--queue Q] [--json] | redrive [--queue Q] [--limit N | --id ID] [--json]",
 	summary:  "the sqlqueue queues in the store's database: stats, redrive dead letters",
 	help: `
 Queue works on the queues queue/sqlqueue keeps in the store's database (the
@@ -63,14 +63,16 @@ JSON object per queue per line (oldest_age_ns in nanoseconds).`,
 
 var queueRedriveCmd = &command{
 	name:     "queue redrive",
-	synopsis: "[--queue Q] [--limit N] [--schema S] [--json]",
+	synopsis: "[--queue Q] [--limit N | --id ID] [--schema S] [--json]",
 	help: `
 Redrive moves dead letters back into their queue, oldest first, visible at
 once, with their receive count reset to 0; their id, body, attributes,
 group and publish time are kept. Without --queue it redrives every queue
 that has dead letters. --limit N moves at most N messages per queue (0:
-all). It works in transactions of up to 1,000 messages: if it fails part
-way, what was moved stays moved, and the summary says how far it got.
+all). --id ID (with --queue) moves that one dead letter, whatever its
+age, and is refused when the queue has no dead letter ID. It works in
+transactions of up to 1,000 messages: if it fails part way, what was moved
+stays moved, and the summary says how far it got.
 With --json it prints one JSON object per queue per line.`,
 	exits: queueExits,
 }
@@ -98,6 +100,8 @@ func runQueue(ctx context.Context, a *app, args []string) error {
 type queueAdmin struct {
 	stats       func(ctx context.Context) ([]sqlqueue.Stats, error)
 	redrive     func(ctx context.Context, queue string, limit int) (int, error)
+	// redriveMessage moves the dead letter id of queue; false: none.
+	redriveMessage func(ctx context.Context, queue, id string) (bool, error)
 	deadLetters func(ctx context.Context, queue string, limit int) ([]sqlqueue.DeadLetter, error)
 	close       func() error
 }
@@ -106,6 +110,7 @@ type queueAdmin struct {
 // it.
 type redriver interface {
 	Redrive(ctx context.Context, limit int) (int, error)
+	RedriveMessage(ctx context.Context, id string) (bool, error)
 	DeadLetters(ctx context.Context, limit int) ([]sqlqueue.DeadLetter, error)
 }
 
@@ -127,6 +132,13 @@ func adminOf[Q redriver](h queueHandle[Q]) *queueAdmin {
 				return 0, err
 			}
 			return q.Redrive(ctx, limit)
+		},
+		redriveMessage: func(ctx context.Context, name, id string) (bool, error) {
+			q, err := h.Queue(name)
+			if err != nil {
+				return false, err
+			}
+			return q.RedriveMessage(ctx, id)
 		},
 		deadLetters: func(ctx context.Context, name string, limit int) ([]sqlqueue.DeadLetter, error) {
 			q, err := h.Queue(name)
@@ -278,6 +290,7 @@ func runQueueRedrive(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
 	name, schema := a.queueFlags(fs)
 	limit := fs.Int("limit", 0, "move at most `N` messages per queue; 0 moves all")
+	id := fs.String("id", "", "move only the dead letter with message id `ID` (needs --queue)")
 	asJSON := fs.Bool("json", false, "print one JSON object per queue per line")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -289,11 +302,31 @@ func runQueueRedrive(ctx context.Context, a *app, args []string) error {
 	if *limit < 0 {
 		return usagef("--limit must be 0 (all) or more, got %d", *limit)
 	}
+	if *id != "" && (*name == "" || *limit != 0) {
+		return usagef("--id needs --queue, and no --limit")
+	}
 	h, err := a.openQueues(ctx, *schema)
 	if err != nil {
 		return err
 	}
 	defer h.close()
+	if *id != "" {
+		moved, err := h.redriveMessage(context.WithoutCancel(ctx), *name, *id)
+		if errors.Is(err, sqlqueue.ErrBadID) {
+			return usagef("--id %q is not a message id", *id)
+		}
+		if err != nil {
+			return err
+		}
+		if !moved {
+			return refused("queue %s has no dead letter %s", *name, *id)
+		}
+		if *asJSON {
+			return writeJSON(a.stdout, redriveJSON{Queue: *name, Redriven: 1})
+		}
+		fmt.Fprintf(a.stdout, "queue %s: dead letter %s redriven\n", *name, *id)
+		return nil
+	}
 	sts, err := h.stats(ctx)
 	if err != nil {
 		return err

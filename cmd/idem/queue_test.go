@@ -16,11 +16,11 @@ import (
 
 // fillQueues publishes to two queues and dead-letters two messages of
 // "orders": orders has 1 ready, 1 in flight, 1 delayed and 2 dead letters;
-// mail has 1 ready.
+// mail has 1 ready. It returns the dead letters' ids, oldest first.
 func fillQueues(t *testing.T, orders, mail interface {
 	queue.Source
 	queue.Publisher
-}) {
+}) (dead []string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, b := range []string{"o1", "o2", "o3", "o4"} {
@@ -42,10 +42,12 @@ func fillQueues(t *testing.T, orders, mail interface {
 		if err := d.DeadLetter(ctx, "poison"); err != nil {
 			t.Fatal(err)
 		}
+		dead = append(dead, d.Message().ID)
 	}
+	return dead
 }
 
-func checkQueueCommands(t *testing.T, store string, extra ...string) {
+func checkQueueCommands(t *testing.T, store string, dead []string, extra ...string) {
 	ctx := context.Background()
 	args := func(a ...string) []string { return append(append([]string{"--store", store}, a...), extra...) }
 	r := idemRun(ctx, args("queue", "stats")...)
@@ -59,8 +61,13 @@ func checkQueueCommands(t *testing.T, store string, extra ...string) {
 		expect(t, 0, `"queue":"orders","ready":1,"in_flight":1,"delayed":1,"dead_lettered":2`)
 	idemRun(ctx, args("queue", "redrive", "--queue", "orders", "--limit", "1")...).
 		expect(t, 0, "queue orders: 1 of 2 dead letters redriven")
-	idemRun(ctx, args("queue", "redrive", "--json")...).
-		expect(t, 0, `{"queue":"orders","redriven":1,"dead_lettered_before":1}`)
+	// --limit moved the oldest; --id moves the one named, and only once.
+	idemRun(ctx, args("queue", "redrive", "--queue", "orders", "--id", dead[0])...).
+		expectErr(t, 1, "queue orders has no dead letter "+dead[0])
+	idemRun(ctx, args("queue", "redrive", "--id", dead[1])...).expectErr(t, 2, "--id needs --queue")
+	idemRun(ctx, args("queue", "redrive", "--queue", "orders", "--id", "x1")...).expectErr(t, 2, "not a message id")
+	idemRun(ctx, args("queue", "redrive", "--queue", "orders", "--id", dead[1], "--json")...).
+		expect(t, 0, `{"queue":"orders","redriven":1`)
 	idemRun(ctx, args("queue", "redrive")...).expect(t, 0, "no queue has dead letters")
 	idemRun(ctx, args("queue", "stats", "--queue", "orders", "--json")...).
 		expect(t, 0, `"ready":3,"in_flight":1,"delayed":1,"dead_lettered":0`)
@@ -84,10 +91,10 @@ func TestQueueCommandsSQLite(t *testing.T) {
 	}
 	orders, _ := qs.Queue("orders")
 	mail, _ := qs.Queue("mail")
-	fillQueues(t, orders, mail)
+	dead := fillQueues(t, orders, mail)
 	qs.Close()
 	st.Close()
-	checkQueueCommands(t, "sqlite:"+path)
+	checkQueueCommands(t, "sqlite:"+path, dead)
 	idemRun(ctx, "--store", "mem:", "queue", "stats").expectErr(t, 1, "keeps no queues")
 }
 
@@ -112,6 +119,6 @@ func TestQueueCommandsPostgres(t *testing.T) {
 	defer qs.Close()
 	orders, _ := qs.Queue("orders")
 	mail, _ := qs.Queue("mail")
-	fillQueues(t, orders, mail)
-	checkQueueCommands(t, u)
+	dead := fillQueues(t, orders, mail)
+	checkQueueCommands(t, u, dead)
 }
