@@ -120,8 +120,10 @@
 // delete them (a SQLite handle also sweeps 1,000 a minute on its own).
 // [SQLiteQueue.Stats] and [SQLite.Stats] count ready, in-flight, delayed and
 // dead-lettered messages and the oldest message's age; [SQLiteQueue.Redrive]
-// moves dead letters back. The idem command does both: `idem queue stats`
-// and `idem queue redrive`.
+// moves dead letters back, oldest first, and [SQLiteQueue.RedriveMessage]
+// one chosen by its id (the PostgreSQL queue has the same). The idem
+// command does all three: `idem queue stats`, `idem queue redrive [--id]`,
+// and the console of `idem serve`.
 //
 // # Defaults
 //
