@@ -1047,21 +1047,7 @@ func (q *PostgresQueue) RedriveMessage(ctx context.Context, id string) (bool, er
 	if err != nil {
 		return false, err
 	}
-	var moved int
-	err = pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
-		var groups []string
-		err := tx.QueryRow(ctx, `WITH moved AS (DELETE FROM `+q.p.n.dead+` WHERE queue = $1 AND id = $2 RETURNING *),
-ins AS (
-	INSERT INTO `+q.p.n.messages+` (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
-	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
-	RETURNING id, group_id)
-SELECT count(*), coalesce(array_agg(DISTINCT ins.group_id) FILTER (WHERE ins.group_id IS NOT NULL), '{}')
-FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved, &groups)
-		if err != nil {
-			return err
-		}
-		return q.lockGroups(ctx, tx, groups)
-	})
+	moved, err := q.moveDead(ctx, `SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 AND id = $2 FOR UPDATE`, n)
 	if err != nil {
 		return false, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s message %s: %w", q.name, id, err))
 	}
@@ -1079,32 +1065,38 @@ func (q *PostgresQueue) Redrive(ctx context.Context, limit int) (int, error) {
 		return 0, ErrClosed
 	}
 	total, err := redrive(limit, func(n int) (int, error) {
-		var moved int
-		// The messages' groups are locked in order before the commit, as
-		// PublishBatch does (see lockGroups).
-		err := pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
-			var groups []string
-			err := tx.QueryRow(ctx, `WITH picked AS (
-	SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+		return q.moveDead(ctx, `SELECT id FROM `+q.p.n.dead+` WHERE queue = $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, int64(n))
+	})
+	if err != nil {
+		return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
+	}
+	return total, nil
+}
+
+// moveDead moves the dead letters that pick selects (a query of their ids
+// whose parameters are $1, the queue's name, and $2, arg) back into the
+// queue in one transaction, and returns how many it moved. The messages'
+// groups are locked in order before the commit, as PublishBatch does (see
+// lockGroups).
+func (q *PostgresQueue) moveDead(ctx context.Context, pick string, arg int64) (int, error) {
+	var moved int
+	err := pgx.BeginFunc(ctx, q.p.pool, func(tx pgx.Tx) error {
+		var groups []string
+		err := tx.QueryRow(ctx, `WITH picked AS (`+pick+`),
 moved AS (DELETE FROM `+q.p.n.dead+` d USING picked WHERE d.id = picked.id RETURNING d.*),
 ins AS (
 	INSERT INTO `+q.p.n.messages+` (id, queue, body, attributes, group_id, dedup_id, visible_at, receive_count, published)
 	SELECT id, queue, body, attributes, group_id, dedup_id, now(), 0, published FROM moved
 	RETURNING id, group_id)
 SELECT count(*), coalesce(array_agg(DISTINCT ins.group_id) FILTER (WHERE ins.group_id IS NOT NULL), '{}')
-FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, n, q.p.n.channel).Scan(&moved, &groups)
-			if err != nil {
-				return err
-			}
-			return q.lockGroups(ctx, tx, groups)
-		})
+FROM ins, LATERAL (SELECT pg_notify($3, $1)) AS n`, q.name, arg, q.p.n.channel).Scan(&moved, &groups)
 		if err != nil {
-			return 0, err // rolled back
+			return err
 		}
-		return moved, nil
+		return q.lockGroups(ctx, tx, groups)
 	})
 	if err != nil {
-		return total, q.p.wrapErr(fmt.Errorf("sqlqueue: redrive %s (after %d): %w", q.name, total, err))
+		return 0, err // rolled back
 	}
-	return total, nil
+	return moved, nil
 }
