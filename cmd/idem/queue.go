@@ -98,12 +98,12 @@ func runQueue(ctx context.Context, a *app, args []string) error {
 
 // queueAdmin is what the queue commands need of a sqlqueue handle.
 type queueAdmin struct {
-	stats       func(ctx context.Context) ([]sqlqueue.Stats, error)
-	redrive     func(ctx context.Context, queue string, limit int) (int, error)
+	stats   func(ctx context.Context) ([]sqlqueue.Stats, error)
+	redrive func(ctx context.Context, queue string, limit int) (int, error)
 	// redriveMessage moves the dead letter id of queue; false: none.
 	redriveMessage func(ctx context.Context, queue, id string) (bool, error)
-	deadLetters func(ctx context.Context, queue string, limit int) ([]sqlqueue.DeadLetter, error)
-	close       func() error
+	deadLetters    func(ctx context.Context, queue string, limit int) ([]sqlqueue.DeadLetter, error)
+	close          func() error
 }
 
 // redriver is a sqlqueue queue, as the queue commands and the console use
