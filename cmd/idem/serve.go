@@ -1255,23 +1255,34 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request, c *call) {
 	s.finished(w, r, c, "extend", "extended", b.attemptRef, err, nil)
 }
 
-func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key string) {
+// recordNow reads key's record and the store's clock for GET
+// /v1/records/{key} and its story. It answers the request itself (a bad
+// key, 404 with notFound's members, a store failure) and reports false
+// when it did.
+func (s *server) recordNow(w http.ResponseWriter, r *http.Request, c *call, key string, notFound map[string]any) (idem.Record, time.Time, bool) {
 	if !s.checkKey(w, c, key) {
-		return
+		return idem.Record{}, time.Time{}, false
 	}
 	rec, err := s.store.Get(r.Context(), key)
 	if errors.Is(err, store.ErrNotFound) {
-		s.problem(w, c, http.StatusNotFound, "not-found", "No record for the key (never claimed, or expired or swept after its retention).",
-			map[string]any{"key": key})
-		return
+		s.problem(w, c, http.StatusNotFound, "not-found", "No record for the key (never claimed, or expired or swept after its retention).", notFound)
+		return idem.Record{}, time.Time{}, false
 	}
 	if err != nil {
 		s.storeFailed(w, c, "get", err)
-		return
+		return idem.Record{}, time.Time{}, false
 	}
 	now, err := s.store.Now(r.Context())
 	if err != nil {
 		s.storeFailed(w, c, "now", err)
+		return idem.Record{}, time.Time{}, false
+	}
+	return rec, now, true
+}
+
+func (s *server) record(w http.ResponseWriter, r *http.Request, c *call, key string) {
+	rec, now, ok := s.recordNow(w, r, c, key, map[string]any{"key": key})
+	if !ok {
 		return
 	}
 	c.outcome, c.fence, c.attempt = "record", rec.Fence, rec.Attempt

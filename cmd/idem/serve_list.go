@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/cmd/idem/internal/explain"
-	"github.com/idemkit/idem/store"
 )
 
 // The operator's read API of idem serve: the list of records, with the
@@ -188,25 +187,12 @@ type storyJSON struct {
 // verdict of 'idem explain'. With --hash-keys the answer names the key by
 // its hash only: the key is replaced in the story's texts.
 func (s *server) story(w http.ResponseWriter, r *http.Request, c *call, key string) {
-	if !s.checkKey(w, c, key) {
-		return
+	members := map[string]any{"key": key}
+	if s.hashKeys {
+		members = map[string]any{"key_hash": s.keyHash(key)}
 	}
-	rec, err := s.store.Get(r.Context(), key)
-	if errors.Is(err, store.ErrNotFound) {
-		members := map[string]any{"key": key}
-		if s.hashKeys {
-			members = map[string]any{"key_hash": s.keyHash(key)}
-		}
-		s.problem(w, c, http.StatusNotFound, "not-found", "No record for the key (never claimed, or expired or swept after its retention).", members)
-		return
-	}
-	if err != nil {
-		s.storeFailed(w, c, "get", err)
-		return
-	}
-	now, err := s.store.Now(r.Context())
-	if err != nil {
-		s.storeFailed(w, c, "now", err)
+	rec, now, ok := s.recordNow(w, r, c, key, members)
+	if !ok {
 		return
 	}
 	c.outcome, c.fence, c.attempt = "story", rec.Fence, rec.Attempt
