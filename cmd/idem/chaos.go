@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,6 +90,7 @@ type chaosOptions struct {
 	faults     []string
 	keys       int
 	workers    int
+	handlers   int // handlers per worker at once
 	duration   time.Duration
 	lease      time.Duration
 	visibility time.Duration
@@ -97,10 +99,16 @@ type chaosOptions struct {
 	reportDir  string
 	keepDir    bool
 	broken     bool
-	exe        string // the worker binary (default: this one)
-	pgURL      string // --store postgres://...: pgstore and sqlqueue there
-	redisURL   string // --store redis://...: redisstore, and sqlqueue in a SQLite file
+	exe        string        // the worker binary (default: this one)
+	cutEvery   time.Duration // --cut-every: the mean time between store cuts
+	sync       string        // --synchronous: the SQLite files' synchronous setting
+	fused      bool          // --fused: sqlqueue.WithLedger where the queue is in the store's database
+	pgURL      string        // --store postgres://...: pgstore and sqlqueue there
+	redisURL   string        // --store redis://...: redisstore, and sqlqueue in a SQLite file
 }
+
+// chaosPublishers is how many messages the producer publishes at once.
+const chaosPublishers = 8
 
 var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
 
@@ -111,6 +119,8 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	faults := fs.String("faults", strings.Join(allChaosFaults, ","), "the `faults` to inject, comma-separated, or none")
 	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
 	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
+	fs.IntVar(&o.handlers, "handlers", 4, "messages each worker handles at once (`N`)")
+	fs.StringVar(&o.sync, "synchronous", "full", "SQLite's synchronous `mode` for the ledger's and the sink's files: full (the default, an acknowledged write survives a power loss) or normal (it survives a process crash, which is all the faults here are)")
 	o.duration = 10 * time.Second
 	fs.Var(durationValue{&o.duration}, "duration", "how long the messages arrive and the faults go on, per policy (`D`)")
 	o.lease = 3 * time.Second
@@ -118,9 +128,12 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	o.visibility = 4 * time.Second
 	fs.Var(durationValue{&o.visibility}, "visibility", "the queue's visibility timeout (`D`)")
 	fs.Uint64Var(&o.seed, "seed", 1, "the schedule's seed (`N`): keys, copies, faults")
+	o.cutEvery = 300 * time.Millisecond
+	fs.Var(durationValue{&o.cutEvery}, "cut-every", "the mean time between two store cuts (`D`; each 1/2 D to 3/2 D after the last)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
+	fs.BoolVar(&o.fused, "fused", true, "where the queue lives in the store's database (embedded, PostgreSQL), make it with sqlqueue.WithLedger: receive and claim commit together, and complete and ack (--fused=false: each its own write)")
 	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
@@ -182,10 +195,16 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		return usagef("--keys must be at least 1")
 	case o.workers < 1:
 		return usagef("--workers must be at least 1")
+	case o.handlers < 1:
+		return usagef("--handlers must be at least 1")
+	case o.sync != "full" && o.sync != "normal":
+		return usagef("--synchronous must be full or normal, not %q", o.sync)
 	case o.duration < time.Second:
 		return usagef("--duration must be at least 1s")
 	case o.lease < 500*time.Millisecond:
 		return usagef("--lease must be at least 500ms")
+	case o.cutEvery < 10*time.Millisecond:
+		return usagef("--cut-every must be at least 10ms")
 	case o.visibility < time.Second:
 		return usagef("--visibility must be at least 1s")
 	}
@@ -242,6 +261,10 @@ type chaosReport struct {
 	Duration   string               `json:"duration"`
 	Lease      string               `json:"lease"`
 	Visibility string               `json:"visibility"`
+	Handlers   int                  `json:"handlers_per_worker"`
+	CutEvery   string               `json:"cut_every"`
+	Sync       string               `json:"sqlite_synchronous"`
+	Fused      bool                 `json:"fused"`
 	Broken     bool                 `json:"broken_ledger,omitempty"`
 	Policies   []*chaosPolicyReport `json:"policies"`
 	OK         bool                 `json:"ok"`
@@ -320,12 +343,12 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	}
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
-		Visibility: o.visibility.String(), Broken: o.broken, OK: true}
+		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), Sync: o.sync, Fused: o.fused && o.redisURL == "", Broken: o.broken, OK: true}
 	if rep.Faults == nil {
 		rep.Faults = []string{}
 	}
-	fmt.Fprintf(out, "idem chaos: seed %d, %d keys per policy, %d workers, faults %s for %s per policy, lease %s, visibility %s\n",
-		o.seed, o.keys, o.workers, orNone(o.faults), o.duration, o.lease, o.visibility)
+	fmt.Fprintf(out, "idem chaos: seed %d, %d keys per policy, %d workers of %d handlers, faults %s for %s per policy, lease %s, visibility %s, fused %t\n",
+		o.seed, o.keys, o.workers, o.handlers, orNone(o.faults), o.duration, o.lease, o.visibility, rep.Fused)
 	for i, p := range o.policies {
 		dir := filepath.Join(root, p)
 		if err := os.MkdirAll(filepath.Join(dir, "fired"), 0o755); err != nil {
@@ -428,13 +451,13 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := os.WriteFile(filepath.Join(r.dir, "schedule.json"), b, 0o644); err != nil {
 		return nil, err
 	}
-	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos"}
+	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos", Sync: r.o.sync, Fused: r.o.fused}
 	if r.o.redisURL != "" {
-		r.target = chaosTarget{Kind: "redis", URL: r.o.redisURL, Path: filepath.Join(r.dir, "queue.db"), Queue: "chaos",
+		r.target = chaosTarget{Kind: "redis", URL: r.o.redisURL, Path: filepath.Join(r.dir, "queue.db"), Queue: "chaos", Sync: r.o.sync,
 			Schema: fmt.Sprintf("idemchaos:%d:%s:", os.Getpid(), r.policy)}
 	}
 	if r.o.pgURL != "" {
-		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos",
+		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos", Fused: r.o.fused,
 			Schema: fmt.Sprintf("idem_chaos_%d_%s", os.Getpid(), strings.ReplaceAll(r.policy, "_", ""))}
 	}
 	be, err := openChaosBackend(ctx, r.target, r.dir, true)
@@ -443,7 +466,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	}
 	defer be.Close()
 	if r.policy == "reconcile" {
-		db, err := openSinkDB(r.dir)
+		db, err := openSinkDB(r.dir, r.o.sync)
 		if err != nil {
 			return nil, err
 		}
@@ -457,7 +480,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	wc := chaosWorkerCfg{Policy: r.policy, Dir: r.dir, Backend: r.target, Lease: r.o.lease, Visibility: r.o.visibility,
+	wc := chaosWorkerCfg{Policy: r.policy, Dir: r.dir, Backend: r.target, Lease: r.o.lease, Visibility: r.o.visibility, Handlers: r.o.handlers,
 		MaxReceives: 12, Broken: r.o.broken}
 	cb, _ := json.Marshal(wc)
 	r.env = chaosWorkerEnv + "=" + string(cb)
@@ -489,45 +512,85 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if r.has(faultStop) {
 		wg.Go(func() { r.stopLoop(faultCtx) })
 	}
-	published := 0
+	// The producer: chaosPublishers publish at once (one alone would wait
+	// for a commit a message), each message not before its time in the
+	// spread.
 	spread := r.o.duration * 2 / 3
 	step := spread / time.Duration(len(msgs)+1)
 	pubStart := time.Now()
-	seq := map[int]int{}
+	copyOf := make([]int, len(msgs)) // each message's copy number of its key
+	seen := make([]int, r.o.keys)
 	for n, i := range msgs {
-		r.progress(ctx, be, began, published, len(msgs))
-		if d := time.Until(pubStart.Add(time.Duration(n) * step)); d > 0 {
-			if !sleepCtx(ctx, d) {
-				return nil, ctx.Err()
-			}
-		}
-		seq[i]++
-		key := chaosKey(i)
-		m := queue.Outgoing{Body: []byte(key), DedupID: key + "#" + strconv.Itoa(seq[i])}
-		for try := 0; ; try++ {
-			p, err := pub.Publish(ctx, m)
-			if err == nil {
-				if !p.Duplicate {
-					published++
+		seen[i]++
+		copyOf[n] = seen[i]
+	}
+	var (
+		count, next atomic.Int64
+		pubErr      error
+		pubOnce     sync.Once
+		pw          sync.WaitGroup
+	)
+	pubCtx, stopPub := context.WithCancel(ctx)
+	defer stopPub()
+	for range chaosPublishers {
+		pw.Go(func() {
+			for {
+				n := int(next.Add(1) - 1)
+				if n >= len(msgs) {
+					return
 				}
-				break
+				if d := time.Until(pubStart.Add(time.Duration(n) * step)); d > 0 && !sleepCtx(pubCtx, d) {
+					return
+				}
+				key := chaosKey(msgs[n])
+				m := queue.Outgoing{Body: []byte(key), DedupID: key + "#" + strconv.Itoa(copyOf[n])}
+				for try := 0; ; try++ {
+					p, err := pub.Publish(pubCtx, m)
+					if err == nil {
+						if !p.Duplicate {
+							count.Add(1)
+						}
+						break
+					}
+					if pubCtx.Err() != nil {
+						return
+					}
+					if try == 100 {
+						pubOnce.Do(func() { pubErr = fmt.Errorf("publishing: %w", err); stopPub() })
+						return
+					}
+					sleepCtx(pubCtx, 20*time.Millisecond)
+				}
 			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if try == 100 {
-				return nil, fmt.Errorf("publishing: %w", err)
-			}
-			sleepCtx(ctx, 20*time.Millisecond)
+		})
+	}
+	pubDone := make(chan struct{})
+	go func() { pw.Wait(); close(pubDone) }()
+	for waiting := true; waiting; {
+		select {
+		case <-pubDone:
+			waiting = false
+		case <-time.After(time.Second):
+			r.progress(ctx, be, began, int(count.Load()), len(msgs))
 		}
 	}
+	if pubErr != nil {
+		return nil, pubErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	published := int(count.Load())
 	wg.Wait() // the faults end with the duration
 	stopFaults()
 
-	// Drain: every message acked or dead-lettered.
+	// Drain: every message acked or dead-lettered. A backlog left by a
+	// long run may take a while: the run fails only when the queue makes
+	// no progress for drainBound.
 	drainBound := 3*time.Minute + r.o.lease*4 + r.o.visibility*4
 	deadline := time.Now().Add(drainBound)
 	var dead int64
+	least := int64(-1)
 	for {
 		r.progress(ctx, be, began, published, len(msgs))
 		pending, d, err := be.Pending(ctx)
@@ -535,8 +598,12 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 			dead = d
 			break
 		}
+		if err == nil && (least < 0 || pending < least) {
+			least = pending
+			deadline = time.Now().Add(drainBound)
+		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the queue did not drain within %s of the faults' end: %d of %d messages unsettled (%v; worker log: %s)",
+			return nil, fmt.Errorf("the queue made no progress for %s after the faults' end: %d of %d messages unsettled (%v; worker log: %s)",
 				drainBound, pending, published, err, filepath.Join(r.dir, "worker.log"))
 		}
 		if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -704,7 +771,7 @@ func (r *chaosScenario) stopAll() {
 
 // cutLoop injects the backend's connection fault every 200-400 ms.
 func (r *chaosScenario) cutLoop(ctx context.Context, be chaosBackend) {
-	for sleepCtx(ctx, 200*time.Millisecond+rand.N(200*time.Millisecond)) {
+	for sleepCtx(ctx, r.o.cutEvery/2+rand.N(r.o.cutEvery)) {
 		n, err := be.Fault(ctx)
 		if err == nil || ctx.Err() == nil {
 			r.mu.Lock()
@@ -785,7 +852,7 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 			}
 		}
 	case "reconcile":
-		db, err := openSinkDB(r.dir)
+		db, err := openSinkDB(r.dir, r.o.sync)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,19 @@ type chaosTarget struct {
 	URL    string `json:"url,omitempty"`    // postgres, redis: the store
 	Schema string `json:"schema,omitempty"` // postgres: the run's schema; redis: its key prefix
 	Queue  string `json:"queue"`            // the queue's name
+	Sync   string `json:"sync,omitempty"`   // the SQLite files' synchronous setting: full (default) or normal
+	// Fused: the queue is made with sqlqueue.WithLedger on the store
+	// (embedded, postgres), so the consumer receives and claims in one
+	// commit, and completes and acks in another.
+	Fused bool `json:"fused,omitempty"`
+}
+
+// sqliteSync is the synchronous pragma's value for a chaosTarget.Sync.
+func sqliteSync(s string) string {
+	if s == "normal" {
+		return string(sqlitestore.SyncNormal)
+	}
+	return string(sqlitestore.SyncFull)
 }
 
 // chaosBackend is a store and a queue, opened in the harness or a worker.
@@ -89,7 +102,7 @@ type embedded struct {
 }
 
 func openEmbedded(ctx context.Context, t chaosTarget, setup bool) (*embedded, error) {
-	var opts []sqlitestore.Option
+	opts := []sqlitestore.Option{sqlitestore.WithSynchronous(sqlitestore.Synchronous(sqliteSync(t.Sync)))}
 	if !setup {
 		opts = append(opts, sqlitestore.WithBusyTimeout(chaosBusyTimeout))
 	}
@@ -120,7 +133,11 @@ func openEmbedded(ctx context.Context, t chaosTarget, setup bool) (*embedded, er
 		e.lock.SetMaxOpenConns(1)
 	}
 	for try := 0; ; try++ {
-		if e.h, err = sqlqueue.NewSQLite(ctx, s.DB(), sqlqueue.WithGroupCommit(s), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+		qopts := []sqlqueue.Option{sqlqueue.WithGroupCommit(s), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))}
+		if t.Fused {
+			qopts = append(qopts, sqlqueue.WithLedger(s))
+		}
+		if e.h, err = sqlqueue.NewSQLite(ctx, s.DB(), qopts...); err == nil || try == 40 || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -263,7 +280,11 @@ func openChaosPostgres(ctx context.Context, t chaosTarget, setup bool) (*postgre
 		}
 	}
 	for try := 0; ; try++ {
-		if p.h, err = sqlqueue.NewPostgres(ctx, p.s.Pool(), sqlqueue.WithSchema(t.Schema), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+		qopts := []sqlqueue.Option{sqlqueue.WithSchema(t.Schema), sqlqueue.WithLogger(slog.New(slog.DiscardHandler))}
+		if t.Fused {
+			qopts = append(qopts, sqlqueue.WithLedger(p.s))
+		}
+		if p.h, err = sqlqueue.NewPostgres(ctx, p.s.Pool(), qopts...); err == nil || try == 40 || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -392,7 +413,7 @@ func openChaosRedis(ctx context.Context, t chaosTarget, setup bool) (*redisTarge
 	if setup {
 		r.admin = r.s.Client()
 	}
-	if r.qdb, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)"); err != nil {
+	if r.qdb, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)&_pragma=synchronous("+sqliteSync(t.Sync)+")"); err != nil {
 		r.Close()
 		return nil, err
 	}

@@ -35,6 +35,7 @@ type chaosWorkerCfg struct {
 	Lease       time.Duration `json:"lease"`
 	Visibility  time.Duration `json:"visibility"`
 	MaxReceives int           `json:"max_receives"`
+	Handlers    int           `json:"handlers"` // messages handled at once
 	// Broken makes the worker skip the shared ledger (each process keeps
 	// its own in memory): the checker must then report duplicates. It
 	// exists to prove that the checker can fail.
@@ -170,14 +171,14 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	if cfg.Policy == "transactional" {
 		return w.txLoop(ctx, wsrc, l, be)
 	}
-	if w.sink, err = openChaosSink(cfg.Dir, cfg.Policy == "reconcile"); err != nil {
+	if w.sink, err = openChaosSink(cfg.Dir, cfg.Policy == "reconcile", cfg.Backend.Sync); err != nil {
 		return err
 	}
 	defer w.sink.Close()
 	opts := []queue.Option{
 		queue.WithLogger(log), queue.WithMaxReceives(cfg.MaxReceives),
 		queue.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
-		queue.WithBusyDelay(cfg.Lease), queue.WithConcurrency(4),
+		queue.WithBusyDelay(cfg.Lease), queue.WithConcurrency(max(cfg.Handlers, 1)),
 		queue.WithShutdownTimeout(2 * time.Second),
 		queue.WithHandlerTimeout(cfg.Visibility),
 	}
@@ -230,9 +231,26 @@ func (w *chaosWorkerState) txLoop(ctx context.Context, src queue.Source, l *idem
 	who := strconv.Itoa(w.pid)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	sem := make(chan struct{}, 4)
+	n := max(w.cfg.Handlers, 1)
+	sem := make(chan struct{}, n)
 	for {
-		ds, err := src.Receive(ctx, 4)
+		// Receive only as many as there are free handlers: a message
+		// received and left waiting would use up its visibility.
+		sem <- struct{}{}
+		free := 1
+	take:
+		for free < n {
+			select {
+			case sem <- struct{}{}:
+				free++
+			default:
+				break take
+			}
+		}
+		ds, err := src.Receive(ctx, free)
+		for range free - len(ds) {
+			<-sem
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -241,7 +259,6 @@ func (w *chaosWorkerState) txLoop(ctx context.Context, src queue.Source, l *idem
 			continue
 		}
 		for _, d := range ds {
-			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
 				w.txOne(ctx, d, l, be, who)
@@ -264,7 +281,9 @@ func (w *chaosWorkerState) txOne(ctx context.Context, d queue.Delivery, l *idem.
 		w.fire(faultKillBeforeEffect, key, idem.Attempt{})
 		return nil
 	}, func(ctx context.Context) error {
-		time.Sleep(rand.N(chaosEffectWindow))
+		// No pause here, unlike handle's: fn runs on sqlitestore's
+		// group-commit writer, where a pause would hold up every other
+		// write. The scheduled kill lands in the window all the same.
 		w.fire(faultKillAfterEffect, key, idem.Attempt{}) // the row is not committed: it goes with the process
 		return nil
 	}, who, m.ID)
@@ -296,6 +315,27 @@ func (s *chaosSource) Receive(ctx context.Context, max int) ([]queue.Delivery, e
 		ds[i] = &chaosDelivery{Delivery: d, w: s.w}
 	}
 	return ds, err
+}
+
+// ClaimsFor and ReceiveClaimed make a chaosSource a queue.ClaimingSource
+// when the queue is one (the fused path: --fused), so that the consumer
+// receives and claims, and completes and acks, in one commit each, as a
+// user's would, with the deliveries wrapped as Receive's are.
+func (s *chaosSource) ClaimsFor(st store.Store) bool {
+	cs, ok := s.Source.(queue.ClaimingSource)
+	return ok && cs.ClaimsFor(st)
+}
+
+func (s *chaosSource) ReceiveClaimed(ctx context.Context, max int, claim func(queue.Message) (store.ClaimRequest, bool)) ([]queue.Delivery, []*idem.Claimed, error) {
+	cs, ok := s.Source.(queue.ClaimingSource)
+	if !ok {
+		return nil, nil, errors.New("the queue cannot claim")
+	}
+	ds, claims, err := cs.ReceiveClaimed(ctx, max, claim)
+	for i, d := range ds {
+		ds[i] = &chaosDelivery{Delivery: d, w: s.w}
+	}
+	return ds, claims, err
 }
 
 type chaosDelivery struct {
@@ -361,17 +401,19 @@ func (s fileSink) Close() error { return s.f.Close() }
 // the key's newest is refused.
 type dbSink struct{ db *sql.DB }
 
-func openChaosSink(dir string, fenced bool) (chaosSink, error) {
+func openChaosSink(dir string, fenced bool, sync string) (chaosSink, error) {
 	if !fenced {
 		f, err := openAppend(dir, "effects")
 		return fileSink{f}, err
 	}
-	db, err := openSinkDB(dir)
+	db, err := openSinkDB(dir, sync)
 	return dbSink{db}, err
 }
 
-func openSinkDB(dir string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite", filepath.Join(dir, "effects.db")+"?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+// openSinkDB opens the Reconcile sink's file; sync is its synchronous
+// setting, full unless "normal".
+func openSinkDB(dir, sync string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", filepath.Join(dir, "effects.db")+"?_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_txlock=immediate&_pragma=synchronous("+sqliteSync(sync)+")")
 	if err != nil {
 		return nil, err
 	}
