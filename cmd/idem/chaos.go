@@ -28,7 +28,7 @@ import (
 
 var chaosCmd = &command{
 	name:     "chaos",
-	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
+	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--handlers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
 	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
 	help: `
 Chaos runs a real pipeline under faults and checks each policy's
@@ -52,7 +52,10 @@ one SQLite file in a temporary directory, removed at the end (--keep-dir
 keeps it); --store postgres://... runs pgstore and sqlqueue in that
 database (a schema per policy, dropped at the end); --store redis://...
 runs redisstore (a key prefix per policy, deleted at the end) with
-sqlqueue in a SQLite file as the broker, every policy but transactional. The sink: an O_APPEND file (at_least_once, at_most_once); a
+sqlqueue in a SQLite file as the broker, every policy but transactional.
+Where the queue is in the store's database it is made with
+sqlqueue.WithLedger (--fused=false: apart), so that receive and claim
+commit together, and complete and ack. The sink: an O_APPEND file (at_least_once, at_most_once); a
 SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
@@ -71,9 +74,12 @@ is the machine's):
   store-cut            the store's and broker's connections broken (SQLite:
                        another connection holds the write lock past the
                        workers' busy timeout; PostgreSQL:
-                       pg_terminate_backend; Redis: CLIENT KILL)
+                       pg_terminate_backend; Redis: CLIENT KILL), every
+                       --cut-every on average
 
-A killed worker is replaced. Each policy prints a line of figures, then a
+Each scheduled fault strikes one key in --fault-every. A killed worker is
+replaced. --synchronous normal runs the SQLite files with synchronous=NORMAL
+(a commit survives a process crash, every fault here, not a power loss). Each policy prints a line of figures, then a
 table per policy and per fault kind; --json FILE writes every figure,
 --report DIR a PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
 	exits: `  0    every policy kept its guarantee
@@ -101,6 +107,7 @@ type chaosOptions struct {
 	broken     bool
 	exe        string        // the worker binary (default: this one)
 	cutEvery   time.Duration // --cut-every: the mean time between store cuts
+	faultEvery int           // --fault-every: one key in N gets each scheduled fault
 	sync       string        // --synchronous: the SQLite files' synchronous setting
 	fused      bool          // --fused: sqlqueue.WithLedger where the queue is in the store's database
 	pgURL      string        // --store postgres://...: pgstore and sqlqueue there
@@ -128,6 +135,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	o.visibility = 4 * time.Second
 	fs.Var(durationValue{&o.visibility}, "visibility", "the queue's visibility timeout (`D`)")
 	fs.Uint64Var(&o.seed, "seed", 1, "the schedule's seed (`N`): keys, copies, faults")
+	fs.IntVar(&o.faultEvery, "fault-every", 500, "each scheduled fault (the kills, short-visibility) strikes one key in `N`, at least 6 keys and at most one in 25")
 	o.cutEvery = 300 * time.Millisecond
 	fs.Var(durationValue{&o.cutEvery}, "cut-every", "the mean time between two store cuts (`D`; each 1/2 D to 3/2 D after the last)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
@@ -203,6 +211,8 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		return usagef("--duration must be at least 1s")
 	case o.lease < 500*time.Millisecond:
 		return usagef("--lease must be at least 500ms")
+	case o.faultEvery < 1:
+		return usagef("--fault-every must be at least 1")
 	case o.cutEvery < 10*time.Millisecond:
 		return usagef("--cut-every must be at least 10ms")
 	case o.visibility < time.Second:
@@ -263,6 +273,7 @@ type chaosReport struct {
 	Visibility string               `json:"visibility"`
 	Handlers   int                  `json:"handlers_per_worker"`
 	CutEvery   string               `json:"cut_every"`
+	FaultEvery int                  `json:"fault_every"`
 	Sync       string               `json:"sqlite_synchronous"`
 	Fused      bool                 `json:"fused"`
 	Broken     bool                 `json:"broken_ledger,omitempty"`
@@ -343,7 +354,7 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	}
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
-		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), Sync: o.sync, Fused: o.fused && o.redisURL == "", Broken: o.broken, OK: true}
+		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), FaultEvery: o.faultEvery, Sync: o.sync, Fused: o.fused && o.redisURL == "", Broken: o.broken, OK: true}
 	if rep.Faults == nil {
 		rep.Faults = []string{}
 	}
@@ -418,9 +429,9 @@ func (r *chaosScenario) noteFault(t time.Time) {
 }
 
 // schedule draws the keys' copies and the faults assigned to keys: for
-// each kind, one key in 500, at least 6 (and at most one in 25): every
-// kill costs a worker start, and a long run should measure the pipeline,
-// not restarts. The keys are drawn evenly among all keys, so the faults
+// each kind, one key in --fault-every (500 unless told), at least 6 (and at
+// most one in 25): every kill costs a worker start, and a long run should
+// measure the pipeline, not restarts. The keys are drawn evenly among all keys, so the faults
 // are spread over the run.
 func (r *chaosScenario) schedule() (copies []int) {
 	r.sched = chaosSchedule{}
@@ -428,7 +439,7 @@ func (r *chaosScenario) schedule() (copies []int) {
 	for i := range copies {
 		copies[i] = 1 + r.rng.IntN(5)
 	}
-	limit := max(6, r.o.keys/500)
+	limit := max(6, r.o.keys/r.o.faultEvery)
 	for _, f := range []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultSlow} {
 		if !r.has(f) {
 			continue

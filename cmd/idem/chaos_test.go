@@ -53,6 +53,9 @@ func TestChaos(t *testing.T) {
 			if !rep.OK || !pr.OK || pr.ViolationCount != 0 || pr.Keys != 60 || pr.Lost != 0 {
 				t.Fatalf("figures: %+v", pr)
 			}
+			if !rep.Fused {
+				t.Error("the embedded default ran unfused: the queue shares the store's file, so it should receive and claim in one commit")
+			}
 			kills := pr.FaultsInjected[faultKillBeforeEffect] + pr.FaultsInjected[faultKillAfterEffect] + pr.FaultsInjected[faultKillBeforeAck]
 			if kills == 0 || pr.FaultsInjected[faultStoreCut] == 0 || pr.WorkersStarted <= 3 {
 				t.Errorf("too few faults to prove anything: %v, %d workers started", pr.FaultsInjected, pr.WorkersStarted)
@@ -84,6 +87,37 @@ func TestChaos(t *testing.T) {
 				t.Errorf("the table does not say the guarantee was kept:\n%s", res.stdout)
 			}
 		})
+	}
+}
+
+// TestChaosUnfused runs the separate path (--fused=false: the queue's
+// receive and ack apart from the ledger's claim and completion), with
+// more handlers and synchronous=NORMAL, as the long runs do: the
+// guarantees hold there too, and the figures say how the run was made.
+func TestChaosUnfused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes")
+	}
+	res, rep := chaosJSON(t, "--fused=false", "--handlers", "16", "--synchronous", "normal", "--cut-every", "150ms",
+		"--policies", "at_least_once,reconcile", "--keys", "60", "--duration", "5s", "--seed", "3")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos --fused=false: %s", res)
+	}
+	if rep.Fused || rep.Handlers != 16 || rep.Sync != "normal" || rep.CutEvery != "150ms" {
+		t.Errorf("figures: fused %t, %d handlers, synchronous %q, cut every %q; want false, 16, normal, 150ms", rep.Fused, rep.Handlers, rep.Sync, rep.CutEvery)
+	}
+	for _, pr := range rep.Policies {
+		if pr.Lost != 0 || pr.KeysWith0 != 0 || pr.FaultsInjected[faultStoreCut] == 0 {
+			t.Errorf("%s: %d lost, %d without an effect, faults %v", pr.Policy, pr.Lost, pr.KeysWith0, pr.FaultsInjected)
+		}
+		if pr.Policy == "reconcile" && (pr.KeysWith1 != pr.Keys || pr.Duplicates != 0) {
+			t.Errorf("reconcile: %d of %d keys once, %d duplicates", pr.KeysWith1, pr.Keys, pr.Duplicates)
+		}
+	}
+	for _, bad := range [][]string{{"--handlers", "0"}, {"--synchronous", "off"}, {"--cut-every", "1ms"}} {
+		if res := idemRun(context.Background(), append([]string{"chaos"}, bad...)...); res.code != exitUsage || !strings.Contains(res.stderr, bad[0]) {
+			t.Errorf("idem chaos %s: exit %d, want %d naming the flag\n%s", strings.Join(bad, " "), res.code, exitUsage, res)
+		}
 	}
 }
 
