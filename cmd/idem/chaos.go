@@ -27,7 +27,7 @@ import (
 
 var chaosCmd = &command{
 	name:     "chaos",
-	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
+	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--restart-store CMD] [--json FILE] [--report DIR]",
 	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
 	help: `
 Chaos runs a real pipeline under faults and checks each policy's
@@ -56,7 +56,7 @@ SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
 
-Faults (--faults, default all), on a schedule drawn from --seed (the same
+Faults (--faults, default all but store-restart), on a schedule drawn from --seed (the same
 seed gives the same keys, copies and faults; the timing of the processes
 is the machine's):
 
@@ -71,8 +71,21 @@ is the machine's):
                        another connection holds the write lock past the
                        workers' busy timeout; PostgreSQL:
                        pg_terminate_backend; Redis: CLIENT KILL)
+  outbox-relay-kill    the producer writes every message into an outbox
+                       (outbox.PublishTx into a sqlqueue queue beside the
+                       run's queue) and relay processes run outbox.Relay
+                       to the queue; a relay SIGKILLs itself after a
+                       confirmed publish, before the outbox ack, for a
+                       scheduled key; the next relay publishes it again
+                       (the queue drops it by its dedup id for an even
+                       key, delivers it for an odd one: the ledger absorbs it)
+  store-restart        --restart-store CMD runs CMD (sh -c) every third of
+                       --duration (2 s - 30 s) to restart the store's server
+                       (PostgreSQL or Redis; the data must survive it, e.g.
+                       Redis with appendonly); only with --restart-store,
+                       which adds it to the default faults
 
-A killed worker is replaced. Each policy prints a line of figures, then a
+A killed worker or relay is replaced. Each policy prints a line of figures, then a
 table per policy and per fault kind; --json FILE writes every figure,
 --report DIR a PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
 	exits: `  0    every policy kept its guarantee
@@ -85,21 +98,22 @@ table per policy and per fault kind; --json FILE writes every figure,
 
 // chaosOptions are the command's flags.
 type chaosOptions struct {
-	policies   []string
-	faults     []string
-	keys       int
-	workers    int
-	duration   time.Duration
-	lease      time.Duration
-	visibility time.Duration
-	seed       uint64
-	jsonFile   string
-	reportDir  string
-	keepDir    bool
-	broken     bool
-	exe        string // the worker binary (default: this one)
-	pgURL      string // --store postgres://...: pgstore and sqlqueue there
-	redisURL   string // --store redis://...: redisstore, and sqlqueue in a SQLite file
+	policies     []string
+	faults       []string
+	keys         int
+	workers      int
+	duration     time.Duration
+	lease        time.Duration
+	visibility   time.Duration
+	seed         uint64
+	jsonFile     string
+	reportDir    string
+	keepDir      bool
+	broken       bool
+	exe          string // the worker binary (default: this one)
+	pgURL        string // --store postgres://...: pgstore and sqlqueue there
+	restartStore string // --restart-store: the shell command that restarts the store's server
+	redisURL     string // --store redis://...: redisstore, and sqlqueue in a SQLite file
 }
 
 var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
@@ -108,7 +122,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
 	o := chaosOptions{}
 	policies := fs.String("policies", strings.Join(chaosPolicies, ","), "the `policies` to run, comma-separated")
-	faults := fs.String("faults", strings.Join(allChaosFaults, ","), "the `faults` to inject, comma-separated, or none")
+	faults := fs.String("faults", strings.Join(defaultChaosFaults, ","), "the `faults` to inject, comma-separated, or none (store-restart needs --restart-store)")
 	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
 	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
 	o.duration = 10 * time.Second
@@ -122,6 +136,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
 	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
+	fs.StringVar(&o.restartStore, "restart-store", "", "restart the store's server with `CMD` (run by sh -c) during the run: the store-restart fault (off by default)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -176,6 +191,11 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 			}
 			o.faults = append(o.faults, f)
 		}
+	}
+	faultsGiven := false
+	fs.Visit(func(f *flag.Flag) { faultsGiven = faultsGiven || f.Name == "faults" })
+	if err := checkRestartFlag(&o, faultsGiven); err != nil {
+		return err
 	}
 	switch {
 	case o.keys < 1:
@@ -270,15 +290,20 @@ type chaosPolicyReport struct {
 	Lost             int            `json:"lost"`
 	DeadLetters      int            `json:"dead_letters"`
 	// FaultsInjected counts the faults by kind: kills that fired, freezes,
-	// keys whose visibility ran out, connection faults.
-	FaultsInjected  map[string]int `json:"faults_injected"`
-	WorkersStarted  int            `json:"workers_started"`
-	Took            string         `json:"took"`
-	Throughput      float64        `json:"messages_per_second"`
-	DrainAfterFault string         `json:"drain_after_last_fault"`
-	Violations      []string       `json:"violations,omitempty"` // the first 50
-	ViolationCount  int            `json:"violation_count"`
-	OK              bool           `json:"ok"`
+	// keys whose visibility ran out, connection faults, relay kills,
+	// store restarts.
+	FaultsInjected map[string]int `json:"faults_injected"`
+	// Outbox: the outbox-relay-kill fault's figures (nil without it).
+	Outbox *chaosOutboxReport `json:"outbox,omitempty"`
+	// Restart: the store-restart fault's figures (nil without it).
+	Restart         *chaosRestartReport `json:"store_restart,omitempty"`
+	WorkersStarted  int                 `json:"workers_started"`
+	Took            string              `json:"took"`
+	Throughput      float64             `json:"messages_per_second"`
+	DrainAfterFault string              `json:"drain_after_last_fault"`
+	Violations      []string            `json:"violations,omitempty"` // the first 50
+	ViolationCount  int                 `json:"violation_count"`
+	OK              bool                `json:"ok"`
 }
 
 // chaosEffect is one effect the sink holds.
@@ -380,6 +405,8 @@ type chaosScenario struct {
 	failed    []string // workers that exited with an error
 	stopping  bool
 	cuts      int
+	ob        chaosOutboxState  // chaos_outbox.go
+	restart   chaosRestartState // chaos_restart.go
 
 	lastProgress time.Time
 }
@@ -418,6 +445,10 @@ func (r *chaosScenario) schedule() (copies []int) {
 				n--
 			}
 		}
+	}
+	if r.has(faultRelayKill) {
+		// At least 2: one re-publish the queue drops, one it delivers.
+		r.scheduleRelayKills(min(limit, max(r.o.keys/25, 2)))
 	}
 	return copies
 }
@@ -470,6 +501,10 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 			return nil, err
 		}
 	}
+	defer r.stopRelays()
+	if err := r.startRelays(); err != nil {
+		return nil, err
+	}
 
 	// The messages: every key 1-5 times, in an order drawn from the
 	// seed, spread over two thirds of the duration.
@@ -489,6 +524,9 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if r.has(faultStop) {
 		wg.Go(func() { r.stopLoop(faultCtx) })
 	}
+	if r.has(faultStoreRestart) {
+		wg.Go(func() { r.restartLoop(faultCtx) })
+	}
 	published := 0
 	spread := r.o.duration * 2 / 3
 	step := spread / time.Duration(len(msgs)+1)
@@ -504,8 +542,8 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 		seq[i]++
 		key := chaosKey(i)
 		m := queue.Outgoing{Body: []byte(key), DedupID: key + "#" + strconv.Itoa(seq[i])}
-		for try := 0; ; try++ {
-			p, err := pub.Publish(ctx, m)
+		for first := time.Now(); ; {
+			p, err := r.publish(ctx, be, pub, key, m)
 			if err == nil {
 				if !p.Duplicate {
 					published++
@@ -515,7 +553,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if try == 100 {
+			if time.Since(first) > chaosPatience { // a store restart lasts less
 				return nil, fmt.Errorf("publishing: %w", err)
 			}
 			sleepCtx(ctx, 20*time.Millisecond)
@@ -530,7 +568,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	var dead int64
 	for {
 		r.progress(ctx, be, began, published, len(msgs))
-		pending, d, err := be.Pending(ctx)
+		pending, d, err := r.pending(ctx, be)
 		if err == nil && pending == 0 {
 			dead = d
 			break
@@ -545,6 +583,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	}
 	drained := time.Now()
 	r.stopAll()
+	r.stopRelays()
 	took := drained.Sub(began)
 
 	pr := &chaosPolicyReport{Policy: r.policy, Guarantee: chaosGuarantees[r.policy], Keys: r.o.keys, Messages: published, DeadLetters: int(dead),
@@ -568,6 +607,10 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := r.check(ctx, be, pr); err != nil {
 		return nil, err
 	}
+	if err := r.checkOutbox(ctx, be, pr); err != nil {
+		return nil, err
+	}
+	r.checkRestarts(pr)
 	for _, f := range failed {
 		pr.violate("a worker failed: %s", f)
 	}
