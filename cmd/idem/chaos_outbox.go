@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -349,13 +350,24 @@ func (r *chaosScenario) checkOutbox(ctx context.Context, be chaosBackend, pr *ch
 	}); err != nil {
 		return err
 	}
+	// The lines are in time order: a publish counts as a re-publish once
+	// the killed relay's own publish is behind (a relay that died with
+	// another's kill may have published the message before it).
 	again := map[string]int{}
+	killerDone := map[string]bool{}
 	if err := scanLines(filepath.Join(r.dir, "relay-publishes"), func(f []string) {
 		if len(f) != 3 {
 			return
 		}
 		killer, ok := killedBy[f[0]]
-		if pid, _ := strconv.Atoi(f[1]); !ok || pid == killer {
+		if !ok {
+			return
+		}
+		if pid, _ := strconv.Atoi(f[1]); pid == killer {
+			killerDone[f[0]] = true
+			return
+		}
+		if !killerDone[f[0]] {
 			return
 		}
 		again[f[0]]++
@@ -500,13 +512,24 @@ type chaosRelayDelivery struct {
 // 0 dedup-id"), so that the harness attributes the publishes that follow.
 func (d *chaosRelayDelivery) Ack(ctx context.Context) error {
 	m := d.Message()
-	if key := string(m.Body); d.w.once(faultRelayKill, key) {
-		_ = appendLine(d.w.kills, "%s %s %d - 0 %s", faultRelayKill, key, d.w.pid, m.DedupID)
-		_ = syscall.Kill(d.w.pid, syscall.SIGKILL)
-		select {} // the signal is on its way
+	if key := string(m.Body); d.w.sched[key] == faultRelayKill {
+		// One kill at a time: a relay acks several messages at once, and
+		// a second scheduled key must not take its marker (fired) and die
+		// with the first kill unlogged; it waits here instead, dies
+		// before its marker, and its kill fires on the next relay.
+		chaosRelayKillMu.Lock()
+		if d.w.once(faultRelayKill, key) {
+			_ = appendLine(d.w.kills, "%s %s %d - 0 %s", faultRelayKill, key, d.w.pid, m.DedupID)
+			_ = syscall.Kill(d.w.pid, syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+		chaosRelayKillMu.Unlock()
 	}
 	return d.Delivery.Ack(ctx)
 }
+
+// chaosRelayKillMu is held by the relay's kill from its marker to its end.
+var chaosRelayKillMu sync.Mutex
 
 // chaosRelayTarget is the relay's target: the run's queue, with its
 // publish-side dedup for even keys and without it for odd ones. It logs
