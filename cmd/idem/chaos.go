@@ -56,9 +56,9 @@ SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
 
-Faults (--faults, default all but store-restart), on a schedule drawn from --seed (the same
-seed gives the same keys, copies and faults; the timing of the processes
-is the machine's):
+Faults (--faults, default all but store-restart), on a schedule drawn
+from --seed (the same seed gives the same keys, copies and faults; the
+timing of the processes is the machine's):
 
   kill-before-effect   a worker SIGKILLs itself in the handler, before the
                        effect, for a scheduled key
@@ -78,16 +78,18 @@ is the machine's):
                        confirmed publish, before the outbox ack, for a
                        scheduled key; the next relay publishes it again
                        (the queue drops it by its dedup id for an even
-                       key, delivers it for an odd one: the ledger absorbs it)
+                       key, delivers it for an odd one: the ledger
+                       absorbs it)
   store-restart        --restart-store CMD runs CMD (sh -c) every third of
                        --duration (2 s - 30 s) to restart the store's server
                        (PostgreSQL or Redis; the data must survive it, e.g.
                        Redis with appendonly); only with --restart-store,
                        which adds it to the default faults
 
-A killed worker or relay is replaced. Each policy prints a line of figures, then a
-table per policy and per fault kind; --json FILE writes every figure,
---report DIR a PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
+A killed worker or relay is replaced. Each policy prints a line of
+figures, then a table per policy and per fault kind (and the outbox's and
+the restarts' figures); --json FILE writes every figure, --report DIR a
+PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
 	exits: `  0    every policy kept its guarantee
   1    a guarantee broke (the table says which key and why), or the run
        failed (a worker could not start, the queue did not drain)
