@@ -507,6 +507,9 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := r.startRelays(); err != nil {
 		return nil, err
 	}
+	if err := r.awaitReady(ctx); err != nil {
+		return nil, err
+	}
 
 	// The messages: every key 1-5 times, in an order drawn from the
 	// seed, spread over two thirds of the duration.

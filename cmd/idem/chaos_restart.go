@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -129,6 +130,39 @@ func openChaosBackendPatiently(ctx context.Context, t chaosTarget, dir string) (
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// chaosReadyWait bounds how long the harness waits for the first worker
+// to connect before the messages and the faults begin.
+const chaosReadyWait = time.Minute
+
+// markReady notes in the run's directory that the worker pid has opened
+// the store and the queue.
+func markReady(dir string, pid int) {
+	if f, err := openAppend(dir, "ready"); err == nil {
+		_ = appendLine(f, "%d", pid)
+		f.Close()
+	}
+}
+
+// awaitReady waits until a worker has opened the store and the queue
+// (markReady), so that the faults' --duration is spent on a pipeline that
+// runs: on a loaded machine starting the worker processes takes seconds,
+// and a store cut or restart before any worker has connected proves
+// nothing. It fails after chaosReadyWait.
+func (r *chaosScenario) awaitReady(ctx context.Context) error {
+	deadline := time.Now().Add(chaosReadyWait)
+	for {
+		if fi, err := os.Stat(filepath.Join(r.dir, "ready")); err == nil && fi.Size() > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no worker opened the store and the queue within %s (worker output: %s)", chaosReadyWait, filepath.Join(r.dir, "worker.out"))
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
 		}
 	}
 }

@@ -162,6 +162,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	if err != nil {
 		return err
 	}
+	markReady(cfg.Dir, w.pid)
 	var s store.Store = be.Store()
 	if cfg.Broken {
 		s = memstore.New()
