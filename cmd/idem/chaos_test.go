@@ -405,3 +405,51 @@ func TestChaosStoreRestart(t *testing.T) {
 		t.Errorf("no restart table:\n%s", res.stdout)
 	}
 }
+
+// TestChaosStoreRestartRedis restarts a private Redis server (append-only
+// file, fsync always: the data survives a restart), which holds the store,
+// twice per policy during the run: the workers ride the restarts out.
+func TestChaosStoreRestartRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes and restarts a Redis server")
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		// CI installs redis-server with the Redis it names: there the
+		// binary's absence is a failure, not a skip.
+		testenv.Require(t, testenv.Redis, "idem chaos's store-restart fault on a private Redis server")
+		t.Fatalf("%s is set but redis-server is not on PATH: %v", testenv.Redis, err)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-server without redis-cli: %v", err)
+	}
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	start := fmt.Sprintf("%s --bind 127.0.0.1 --port %d --appendonly yes --appendfsync always --save '' --dir %s --daemonize yes --logfile %s/server.log",
+		server, port, dir, dir)
+	ping := fmt.Sprintf("until %s -p %d ping >/dev/null 2>&1; do sleep 0.05; done", cli, port)
+	if out, err := exec.Command("/bin/sh", "-c", start+" && "+ping).CombinedOutput(); err != nil {
+		t.Fatalf("starting redis-server: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command(cli, "-p", strconv.Itoa(port), "shutdown", "nosave").Run() })
+	restart := fmt.Sprintf("%s -p %d shutdown; %s && %s", cli, port, start, ping)
+	res, rep := chaosJSON(t, "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "--restart-store", restart,
+		"--faults", "store-restart,outbox-relay-kill", "--keys", "40", "--duration", "6s", "--seed", "23")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos with Redis restarts: %s", res)
+	}
+	for _, pr := range rep.Policies {
+		if pr.Restart == nil || pr.Restart.Restarts == 0 || pr.Restart.Failed != 0 {
+			t.Errorf("%s: restarts %+v: want at least one, none failed", pr.Policy, pr.Restart)
+		}
+		if pr.KeysWith0 != 0 || pr.KeysWith2 != 0 || pr.Lost != 0 {
+			t.Errorf("%s: %d keys without an effect, %d with 2+, %d lost", pr.Policy, pr.KeysWith0, pr.KeysWith2, pr.Lost)
+		}
+	}
+}
