@@ -56,8 +56,8 @@ SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
 
-Faults (--faults, default all but store-restart), on a schedule drawn
-from --seed (the same seed gives the same keys, copies and faults; the
+Faults (--faults, default all but outbox-relay-kill and store-restart),
+on a schedule drawn from --seed (the same seed gives the same keys, copies and faults; the
 timing of the processes is the machine's):
 
   kill-before-effect   a worker SIGKILLs itself in the handler, before the
@@ -71,7 +71,8 @@ timing of the processes is the machine's):
                        another connection holds the write lock past the
                        workers' busy timeout; PostgreSQL:
                        pg_terminate_backend; Redis: CLIENT KILL)
-  outbox-relay-kill    the producer writes every message into an outbox
+  outbox-relay-kill    (not by default) the producer writes every message
+                       into an outbox
                        (outbox.PublishTx into a sqlqueue queue beside the
                        run's queue) and relay processes run outbox.Relay
                        to the queue; a relay SIGKILLs itself after a
@@ -124,7 +125,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
 	o := chaosOptions{}
 	policies := fs.String("policies", strings.Join(chaosPolicies, ","), "the `policies` to run, comma-separated")
-	faults := fs.String("faults", strings.Join(defaultChaosFaults, ","), "the `faults` to inject, comma-separated, or none (store-restart needs --restart-store)")
+	faults := fs.String("faults", strings.Join(defaultChaosFaults, ","), "the `faults` to inject, comma-separated, or none (outbox-relay-kill and store-restart only when named; store-restart needs --restart-store)")
 	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
 	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
 	o.duration = 10 * time.Second

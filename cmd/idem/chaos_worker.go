@@ -57,8 +57,10 @@ const (
 var allChaosFaults = []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultStop, faultSlow, faultStoreCut, faultRelayKill, faultStoreRestart}
 
 // defaultChaosFaults are the faults of a run without --faults: all but
+// outbox-relay-kill, which changes the pipeline (an outbox and relays
+// before the queue) and adds two writers to the database, and
 // store-restart, which --restart-store turns on.
-var defaultChaosFaults = allChaosFaults[:len(allChaosFaults)-1]
+var defaultChaosFaults = allChaosFaults[:len(allChaosFaults)-2]
 
 // chaosEffectWindow is the longest pause between an effect and the
 // handler's return: the window a kill or a freeze can land in.
