@@ -28,7 +28,7 @@ import (
 
 var chaosCmd = &command{
 	name:     "chaos",
-	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--handlers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
+	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--handlers N] [--duration D] [--seed N] [--restart-store CMD] [--json FILE] [--report DIR]",
 	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
 	help: `
 Chaos runs a real pipeline under faults and checks each policy's
@@ -60,9 +60,9 @@ SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
 
-Faults (--faults, default all), on a schedule drawn from --seed (the same
-seed gives the same keys, copies and faults; the timing of the processes
-is the machine's):
+Faults (--faults, default all but outbox-relay-kill and store-restart),
+on a schedule drawn from --seed (the same seed gives the same keys, copies and faults; the
+timing of the processes is the machine's):
 
   kill-before-effect   a worker SIGKILLs itself in the handler, before the
                        effect, for a scheduled key
@@ -76,12 +76,29 @@ is the machine's):
                        workers' busy timeout; PostgreSQL:
                        pg_terminate_backend; Redis: CLIENT KILL), every
                        --cut-every on average
+  outbox-relay-kill    (not by default) the producer writes every message
+                       into an outbox
+                       (outbox.PublishTx into a sqlqueue queue beside the
+                       run's queue) and relay processes run outbox.Relay
+                       to the queue; a relay SIGKILLs itself after a
+                       confirmed publish, before the outbox ack, for a
+                       scheduled key; the next relay publishes it again
+                       (the queue drops it by its dedup id for an even
+                       key, delivers it for an odd one: the ledger
+                       absorbs it)
+  store-restart        --restart-store CMD runs CMD (sh -c) every third of
+                       --duration (2 s - 30 s) to restart the store's server
+                       (PostgreSQL or Redis; the data must survive it, e.g.
+                       Redis with appendonly); only with --restart-store,
+                       which adds it to the default faults
 
-Each scheduled fault strikes one key in --fault-every. A killed worker is
-replaced. --synchronous normal runs the SQLite files with synchronous=NORMAL
-(a commit survives a process crash, every fault here, not a power loss). Each policy prints a line of figures, then a
-table per policy and per fault kind; --json FILE writes every figure,
---report DIR a PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
+Each scheduled fault strikes one key in --fault-every. A killed worker or
+relay is replaced. --synchronous normal runs the SQLite files with
+synchronous=NORMAL (a commit survives a process crash, every fault here,
+not a power loss). Each policy prints a line of
+figures, then a table per policy and per fault kind (and the outbox's and
+the restarts' figures); --json FILE writes every figure, --report DIR a
+PNG chart and an HTML page. Exit 1 when a guarantee broke.`,
 	exits: `  0    every policy kept its guarantee
   1    a guarantee broke (the table says which key and why), or the run
        failed (a worker could not start, the queue did not drain)
@@ -92,26 +109,27 @@ table per policy and per fault kind; --json FILE writes every figure,
 
 // chaosOptions are the command's flags.
 type chaosOptions struct {
-	policies   []string
-	faults     []string
-	keys       int
-	workers    int
-	handlers   int // handlers per worker at once
-	duration   time.Duration
-	lease      time.Duration
-	visibility time.Duration
-	seed       uint64
-	jsonFile   string
-	reportDir  string
-	keepDir    bool
-	broken     bool
-	exe        string        // the worker binary (default: this one)
-	cutEvery   time.Duration // --cut-every: the mean time between store cuts
-	faultEvery int           // --fault-every: one key in N gets each scheduled fault
-	sync       string        // --synchronous: the SQLite files' synchronous setting
-	fused      bool          // --fused: sqlqueue.WithLedger where the queue is in the store's database
-	pgURL      string        // --store postgres://...: pgstore and sqlqueue there
-	redisURL   string        // --store redis://...: redisstore, and sqlqueue in a SQLite file
+	policies     []string
+	faults       []string
+	keys         int
+	workers      int
+	handlers     int // handlers per worker at once
+	duration     time.Duration
+	lease        time.Duration
+	visibility   time.Duration
+	seed         uint64
+	jsonFile     string
+	reportDir    string
+	keepDir      bool
+	broken       bool
+	exe          string        // the worker binary (default: this one)
+	cutEvery     time.Duration // --cut-every: the mean time between store cuts
+	faultEvery   int           // --fault-every: one key in N gets each scheduled fault
+	sync         string        // --synchronous: the SQLite files' synchronous setting
+	fused        bool          // --fused: sqlqueue.WithLedger where the queue is in the store's database
+	pgURL        string        // --store postgres://...: pgstore and sqlqueue there
+	redisURL     string        // --store redis://...: redisstore, and sqlqueue in a SQLite file
+	restartStore string        // --restart-store: the shell command that restarts the store's server
 }
 
 // chaosPublishers is how many messages the producer publishes at once.
@@ -123,7 +141,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs := a.cmd.flagSet(a)
 	o := chaosOptions{}
 	policies := fs.String("policies", strings.Join(chaosPolicies, ","), "the `policies` to run, comma-separated")
-	faults := fs.String("faults", strings.Join(allChaosFaults, ","), "the `faults` to inject, comma-separated, or none")
+	faults := fs.String("faults", strings.Join(defaultChaosFaults, ","), "the `faults` to inject, comma-separated, or none (outbox-relay-kill and store-restart only when named; store-restart needs --restart-store)")
 	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
 	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
 	fs.IntVar(&o.handlers, "handlers", 4, "messages each worker handles at once (`N`)")
@@ -143,6 +161,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
 	fs.BoolVar(&o.fused, "fused", true, "where the queue lives in the store's database (embedded, PostgreSQL), make it with sqlqueue.WithLedger: receive and claim commit together, and complete and ack (--fused=false: each its own write)")
 	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
+	fs.StringVar(&o.restartStore, "restart-store", "", "restart the store's server with `CMD` (run by sh -c) during the run: the store-restart fault (off by default)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -197,6 +216,11 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 			}
 			o.faults = append(o.faults, f)
 		}
+	}
+	faultsGiven := false
+	fs.Visit(func(f *flag.Flag) { faultsGiven = faultsGiven || f.Name == "faults" })
+	if err := checkRestartFlag(&o, faultsGiven); err != nil {
+		return err
 	}
 	switch {
 	case o.keys < 1:
@@ -304,15 +328,20 @@ type chaosPolicyReport struct {
 	Lost             int            `json:"lost"`
 	DeadLetters      int            `json:"dead_letters"`
 	// FaultsInjected counts the faults by kind: kills that fired, freezes,
-	// keys whose visibility ran out, connection faults.
-	FaultsInjected  map[string]int `json:"faults_injected"`
-	WorkersStarted  int            `json:"workers_started"`
-	Took            string         `json:"took"`
-	Throughput      float64        `json:"messages_per_second"`
-	DrainAfterFault string         `json:"drain_after_last_fault"`
-	Violations      []string       `json:"violations,omitempty"` // the first 50
-	ViolationCount  int            `json:"violation_count"`
-	OK              bool           `json:"ok"`
+	// keys whose visibility ran out, connection faults, relay kills,
+	// store restarts.
+	FaultsInjected map[string]int `json:"faults_injected"`
+	// Outbox: the outbox-relay-kill fault's figures (nil without it).
+	Outbox *chaosOutboxReport `json:"outbox,omitempty"`
+	// Restart: the store-restart fault's figures (nil without it).
+	Restart         *chaosRestartReport `json:"store_restart,omitempty"`
+	WorkersStarted  int                 `json:"workers_started"`
+	Took            string              `json:"took"`
+	Throughput      float64             `json:"messages_per_second"`
+	DrainAfterFault string              `json:"drain_after_last_fault"`
+	Violations      []string            `json:"violations,omitempty"` // the first 50
+	ViolationCount  int                 `json:"violation_count"`
+	OK              bool                `json:"ok"`
 }
 
 // chaosEffect is one effect the sink holds.
@@ -414,6 +443,8 @@ type chaosScenario struct {
 	failed    []string // workers that exited with an error
 	stopping  bool
 	cuts      int
+	ob        chaosOutboxState  // chaos_outbox.go
+	restart   chaosRestartState // chaos_restart.go
 
 	lastProgress time.Time
 }
@@ -452,6 +483,10 @@ func (r *chaosScenario) schedule() (copies []int) {
 				n--
 			}
 		}
+	}
+	if r.has(faultRelayKill) {
+		// At least 2: one re-publish the queue drops, one it delivers.
+		r.scheduleRelayKills(min(limit, max(r.o.keys/25, 2)))
 	}
 	return copies
 }
@@ -504,6 +539,13 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 			return nil, err
 		}
 	}
+	defer r.stopRelays()
+	if err := r.startRelays(); err != nil {
+		return nil, err
+	}
+	if err := r.awaitReady(ctx); err != nil {
+		return nil, err
+	}
 
 	// The messages: every key 1-5 times, in an order drawn from the
 	// seed, spread over two thirds of the duration.
@@ -522,6 +564,9 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	}
 	if r.has(faultStop) {
 		wg.Go(func() { r.stopLoop(faultCtx) })
+	}
+	if r.has(faultStoreRestart) {
+		wg.Go(func() { r.restartLoop(faultCtx) })
 	}
 	// The producer: chaosPublishers publish at once (one alone would wait
 	// for a commit a message), each message not before its time in the
@@ -555,8 +600,8 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 				}
 				key := chaosKey(msgs[n])
 				m := queue.Outgoing{Body: []byte(key), DedupID: key + "#" + strconv.Itoa(copyOf[n])}
-				for try := 0; ; try++ {
-					p, err := pub.Publish(pubCtx, m)
+				for first := time.Now(); ; {
+					p, err := r.publish(pubCtx, be, pub, m)
 					if err == nil {
 						if !p.Duplicate {
 							count.Add(1)
@@ -566,7 +611,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 					if pubCtx.Err() != nil {
 						return
 					}
-					if try == 100 {
+					if time.Since(first) > chaosPatience { // a store restart lasts less
 						pubOnce.Do(func() { pubErr = fmt.Errorf("publishing: %w", err); stopPub() })
 						return
 					}
@@ -604,7 +649,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	least := int64(-1)
 	for {
 		r.progress(ctx, be, began, published, len(msgs))
-		pending, d, err := be.Pending(ctx)
+		pending, d, err := r.pending(ctx, be)
 		if err == nil && pending == 0 {
 			dead = d
 			break
@@ -623,6 +668,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	}
 	drained := time.Now()
 	r.stopAll()
+	r.stopRelays()
 	took := drained.Sub(began)
 
 	pr := &chaosPolicyReport{Policy: r.policy, Guarantee: chaosGuarantees[r.policy], Keys: r.o.keys, Messages: published, DeadLetters: int(dead),
@@ -646,6 +692,10 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := r.check(ctx, be, pr); err != nil {
 		return nil, err
 	}
+	if err := r.checkOutbox(ctx, be, pr); err != nil {
+		return nil, err
+	}
+	r.checkRestarts(pr)
 	for _, f := range failed {
 		pr.violate("a worker failed: %s", f)
 	}

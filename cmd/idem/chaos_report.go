@@ -42,7 +42,10 @@ func writeChaosTables(w io.Writer, rep *chaosReport) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", p.Policy, f, p.FaultsInjected[f], p.DuplicateCauses[f], p.IndeterminateWhy[f])
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeChaosFaultFigures(w, rep)
 }
 
 // chaosFaultKinds lists the fault kinds p saw or was attributed to, in
@@ -88,15 +91,25 @@ func writeChaosReport(dir string, rep *chaosReport) error {
 		*chaosPolicyReport
 		Kinds []string
 	}
-	var rows []row
+	var (
+		rows               []row
+		outboxes, restarts []*chaosPolicyReport
+	)
 	for _, p := range rep.Policies {
 		rows = append(rows, row{p, chaosFaultKinds(p)})
+		if p.Outbox != nil {
+			outboxes = append(outboxes, p)
+		}
+		if p.Restart != nil {
+			restarts = append(restarts, p)
+		}
 	}
 	err = chaosPage.Execute(hf, struct {
 		*chaosReport
-		Rows    []row
-		Command string
-	}{rep, rows, chaosCommandLine(rep)})
+		Rows               []row
+		Outboxes, Restarts []*chaosPolicyReport
+		Command            string
+	}{rep, rows, outboxes, restarts, chaosCommandLine(rep)})
 	if cerr := hf.Close(); err == nil {
 		err = cerr
 	}
@@ -111,7 +124,7 @@ var (
 	chartZero  = color.RGBA{160, 160, 160, 255}
 	chartOne   = color.RGBA{46, 139, 87, 255}
 	chartMore  = color.RGBA{200, 40, 40, 255}
-	chartFault = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {23, 190, 207, 255}, {188, 189, 34, 255}}
+	chartFault = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {23, 190, 207, 255}, {188, 189, 34, 255}, {127, 127, 127, 255}}
 )
 
 // chaosChart draws, per policy, a stacked bar of its keys by effects (0,
@@ -224,6 +237,15 @@ Lower panel, per policy: duplicates (dark) and indeterminate keys (light) caused
 <table><tr><th>policy</th><th>fault</th><th>injected</th><th>duplicates caused</th><th>indeterminate caused</th></tr>
 {{range $r := .Rows}}{{range .Kinds}}<tr><td>{{$r.Policy}}</td><td>{{.}}</td><td>{{index $r.FaultsInjected .}}</td><td>{{index $r.DuplicateCauses .}}</td><td>{{index $r.IndeterminateWhy .}}</td></tr>
 {{end}}{{end}}</table>
+{{if .Outboxes}}<h2>Outbox relay kills</h2>
+<p>The producer wrote every message into an outbox; relays killed between a confirmed publish and the outbox ack; the messages published again by the next relay, which the queue dropped by their dedup id (even keys) or delivered, for the consumer's ledger to absorb (odd keys).</p>
+<table><tr><th>policy</th><th>outbox written</th><th>relays started</th><th>relay kills</th><th>re-published</th><th>deduplicated by queue</th><th>delivered (ledger absorbed)</th><th>outbox dead letters</th></tr>
+{{range .Outboxes}}<tr><td>{{.Policy}}</td><td>{{.Outbox.Written}}</td><td>{{.Outbox.RelaysStarted}}</td><td>{{.Outbox.RelayKills}}</td><td>{{.Outbox.Republished}}</td><td>{{.Outbox.DedupedByTarget}}</td><td>{{.Outbox.Delivered}}</td><td>{{.Outbox.DeadLetters}}</td></tr>
+{{end}}</table>{{end}}
+{{if .Restarts}}<h2>Store restarts</h2>
+<table><tr><th>policy</th><th>store restarts</th><th>longest</th><th>failed</th></tr>
+{{range .Restarts}}<tr><td>{{.Policy}}</td><td>{{.Restart.Restarts}}</td><td>{{.Restart.Longest}}</td><td>{{.Restart.Failed}}</td></tr>
+{{end}}</table>{{end}}
 {{range .Rows}}{{if .Violations}}<h2>{{.Policy}}: violations</h2><ul>{{range .Violations}}<li><code>{{.}}</code></li>{{end}}</ul>{{end}}{{end}}
 </body></html>
 `))
@@ -239,6 +261,9 @@ func chaosCommandLine(rep *chaosReport) string {
 		strings.Join(policies, ","), orNone(rep.Faults), rep.Keys, rep.Workers, rep.Duration, rep.Lease, rep.Visibility, rep.Seed)
 	if rep.Broken {
 		line += " --broken-ledger"
+	}
+	if slices.Contains(rep.Faults, faultStoreRestart) {
+		line += " --restart-store CMD" // the command is the user's, and may hold a password
 	}
 	return line
 }

@@ -3,10 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +161,8 @@ func TestChaosReport(t *testing.T) {
 		{Policy: "at_least_once", Keys: 10, KeysWith1: 8, KeysWith2: 2, Duplicates: 2, OK: true,
 			DuplicateCauses: map[string]int{faultKillAfterEffect: 2}, FaultsInjected: map[string]int{faultKillAfterEffect: 2}},
 		{Policy: "at_most_once", Keys: 10, KeysWith0: 1, KeysWith1: 9, Indeterminate: 2, ViolationCount: 1,
-			Violations: []string{"chaos:1: <b>left</b>"}, IndeterminateWhy: map[string]int{faultStop: 2}},
+			Violations: []string{"chaos:1: <b>left</b>"}, IndeterminateWhy: map[string]int{faultStop: 2},
+			Restart: &chaosRestartReport{Restarts: 2, Longest: "1.5s"}},
 	}}
 	if err := writeChaosReport(dir, rep); err != nil {
 		t.Fatal(err)
@@ -188,7 +195,7 @@ func TestChaosReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"a guarantee broke", "BROKEN (1)", "&lt;b&gt;left&lt;/b&gt;", "chart.png", "idem chaos --policies at_least_once,at_most_once --faults " + strings.Join(allChaosFaults, ",") + " --keys 10 --workers 2 --duration 5s"} {
+	for _, want := range []string{"a guarantee broke", "BROKEN (1)", "&lt;b&gt;left&lt;/b&gt;", "chart.png", "Store restarts", "<td>at_most_once</td><td>2</td><td>1.5s</td>", "--restart-store CMD", "idem chaos --policies at_least_once,at_most_once --faults " + strings.Join(allChaosFaults, ",") + " --keys 10 --workers 2 --duration 5s"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("index.html lacks %q", want)
 		}
@@ -263,5 +270,220 @@ func TestChaosRedis(t *testing.T) {
 	}
 	if res := idemRun(context.Background(), "--store", rd, "chaos", "--policies", "transactional"); res.code != exitUsage {
 		t.Errorf("transactional on Redis: %s, want a usage error", res)
+	}
+}
+
+// TestChaosOutboxRelayKill runs idem chaos with the producer writing into
+// an outbox and relay processes that kill themselves between a confirmed
+// publish and the outbox ack: every killed relay's message is published
+// again, the queue drops one such re-publish by its dedup id and delivers
+// another, and the consumer's ledger absorbs it (every key still exactly
+// once under transactional).
+func TestChaosOutboxRelayKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker and relay processes")
+	}
+	report := t.TempDir()
+	res, rep := chaosJSON(t, "--policies", "at_least_once,transactional", "--faults", "outbox-relay-kill,kill-after-effect",
+		"--keys", "40", "--duration", "3s", "--seed", "17", "--report", report)
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos: %s", res)
+	}
+	for _, pr := range rep.Policies {
+		o := pr.Outbox
+		if o == nil {
+			t.Fatalf("%s: no outbox figures: %+v", pr.Policy, pr)
+		}
+		if o.RelayKills < 2 || pr.FaultsInjected[faultRelayKill] != o.RelayKills || o.RelaysStarted < 2+o.RelayKills {
+			t.Errorf("%s: %d relay kills (%v injected), %d relays started: want at least 2 kills, each relay replaced", pr.Policy, o.RelayKills, pr.FaultsInjected, o.RelaysStarted)
+		}
+		if o.Republished < o.RelayKills || o.DedupedByTarget == 0 || o.Delivered == 0 || o.DedupedByTarget+o.Delivered != o.Republished {
+			t.Errorf("%s: %d re-published (%d deduplicated, %d delivered) after %d kills: want each killed message again, both ways", pr.Policy, o.Republished, o.DedupedByTarget, o.Delivered, o.RelayKills)
+		}
+		if o.Written != pr.Messages || o.DeadLetters != 0 {
+			t.Errorf("%s: %d written into the outbox, %d messages, %d outbox dead letters", pr.Policy, o.Written, pr.Messages, o.DeadLetters)
+		}
+		if pr.KeysWith0 != 0 || pr.DuplicateCauses["none: a live worker"] != 0 {
+			t.Errorf("%s: %d keys lost, duplicates %v", pr.Policy, pr.KeysWith0, pr.DuplicateCauses)
+		}
+		if pr.Policy == "transactional" && (pr.KeysWith1 != pr.Keys || pr.Duplicates != 0) {
+			t.Errorf("transactional: %d of %d keys exactly once", pr.KeysWith1, pr.Keys)
+		}
+	}
+	if !strings.Contains(res.stdout, "RELAY KILLS") || !strings.Contains(res.stdout, "DELIVERED (LEDGER ABSORBED)") {
+		t.Errorf("no outbox table:\n%s", res.stdout)
+	}
+	page, err := os.ReadFile(filepath.Join(report, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "Outbox relay kills") || !strings.Contains(string(page), "<th>delivered (ledger absorbed)</th>") {
+		t.Error("index.html has no outbox table")
+	}
+}
+
+// TestChaosRestartStoreFlag: the store-restart fault only with
+// --restart-store, and that only with a store that has a server.
+func TestChaosRestartStoreFlag(t *testing.T) {
+	ctx := context.Background()
+	if res := idemRun(ctx, "chaos", "--faults", "store-restart"); res.code != exitUsage || !strings.Contains(res.stderr, "--restart-store") {
+		t.Errorf("store-restart without --restart-store: %s", res)
+	}
+	if res := idemRun(ctx, "chaos", "--restart-store", "true"); res.code != exitUsage || !strings.Contains(res.stderr, "embedded") {
+		t.Errorf("--restart-store on the embedded store: %s", res)
+	}
+}
+
+// privatePostgres starts a PostgreSQL server of the test's own (initdb
+// and pg_ctl in a temporary directory, on a free port), which the test
+// may restart without disturbing the shared one, and returns its URL and
+// a shell command that restarts it. As root, the server runs as the user
+// postgres (initdb refuses root).
+func privatePostgres(t *testing.T) (url, restart string) {
+	t.Helper()
+	bin := os.Getenv(testenv.PostgresBin)
+	if bin == "" {
+		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		slices.Sort(dirs)
+		for _, d := range slices.Backward(dirs) {
+			if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+				bin = d
+				break
+			}
+		}
+	}
+	if bin == "" {
+		t.Skip(testenv.SkipMessage(testenv.PostgresBin, "idem chaos's store-restart fault on a private PostgreSQL"))
+	}
+	// Not t.TempDir: the postgres user must reach it.
+	dir, err := os.MkdirTemp("", "idem-chaos-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var as []string
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, and no postgres user to run PostgreSQL as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		as = []string{"runuser", "-u", "postgres", "--"}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	data, logf := filepath.Join(dir, "data"), filepath.Join(dir, "server.log")
+	pgCmd := func(args ...string) {
+		t.Helper()
+		full := append(slices.Clone(as), args...)
+		if out, err := exec.Command(full[0], full[1:]...).CombinedOutput(); err != nil {
+			log, _ := os.ReadFile(logf)
+			t.Fatalf("%s: %v\n%s\n%s", strings.Join(full, " "), err, out, log)
+		}
+	}
+	pgCmd(filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+	// fsync off: a fast restart checkpoints first, so nothing is lost.
+	pgCmd(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", logf, "-w", "start",
+		"-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", port, dir))
+	t.Cleanup(func() {
+		full := append(slices.Clone(as), filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop")
+		_ = exec.Command(full[0], full[1:]...).Run()
+	})
+	restart = strings.Join(append(slices.Clone(as), filepath.Join(bin, "pg_ctl"), "-D", data, "-l", logf, "-m", "fast", "-w", "restart"), " ")
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), restart
+}
+
+// TestChaosStoreRestart restarts a private PostgreSQL server, which
+// holds the store, the queue and the outbox, twice per policy during the
+// run (--restart-store), with relays killed between publish and ack on
+// top: the workers and relays ride the restarts out, and every policy
+// keeps its guarantee.
+func TestChaosStoreRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes and restarts a PostgreSQL server")
+	}
+	pg, restart := privatePostgres(t)
+	res, rep := chaosJSON(t, "--store", pg, "--restart-store", restart, "--faults", "store-restart,outbox-relay-kill",
+		"--keys", "40", "--duration", "6s", "--seed", "19")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos with store restarts: %s", res)
+	}
+	if len(rep.Policies) != len(chaosPolicies) {
+		t.Fatalf("%d policies, want %d", len(rep.Policies), len(chaosPolicies))
+	}
+	for _, pr := range rep.Policies {
+		if pr.Restart == nil || pr.Restart.Restarts == 0 || pr.Restart.Failed != 0 || pr.FaultsInjected[faultStoreRestart] != pr.Restart.Restarts {
+			t.Errorf("%s: restarts %+v, faults %v: want at least one, none failed", pr.Policy, pr.Restart, pr.FaultsInjected)
+		}
+		if pr.Outbox == nil || pr.Outbox.RelayKills == 0 || pr.Outbox.Republished < pr.Outbox.RelayKills {
+			t.Errorf("%s: outbox %+v", pr.Policy, pr.Outbox)
+		}
+		if pr.KeysWith0 != 0 || pr.KeysWith2 != 0 || pr.Lost != 0 {
+			// No worker was killed or frozen: every policy, at_most_once
+			// too, does every key exactly once through the restarts.
+			t.Errorf("%s: %d keys without an effect, %d with 2+, %d lost", pr.Policy, pr.KeysWith0, pr.KeysWith2, pr.Lost)
+		}
+	}
+	if !strings.Contains(res.stdout, "STORE RESTARTS") {
+		t.Errorf("no restart table:\n%s", res.stdout)
+	}
+}
+
+// TestChaosStoreRestartRedis restarts a private Redis server (append-only
+// file, fsync always: the data survives a restart), which holds the store,
+// twice per policy during the run: the workers ride the restarts out.
+func TestChaosStoreRestartRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes and restarts a Redis server")
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		// CI installs redis-server with the Redis it names: there the
+		// binary's absence is a failure, not a skip.
+		testenv.Require(t, testenv.Redis, "idem chaos's store-restart fault on a private Redis server")
+		t.Fatalf("%s is set but redis-server is not on PATH: %v", testenv.Redis, err)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-server without redis-cli: %v", err)
+	}
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	start := fmt.Sprintf("%s --bind 127.0.0.1 --port %d --appendonly yes --appendfsync always --save '' --dir %s --daemonize yes --logfile %s/server.log",
+		server, port, dir, dir)
+	ping := fmt.Sprintf("until %s -p %d ping >/dev/null 2>&1; do sleep 0.05; done", cli, port)
+	if out, err := exec.Command("/bin/sh", "-c", start+" && "+ping).CombinedOutput(); err != nil {
+		t.Fatalf("starting redis-server: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command(cli, "-p", strconv.Itoa(port), "shutdown", "nosave").Run() })
+	restart := fmt.Sprintf("%s -p %d shutdown; %s && %s", cli, port, start, ping)
+	res, rep := chaosJSON(t, "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "--restart-store", restart,
+		"--faults", "store-restart,outbox-relay-kill", "--keys", "40", "--duration", "6s", "--seed", "23")
+	if res.code != 0 || !rep.OK {
+		t.Fatalf("idem chaos with Redis restarts: %s", res)
+	}
+	for _, pr := range rep.Policies {
+		if pr.Restart == nil || pr.Restart.Restarts == 0 || pr.Restart.Failed != 0 {
+			t.Errorf("%s: restarts %+v: want at least one, none failed", pr.Policy, pr.Restart)
+		}
+		if pr.KeysWith0 != 0 || pr.KeysWith2 != 0 || pr.Lost != 0 {
+			t.Errorf("%s: %d keys without an effect, %d with 2+, %d lost", pr.Policy, pr.KeysWith0, pr.KeysWith2, pr.Lost)
+		}
 	}
 }

@@ -51,9 +51,17 @@ const (
 	faultStop             = "stop"
 	faultSlow             = "short-visibility"
 	faultStoreCut         = "store-cut"
+	faultRelayKill        = "outbox-relay-kill" // chaos_outbox.go
+	faultStoreRestart     = "store-restart"     // chaos_restart.go; only with --restart-store
 )
 
-var allChaosFaults = []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultStop, faultSlow, faultStoreCut}
+var allChaosFaults = []string{faultKillBeforeEffect, faultKillAfterEffect, faultKillBeforeAck, faultStop, faultSlow, faultStoreCut, faultRelayKill, faultStoreRestart}
+
+// defaultChaosFaults are the faults of a run without --faults: all but
+// outbox-relay-kill, which changes the pipeline (an outbox and relays
+// before the queue) and adds two writers to the database, and
+// store-restart, which --restart-store turns on.
+var defaultChaosFaults = allChaosFaults[:len(allChaosFaults)-2]
 
 // chaosEffectWindow is the longest pause between an effect and the
 // handler's return: the window a kill or a freeze can land in.
@@ -148,7 +156,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	}
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
 
-	be, err := openChaosBackend(ctx, cfg.Backend, cfg.Dir, false)
+	be, err := openChaosBackendPatiently(ctx, cfg.Backend, cfg.Dir)
 	if err != nil {
 		return err
 	}
@@ -157,6 +165,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	if err != nil {
 		return err
 	}
+	markReady(cfg.Dir, w.pid)
 	var s store.Store = be.Store()
 	if cfg.Broken {
 		s = memstore.New()

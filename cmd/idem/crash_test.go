@@ -31,8 +31,8 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(chaosWorkerEnv) != "" {
-		main() // a worker of idem chaos; exits
+	if os.Getenv(chaosWorkerEnv) != "" || os.Getenv(chaosRelayEnv) != "" {
+		main() // a worker or a relay of idem chaos; exits
 	}
 	switch os.Getenv(crashRoleEnv) {
 	case "worker":

@@ -31,6 +31,9 @@ func main() {
 	if cfg := os.Getenv(chaosWorkerEnv); cfg != "" {
 		os.Exit(chaosWorkerMain(cfg)) // a worker of idem chaos
 	}
+	if cfg := os.Getenv(chaosRelayEnv); cfg != "" {
+		os.Exit(chaosRelayMain(cfg)) // an outbox relay of idem chaos
+	}
 	if isVetTool(os.Args[1:]) {
 		vetTool() // go vet -vettool=idem
 	}

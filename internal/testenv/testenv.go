@@ -25,6 +25,11 @@ const (
 	Zsh      = "IDEM_TEST_ZSH"         // a zsh binary (idem completion zsh)
 	Spin     = "IDEM_TEST_SPIN"        // a spin binary (the protocol model, internal/model)
 	Chromium = "IDEM_TEST_CHROMIUM"    // a Chromium binary (the console's browser test)
+	// PostgresBin is a directory holding initdb and pg_ctl: a test starts
+	// a private PostgreSQL server there, one it may restart (idem chaos's
+	// store-restart fault). Unset, the test looks in
+	// /usr/lib/postgresql/*/bin.
+	PostgresBin = "IDEM_TEST_POSTGRES_BIN"
 )
 
 // Example returns a value for name that works on the project's machines.
@@ -52,6 +57,8 @@ func Example(name string) string {
 		return "/usr/bin/spin"
 	case Chromium:
 		return "/usr/bin/chromium"
+	case PostgresBin:
+		return "/usr/lib/postgresql/16/bin"
 	}
 	return "..."
 }

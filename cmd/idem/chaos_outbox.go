@@ -1,0 +1,591 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/outbox"
+	"github.com/idemkit/idem/queue"
+	"github.com/idemkit/idem/queue/sqlqueue"
+	"github.com/jackc/pgx/v5"
+)
+
+// The outbox-relay-kill fault: the producer writes every message into a
+// transactional outbox (a sqlqueue queue in the database that holds the
+// run's queue: the store's SQLite file or PostgreSQL schema, or the
+// queue's SQLite file beside Redis) with outbox.PublishTx, and relay
+// processes (this binary again, with chaosRelayEnv) run outbox.Relay from
+// the outbox to the run's queue. For a key scheduled outbox-relay-kill the
+// relay SIGKILLs itself after the target confirmed the publish and before
+// the outbox ack; another relay publishes the message again with the same
+// dedup id.
+//
+// The relays publish a key with an even number to the run's queue as it
+// is (sqlqueue's publish-side dedup drops the second copy) and a key with
+// an odd number through a handle with that dedup off (as RabbitMQ or SQS
+// standard would take it): the second copy is delivered, and the
+// consumer's ledger must absorb it. The schedule picks the killed keys of
+// both kinds in turn.
+
+// chaosRelayEnv, when set, makes the idem binary a relay of `idem chaos`:
+// its value is the relay's chaosRelayCfg as JSON.
+const chaosRelayEnv = "IDEM_CHAOS_RELAY"
+
+// chaosOutboxName is the outbox queue's name, beside the run's queue.
+const chaosOutboxName = "chaos-outbox"
+
+// chaosRelays is how many relay processes are alive at once.
+const chaosRelays = 2
+
+// chaosRelayCfg is what a relay process is told by the harness.
+type chaosRelayCfg struct {
+	Dir        string        `json:"dir"`
+	Backend    chaosTarget   `json:"backend"`
+	Visibility time.Duration `json:"visibility"` // the outbox's, and the target's
+}
+
+// chaosOutboxReport is the outbox's figures in a policy's report.
+type chaosOutboxReport struct {
+	// Written counts the messages the producer wrote into the outbox.
+	Written       int `json:"written"`
+	RelaysStarted int `json:"relays_started"`
+	// RelayKills counts the relays killed between a confirmed publish
+	// and its outbox ack.
+	RelayKills int `json:"relay_kills"`
+	// Republished counts the publishes of those messages by the relays
+	// that got them back; DedupedByTarget of them the target dropped as
+	// duplicates of the first, Delivered it took as new (the consumer's
+	// ledger absorbed them).
+	Republished     int `json:"republished"`
+	DedupedByTarget int `json:"republishes_deduplicated_by_target"`
+	Delivered       int `json:"republishes_delivered"`
+	DeadLetters     int `json:"dead_letters"`
+}
+
+// chaosOutboxBackend is what a backend offers the outbox fault.
+type chaosOutboxBackend interface {
+	// WriteOutbox writes m into the outbox for key in a transaction of
+	// its own, committed before it returns.
+	WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error)
+	// Outbox opens the outbox for receiving, with visibility vis.
+	Outbox(vis time.Duration) (queue.Source, error)
+	// PublisherNoDedup opens the run's queue for publishing with its
+	// publish-side dedup off.
+	PublisherNoDedup(vis time.Duration) (queue.Publisher, error)
+	// OutboxPending counts the outbox's unsettled messages, and its dead
+	// letters.
+	OutboxPending(ctx context.Context) (pending, dead int64, err error)
+}
+
+func (e *embedded) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	ob, err := e.h.Queue(chaosOutboxName)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	return writeOutboxSQL(ctx, e.s.DB(), ob, key, m)
+}
+
+func (e *embedded) Outbox(vis time.Duration) (queue.Source, error) {
+	return e.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+}
+
+func (e *embedded) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+	return e.h.Queue(e.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
+}
+
+func (e *embedded) OutboxPending(ctx context.Context) (int64, int64, error) {
+	q, err := e.h.Queue(chaosOutboxName)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+func (r *redisTarget) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	ob, err := r.h.Queue(chaosOutboxName)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	return writeOutboxSQL(ctx, r.qdb, ob, key, m)
+}
+
+func (r *redisTarget) Outbox(vis time.Duration) (queue.Source, error) {
+	return r.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+}
+
+func (r *redisTarget) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
+}
+
+func (r *redisTarget) OutboxPending(ctx context.Context) (int64, int64, error) {
+	q, err := r.h.Queue(chaosOutboxName)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+// writeOutboxSQL writes m into ob in a transaction on db (SQLite).
+func writeOutboxSQL(ctx context.Context, db *sql.DB, ob queue.TxPublisher[*sql.Tx], key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	defer tx.Rollback()
+	p, err := outbox.PublishTx(ctx, ob, tx, key, m)
+	if err != nil {
+		return p, err
+	}
+	return p, tx.Commit()
+}
+
+func (p *postgres) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	ob, err := p.h.Queue(chaosOutboxName)
+	if err != nil {
+		return queue.Published{}, err
+	}
+	var out queue.Published
+	// The store's pool: its connections' search path is the run's schema.
+	err = pgx.BeginFunc(ctx, p.s.Pool(), func(tx pgx.Tx) error {
+		out, err = outbox.PublishTx(ctx, ob, tx, key, m)
+		return err
+	})
+	return out, err
+}
+
+func (p *postgres) Outbox(vis time.Duration) (queue.Source, error) {
+	return p.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+}
+
+func (p *postgres) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+	return p.h.Queue(p.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
+}
+
+func (p *postgres) OutboxPending(ctx context.Context) (int64, int64, error) {
+	q, err := p.h.Queue(chaosOutboxName)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+// chaosOutboxState is the harness's side of the outbox fault.
+type chaosOutboxState struct {
+	env      string
+	procs    map[int]*exec.Cmd
+	exited   map[int]chan struct{}
+	started  int
+	stopping bool
+	written  int
+}
+
+// publish sends the producer's message m for key: into the outbox when
+// the outbox-relay-kill fault is on, else straight to the queue.
+func (r *chaosScenario) publish(ctx context.Context, be chaosBackend, pub queue.Publisher, m queue.Outgoing) (queue.Published, error) {
+	if !r.has(faultRelayKill) {
+		return pub.Publish(ctx, m)
+	}
+	ob, ok := be.(chaosOutboxBackend)
+	if !ok {
+		return queue.Published{}, fmt.Errorf("the %s target has no outbox", r.target.Kind)
+	}
+	// The operation key of an outbox message is its dedup id, one per
+	// copy: the copies of a key are separate messages, as without the
+	// outbox; the consumer keys its ledger by the body.
+	p, err := ob.WriteOutbox(ctx, idem.RawKey(m.DedupID), m)
+	if err == nil && !p.Duplicate {
+		r.mu.Lock()
+		r.ob.written++
+		r.mu.Unlock()
+	}
+	return p, err
+}
+
+// pending counts the unsettled messages of the run's queue and, with the
+// outbox fault, of the outbox; dead counts the queue's dead letters.
+func (r *chaosScenario) pending(ctx context.Context, be chaosBackend) (pending, dead int64, err error) {
+	pending, dead, err = be.Pending(ctx)
+	if err != nil || !r.has(faultRelayKill) {
+		return pending, dead, err
+	}
+	ob, ok := be.(chaosOutboxBackend)
+	if !ok {
+		return 0, 0, fmt.Errorf("the %s target has no outbox", r.target.Kind)
+	}
+	n, _, err := ob.OutboxPending(ctx)
+	return pending + n, dead, err
+}
+
+// startRelays starts the relay processes, when the outbox fault is on.
+func (r *chaosScenario) startRelays() error {
+	if !r.has(faultRelayKill) {
+		return nil
+	}
+	cb, _ := json.Marshal(chaosRelayCfg{Dir: r.dir, Backend: r.target, Visibility: r.o.visibility})
+	r.mu.Lock()
+	r.ob.env = chaosRelayEnv + "=" + string(cb)
+	r.ob.procs, r.ob.exited = map[int]*exec.Cmd{}, map[int]chan struct{}{}
+	r.mu.Unlock()
+	for range chaosRelays {
+		if err := r.startRelay(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startRelay starts a relay process; a goroutine waits for it and, unless
+// the run is stopping, starts another in its place (a killed relay is
+// replaced, as a killed worker is).
+func (r *chaosScenario) startRelay() error {
+	cmd := exec.Command(r.o.exe)
+	cmd.Env = append(os.Environ(), r.ob.env)
+	logf, err := openAppend(r.dir, "relay.out")
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting a relay: %w", err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.ob.procs[pid] = cmd
+	r.ob.exited[pid] = done
+	r.ob.started++
+	r.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		close(done)
+		r.mu.Lock()
+		delete(r.ob.procs, pid)
+		stopping := r.ob.stopping
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				if time.Now().After(r.lastFault) {
+					r.lastFault = time.Now()
+				}
+			} else if !stopping {
+				r.failed = append(r.failed, fmt.Sprintf("relay pid %d: %v (see %s)", pid, err, filepath.Join(r.dir, "relay.out")))
+			}
+		}
+		r.mu.Unlock()
+		if !stopping {
+			if err := r.startRelay(); err != nil {
+				r.mu.Lock()
+				r.failed = append(r.failed, err.Error())
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return nil
+}
+
+// stopRelays ends the relays: SIGTERM, then SIGKILL after 10 s.
+func (r *chaosScenario) stopRelays() {
+	r.mu.Lock()
+	r.ob.stopping = true
+	procs := maps.Clone(r.ob.procs)
+	var waits []chan struct{}
+	for pid, cmd := range procs {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		waits = append(waits, r.ob.exited[pid])
+	}
+	r.mu.Unlock()
+	timeout := time.After(10 * time.Second)
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-timeout:
+			for _, cmd := range procs {
+				_ = cmd.Process.Kill()
+			}
+			<-w
+		}
+	}
+}
+
+// checkOutbox fills pr.Outbox from the relays' logs: the kills, and what
+// the target answered to each later publish of a killed relay's message.
+// Every such message must have been published again (it stayed in the
+// outbox, unacked), and none dead-lettered in the outbox.
+func (r *chaosScenario) checkOutbox(ctx context.Context, be chaosBackend, pr *chaosPolicyReport) error {
+	if !r.has(faultRelayKill) {
+		return nil
+	}
+	r.mu.Lock()
+	rep := &chaosOutboxReport{Written: r.ob.written, RelaysStarted: r.ob.started}
+	r.mu.Unlock()
+	pr.Outbox = rep
+	killedBy := map[string]int{} // dedup id → the killed relay's pid
+	if err := scanLines(filepath.Join(r.dir, "kills"), func(f []string) {
+		if len(f) == 6 && f[0] == faultRelayKill {
+			pid, _ := strconv.Atoi(f[2])
+			killedBy[f[5]] = pid
+			rep.RelayKills++
+		}
+	}); err != nil {
+		return err
+	}
+	// The lines are in time order: a publish counts as a re-publish once
+	// the killed relay's own publish is behind (a relay that died with
+	// another's kill may have published the message before it).
+	again := map[string]int{}
+	killerDone := map[string]bool{}
+	if err := scanLines(filepath.Join(r.dir, "relay-publishes"), func(f []string) {
+		if len(f) != 3 {
+			return
+		}
+		killer, ok := killedBy[f[0]]
+		if !ok {
+			return
+		}
+		if pid, _ := strconv.Atoi(f[1]); pid == killer {
+			killerDone[f[0]] = true
+			return
+		}
+		if !killerDone[f[0]] {
+			return
+		}
+		again[f[0]]++
+		rep.Republished++
+		if f[2] == "true" {
+			rep.DedupedByTarget++
+		} else {
+			rep.Delivered++
+		}
+	}); err != nil {
+		return err
+	}
+	for id := range killedBy {
+		if again[id] == 0 {
+			pr.violate("outbox message %s: its relay was killed after the publish, before the ack, and no relay published it again", id)
+		}
+	}
+	ob, ok := be.(chaosOutboxBackend)
+	if !ok {
+		return fmt.Errorf("the %s target has no outbox", r.target.Kind)
+	}
+	_, dead, err := ob.OutboxPending(ctx)
+	if err != nil {
+		return err
+	}
+	rep.DeadLetters = int(dead)
+	if dead > 0 {
+		pr.violate("%d messages dead-lettered in the outbox", dead)
+	}
+	return nil
+}
+
+// scheduleRelayKills assigns outbox-relay-kill to n keys not taken,
+// alternating an even key (its re-publish deduplicated by the target)
+// and an odd one (delivered, absorbed by the ledger).
+func (r *chaosScenario) scheduleRelayKills(n int) {
+	for tries := 0; n > 0 && tries < 20*r.o.keys; tries++ {
+		i := r.rng.IntN(r.o.keys)
+		k := chaosKey(i)
+		if _, taken := r.sched[k]; taken || (r.o.keys > 1 && i%2 != n%2) {
+			continue
+		}
+		r.sched[k] = faultRelayKill
+		n--
+	}
+}
+
+// chaosKeyOdd reports whether key names an odd key number.
+func chaosKeyOdd(key string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(key, "chaos:"))
+	return err == nil && n%2 == 1
+}
+
+// chaosRelayMain runs a relay until SIGTERM and returns its exit code.
+func chaosRelayMain(raw string) int {
+	var cfg chaosRelayCfg
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "idem chaos relay: bad config:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := chaosRelay(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "idem chaos relay:", err)
+		return 1
+	}
+	return 0
+}
+
+func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
+	w := &chaosWorkerState{cfg: chaosWorkerCfg{Dir: cfg.Dir}, pid: os.Getpid()}
+	var err error
+	if w.sched, err = readSchedule(cfg.Dir); err != nil {
+		return err
+	}
+	if w.kills, err = openAppend(cfg.Dir, "kills"); err != nil {
+		return err
+	}
+	pubs, err := openAppend(cfg.Dir, "relay-publishes")
+	if err != nil {
+		return err
+	}
+	lf, err := openAppend(cfg.Dir, "relay.log")
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
+	be, err := openChaosBackendPatiently(ctx, cfg.Backend, cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	ob, ok := be.(chaosOutboxBackend)
+	if !ok {
+		return fmt.Errorf("the %s target has no outbox", cfg.Backend.Kind)
+	}
+	src, err := ob.Outbox(cfg.Visibility)
+	if err != nil {
+		return err
+	}
+	dedup, err := be.Publisher(ctx, cfg.Visibility)
+	if err != nil {
+		return err
+	}
+	plain, err := ob.PublisherNoDedup(cfg.Visibility)
+	if err != nil {
+		return err
+	}
+	relay, err := outbox.NewRelay(&chaosRelaySource{Source: src, w: w},
+		&chaosRelayTarget{dedup: dedup, plain: plain, w: w, log: pubs},
+		outbox.WithPublishTimeout(min(cfg.Visibility, 2*time.Second)),
+		outbox.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
+		outbox.WithShutdownTimeout(2*time.Second), outbox.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	return relay.Run(ctx)
+}
+
+// chaosRelaySource wraps the outbox: the ack of a delivery whose key is
+// scheduled outbox-relay-kill kills the relay first (once per key).
+type chaosRelaySource struct {
+	queue.Source
+	w *chaosWorkerState
+}
+
+func (s *chaosRelaySource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i, d := range ds {
+		ds[i] = &chaosRelayDelivery{Delivery: d, w: s.w}
+	}
+	return ds, err
+}
+
+type chaosRelayDelivery struct {
+	queue.Delivery
+	w *chaosWorkerState
+}
+
+// Ack is called by the relay only once the target confirmed the publish:
+// the kill lands between the two. It is logged first ("kind key pid -
+// 0 dedup-id"), so that the harness attributes the publishes that follow.
+func (d *chaosRelayDelivery) Ack(ctx context.Context) error {
+	m := d.Message()
+	if key := string(m.Body); d.w.sched[key] == faultRelayKill {
+		// One kill at a time: a relay acks several messages at once, and
+		// a second scheduled key must not take its marker (fired) and die
+		// with the first kill unlogged; it waits here instead, dies
+		// before its marker, and its kill fires on the next relay.
+		chaosRelayKillMu.Lock()
+		if d.w.once(faultRelayKill, key) {
+			_ = appendLine(d.w.kills, "%s %s %d - 0 %s", faultRelayKill, key, d.w.pid, m.DedupID)
+			_ = syscall.Kill(d.w.pid, syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+		chaosRelayKillMu.Unlock()
+	}
+	return d.Delivery.Ack(ctx)
+}
+
+// chaosRelayKillMu is held by the relay's kill from its marker to its end.
+var chaosRelayKillMu sync.Mutex
+
+// chaosRelayTarget is the relay's target: the run's queue, with its
+// publish-side dedup for even keys and without it for odd ones. It logs
+// every confirmed publish of a key scheduled outbox-relay-kill ("dedup-id
+// pid duplicate"), before the relay acks it.
+type chaosRelayTarget struct {
+	dedup, plain queue.Publisher
+	w            *chaosWorkerState
+	log          *os.File // O_APPEND: one write a line
+}
+
+func (t *chaosRelayTarget) Publish(ctx context.Context, m queue.Outgoing) (queue.Published, error) {
+	key := string(m.Body)
+	to := t.dedup
+	if chaosKeyOdd(key) {
+		to = t.plain
+	}
+	p, err := to.Publish(ctx, m)
+	if err == nil && t.w.sched[key] == faultRelayKill {
+		_ = appendLine(t.log, "%s %d %t", m.DedupID, t.w.pid, p.Duplicate)
+	}
+	return p, err
+}
+
+// writeChaosFaultFigures prints, after the tables, the outbox's and the
+// store restarts' figures of the policies that ran those faults.
+func writeChaosFaultFigures(w io.Writer, rep *chaosReport) error {
+	var ob, rs []*chaosPolicyReport
+	for _, p := range rep.Policies {
+		if p.Outbox != nil {
+			ob = append(ob, p)
+		}
+		if p.Restart != nil {
+			rs = append(rs, p)
+		}
+	}
+	if len(ob) > 0 {
+		fmt.Fprintln(w)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "POLICY\tOUTBOX WRITTEN\tRELAYS STARTED\tRELAY KILLS\tRE-PUBLISHED\tDEDUPLICATED BY QUEUE\tDELIVERED (LEDGER ABSORBED)\tOUTBOX DEAD LETTERS")
+		for _, p := range ob {
+			o := p.Outbox
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Policy, o.Written, o.RelaysStarted, o.RelayKills, o.Republished, o.DedupedByTarget, o.Delivered, o.DeadLetters)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(rs) > 0 {
+		fmt.Fprintln(w)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "POLICY\tSTORE RESTARTS\tLONGEST\tFAILED")
+		for _, p := range rs {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", p.Policy, p.Restart.Restarts, p.Restart.Longest, p.Restart.Failed)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
