@@ -100,6 +100,9 @@ type chaosOptions struct {
 	exe        string // the worker binary (default: this one)
 	pgURL      string // --store postgres://...: pgstore and sqlqueue there
 	redisURL   string // --store redis://...: redisstore, and sqlqueue in a SQLite file
+	dynamoURL  string // --store dynamodb://...: dynamostore, and sqlqueue in a SQLite file
+	broker     string // --queue: "" (the store's sqlqueue), "postgres", "nats", "amqp", "sqs"
+	queueURL   string // --queue's URL
 }
 
 var chaosPolicies = []string{"at_least_once", "at_most_once", "reconcile", "transactional"}
@@ -121,7 +124,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
-	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
+	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue (in the store's database; beside Redis and DynamoDB, in a SQLite file), or postgres://..., nats://..., amqp://..., sqs://PREFIX?region=R&endpoint=URL")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -137,14 +140,17 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 			o.pgURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
 		case "redis", "rediss":
 			o.redisURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+		case "dynamodb":
+			o.dynamoURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+			if urlHost(o.dynamoURL) == "" {
+				return usagef("--store: write dynamodb://TABLE?region=REGION (and &endpoint=URL for an emulator); the run's tables are named TABLE-PID-POLICY")
+			}
 		default:
-			return usagef("--store: chaos runs on the embedded default, PostgreSQL (postgres://...) or Redis (redis://...) in this version, not %s", storeurl.Redact(a.storeURL))
+			return usagef("--store: chaos runs on the embedded default, PostgreSQL (postgres://...), Redis (redis://...) or DynamoDB (dynamodb://...), not %s", storeurl.Redact(a.storeURL))
 		}
 	}
-	switch *queueName {
-	case "", "sqlqueue":
-	default:
-		return usagef("--queue: chaos runs sqlqueue, in the store's database, in this version, not %q", *queueName)
+	if err := o.parseQueue(*queueName); err != nil {
+		return err
 	}
 	for p := range strings.SplitSeq(*policies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -155,11 +161,11 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		}
 		o.policies = append(o.policies, p)
 	}
-	if o.redisURL != "" && slices.Contains(o.policies, "transactional") {
+	if noTx := o.storeWithoutDoTx(); noTx != "" && slices.Contains(o.policies, "transactional") {
 		explicit := false
 		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "policies" })
 		if explicit {
-			return usagef("--policies: transactional needs idem.DoTx, which redisstore has not")
+			return usagef("--policies: transactional needs idem.DoTx, which %s has not", noTx)
 		}
 		o.policies = slices.DeleteFunc(o.policies, func(p string) bool { return p == "transactional" })
 	}
@@ -271,7 +277,11 @@ type chaosPolicyReport struct {
 	DeadLetters      int            `json:"dead_letters"`
 	// FaultsInjected counts the faults by kind: kills that fired, freezes,
 	// keys whose visibility ran out, connection faults.
-	FaultsInjected  map[string]int `json:"faults_injected"`
+	FaultsInjected map[string]int `json:"faults_injected"`
+	// ConnectionCuts splits the store-cut faults: connections broken (or
+	// write locks held) on the store's side and on the broker's; with
+	// the queue in the store's database, all are the store's.
+	ConnectionCuts  map[string]int `json:"connection_cuts,omitempty"`
 	WorkersStarted  int            `json:"workers_started"`
 	Took            string         `json:"took"`
 	Throughput      float64        `json:"messages_per_second"`
@@ -311,13 +321,7 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	} else {
 		defer os.RemoveAll(root)
 	}
-	target := "embedded: sqlitestore + sqlqueue in one SQLite file"
-	if o.pgURL != "" {
-		target = "PostgreSQL: pgstore + sqlqueue in one database (" + storeurl.Redact(o.pgURL) + ")"
-	}
-	if o.redisURL != "" {
-		target = "Redis: redisstore (" + storeurl.Redact(o.redisURL) + ") + sqlqueue in a SQLite file"
-	}
+	target := o.targetName()
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
 		Visibility: o.visibility.String(), Broken: o.broken, OK: true}
@@ -428,16 +432,8 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := os.WriteFile(filepath.Join(r.dir, "schedule.json"), b, 0o644); err != nil {
 		return nil, err
 	}
-	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos"}
-	if r.o.redisURL != "" {
-		r.target = chaosTarget{Kind: "redis", URL: r.o.redisURL, Path: filepath.Join(r.dir, "queue.db"), Queue: "chaos",
-			Schema: fmt.Sprintf("idemchaos:%d:%s:", os.Getpid(), r.policy)}
-	}
-	if r.o.pgURL != "" {
-		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos",
-			Schema: fmt.Sprintf("idem_chaos_%d_%s", os.Getpid(), strings.ReplaceAll(r.policy, "_", ""))}
-	}
-	be, err := openChaosBackend(ctx, r.target, r.dir, true)
+	r.target = chaosTargetFor(r.o, r.policy, r.dir)
+	be, err := openChaosBackend(ctx, &r.target, r.dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -555,6 +551,9 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	last := r.lastFault
 	if r.has(faultStoreCut) {
 		pr.FaultsInjected[faultStoreCut] = r.cuts
+		if p, ok := be.(*chaosPair); ok {
+			pr.ConnectionCuts = p.connectionCuts()
+		}
 	}
 	if r.has(faultStop) {
 		pr.FaultsInjected[faultStop] = len(r.stopped)

@@ -147,7 +147,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	}
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
 
-	be, err := openChaosBackend(ctx, cfg.Backend, cfg.Dir, false)
+	be, err := openChaosBackend(ctx, &cfg.Backend, cfg.Dir, false)
 	if err != nil {
 		return err
 	}
