@@ -479,7 +479,9 @@ func (q *amqpQueue) Source(ctx context.Context, _ time.Duration) (queue.Source, 
 	if err != nil {
 		return nil, err
 	}
-	if q.src, err = amqpqueue.NewSourceDial(ctx, amqpqueue.DialURL(raw), q.cfg); err != nil {
+	if q.src, err = retryOpen(ctx, func() (*amqpqueue.Source, error) {
+		return amqpqueue.NewSourceDial(ctx, amqpqueue.DialURL(raw), q.cfg)
+	}); err != nil {
 		f.Close()
 		return nil, err
 	}

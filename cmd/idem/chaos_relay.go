@@ -86,8 +86,9 @@ func (r *chaosRelay) pipe(rc *relayed, dst, src net.Conn) {
 	rc.close()
 }
 
-// Cut closes each relayed connection with probability p and says how
-// many it closed. The relay goes on accepting: a worker reconnects.
+// Cut closes each relayed connection with probability p, and at least
+// one when there is one, and says how many it closed. The relay goes on
+// accepting: a worker reconnects.
 func (r *chaosRelay) Cut(p float64) int {
 	r.mu.Lock()
 	var cut []*relayed
@@ -95,6 +96,13 @@ func (r *chaosRelay) Cut(p float64) int {
 		if rand.Float64() < p {
 			cut = append(cut, rc)
 			delete(r.conns, rc)
+		}
+	}
+	if len(cut) == 0 {
+		for rc := range r.conns { // a random one: map order is random
+			cut = append(cut, rc)
+			delete(r.conns, rc)
+			break
 		}
 	}
 	r.mu.Unlock()
