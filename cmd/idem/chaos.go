@@ -27,7 +27,7 @@ import (
 
 var chaosCmd = &command{
 	name:     "chaos",
-	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
+	synopsis: "[--queue Q] [--policies P,..] [--faults F,..] [--keys N] [--workers N] [--duration D] [--seed N] [--json FILE] [--report DIR]",
 	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
 	help: `
 Chaos runs a real pipeline under faults and checks each policy's
@@ -46,12 +46,26 @@ checks every key's effects against its record:
                             indeterminate, listed by 'idem ls --stuck', and
                             left by a killed or frozen worker
 
-The store and queue: the embedded default, sqlitestore and sqlqueue in
-one SQLite file in a temporary directory, removed at the end (--keep-dir
-keeps it); --store postgres://... runs pgstore and sqlqueue in that
-database (a schema per policy, dropped at the end); --store redis://...
-runs redisstore (a key prefix per policy, deleted at the end) with
-sqlqueue in a SQLite file as the broker, every policy but transactional. The sink: an O_APPEND file (at_least_once, at_most_once); a
+The store: the embedded default, sqlitestore and sqlqueue in one SQLite
+file in a temporary directory, removed at the end (--keep-dir keeps it);
+--store postgres://... runs pgstore and sqlqueue in that database (a
+schema per policy, dropped at the end); --store redis://... runs
+redisstore (a key prefix per policy, deleted at the end), and --store
+dynamodb://TABLE?region=R&endpoint=URL dynamostore (a table
+TABLE-PID-POLICY per policy, deleted at the end), each with sqlqueue in a
+SQLite file as the broker, every policy but transactional (it needs
+idem.DoTx, which only the SQL stores have).
+
+The queue (--queue), with any store: sqlqueue (the default, as above);
+postgres://... sqlqueue on PostgreSQL, in a schema per policy; nats://...
+JetStream, a work-queue stream and a dead-letter stream per policy;
+amqp://... RabbitMQ, a queue and its dead-letter queue per policy;
+sqs://PREFIX?region=R&endpoint=URL SQS, a queue PREFIX-PID-POLICY and its
+dead-letter queue. All are deleted at the end. The workers reach JetStream,
+RabbitMQ, SQS and DynamoDB (an http:// endpoint) through a TCP relay of
+the harness, which the faults cut.
+
+The sink: an O_APPEND file (at_least_once, at_most_once); a
 SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
@@ -70,7 +84,10 @@ is the machine's):
   store-cut            the store's and broker's connections broken (SQLite:
                        another connection holds the write lock past the
                        workers' busy timeout; PostgreSQL:
-                       pg_terminate_backend; Redis: CLIENT KILL)
+                       pg_terminate_backend; Redis: CLIENT KILL;
+                       DynamoDB, JetStream, RabbitMQ, SQS: a third of the
+                       workers' connections closed at the relay, at most
+                       once a second)
 
 A killed worker is replaced. Each policy prints a line of figures, then a
 table per policy and per fault kind; --json FILE writes every figure,
@@ -466,6 +483,7 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 			return nil, err
 		}
 	}
+	r.waitReady(ctx)
 
 	// The messages: every key 1-5 times, in an order drawn from the
 	// seed, spread over two thirds of the duration.

@@ -787,3 +787,22 @@ func (o *chaosOptions) targetName() string {
 	}
 	return st + " + " + q
 }
+
+// chaosReadyWait bounds how long the harness waits for its first workers
+// to open the store and the queue.
+const chaosReadyWait = time.Minute
+
+// waitReady waits until the first workers have opened the store and the
+// queue (each leaves a ready-PID file in the run's directory), at most
+// chaosReadyWait: on a loaded machine a worker process takes seconds to
+// start, and faults injected before any worker is connected would break
+// nothing.
+func (r *chaosScenario) waitReady(ctx context.Context) {
+	deadline := time.Now().Add(chaosReadyWait)
+	for time.Now().Before(deadline) {
+		ready, _ := filepath.Glob(filepath.Join(r.dir, "ready-*"))
+		if len(ready) >= r.o.workers || !sleepCtx(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+}

@@ -60,8 +60,11 @@ func (c *relayCutter) cut() int {
 	if time.Since(c.last) < chaosRelayEvery {
 		return 0
 	}
-	c.last = time.Now()
-	return c.relay.Cut(chaosRelayCut)
+	n := c.relay.Cut(chaosRelayCut)
+	if n > 0 { // none yet (the workers still starting): try again at the next fault
+		c.last = time.Now()
+	}
+	return n
 }
 
 func (c *relayCutter) close() {

@@ -243,7 +243,9 @@ func TestChaosRedis(t *testing.T) {
 }
 
 // checkChaosTarget checks a short run on a store and a broker: exit 0,
-// every guarantee kept, every fault kind fired in every policy, and the
+// every guarantee kept, every fault kind fired (in one policy at least:
+// under at_most_once a short-visibility key may never reach its handler,
+// left indeterminate by another key's kill), and in every policy the
 // connection faults broke store connections (when the store has a fault)
 // and broker connections (when the broker is apart from the store).
 func checkChaosTarget(t *testing.T, res result, rep *chaosReport, target string, policies int, storeCuts, brokerCuts bool) {
@@ -257,14 +259,23 @@ func checkChaosTarget(t *testing.T, res result, rep *chaosReport, target string,
 	if len(rep.Policies) != policies {
 		t.Fatalf("%d policies, want %d", len(rep.Policies), policies)
 	}
+	fired := map[string]int{}
 	for _, pr := range rep.Policies {
+		for f, n := range pr.FaultsInjected {
+			fired[f] += n
+		}
+	}
+	for _, f := range allChaosFaults {
+		if fired[f] == 0 {
+			t.Errorf("no %s fault in the run", f)
+		}
+	}
+	for _, pr := range rep.Policies {
+		if pr.FaultsInjected[faultStoreCut] == 0 {
+			t.Errorf("%s: no store-cut fault: %v", pr.Policy, pr.FaultsInjected)
+		}
 		if !pr.OK || pr.ViolationCount != 0 || pr.Lost != 0 {
 			t.Errorf("%s: %+v", pr.Policy, pr)
-		}
-		for _, f := range allChaosFaults {
-			if pr.FaultsInjected[f] == 0 {
-				t.Errorf("%s: no %s fault: %v", pr.Policy, f, pr.FaultsInjected)
-			}
 		}
 		if storeCuts && pr.ConnectionCuts["store"] == 0 {
 			t.Errorf("%s: no store connection broken: %v", pr.Policy, pr.ConnectionCuts)

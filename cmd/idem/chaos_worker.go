@@ -156,6 +156,9 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	if err != nil {
 		return err
 	}
+	if f, err := os.Create(filepath.Join(cfg.Dir, "ready-"+strconv.Itoa(w.pid))); err == nil {
+		f.Close() // the harness starts the messages and faults once the first workers are up
+	}
 	var s store.Store = be.Store()
 	if cfg.Broken {
 		s = memstore.New()
