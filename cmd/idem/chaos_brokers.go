@@ -702,7 +702,10 @@ func openChaosSQS(ctx context.Context, t *chaosTarget, setup bool) (*sqsQueue, e
 	endpoint := ""
 	var err error
 	if setup {
-		u, _ := url.Parse(t.BrokerURL)
+		u, err := url.Parse(t.BrokerURL)
+		if err != nil {
+			return nil, err
+		}
 		if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.Scheme == "http" && ep.Host != "" {
 			if q.cut.relay, err = newChaosRelay(hostPort(ep, "80")); err != nil {
 				return nil, err
