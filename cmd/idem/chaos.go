@@ -28,7 +28,7 @@ import (
 
 var chaosCmd = &command{
 	name:     "chaos",
-	synopsis: "[--policies P,..] [--faults F,..] [--keys N] [--workers N] [--handlers N] [--duration D] [--seed N] [--restart-store CMD] [--json FILE] [--report DIR]",
+	synopsis: "[--queue Q] [--policies P,..] [--faults F,..] [--keys N] [--workers N] [--handlers N] [--duration D] [--seed N] [--restart-store CMD] [--json FILE] [--report DIR]",
 	summary:  "prove each policy's guarantee on a real pipeline under crashes and faults",
 	help: `
 Chaos runs a real pipeline under faults and checks each policy's
@@ -47,15 +47,30 @@ checks every key's effects against its record:
                             indeterminate, listed by 'idem ls --stuck', and
                             left by a killed or frozen worker
 
-The store and queue: the embedded default, sqlitestore and sqlqueue in
-one SQLite file in a temporary directory, removed at the end (--keep-dir
-keeps it); --store postgres://... runs pgstore and sqlqueue in that
-database (a schema per policy, dropped at the end); --store redis://...
-runs redisstore (a key prefix per policy, deleted at the end) with
-sqlqueue in a SQLite file as the broker, every policy but transactional.
-Where the queue is in the store's database it is made with
-sqlqueue.WithLedger (--fused=false: apart), so that receive and claim
-commit together, and complete and ack. The sink: an O_APPEND file (at_least_once, at_most_once); a
+The store: the embedded default, sqlitestore and sqlqueue in one SQLite
+file in a temporary directory, removed at the end (--keep-dir keeps it);
+--store postgres://... runs pgstore and sqlqueue in that database (a
+schema per policy, dropped at the end); --store redis://... runs
+redisstore (a key prefix per policy, deleted at the end), and --store
+dynamodb://TABLE?region=R&endpoint=URL dynamostore (a table
+TABLE-PID-POLICY per policy, deleted at the end), each with sqlqueue in a
+SQLite file as the broker, every policy but transactional (it needs
+idem.DoTx, which only the SQL stores have).
+
+The queue (--queue), with any store: sqlqueue (the default, as above);
+postgres://... sqlqueue on PostgreSQL, in a schema per policy; nats://...
+JetStream, a work-queue stream and a dead-letter stream per policy;
+amqp://... RabbitMQ, a queue and its dead-letter queue per policy;
+sqs://PREFIX?region=R&endpoint=URL SQS, a queue PREFIX-PID-POLICY and its
+dead-letter queue. All are deleted at the end. The workers reach JetStream,
+RabbitMQ, SQS and DynamoDB (an http:// endpoint) through a TCP relay of
+the harness, which the faults cut.
+
+Where the queue is sqlqueue in the store's database (the embedded default,
+PostgreSQL) it is made with sqlqueue.WithLedger (--fused=false: apart),
+so that receive and claim commit together, and complete and ack.
+
+The sink: an O_APPEND file (at_least_once, at_most_once); a
 SQLite file that honours fences and answers the Reconcile hook
 (reconcile); a row written in the ledger's transaction by idem.DoTx
 (transactional: a receive loop settles each message by DoTx's answer).
@@ -74,8 +89,10 @@ timing of the processes is the machine's):
   store-cut            the store's and broker's connections broken (SQLite:
                        another connection holds the write lock past the
                        workers' busy timeout; PostgreSQL:
-                       pg_terminate_backend; Redis: CLIENT KILL), every
-                       --cut-every on average
+                       pg_terminate_backend; Redis: CLIENT KILL;
+                       DynamoDB, JetStream, RabbitMQ, SQS: a third of the
+                       workers' connections closed at the relay, at most
+                       once a second), every --cut-every on average
   outbox-relay-kill    (not by default) the producer writes every message
                        into an outbox
                        (outbox.PublishTx into a sqlqueue queue beside the
@@ -130,6 +147,9 @@ type chaosOptions struct {
 	pgURL        string        // --store postgres://...: pgstore and sqlqueue there
 	redisURL     string        // --store redis://...: redisstore, and sqlqueue in a SQLite file
 	restartStore string        // --restart-store: the shell command that restarts the store's server
+	dynamoURL    string        // --store dynamodb://...: dynamostore, and sqlqueue in a SQLite file
+	broker       string        // --queue: "" (the store's sqlqueue), "postgres", "nats", "amqp", "sqs"
+	queueURL     string        // --queue's URL
 }
 
 // chaosPublishers is how many messages the producer publishes at once.
@@ -160,7 +180,7 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")
 	fs.BoolVar(&o.keepDir, "keep-dir", false, "keep the run's directory (database, sink, logs) and print its path")
 	fs.BoolVar(&o.fused, "fused", true, "where the queue lives in the store's database (embedded, PostgreSQL), make it with sqlqueue.WithLedger: receive and claim commit together, and complete and ack (--fused=false: each its own write)")
-	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue, the only one in this version (in the store's database; beside Redis, in a SQLite file)")
+	queueName := fs.String("queue", "sqlqueue", "the `queue`: sqlqueue (in the store's database; beside Redis and DynamoDB, in a SQLite file), or postgres://..., nats://..., amqp://..., sqs://PREFIX?region=R&endpoint=URL")
 	fs.StringVar(&o.restartStore, "restart-store", "", "restart the store's server with `CMD` (run by sh -c) during the run: the store-restart fault (off by default)")
 	fs.BoolVar(&o.broken, "broken-ledger", false, "workers skip the shared ledger (each keeps its own in memory): shows that the checker catches broken guarantees")
 	pos, err := a.parse(fs, args)
@@ -177,14 +197,17 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 			o.pgURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
 		case "redis", "rediss":
 			o.redisURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+		case "dynamodb":
+			o.dynamoURL = strings.ToLower(scheme) + a.storeURL[len(scheme):]
+			if urlHost(o.dynamoURL) == "" {
+				return usagef("--store: write dynamodb://TABLE?region=REGION (and &endpoint=URL for an emulator); the run's tables are named TABLE-PID-POLICY")
+			}
 		default:
-			return usagef("--store: chaos runs on the embedded default, PostgreSQL (postgres://...) or Redis (redis://...) in this version, not %s", storeurl.Redact(a.storeURL))
+			return usagef("--store: chaos runs on the embedded default, PostgreSQL (postgres://...), Redis (redis://...) or DynamoDB (dynamodb://...), not %s", storeurl.Redact(a.storeURL))
 		}
 	}
-	switch *queueName {
-	case "", "sqlqueue":
-	default:
-		return usagef("--queue: chaos runs sqlqueue, in the store's database, in this version, not %q", *queueName)
+	if err := o.parseQueue(*queueName); err != nil {
+		return err
 	}
 	for p := range strings.SplitSeq(*policies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -195,11 +218,11 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 		}
 		o.policies = append(o.policies, p)
 	}
-	if o.redisURL != "" && slices.Contains(o.policies, "transactional") {
+	if noTx := o.storeWithoutDoTx(); noTx != "" && slices.Contains(o.policies, "transactional") {
 		explicit := false
 		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "policies" })
 		if explicit {
-			return usagef("--policies: transactional needs idem.DoTx, which redisstore has not")
+			return usagef("--policies: transactional needs idem.DoTx, which %s has not", noTx)
 		}
 		o.policies = slices.DeleteFunc(o.policies, func(p string) bool { return p == "transactional" })
 	}
@@ -221,6 +244,9 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	fs.Visit(func(f *flag.Flag) { faultsGiven = faultsGiven || f.Name == "faults" })
 	if err := checkRestartFlag(&o, faultsGiven); err != nil {
 		return err
+	}
+	if o.broker != "" && slices.Contains(o.faults, faultRelayKill) {
+		return usagef("--faults: outbox-relay-kill keeps its outbox in sqlqueue beside the run's queue, so it runs with the default --queue sqlqueue, not %s", o.broker)
 	}
 	switch {
 	case o.keys < 1:
@@ -334,14 +360,18 @@ type chaosPolicyReport struct {
 	// Outbox: the outbox-relay-kill fault's figures (nil without it).
 	Outbox *chaosOutboxReport `json:"outbox,omitempty"`
 	// Restart: the store-restart fault's figures (nil without it).
-	Restart         *chaosRestartReport `json:"store_restart,omitempty"`
-	WorkersStarted  int                 `json:"workers_started"`
-	Took            string              `json:"took"`
-	Throughput      float64             `json:"messages_per_second"`
-	DrainAfterFault string              `json:"drain_after_last_fault"`
-	Violations      []string            `json:"violations,omitempty"` // the first 50
-	ViolationCount  int                 `json:"violation_count"`
-	OK              bool                `json:"ok"`
+	Restart *chaosRestartReport `json:"store_restart,omitempty"`
+	// ConnectionCuts splits the store-cut faults: connections broken (or
+	// write locks held) on the store's side and on the broker's; with
+	// the queue in the store's database, all are the store's.
+	ConnectionCuts  map[string]int `json:"connection_cuts,omitempty"`
+	WorkersStarted  int            `json:"workers_started"`
+	Took            string         `json:"took"`
+	Throughput      float64        `json:"messages_per_second"`
+	DrainAfterFault string         `json:"drain_after_last_fault"`
+	Violations      []string       `json:"violations,omitempty"` // the first 50
+	ViolationCount  int            `json:"violation_count"`
+	OK              bool           `json:"ok"`
 }
 
 // chaosEffect is one effect the sink holds.
@@ -374,16 +404,10 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	} else {
 		defer os.RemoveAll(root)
 	}
-	target := "embedded: sqlitestore + sqlqueue in one SQLite file"
-	if o.pgURL != "" {
-		target = "PostgreSQL: pgstore + sqlqueue in one database (" + storeurl.Redact(o.pgURL) + ")"
-	}
-	if o.redisURL != "" {
-		target = "Redis: redisstore (" + storeurl.Redact(o.redisURL) + ") + sqlqueue in a SQLite file"
-	}
+	target := o.targetName()
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
-		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), FaultEvery: o.faultEvery, Sync: o.sync, Fused: o.fused && o.redisURL == "", Broken: o.broken, OK: true}
+		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), FaultEvery: o.faultEvery, Sync: o.sync, Fused: o.chaosFused(), Broken: o.broken, OK: true}
 	if rep.Faults == nil {
 		rep.Faults = []string{}
 	}
@@ -497,16 +521,8 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	if err := os.WriteFile(filepath.Join(r.dir, "schedule.json"), b, 0o644); err != nil {
 		return nil, err
 	}
-	r.target = chaosTarget{Kind: "embedded", Path: filepath.Join(r.dir, "chaos.db"), Queue: "chaos", Sync: r.o.sync, Fused: r.o.fused}
-	if r.o.redisURL != "" {
-		r.target = chaosTarget{Kind: "redis", URL: r.o.redisURL, Path: filepath.Join(r.dir, "queue.db"), Queue: "chaos", Sync: r.o.sync,
-			Schema: fmt.Sprintf("idemchaos:%d:%s:", os.Getpid(), r.policy)}
-	}
-	if r.o.pgURL != "" {
-		r.target = chaosTarget{Kind: "postgres", URL: r.o.pgURL, Queue: "chaos", Fused: r.o.fused,
-			Schema: fmt.Sprintf("idem_chaos_%d_%s", os.Getpid(), strings.ReplaceAll(r.policy, "_", ""))}
-	}
-	be, err := openChaosBackend(ctx, r.target, r.dir, true)
+	r.target = chaosTargetFor(r.o, r.policy, r.dir)
+	be, err := openChaosBackend(ctx, &r.target, r.dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -679,6 +695,9 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	last := r.lastFault
 	if r.has(faultStoreCut) {
 		pr.FaultsInjected[faultStoreCut] = r.cuts
+		if p, ok := be.(*chaosPair); ok {
+			pr.ConnectionCuts = p.connectionCuts()
+		}
 	}
 	if r.has(faultStop) {
 		pr.FaultsInjected[faultStop] = len(r.stopped)

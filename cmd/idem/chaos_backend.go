@@ -8,11 +8,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/sqlqueue"
 	"github.com/idemkit/idem/store"
@@ -25,18 +29,30 @@ import (
 )
 
 // chaosTarget names the store and queue of a chaos run; it travels to the
-// workers as JSON.
+// workers as JSON. The harness's setup fills in the relays.
 type chaosTarget struct {
-	Kind   string `json:"kind"`             // "embedded", "postgres" or "redis"
-	Path   string `json:"path,omitempty"`   // embedded: the SQLite file; redis: the queue's SQLite file
-	URL    string `json:"url,omitempty"`    // postgres, redis: the store
-	Schema string `json:"schema,omitempty"` // postgres: the run's schema; redis: its key prefix
+	Kind   string `json:"kind"`             // the store: "embedded", "postgres", "redis" or "dynamodb"
+	Path   string `json:"path,omitempty"`   // embedded: the SQLite file; redis, dynamodb: the default queue's SQLite file
+	URL    string `json:"url,omitempty"`    // postgres, redis, dynamodb: the store
+	Schema string `json:"schema,omitempty"` // postgres: the run's schema; redis: its key prefix; dynamodb: its table
 	Queue  string `json:"queue"`            // the queue's name
 	Sync   string `json:"sync,omitempty"`   // the SQLite files' synchronous setting: full (default) or normal
 	// Fused: the queue is made with sqlqueue.WithLedger on the store
 	// (embedded, postgres), so the consumer receives and claims in one
 	// commit, and completes and acks in another.
 	Fused bool `json:"fused,omitempty"`
+	// Broker is the queue when it is not the store's default (sqlqueue
+	// in the store's database, or in the SQLite file Path beside Redis
+	// and DynamoDB): "postgres" (sqlqueue), "nats" (JetStream), "amqp"
+	// (RabbitMQ) or "sqs".
+	Broker     string        `json:"broker,omitempty"`
+	BrokerURL  string        `json:"broker_url,omitempty"`
+	BrokerName string        `json:"broker_name,omitempty"` // the run's schema, stream, queue: its own, removed at the end
+	Visibility time.Duration `json:"visibility,omitempty"`  // the broker's visibility (JetStream's AckWait, SQS's)
+	// Relay and StoreProxy are the host:port of the harness's proxys to
+	// the broker and to DynamoDB, which the workers dial instead.
+	Proxy      string `json:"proxy,omitempty"`
+	StoreProxy string `json:"store_proxy,omitempty"`
 }
 
 // sqliteSync is the synchronous pragma's value for a chaosTarget.Sync.
@@ -70,6 +86,139 @@ type chaosBackend interface {
 	Close() error
 }
 
+// chaosStore is the store side of a backend: the ledger's store, DoTx
+// where the store has it, and the store's connection fault.
+type chaosStore interface {
+	Store() store.Store
+	DoTx(ctx context.Context, l *idem.Ledger, key string, before, after func(context.Context) error, who, msgID string) (idem.Result, error)
+	Effects(ctx context.Context) (map[string][]string, error)
+	Fault(ctx context.Context) (int, error)
+	FaultName() string
+	Close() error
+}
+
+// chaosQueue is the queue side of a backend: the run's queue, its
+// pending and dead-letter counts, and the broker's connection fault.
+type chaosQueue interface {
+	Source(ctx context.Context, vis time.Duration) (queue.Source, error)
+	Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error)
+	Pending(ctx context.Context) (pending, dead int64, err error)
+	Fault(ctx context.Context) (int, error)
+	FaultName() string
+	Close() error
+}
+
+// chaosPair is a chaosStore with a chaosQueue. When the queue lives in
+// the store's database (the embedded default, PostgreSQL) they are one
+// value, and one fault breaks both.
+type chaosPair struct {
+	chaosStore
+	q chaosQueue
+
+	mu         sync.Mutex
+	storeCuts  int
+	brokerCuts int
+	shared     bool
+}
+
+func (p *chaosPair) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
+	return p.q.Source(ctx, vis)
+}
+
+func (p *chaosPair) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
+	return p.q.Publisher(ctx, vis)
+}
+
+func (p *chaosPair) Pending(ctx context.Context) (int64, int64, error) { return p.q.Pending(ctx) }
+
+// Fault breaks the store's connections and, when the broker is apart,
+// the broker's.
+func (p *chaosPair) Fault(ctx context.Context) (int, error) {
+	n, err := p.chaosStore.Fault(ctx)
+	p.mu.Lock()
+	p.storeCuts += n
+	p.mu.Unlock()
+	if err != nil || p.shared {
+		return n, err
+	}
+	m, err := p.q.Fault(ctx)
+	p.mu.Lock()
+	p.brokerCuts += m
+	p.mu.Unlock()
+	return n + m, err
+}
+
+// connectionCuts says how many store and broker connections the faults
+// broke (with the queue in the store's database, all are the store's).
+func (p *chaosPair) connectionCuts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return map[string]int{"store": p.storeCuts, "broker": p.brokerCuts}
+}
+
+func (p *chaosPair) FaultName() string {
+	if p.shared {
+		return p.chaosStore.FaultName()
+	}
+	return p.chaosStore.FaultName() + "; " + p.q.FaultName()
+}
+
+func (p *chaosPair) Close() error {
+	var err error
+	if !p.shared {
+		err = p.q.Close()
+	}
+	return errors.Join(err, p.chaosStore.Close())
+}
+
+// chaosTargetFor names the store and queue of policy's run in dir: the
+// run's own schema, key prefix, table, stream or queue, named after the
+// harness's pid and the policy, so that runs side by side do not meet.
+func chaosTargetFor(o chaosOptions, policy, dir string) chaosTarget {
+	pid := os.Getpid()
+	short := strings.ReplaceAll(policy, "_", "")
+	t := chaosTarget{Kind: "embedded", Path: filepath.Join(dir, "chaos.db"), Queue: "chaos", Visibility: o.visibility}
+	switch {
+	case o.redisURL != "":
+		t.Kind, t.URL, t.Path, t.Schema = "redis", o.redisURL, filepath.Join(dir, "queue.db"), fmt.Sprintf("idemchaos:%d:%s:", pid, policy)
+	case o.pgURL != "":
+		t.Kind, t.URL, t.Path, t.Schema = "postgres", o.pgURL, "", fmt.Sprintf("idem_chaos_%d_%s", pid, short)
+	case o.dynamoURL != "":
+		t.Kind, t.URL, t.Path = "dynamodb", o.dynamoURL, filepath.Join(dir, "queue.db")
+		t.Schema = fmt.Sprintf("%s-%d-%s", urlHost(o.dynamoURL), pid, short)
+	}
+	t.Broker, t.BrokerURL = o.broker, o.queueURL
+	t.Sync, t.Fused = o.sync, o.chaosFused()
+	switch o.broker {
+	case "postgres":
+		t.BrokerName = fmt.Sprintf("idem_chaos_q_%d_%s", pid, short)
+	case "nats":
+		t.BrokerName = fmt.Sprintf("IDEMCHAOS_%d_%s", pid, strings.ToUpper(short))
+	case "amqp":
+		t.BrokerName = fmt.Sprintf("idemchaos-%d-%s", pid, short)
+	case "sqs":
+		t.BrokerName = fmt.Sprintf("%s-%d-%s", urlHost(o.queueURL), pid, short)
+	}
+	return t
+}
+
+// chaosFused reports whether a run's queue is made with
+// sqlqueue.WithLedger: --fused, and the queue is sqlqueue in the store's
+// own database (the embedded default, PostgreSQL).
+func (o chaosOptions) chaosFused() bool {
+	return o.fused && o.broker == "" && o.redisURL == "" && o.dynamoURL == ""
+}
+
+// urlHost is the host of raw: the table of dynamodb://TABLE, the queue
+// name prefix of sqs://PREFIX.
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
 // chaosBusyTimeout is how long an embedded worker's write waits for
 // SQLite's write lock; the harness holds it for up to chaosHoldMax at a
 // time (the store-cut fault), so some writes fail with SQLITE_BUSY.
@@ -79,18 +228,57 @@ const (
 	chaosHoldMax     = 500 * time.Millisecond
 )
 
-// openChaosBackend opens t; setup (in the harness, once) creates what the
-// run needs.
-func openChaosBackend(ctx context.Context, t chaosTarget, dir string, setup bool) (chaosBackend, error) {
+// openChaosBackend opens t's store and queue; setup (in the harness,
+// once) creates what the run needs, and fills in t's relays. A queue
+// not in the store's database combines with any store.
+func openChaosBackend(ctx context.Context, t *chaosTarget, dir string, setup bool) (chaosBackend, error) {
+	var (
+		st  chaosStore
+		own chaosQueue // the store's own queue, if it has one
+		err error
+	)
 	switch t.Kind {
 	case "embedded":
-		return openEmbedded(ctx, t, setup)
+		var e *embedded
+		e, err = openEmbedded(ctx, *t, setup)
+		st, own = e, e
 	case "postgres":
-		return openChaosPostgres(ctx, t, setup)
+		var p *postgres
+		p, err = openChaosPostgres(ctx, *t, setup)
+		st, own = p, p
 	case "redis":
-		return openChaosRedis(ctx, t, setup)
+		st, err = openChaosRedis(ctx, *t, setup)
+	case "dynamodb":
+		st, err = openChaosDynamo(ctx, t, setup)
+	default:
+		return nil, fmt.Errorf("unknown chaos target %q", t.Kind)
 	}
-	return nil, fmt.Errorf("unknown chaos target %q", t.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if t.Broker == "" && own != nil {
+		return &chaosPair{chaosStore: st, q: own, shared: true}, nil
+	}
+	var q chaosQueue
+	switch t.Broker {
+	case "":
+		q, err = openSQLiteQueue(ctx, *t, setup)
+	case "postgres":
+		q, err = openChaosPGQueue(ctx, *t, setup)
+	case "nats":
+		q, err = openChaosNATS(ctx, t, setup)
+	case "amqp":
+		q, err = openChaosAMQP(ctx, t, dir, setup)
+	case "sqs":
+		q, err = openChaosSQS(ctx, t, setup)
+	default:
+		err = fmt.Errorf("unknown chaos broker %q", t.Broker)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &chaosPair{chaosStore: st, q: q}, nil
 }
 
 // embedded is the default: sqlitestore and sqlqueue in one SQLite file.
@@ -375,15 +563,11 @@ func (p *postgres) Close() error {
 }
 
 // redisTarget is redisstore under a key prefix of the run's own (deleted
-// at the end), with sqlqueue in a SQLite file of the run's directory as
-// the broker. Redis has no DoTx: the transactional policy does not run
-// on it.
+// at the end). Redis has no DoTx: the transactional policy does not run
+// on it. Its default queue is sqlQueueFile.
 type redisTarget struct {
 	t     chaosTarget
 	s     *redisstore.Store
-	qdb   *sql.DB
-	h     *sqlqueue.SQLite
-	lock  *sql.DB               // the harness's: holds the queue file's write lock
 	admin redis.UniversalClient // the harness's: CLIENT KILL, cleanup
 }
 
@@ -413,39 +597,10 @@ func openChaosRedis(ctx context.Context, t chaosTarget, setup bool) (*redisTarge
 	if setup {
 		r.admin = r.s.Client()
 	}
-	if r.qdb, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)&_pragma=synchronous("+sqliteSync(t.Sync)+")"); err != nil {
-		r.Close()
-		return nil, err
-	}
-	for try := 0; ; try++ {
-		if r.h, err = sqlqueue.NewSQLite(ctx, r.qdb, sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	if setup {
-		if r.lock, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(10000)&_txlock=immediate"); err != nil {
-			r.Close()
-			return nil, err
-		}
-		r.lock.SetMaxOpenConns(1)
-	}
 	return r, nil
 }
 
 func (r *redisTarget) Store() store.Store { return r.s }
-
-func (r *redisTarget) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
-	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
-}
-
-func (r *redisTarget) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
-	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
-}
 
 func (r *redisTarget) DoTx(context.Context, *idem.Ledger, string, func(context.Context) error, func(context.Context) error, string, string) (idem.Result, error) {
 	return idem.Result{}, errors.New("redisstore has no DoTx")
@@ -456,8 +611,7 @@ func (r *redisTarget) Effects(context.Context) (map[string][]string, error) {
 }
 
 // Fault kills about a third of the workers' Redis connections (CLIENT
-// KILL) and holds the queue file's write lock for a moment (the broker's
-// fault).
+// KILL).
 func (r *redisTarget) Fault(ctx context.Context) (int, error) {
 	list, err := r.admin.ClientList(ctx).Result()
 	if err != nil {
@@ -480,37 +634,12 @@ func (r *redisTarget) Fault(ctx context.Context) (int, error) {
 			n++
 		}
 	}
-	tx, err := r.lock.BeginTx(ctx, nil)
-	if err != nil {
-		return n, err
-	}
-	sleepCtx(ctx, chaosHoldMin/2+rand.N(chaosHoldMax/2-chaosHoldMin/2))
-	return n + 1, tx.Rollback()
+	return n, nil
 }
 
-func (r *redisTarget) FaultName() string {
-	return "CLIENT KILL of the workers' Redis connections; the queue file's write lock held"
-}
-
-func (r *redisTarget) Pending(ctx context.Context) (int64, int64, error) {
-	q, err := r.h.Queue(r.t.Queue)
-	if err != nil {
-		return 0, 0, err
-	}
-	st, err := q.Stats(ctx)
-	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
-}
+func (r *redisTarget) FaultName() string { return "CLIENT KILL of the workers' Redis connections" }
 
 func (r *redisTarget) Close() error {
-	if r.h != nil {
-		r.h.Close()
-	}
-	if r.qdb != nil {
-		r.qdb.Close()
-	}
-	if r.lock != nil {
-		r.lock.Close()
-	}
 	if r.admin != nil { // the harness: remove the run's keys
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -531,4 +660,159 @@ func (r *redisTarget) Close() error {
 		return r.s.Close()
 	}
 	return nil
+}
+
+// sqlQueueFile is sqlqueue in a SQLite file of the run's directory: the
+// broker beside a store that has no queue of its own (Redis, DynamoDB).
+type sqlQueueFile struct {
+	t    chaosTarget
+	qdb  *sql.DB
+	h    *sqlqueue.SQLite
+	lock *sql.DB // the harness's: holds the queue file's write lock
+}
+
+func openSQLiteQueue(ctx context.Context, t chaosTarget, setup bool) (*sqlQueueFile, error) {
+	r := &sqlQueueFile{t: t}
+	var err error
+	if r.qdb, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)&_pragma=synchronous("+sqliteSync(t.Sync)+")"); err != nil {
+		return nil, err
+	}
+	for try := 0; ; try++ {
+		if r.h, err = sqlqueue.NewSQLite(ctx, r.qdb, sqlqueue.WithLogger(slog.New(slog.DiscardHandler))); err == nil || try == 40 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	if setup {
+		if r.lock, err = sql.Open("sqlite", t.Path+"?_pragma=busy_timeout(10000)&_txlock=immediate"); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.lock.SetMaxOpenConns(1)
+	}
+	return r, nil
+}
+
+func (r *sqlQueueFile) Source(ctx context.Context, vis time.Duration) (queue.Source, error) {
+	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+func (r *sqlQueueFile) Publisher(ctx context.Context, vis time.Duration) (queue.Publisher, error) {
+	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis))
+}
+
+// Fault holds the queue file's write lock for 50-250 ms.
+func (r *sqlQueueFile) Fault(ctx context.Context) (int, error) {
+	tx, err := r.lock.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	sleepCtx(ctx, chaosHoldMin/2+rand.N(chaosHoldMax/2-chaosHoldMin/2))
+	return 1, tx.Rollback()
+}
+
+func (r *sqlQueueFile) FaultName() string { return "the queue file's write lock held" }
+
+func (r *sqlQueueFile) Pending(ctx context.Context) (int64, int64, error) {
+	q, err := r.h.Queue(r.t.Queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := q.Stats(ctx)
+	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+func (r *sqlQueueFile) Close() error {
+	if r.h != nil {
+		r.h.Close()
+	}
+	if r.qdb != nil {
+		r.qdb.Close()
+	}
+	if r.lock != nil {
+		r.lock.Close()
+	}
+	return nil
+}
+
+// parseQueue reads --queue: sqlqueue (the store's own, the default), or
+// a broker's URL.
+func (o *chaosOptions) parseQueue(raw string) error {
+	if raw == "" || raw == "sqlqueue" {
+		return nil
+	}
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return usagef("--queue: want sqlqueue or a URL (postgres://, nats://, amqp://, sqs://), not %q", storeurl.Redact(raw))
+	}
+	o.queueURL = strings.ToLower(scheme) + raw[len(scheme):]
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		if o.queueURL == o.pgURL {
+			o.queueURL = "" // the store's own sqlqueue
+			return nil
+		}
+		o.broker = "postgres"
+	case "nats":
+		o.broker = "nats"
+	case "amqp", "amqps":
+		o.broker = "amqp"
+	case "sqs":
+		o.broker = "sqs"
+		if urlHost(o.queueURL) == "" {
+			return usagef("--queue: write sqs://PREFIX?region=REGION (and &endpoint=URL for an emulator); the run's queues are named PREFIX-PID-POLICY")
+		}
+	default:
+		return usagef("--queue: chaos runs sqlqueue, sqlqueue on PostgreSQL (postgres://...), JetStream (nats://...), RabbitMQ (amqp://...) or SQS (sqs://...), not %s", storeurl.Redact(raw))
+	}
+	return nil
+}
+
+// storeWithoutDoTx names the store when it has no idem.DoTx (the
+// transactional policy needs it, whatever the broker), or is "".
+func (o *chaosOptions) storeWithoutDoTx() string {
+	switch {
+	case o.redisURL != "":
+		return "redisstore"
+	case o.dynamoURL != "":
+		return "dynamostore"
+	}
+	return ""
+}
+
+// targetName says what the run runs on, with no password.
+func (o *chaosOptions) targetName() string {
+	var st, q string
+	switch {
+	case o.pgURL != "":
+		st, q = "PostgreSQL: pgstore", "sqlqueue in one database ("+storeurl.Redact(o.pgURL)+")"
+		if o.broker == "" {
+			return st + " + " + q
+		}
+		st += " (" + storeurl.Redact(o.pgURL) + ")"
+	case o.redisURL != "":
+		st, q = "Redis: redisstore ("+storeurl.Redact(o.redisURL)+")", "sqlqueue in a SQLite file"
+	case o.dynamoURL != "":
+		st, q = "DynamoDB: dynamostore ("+storeurl.Redact(o.dynamoURL)+")", "sqlqueue in a SQLite file"
+	default:
+		st, q = "embedded: sqlitestore", "sqlqueue in one SQLite file"
+		if o.broker == "" {
+			return st + " + " + q
+		}
+	}
+	switch o.broker {
+	case "postgres":
+		q = "sqlqueue on PostgreSQL (" + storeurl.Redact(o.queueURL) + ")"
+	case "nats":
+		q = "JetStream (" + storeurl.Redact(o.queueURL) + ")"
+	case "amqp":
+		q = "RabbitMQ (" + storeurl.Redact(o.queueURL) + ")"
+	case "sqs":
+		q = "SQS (" + storeurl.Redact(o.queueURL) + ")"
+	}
+	return st + " + " + q
 }

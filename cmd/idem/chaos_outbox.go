@@ -78,6 +78,18 @@ type chaosOutboxReport struct {
 	DeadLetters     int `json:"dead_letters"`
 }
 
+// outboxOf returns the outbox side of be: its queue's, when the queue is
+// sqlqueue (in the store's database, or in a SQLite file beside Redis or
+// DynamoDB); other brokers have none.
+func outboxOf(be chaosBackend) (chaosOutboxBackend, bool) {
+	if p, ok := be.(*chaosPair); ok {
+		ob, ok := p.q.(chaosOutboxBackend)
+		return ob, ok
+	}
+	ob, ok := be.(chaosOutboxBackend)
+	return ob, ok
+}
+
 // chaosOutboxBackend is what a backend offers the outbox fault.
 type chaosOutboxBackend interface {
 	// WriteOutbox writes m into the outbox for key in a transaction of
@@ -118,7 +130,7 @@ func (e *embedded) OutboxPending(ctx context.Context) (int64, int64, error) {
 	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
 }
 
-func (r *redisTarget) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+func (r *sqlQueueFile) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
 	ob, err := r.h.Queue(chaosOutboxName)
 	if err != nil {
 		return queue.Published{}, err
@@ -126,15 +138,15 @@ func (r *redisTarget) WriteOutbox(ctx context.Context, key idem.OperationKey, m 
 	return writeOutboxSQL(ctx, r.qdb, ob, key, m)
 }
 
-func (r *redisTarget) Outbox(vis time.Duration) (queue.Source, error) {
+func (r *sqlQueueFile) Outbox(vis time.Duration) (queue.Source, error) {
 	return r.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
 }
 
-func (r *redisTarget) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+func (r *sqlQueueFile) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
 	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
 }
 
-func (r *redisTarget) OutboxPending(ctx context.Context) (int64, int64, error) {
+func (r *sqlQueueFile) OutboxPending(ctx context.Context) (int64, int64, error) {
 	q, err := r.h.Queue(chaosOutboxName)
 	if err != nil {
 		return 0, 0, err
@@ -204,7 +216,7 @@ func (r *chaosScenario) publish(ctx context.Context, be chaosBackend, pub queue.
 	if !r.has(faultRelayKill) {
 		return pub.Publish(ctx, m)
 	}
-	ob, ok := be.(chaosOutboxBackend)
+	ob, ok := outboxOf(be)
 	if !ok {
 		return queue.Published{}, fmt.Errorf("the %s target has no outbox", r.target.Kind)
 	}
@@ -227,7 +239,7 @@ func (r *chaosScenario) pending(ctx context.Context, be chaosBackend) (pending, 
 	if err != nil || !r.has(faultRelayKill) {
 		return pending, dead, err
 	}
-	ob, ok := be.(chaosOutboxBackend)
+	ob, ok := outboxOf(be)
 	if !ok {
 		return 0, 0, fmt.Errorf("the %s target has no outbox", r.target.Kind)
 	}
@@ -385,7 +397,7 @@ func (r *chaosScenario) checkOutbox(ctx context.Context, be chaosBackend, pr *ch
 			pr.violate("outbox message %s: its relay was killed after the publish, before the ack, and no relay published it again", id)
 		}
 	}
-	ob, ok := be.(chaosOutboxBackend)
+	ob, ok := outboxOf(be)
 	if !ok {
 		return fmt.Errorf("the %s target has no outbox", r.target.Kind)
 	}
@@ -455,12 +467,12 @@ func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
-	be, err := openChaosBackendPatiently(ctx, cfg.Backend, cfg.Dir)
+	be, err := openChaosBackendPatiently(ctx, &cfg.Backend, cfg.Dir)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	ob, ok := be.(chaosOutboxBackend)
+	ob, ok := outboxOf(be)
 	if !ok {
 		return fmt.Errorf("the %s target has no outbox", cfg.Backend.Kind)
 	}

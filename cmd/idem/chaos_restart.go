@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -118,7 +119,7 @@ func checkRestartFlag(o *chaosOptions, faultsGiven bool) error {
 // openChaosBackendPatiently opens t in a worker or a relay, trying again
 // for up to chaosPatience while the store is down (a process started
 // during a store restart).
-func openChaosBackendPatiently(ctx context.Context, t chaosTarget, dir string) (chaosBackend, error) {
+func openChaosBackendPatiently(ctx context.Context, t *chaosTarget, dir string) (chaosBackend, error) {
 	deadline := time.Now().Add(chaosPatience)
 	for {
 		be, err := openChaosBackend(ctx, t, dir, false)
@@ -147,15 +148,18 @@ func markReady(dir string, pid int) {
 	}
 }
 
-// awaitReady waits until a worker has opened the store and the queue
-// (markReady), so that the faults' --duration is spent on a pipeline that
-// runs: on a loaded machine starting the worker processes takes seconds,
-// and a store cut or restart before any worker has connected proves
-// nothing. It fails after chaosReadyWait.
+// awaitReady waits until the first workers have opened the store and the
+// queue (markReady), so that the faults' --duration is spent on a pipeline
+// that runs: on a loaded machine starting the worker processes takes
+// seconds, and a store cut or restart before any worker has connected
+// proves nothing. It waits for all --workers at most chaosReadyWait, and
+// fails if by then not one has connected.
 func (r *chaosScenario) awaitReady(ctx context.Context) error {
 	deadline := time.Now().Add(chaosReadyWait)
 	for {
-		if fi, err := os.Stat(filepath.Join(r.dir, "ready")); err == nil && fi.Size() > 0 {
+		b, _ := os.ReadFile(filepath.Join(r.dir, "ready"))
+		n := bytes.Count(b, []byte("\n"))
+		if n >= r.o.workers || (n > 0 && time.Now().After(deadline)) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -156,7 +156,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	}
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
 
-	be, err := openChaosBackendPatiently(ctx, cfg.Backend, cfg.Dir)
+	be, err := openChaosBackendPatiently(ctx, &cfg.Backend, cfg.Dir)
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,9 @@
 //	                     freezes past the lease, a visibility shorter than
 //	                     the handler, store and broker connection faults;
 //	                     on the embedded default (a temporary SQLite file)
-//	                     or --store postgres://...; a table per policy and
+//	                     or --store postgres://, redis:// or dynamodb://,
+//	                     with --queue postgres://, nats://, amqp:// or
+//	                     sqs:// as the broker; a table per policy and
 //	                     fault kind, --json FILE, --report DIR (PNG, HTML);
 //	                     exit 1 when a guarantee broke.
 //	vet [PACKAGES]       static checks of Go packages (default ./...) for
