@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -21,6 +22,9 @@ import (
 //	claim           the store's claim of a new key alone: one statement,
 //	                one commit (BenchmarkClaim runs it from Go; the target
 //	                is Go ≥ 0.9× this)
+//	claim-planned   the same, parsed and planned for each call (pgbench
+//	                -M extended): what a claim costs while the store's
+//	                table is young (see plans.go)
 //	claim+complete  the store's claim of a new key, then its completion:
 //	                two statements, two commits (the unbatched target is
 //	                0.45× insert)
@@ -36,8 +40,9 @@ import (
 //	                mostly new (claimNewSQL), 10 new keys
 //
 // Each reports pgbench's transactions a second (ops/s) and keys/s. The
-// store's table is prefilled with 20,000 rows and analyzed, so that the
-// statements run on a table in use (see plans.go). The ratio
+// store's table is prefilled (see prefill), so that the statements run on
+// a table in use. Every case but claim-planned runs prepared statements
+// (pgbench -M prepared), as the store runs its own on such a table. The ratio
 // claim+complete ÷ insert is the most any Go client of these statements
 // can reach:
 //
@@ -50,23 +55,19 @@ func BenchmarkEngineStatements(b *testing.B) {
 	s := benchStore(b, 1)
 	ctx := context.Background()
 	bare := pgx.Identifier{s.names.schema, "bench_k"}.Sanitize()
-	for _, q := range []string{
-		"CREATE TABLE " + bare + " (k text PRIMARY KEY)",
-		"INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, lease_until, expires_at, created_at, updated_at) " +
-			"SELECT 'prefill-' || g, 'completed', 'at_least_once', 1, 1, now(), now() + interval '1 hour', now(), now() FROM generate_series(1, 20000) AS g",
-		"ANALYZE " + s.Table(),
-	} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			b.Fatalf("%s: %v", q, err)
-		}
+	if _, err := s.pool.Exec(ctx, "CREATE TABLE "+bare+" (k text PRIMARY KEY)"); err != nil {
+		b.Fatal(err)
 	}
+	prefill(b, s)
 	// The statements' parameters, as pgbench expressions: :n is a random
 	// number per transaction, so a claim and its completion share a key
 	// and an attempt id. The completion reads the fence the claim made
 	// (the clock's) from the row, a lookup by key in the statement.
 	key, id := "('e' || :n)", "('a' || :n)"
 	claim := pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
-	claimOnly := pgbenchParams(s.q.claim, "('c' || :n)", "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
+	claimOnly := func(key string) string {
+		return pgbenchParams(s.q.claim, key, "'bench'", "'bench'", "'at_least_once'", "30000000", "3600000000", "''", "false", id)
+	}
 	complete := pgbenchParams(s.q.complete, key, "(SELECT f.fence FROM "+s.Table()+" AS f WHERE f.key = "+key+")", id, "'ok'", "3600000000")
 	arr := func(v, typ string) string { return "array_fill(" + v + "::" + typ + ", ARRAY[10])" }
 	claimBatch := pgbenchParams(s.q.claimBatch,
@@ -84,20 +85,22 @@ func BenchmarkEngineStatements(b *testing.B) {
 	for _, x := range []struct {
 		name, script string
 		keys         int
+		mode         string // pgbench -M; prepared when empty
 	}{
-		{"insert", "INSERT INTO " + bare + " VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;\n", 1},
-		{"claim", rnd + claimOnly + ";\n", 1},
-		{"claim+complete", rnd + claim + ";\n" + complete + ";\n", 1},
+		{"insert", "INSERT INTO " + bare + " VALUES (md5(random()::text)) ON CONFLICT DO NOTHING;\n", 1, ""},
+		{"claim", rnd + claimOnly("('c' || :n)") + ";\n", 1, ""},
+		{"claim-planned", rnd + claimOnly("('p' || :n)") + ";\n", 1, "extended"},
+		{"claim+complete", rnd + claim + ";\n" + complete + ";\n", 1, ""},
 		{"row+update", rnd + "INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, owner, lease_until, expires_at, created_at, updated_at) " +
 			"VALUES ('f' || :n, 'in_progress', 'at_least_once', 1, 1, 'bench', now() + interval '30 s', now() + interval '1 hour', now(), now()) ON CONFLICT DO NOTHING;\n" +
 			"UPDATE " + s.Table() + " SET status = 'completed', result = 'ok', lease_until = now(), updated_at = now(), expires_at = now() + interval '1 hour' " +
-			"WHERE key = 'f' || :n AND fence = 1 AND status = 'in_progress';\n", 1},
-		{"insert-10", "INSERT INTO " + bare + " SELECT md5(random()::text) FROM generate_series(1, 10) ON CONFLICT DO NOTHING;\n", 10},
+			"WHERE key = 'f' || :n AND fence = 1 AND status = 'in_progress';\n", 1, ""},
+		{"insert-10", "INSERT INTO " + bare + " SELECT md5(random()::text) FROM generate_series(1, 10) ON CONFLICT DO NOTHING;\n", 10, ""},
 		{"row-10", rnd + "INSERT INTO " + s.Table() + " (key, status, policy, fence, attempt, owner, lease_until, expires_at, created_at, updated_at, journal, correlation) " +
 			"SELECT 'r' || :n || '-' || g, 'in_progress', 'at_least_once', 1, 1, 'bench', now() + interval '30 s', now() + interval '1 hour', now(), now(), NULL, 'bench' " +
-			"FROM generate_series(1, 10) AS g ON CONFLICT DO NOTHING;\n", 10},
-		{"claim-batch-10", rnd + claimBatch + ";\n", 10},
-		{"claim-new-10", rnd + claimNew + ";\n", 10},
+			"FROM generate_series(1, 10) AS g ON CONFLICT DO NOTHING;\n", 10, ""},
+		{"claim-batch-10", rnd + claimBatch + ";\n", 10, ""},
+		{"claim-new-10", rnd + claimNew + ";\n", 10, ""},
 	} {
 		file := filepath.Join(b.TempDir(), "script.sql")
 		if err := os.WriteFile(file, []byte(x.script), 0o644); err != nil {
@@ -105,7 +108,7 @@ func BenchmarkEngineStatements(b *testing.B) {
 		}
 		for _, n := range callers {
 			b.Run(fmt.Sprintf("%s/callers=%d", x.name, n), func(b *testing.B) {
-				tps := pgbench(b, path, file, n)
+				tps := pgbench(b, path, file, cmp.Or(x.mode, "prepared"), n)
 				ranClaims = ranClaims || x.name == "claim+complete"
 				b.ReportMetric(tps, "ops/s")
 				b.ReportMetric(tps*float64(x.keys), "keys/s")
@@ -136,12 +139,12 @@ func pgbenchParams(sql string, args ...string) string {
 	return regexp.MustCompile(`\s+`).ReplaceAllString(sql, " ")
 }
 
-// pgbench runs script with clients connections (prepared statements,
+// pgbench runs script with clients connections (in query mode mode,
 // 2 threads) for b.N transactions in all (at least 50 per client), and
 // returns its rate.
-func pgbench(b *testing.B, path, script string, clients int) float64 {
+func pgbench(b *testing.B, path, script, mode string, clients int) float64 {
 	per := max(b.N/clients, 50)
-	cmd := exec.Command(path, "-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", "2",
+	cmd := exec.Command(path, "-n", "-M", mode, "-f", script, "-c", strconv.Itoa(clients), "-j", "2",
 		"-t", strconv.Itoa(per), testURL(b))
 	b.ResetTimer()
 	out, err := cmd.CombinedOutput()
