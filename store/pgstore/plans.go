@@ -18,14 +18,25 @@ import (
 // minute in which every call reads the whole table. So while the table is
 // smaller than warmPages, the store has each statement planned for its
 // own execution (pgx.QueryExecModeExec: PostgreSQL's unnamed statement,
-// still one round trip, about 0.1 to 0.3 ms more per call), and looks at
-// the table's size at most once a second, in the background; once it is
-// larger, the store uses cached statements for good. The migration also keeps the table
-// from shrinking (vacuum_truncate = false), so a table that was once large
-// never looks small to the planner again.
+// still one round trip), and looks at the table's size at most once a
+// second, in the background; once it is larger, the store uses cached
+// statements for good. The migration also keeps the table from shrinking
+// (vacuum_truncate = false), so a table that was once large never looks
+// small to the planner again.
+//
+// Planning per call is not cheap: the claim statement is long, and from
+// pgbench it runs at 0.17 – 0.28× its prepared rate when parsed and
+// planned for each call (BenchmarkEngineStatements/claim-planned against claim,
+// 8 clients). So the young phase is kept as short as the plans allow.
 
-// warmPages is the table size (in pages) from which cached plans are used.
-const warmPages = 128
+// warmPages is the table size (in pages) from which cached plans are
+// used: about 2,800 claimed keys. Generic plans (what a connection
+// caches) of the statements that look keys up use the key's index from
+// here on, on a table never analyzed or analyzed while empty; at 32 pages
+// the batch claim's and FinishBatch's still read the whole table
+// (TestWarmPagesPlans, default cost settings). A larger table only makes
+// a sequential read dearer.
+const warmPages = 64
 
 // modeArgs returns args, preceded by pgx.QueryExecModeExec while the
 // table is young.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/store"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // fill inserts n rows of prefix directly, with status and an expiry
@@ -335,5 +336,64 @@ func TestWarmPlans(t *testing.T) {
 	}
 	if cr := claimNew(t, s, "k2"); !cr.Acquired {
 		t.Fatal("claim with cached plans: not acquired")
+	}
+}
+
+// TestWarmPagesPlans: once the table has warmPages pages, the plans that
+// connections would cache for the hot statements (generic plans, forced
+// here) look keys up by key, on a table never analyzed and on one
+// analyzed while it was empty (statistics a young table has).
+func TestWarmPagesPlans(t *testing.T) {
+	t.Parallel()
+	for _, analyzed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("analyzed=%v", analyzed), func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(withParams(t, testURL(t), "plan_cache_mode", "force_generic_plan"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 2
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			s, err := New(ctx, pool, WithSchema(newSchema(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if analyzed {
+				if _, err := pool.Exec(ctx, "ANALYZE "+s.Table()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; ; i++ {
+				var pages int
+				if err := pool.QueryRow(ctx, "SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::int", s.names.qtable).Scan(&pages); err != nil {
+					t.Fatal(err)
+				}
+				if pages >= warmPages {
+					break
+				}
+				fill(t, s, fmt.Sprintf("young-%d-", i), 50, store.StatusInProgress, time.Hour, time.Minute)
+			}
+			for name, x := range map[string]struct{ sql, types, args string }{
+				"claim": {s.q.claim, "text, text, text, text, bigint, bigint, text, boolean, text",
+					"'young-0-7', 'o', 'c', 'at_least_once', 1000000, 1000000, '', false, 'i'"},
+				"claim batch": {s.q.claimBatch, "text[], text[], text[], text[], bigint[], bigint[], text[], boolean[], text[]",
+					"ARRAY['young-0-1','new-1'], ARRAY['o','o'], ARRAY['c','c'], ARRAY['at_least_once','at_least_once'], " +
+						"ARRAY[1000000,1000000]::bigint[], ARRAY[1000000,1000000]::bigint[], ARRAY['',''], ARRAY[false,false], ARRAY['i1','i2']"},
+				"complete": {s.q.complete, "text, bigint, text, bytea, bigint", "'young-0-5', 1, '', 'r', 1000000"},
+				"complete batch": {s.q.completeBatch, "text[], bigint[], text[], bytea[], bigint[]",
+					"ARRAY['young-0-2','young-0-3'], ARRAY[1,1]::bigint[], ARRAY['',''], ARRAY['r','r']::bytea[], ARRAY[1000000,1000000]::bigint[]"},
+				"get": {s.q.get, "text", "'young-0-9'"},
+			} {
+				plan := explain(t, s, x.sql, x.types, x.args)
+				if strings.Contains(plan, "Seq Scan on "+s.names.table) || !strings.Contains(plan, "Index Cond: (key = ") {
+					t.Errorf("%s's generic plan at %d pages does not look the key up by key:\n%s", name, warmPages, plan)
+				}
+			}
+		})
 	}
 }
