@@ -26,17 +26,19 @@ import (
 //
 // Planning per call is not cheap: the claim statement is long, and from
 // pgbench it runs at 0.17 – 0.28× its prepared rate when parsed and
-// planned for each call (BenchmarkEngineStatements/claim-planned against claim,
-// 8 clients). So the young phase is kept as short as the plans allow.
+// planned for each call (BenchmarkEngineStatements/claim-planned against
+// claim, 8 clients): a new store's first few thousand claims are slower.
 
 // warmPages is the table size (in pages) from which cached plans are
-// used: about 2,800 claimed keys. Generic plans (what a connection
-// caches) of the statements that look keys up use the key's index from
-// here on, on a table never analyzed or analyzed while empty; at 32 pages
-// the batch claim's and FinishBatch's still read the whole table
-// (TestWarmPagesPlans, default cost settings). A larger table only makes
-// a sequential read dearer.
-const warmPages = 64
+// used. Generic plans (what a connection caches) of the statements that
+// look keys up use the key's index from here on, on a table never
+// analyzed or analyzed while empty; at 32 pages the batch claim's and
+// FinishBatch's still read the whole table (TestWarmPagesPlans, default
+// cost settings). 64 pages did not shorten the young phase (2,718 and
+// 2,852 claims against 2,037 and 2,171 at 128, 8 callers): how many rows
+// fill the pages depends on how PostgreSQL extends a table under
+// concurrent inserts (14 to 43 rows a page in those runs).
+const warmPages = 128
 
 // modeArgs returns args, preceded by pgx.QueryExecModeExec while the
 // table is young.
