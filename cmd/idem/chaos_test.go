@@ -520,7 +520,10 @@ func checkChaosTarget(t *testing.T, res result, rep *chaosReport, target string,
 			fired[f] += n
 		}
 	}
-	for _, f := range allChaosFaults {
+	if !slices.Equal(rep.Faults, defaultChaosFaults) {
+		t.Errorf("faults %v, want the default %v", rep.Faults, defaultChaosFaults)
+	}
+	for _, f := range rep.Faults {
 		if fired[f] == 0 {
 			t.Errorf("no %s fault in the run", f)
 		}
