@@ -63,7 +63,7 @@ JetStream, a work-queue stream and a dead-letter stream per policy;
 amqp://... RabbitMQ, a queue and its dead-letter queue per policy;
 sqs://PREFIX?region=R&endpoint=URL SQS, a queue PREFIX-PID-POLICY and its
 dead-letter queue. All are deleted at the end. The workers reach JetStream,
-RabbitMQ, SQS and DynamoDB (an http:// endpoint) through a TCP relay of
+RabbitMQ, SQS and DynamoDB (an http:// endpoint) through a TCP proxy of
 the harness, which the faults cut.
 
 Where the queue is sqlqueue in the store's database (the embedded default,
@@ -82,7 +82,9 @@ timing of the processes is the machine's):
   kill-before-effect   a worker SIGKILLs itself in the handler, before the
                        effect, for a scheduled key
   kill-after-effect    ... after the effect, before its completion
-  kill-after-complete  ... after the completion, before the ack
+  kill-after-complete  ... after the completion, before the ack (on the
+                       fused path completion and ack are one commit: after
+                       both, and nothing may come back)
   stop                 SIGSTOP of a worker past its lease, then SIGCONT
   short-visibility     the handler outlives the message's visibility, which
                        is not extended: another worker receives it meanwhile
@@ -91,7 +93,7 @@ timing of the processes is the machine's):
                        workers' busy timeout; PostgreSQL:
                        pg_terminate_backend; Redis: CLIENT KILL;
                        DynamoDB, JetStream, RabbitMQ, SQS: a third of the
-                       workers' connections closed at the relay, at most
+                       workers' connections closed at the proxy, at most
                        once a second), every --cut-every on average
   outbox-relay-kill    (not by default) the producer writes every message
                        into an outbox
@@ -326,6 +328,8 @@ type chaosReport struct {
 	FaultEvery int                  `json:"fault_every"`
 	Sync       string               `json:"sqlite_synchronous"`
 	Fused      bool                 `json:"fused"`
+	FusedOff   bool                 `json:"fused_off,omitempty"` // --fused=false
+	Queue      string               `json:"queue,omitempty"`     // --queue's URL, its password hidden
 	Broken     bool                 `json:"broken_ledger,omitempty"`
 	Policies   []*chaosPolicyReport `json:"policies"`
 	OK         bool                 `json:"ok"`
@@ -407,7 +411,10 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 	target := o.targetName()
 	rep := &chaosReport{Seed: o.seed, Target: target, Faults: o.faults,
 		Keys: o.keys, Workers: o.workers, Duration: o.duration.String(), Lease: o.lease.String(),
-		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), FaultEvery: o.faultEvery, Sync: o.sync, Fused: o.chaosFused(), Broken: o.broken, OK: true}
+		Visibility: o.visibility.String(), Handlers: o.handlers, CutEvery: o.cutEvery.String(), FaultEvery: o.faultEvery, Sync: o.sync, Fused: o.chaosFused(), FusedOff: !o.fused, Broken: o.broken, OK: true}
+	if o.broker != "" {
+		rep.Queue = storeurl.Redact(o.queueURL)
+	}
 	if rep.Faults == nil {
 		rep.Faults = []string{}
 	}
@@ -789,6 +796,13 @@ func (r *chaosScenario) startWorker() error {
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
 	r.mu.Lock()
+	if r.stopping { // stopAll has taken its list: a process started now would outlive the run
+		r.mu.Unlock()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		return nil
+	}
 	r.procs[pid] = cmd
 	r.exited[pid] = done
 	r.started++

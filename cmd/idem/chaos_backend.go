@@ -29,7 +29,7 @@ import (
 )
 
 // chaosTarget names the store and queue of a chaos run; it travels to the
-// workers as JSON. The harness's setup fills in the relays.
+// workers as JSON. The harness's setup fills in the proxies.
 type chaosTarget struct {
 	Kind   string `json:"kind"`             // the store: "embedded", "postgres", "redis" or "dynamodb"
 	Path   string `json:"path,omitempty"`   // embedded: the SQLite file; redis, dynamodb: the default queue's SQLite file
@@ -229,7 +229,7 @@ const (
 )
 
 // openChaosBackend opens t's store and queue; setup (in the harness,
-// once) creates what the run needs, and fills in t's relays. A queue
+// once) creates what the run needs, and fills in t's proxies. A queue
 // not in the store's database combines with any store.
 func openChaosBackend(ctx context.Context, t *chaosTarget, dir string, setup bool) (chaosBackend, error) {
 	var (

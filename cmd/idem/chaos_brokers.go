@@ -44,7 +44,7 @@ const (
 	chaosProxyEvery = time.Second
 )
 
-// proxyCutter cuts a relay's connections, at most every chaosProxyEvery.
+// proxyCutter cuts a proxy's connections, at most every chaosProxyEvery.
 type proxyCutter struct {
 	proxy *chaosProxy // nil: no proxy (in a worker, or an endpoint it cannot stand in for)
 	mu    sync.Mutex
@@ -81,13 +81,13 @@ func hostPort(u *url.URL, def string) string {
 	return net.JoinHostPort(u.Hostname(), def)
 }
 
-// viaProxy returns raw with its host replaced by relay (host:port).
-func viaProxy(raw, relay string) (string, error) {
+// viaProxy returns raw with its host replaced by proxy (host:port).
+func viaProxy(raw, proxy string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", err
 	}
-	u.Host = relay
+	u.Host = proxy
 	return u.String(), nil
 }
 
@@ -179,7 +179,7 @@ func (d *dynamoTarget) Effects(context.Context) (map[string][]string, error) {
 }
 
 // Fault cuts about a third of the workers' HTTP connections to DynamoDB
-// at the relay, at most once a second; none without a proxy (an https
+// at the proxy, at most once a second; none without a proxy (an https
 // endpoint, or AWS's: a proxy cannot stand in for its certificate).
 func (d *dynamoTarget) Fault(context.Context) (int, error) { return d.cut.cut(), nil }
 
@@ -410,7 +410,7 @@ func (q *natsQueue) Close() error {
 // amqpQueue is queue/amqpqueue on a classic durable queue of the run's
 // own and its dead-letter queue (deleted at the end, with the delay
 // queues its retries made). The workers dial through the harness's
-// relay, and redial when it cuts them; their unacked deliveries go back
+// proxy, and redial when it cuts them; their unacked deliveries go back
 // to the queue with the connection.
 //
 // AMQP 0-9-1 counts only a queue's ready messages, not the unacked ones

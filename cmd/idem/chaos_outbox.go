@@ -283,6 +283,13 @@ func (r *chaosScenario) startRelay() error {
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
 	r.mu.Lock()
+	if r.ob.stopping { // stopRelays has taken its list: a relay started now would outlive the run
+		r.mu.Unlock()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		return nil
+	}
 	r.ob.procs[pid] = cmd
 	r.ob.exited[pid] = done
 	r.ob.started++

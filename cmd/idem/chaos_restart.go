@@ -108,7 +108,7 @@ func checkRestartFlag(o *chaosOptions, faultsGiven bool) error {
 		return usagef("--restart-store: empty command")
 	}
 	if o.pgURL == "" && o.redisURL == "" {
-		return usagef("--restart-store: the embedded store has no server to restart: give --store postgres://... or redis://...")
+		return usagef("--restart-store: chaos restarts a PostgreSQL or Redis store (--store postgres://... or redis://...), not the embedded store or DynamoDB")
 	}
 	if !faultsGiven {
 		o.faults = append(o.faults, faultStoreRestart)

@@ -120,6 +120,9 @@ func TestChaosUnfused(t *testing.T) {
 	if rep.Fused || rep.Handlers != 16 || rep.Sync != "normal" || rep.CutEvery != "150ms" {
 		t.Errorf("figures: fused %t, %d handlers, synchronous %q, cut every %q; want false, 16, normal, 150ms", rep.Fused, rep.Handlers, rep.Sync, rep.CutEvery)
 	}
+	if line := chaosCommandLine(rep); !strings.Contains(line, "--handlers 16 --cut-every 150ms --synchronous normal --fused=false") {
+		t.Errorf("the command that repeats the run leaves out its sizing: %s", line)
+	}
 	for _, pr := range rep.Policies {
 		if pr.Lost != 0 || pr.KeysWith0 != 0 || pr.FaultsInjected[faultStoreCut] == 0 {
 			t.Errorf("%s: %d lost, %d without an effect, faults %v", pr.Policy, pr.Lost, pr.KeysWith0, pr.FaultsInjected)
@@ -571,7 +574,7 @@ func awsTestEnv(t *testing.T) {
 
 // TestChaosJetStream runs idem chaos with the embedded store and
 // JetStream as the broker (a stream per policy, its connections cut at
-// the harness's relay); transactional runs, the store having DoTx. The
+// the harness's proxy); transactional runs, the store having DoTx. The
 // run's streams are gone afterwards.
 func TestChaosJetStream(t *testing.T) {
 	if testing.Short() {
@@ -602,7 +605,7 @@ func TestChaosJetStream(t *testing.T) {
 
 // TestChaosRabbitMQ runs idem chaos on PostgreSQL with RabbitMQ as the
 // broker (a queue per policy; the store's connections terminated, the
-// broker's cut at the relay). The run's queues are gone afterwards.
+// broker's cut at the proxy). The run's queues are gone afterwards.
 func TestChaosRabbitMQ(t *testing.T) {
 	if testing.Short() {
 		t.Skip("idem chaos runs worker processes")
@@ -664,7 +667,7 @@ func TestChaosSQS(t *testing.T) {
 }
 
 // TestChaosDynamoDB runs idem chaos on DynamoDB (dynalite: a table per
-// policy, the workers' HTTP connections cut at the relay) with sqlqueue
+// policy, the workers' HTTP connections cut at the proxy) with sqlqueue
 // in a SQLite file as the broker: every policy but transactional, which
 // needs DoTx. The run's tables are gone afterwards.
 func TestChaosDynamoDB(t *testing.T) {
