@@ -40,12 +40,14 @@ checks every key's effects against its record:
 
   transactional, reconcile  every key exactly once
   at_least_once             no key lost; every duplicate made by an attempt
-                            whose worker was killed (or frozen past its
-                            lease) between its effect and its completion,
-                            and taken over (journalled as a takeover)
+                            that lost its lease between its effect and its
+                            completion (its worker killed, frozen, or cut
+                            off from the store past its lease, which its
+                            log says: lease-lost), and taken over
+                            (journalled as a takeover)
   at_most_once              no key twice; every key without its effect is
                             indeterminate, listed by 'idem ls --stuck', and
-                            left by a killed or frozen worker
+                            left by an attempt that lost its lease so
 
 The store: the embedded default, sqlitestore and sqlqueue in one SQLite
 file in a temporary directory, removed at the end (--keep-dir keeps it);
@@ -153,6 +155,11 @@ type chaosOptions struct {
 	broker       string        // --queue: "" (the store's sqlqueue), "postgres", "nats", "amqp", "sqs"
 	queueURL     string        // --queue's URL
 }
+
+// chaosLeaseLost is the cause of an effect whose attempt lost its lease
+// while its worker lived: its heartbeats could not reach the store (a
+// store fault) for a whole lease, and the ledger logged lease-lost.
+const chaosLeaseLost = "lease-lost: store unreachable past the lease"
 
 // chaosPublishers is how many messages the producer publishes at once.
 const chaosPublishers = 8
@@ -392,8 +399,8 @@ type chaosEffect struct {
 }
 
 var chaosGuarantees = map[string]string{
-	"at_least_once": "no key lost; duplicates only from a worker killed or frozen between its effect and its completion, taken over",
-	"at_most_once":  "no key twice; every key without its effect indeterminate, listed by ls --stuck, left by a killed or frozen worker",
+	"at_least_once": "no key lost; duplicates only from an attempt that lost its lease (worker killed, frozen, or cut off from the store past it) between its effect and its completion, taken over",
+	"at_most_once":  "no key twice; every key without its effect indeterminate, listed by ls --stuck, left by an attempt that lost its lease (worker killed, frozen, or cut off from the store)",
 	"reconcile":     "every key exactly once",
 	"transactional": "every key exactly once",
 }
@@ -921,6 +928,23 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 	}); err != nil {
 		return err
 	}
+	// The attempts whose live worker lost its lease (its heartbeats could
+	// not reach the store, or came too late, for a whole lease): the
+	// ledger logs each as lease-lost, and the key's next attempt takes it
+	// over. To the store such a worker is one frozen past its lease.
+	lostLease := map[string]bool{}
+	if err := scanLines(filepath.Join(r.dir, "worker.log"), func(f []string) {
+		if !slices.Contains(f, "outcome=lease-lost") {
+			return
+		}
+		for _, kv := range f {
+			if id, ok := strings.CutPrefix(kv, "attempt_id="); ok {
+				lostLease[id] = true
+			}
+		}
+	}); err != nil {
+		return err
+	}
 	if r.has(faultSlow) {
 		fired, err := os.ReadDir(filepath.Join(r.dir, "fired"))
 		if err != nil {
@@ -1011,6 +1035,9 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 		if r.killed[e.PID] {
 			return "killed", false
 		}
+		if lostLease[e.Attempt] {
+			return chaosLeaseLost, false
+		}
 		return "none: a live worker", false
 	}
 	cause := func(e chaosEffect) string { c, _ := causeOf(e); return c }
@@ -1093,7 +1120,7 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 			}
 			if len(es) > 1 {
 				if unexplained {
-					pr.violate("%s: %d effects, and a duplicate made by a worker that was neither killed nor frozen", k, len(es))
+					pr.violate("%s: %d effects, and a duplicate made by a worker that was neither killed, frozen, nor cut off from the store past its lease", k, len(es))
 				}
 				took := false
 				for _, je := range rec.Journal {
@@ -1123,7 +1150,7 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 				}
 				pr.IndeterminateWhy[why]++
 				if why == "none: a live worker" {
-					pr.violate("%s: left indeterminate by %s, a worker that was neither killed nor frozen", k, rec.Owner)
+					pr.violate("%s: left indeterminate by %s, a worker that was neither killed, frozen, nor cut off from the store past its lease", k, rec.Owner)
 				}
 				if !stuck[k] {
 					pr.violate("%s: indeterminate but not listed by ls --stuck", k)
