@@ -96,10 +96,8 @@ func (q *PostgresQueue) receiveClaimed(ctx context.Context, n int, claim func(qu
 	if err != nil {
 		return nil, nil, err
 	}
-	var (
-		reqs []store.ClaimRequest
-		idx  []int // reqs[j] is ds[idx[j]]'s
-	)
+	reqs := make([]store.ClaimRequest, 0, len(ds))
+	idx := make([]int, 0, len(ds)) // reqs[j] is ds[idx[j]]'s
 	for i, d := range ds {
 		if req, ok := claim(d.Message()); ok {
 			reqs = append(reqs, req)
@@ -124,9 +122,11 @@ func (q *PostgresQueue) receiveClaimed(ctx context.Context, n int, claim func(qu
 	}
 	deadLetterCorrupt(q.p.cfg.logger, q.name, corrupt, q.deadLetter)
 	claims := make([]*idem.Claimed, len(ds))
+	all := make([]idem.Claimed, len(idx)) // one allocation for the batch's claims
 	for j, i := range idx {
 		d := ds[i].(*delivery)
-		cl := &idem.Claimed{Request: reqs[j], Result: results[j], Sent: sent}
+		cl := &all[j]
+		*cl = idem.Claimed{Request: reqs[j], Result: results[j], Sent: sent}
 		if d.msg.GroupID == "" && results[j].Acquired {
 			cl.Complete = func(ctx context.Context, req store.FinishRequest) error { return q.complete(ctx, req, d) }
 		}

@@ -129,6 +129,7 @@ func (q *SQLiteQueue) receiveClaimed(ctx context.Context, max int, claim func(qu
 		if ds, corrupt, err = q.receiveIn(st, now, max); err != nil {
 			return err
 		}
+		reqs, idx = make([]store.ClaimRequest, 0, len(ds)), make([]int, 0, len(ds))
 		for i, d := range ds {
 			if req, ok := claim(d.Message()); ok {
 				reqs = append(reqs, req)
@@ -151,9 +152,11 @@ func (q *SQLiteQueue) receiveClaimed(ctx context.Context, max int, claim func(qu
 	}
 	deadLetterCorrupt(q.s.cfg.logger, q.name, corrupt, q.deadLetter)
 	claims := make([]*idem.Claimed, len(ds))
+	all := make([]idem.Claimed, len(idx)) // one allocation for the batch's claims
 	for j, i := range idx {
 		d := ds[i].(*delivery)
-		cl := &idem.Claimed{Request: reqs[j], Result: results[j], Sent: sent}
+		cl := &all[j]
+		*cl = idem.Claimed{Request: reqs[j], Result: results[j], Sent: sent}
 		if results[j].Acquired {
 			cl.Complete = func(ctx context.Context, req store.FinishRequest) error { return q.complete(ctx, req, d) }
 		}
