@@ -3,7 +3,6 @@ package sqlqueue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -176,22 +175,11 @@ func (s *SQLite) undoClaims(results []store.ClaimResult) {
 	}
 }
 
-// sqliteCompletes puts the fused path's completions together into units
-// of work of the writer, as sqliteAcks does acks: a completion made while
-// a unit waits for the writer joins it. The unit records every completion
-// (one finish for all, FinishBatchIn) and deletes the message of each that
-// landed, so a completion and its ack commit together.
-type sqliteCompletes struct {
-	mu   sync.Mutex
-	next *sqliteCompleteGroup // the group a queued unit will take; nil if none waits
-}
-
-type sqliteCompleteGroup struct {
-	calls []*sqliteCompleteCall
-	err   error         // the unit's outcome, set before done is closed
-	done  chan struct{} // closed once the unit has committed or failed
-}
-
+// sqliteCompleteCall is one completion of the fused path, put together
+// with the others made meanwhile into a unit of the writer (unitGroups),
+// as acks are. The unit records every completion (one finish for all,
+// FinishBatchIn) and deletes the message of each that landed, so that a
+// completion and its ack commit together.
 type sqliteCompleteCall struct {
 	q       *SQLiteQueue
 	d       *delivery
@@ -209,22 +197,9 @@ func (q *SQLiteQueue) complete(ctx context.Context, req store.FinishRequest, d *
 		return ErrClosed
 	}
 	k := &sqliteCompleteCall{q: q, d: d, req: req}
-	s.completes.mu.Lock()
-	g := s.completes.next
-	first := g == nil || len(g.calls) >= maxAckGroup
-	if first {
-		g = &sqliteCompleteGroup{done: make(chan struct{})}
-		s.completes.next = g
-	}
-	g.calls = append(g.calls, k)
-	s.completes.mu.Unlock()
-	if first {
-		go s.runCompletes(g)
-	}
-	select {
-	case <-g.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	g := s.completes.join(k, s.runCompletes)
+	if err := g.wait(ctx); err != nil {
+		return err
 	}
 	if g.err != nil {
 		return s.wrapErr(fmt.Errorf("sqlqueue: complete and ack message %d of %s: %w", d.id, q.name, g.err))
@@ -233,16 +208,9 @@ func (q *SQLiteQueue) complete(ctx context.Context, req store.FinishRequest, d *
 }
 
 // runCompletes runs g as one unit of the writer and answers its calls.
-func (s *SQLite) runCompletes(g *sqliteCompleteGroup) {
-	detach := func() {
-		s.completes.mu.Lock()
-		if s.completes.next == g {
-			s.completes.next = nil
-		}
-		s.completes.mu.Unlock()
-	}
+func (s *SQLite) runCompletes(g *unitGroup[*sqliteCompleteCall]) {
 	err := s.w.do(bg, func(st *sqliteStmts, _ int64) error {
-		detach()
+		s.completes.detach(g)
 		reqs := make([]store.FinishRequest, len(g.calls))
 		for i, k := range g.calls {
 			reqs[i] = k.req
@@ -268,7 +236,7 @@ func (s *SQLite) runCompletes(g *sqliteCompleteGroup) {
 		}
 		return nil
 	}, nil)
-	detach()
+	s.completes.detach(g)
 	g.err = err
 	if err == nil {
 		for _, k := range g.calls {

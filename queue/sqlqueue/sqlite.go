@@ -37,9 +37,9 @@ type SQLite struct {
 	wakers    wakers
 	closed    atomic.Bool
 	lastSweep atomic.Int64
-	acks      sqliteAcks
-	completes sqliteCompletes // the fused path's (WithLedger)
-	ledger    sqliteLedger    // WithLedger's store, or nil
+	acks      unitGroups[*sqliteAckCall]
+	completes unitGroups[*sqliteCompleteCall] // the fused path's (WithLedger)
+	ledger    sqliteLedger                    // WithLedger's store, or nil
 
 	// txStmts are PublishTx's statements, prepared on db once it
 	// succeeds (a failure, such as tables not made yet, is tried again
