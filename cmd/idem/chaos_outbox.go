@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -202,12 +200,8 @@ func (p *postgres) OutboxPending(ctx context.Context) (int64, int64, error) {
 
 // chaosOutboxState is the harness's side of the outbox fault.
 type chaosOutboxState struct {
-	env      string
-	procs    map[int]*exec.Cmd
-	exited   map[int]chan struct{}
-	started  int
-	stopping bool
-	written  int
+	relays  chaosProcs
+	written int
 }
 
 // publish sends the producer's message m for key: into the outbox when
@@ -254,97 +248,14 @@ func (r *chaosScenario) startRelays() error {
 	}
 	cb, _ := json.Marshal(chaosRelayCfg{Dir: r.dir, Backend: r.target, Visibility: r.o.visibility})
 	r.mu.Lock()
-	r.ob.env = chaosRelayEnv + "=" + string(cb)
-	r.ob.procs, r.ob.exited = map[int]*exec.Cmd{}, map[int]chan struct{}{}
+	r.ob.relays = newChaosProcs("relay", "relay pid", chaosRelayEnv+"="+string(cb))
 	r.mu.Unlock()
 	for range chaosRelays {
-		if err := r.startRelay(); err != nil {
+		if err := r.startProc(&r.ob.relays); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// startRelay starts a relay process; a goroutine waits for it and, unless
-// the run is stopping, starts another in its place (a killed relay is
-// replaced, as a killed worker is).
-func (r *chaosScenario) startRelay() error {
-	cmd := exec.Command(r.o.exe)
-	cmd.Env = append(os.Environ(), r.ob.env)
-	logf, err := openAppend(r.dir, "relay.out")
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting a relay: %w", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	r.mu.Lock()
-	if r.ob.stopping { // stopRelays has taken its list: a relay started now would outlive the run
-		r.mu.Unlock()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		return nil
-	}
-	r.ob.procs[pid] = cmd
-	r.ob.exited[pid] = done
-	r.ob.started++
-	r.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		close(done)
-		r.mu.Lock()
-		delete(r.ob.procs, pid)
-		stopping := r.ob.stopping
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-				if time.Now().After(r.lastFault) {
-					r.lastFault = time.Now()
-				}
-			} else if !stopping {
-				r.failed = append(r.failed, fmt.Sprintf("relay pid %d: %v (see %s)", pid, err, filepath.Join(r.dir, "relay.out")))
-			}
-		}
-		r.mu.Unlock()
-		if !stopping {
-			if err := r.startRelay(); err != nil {
-				r.mu.Lock()
-				r.failed = append(r.failed, err.Error())
-				r.mu.Unlock()
-			}
-		}
-	}()
-	return nil
-}
-
-// stopRelays ends the relays: SIGTERM, then SIGKILL after 10 s.
-func (r *chaosScenario) stopRelays() {
-	r.mu.Lock()
-	r.ob.stopping = true
-	procs := maps.Clone(r.ob.procs)
-	var waits []chan struct{}
-	for pid, cmd := range procs {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		waits = append(waits, r.ob.exited[pid])
-	}
-	r.mu.Unlock()
-	timeout := time.After(10 * time.Second)
-	for _, w := range waits {
-		select {
-		case <-w:
-		case <-timeout:
-			for _, cmd := range procs {
-				_ = cmd.Process.Kill()
-			}
-			<-w
-		}
-	}
 }
 
 // checkOutbox fills pr.Outbox from the relays' logs: the kills, and what
@@ -356,7 +267,7 @@ func (r *chaosScenario) checkOutbox(ctx context.Context, be chaosBackend, pr *ch
 		return nil
 	}
 	r.mu.Lock()
-	rep := &chaosOutboxReport{Written: r.ob.written, RelaysStarted: r.ob.started}
+	rep := &chaosOutboxReport{Written: r.ob.written, RelaysStarted: r.ob.relays.started}
 	r.mu.Unlock()
 	pr.Outbox = rep
 	killedBy := map[string]int{} // dedup id → the killed relay's pid
