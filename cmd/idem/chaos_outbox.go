@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -369,27 +368,15 @@ func chaosRelayMain(raw string) int {
 
 func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 	w := &chaosWorkerState{cfg: chaosWorkerCfg{Dir: cfg.Dir}, pid: os.Getpid()}
-	var err error
-	if w.sched, err = readSchedule(cfg.Dir); err != nil {
-		return err
-	}
-	if w.kills, err = openAppend(cfg.Dir, "kills"); err != nil {
-		return err
-	}
-	pubs, err := openAppend(cfg.Dir, "relay-publishes")
-	if err != nil {
-		return err
-	}
-	lf, err := openAppend(cfg.Dir, "relay.log")
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
-	be, err := openChaosBackendPatiently(ctx, &cfg.Backend, cfg.Dir)
+	log, be, err := w.open(ctx, &cfg.Backend, "relay.log")
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	pubs, err := openAppend(cfg.Dir, "relay-publishes")
+	if err != nil {
+		return err
+	}
 	ob, ok := outboxOf(be)
 	if !ok {
 		return fmt.Errorf("the %s target has no outbox", cfg.Backend.Kind)
