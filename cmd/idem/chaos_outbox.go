@@ -79,12 +79,14 @@ type chaosOutboxReport struct {
 // sqlqueue (in the store's database, or in a SQLite file beside Redis or
 // DynamoDB); other brokers have none.
 func outboxOf(be chaosBackend) (chaosOutboxBackend, bool) {
+	var x any = be
 	if p, ok := be.(*chaosPair); ok {
-		ob, ok := p.q.(chaosOutboxBackend)
-		return ob, ok
+		x = p.q
 	}
-	ob, ok := be.(chaosOutboxBackend)
-	return ob, ok
+	if h, ok := x.(interface{ outbox() chaosOutboxBackend }); ok {
+		return h.outbox(), true
+	}
+	return nil, false
 }
 
 // chaosOutboxBackend is what a backend offers the outbox fault.
@@ -102,99 +104,81 @@ type chaosOutboxBackend interface {
 	OutboxPending(ctx context.Context) (pending, dead int64, err error)
 }
 
-func (e *embedded) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := e.h.Queue(chaosOutboxName)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	return writeOutboxSQL(ctx, e.s.DB(), ob, key, m)
+// sqlOutbox is the outbox side of a sqlqueue queue (chaosOutboxBackend):
+// a queue of its own beside the run's, in the same database, written in
+// a transaction on that database. Q is the handle's queue type, Tx its
+// transaction's.
+type sqlOutbox[Q sqlOutboxQueue[Tx], Tx any] struct {
+	open  func(name string, opts ...sqlqueue.QueueOption) (Q, error) // the handle's Queue
+	inTx  func(ctx context.Context, fn func(Tx) error) error         // runs fn in a transaction, committed if fn succeeds
+	queue string                                                     // the run's queue
 }
 
-func (e *embedded) Outbox(vis time.Duration) (queue.Source, error) {
-	return e.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+// sqlOutboxQueue is what sqlOutbox uses of a sqlqueue queue.
+type sqlOutboxQueue[Tx any] interface {
+	queue.Source
+	queue.Publisher
+	queue.TxPublisher[Tx]
+	Stats(ctx context.Context) (sqlqueue.Stats, error)
 }
 
-func (e *embedded) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return e.h.Queue(e.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
-}
-
-func (e *embedded) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := e.h.Queue(chaosOutboxName)
-	if err != nil {
-		return 0, 0, err
-	}
-	st, err := q.Stats(ctx)
-	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
-}
-
-func (r *sqlQueueFile) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := r.h.Queue(chaosOutboxName)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	return writeOutboxSQL(ctx, r.qdb, ob, key, m)
-}
-
-func (r *sqlQueueFile) Outbox(vis time.Duration) (queue.Source, error) {
-	return r.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
-}
-
-func (r *sqlQueueFile) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
-}
-
-func (r *sqlQueueFile) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := r.h.Queue(chaosOutboxName)
-	if err != nil {
-		return 0, 0, err
-	}
-	st, err := q.Stats(ctx)
-	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
-}
-
-// writeOutboxSQL writes m into ob in a transaction on db (SQLite).
-func writeOutboxSQL(ctx context.Context, db *sql.DB, ob queue.TxPublisher[*sql.Tx], key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	defer tx.Rollback()
-	p, err := outbox.PublishTx(ctx, ob, tx, key, m)
-	if err != nil {
-		return p, err
-	}
-	return p, tx.Commit()
-}
-
-func (p *postgres) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := p.h.Queue(chaosOutboxName)
+func (o sqlOutbox[Q, Tx]) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	ob, err := o.open(chaosOutboxName)
 	if err != nil {
 		return queue.Published{}, err
 	}
 	var out queue.Published
-	// The store's pool: its connections' search path is the run's schema.
-	err = pgx.BeginFunc(ctx, p.s.Pool(), func(tx pgx.Tx) error {
+	err = o.inTx(ctx, func(tx Tx) error {
 		out, err = outbox.PublishTx(ctx, ob, tx, key, m)
 		return err
 	})
 	return out, err
 }
 
-func (p *postgres) Outbox(vis time.Duration) (queue.Source, error) {
-	return p.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+func (o sqlOutbox[Q, Tx]) Outbox(vis time.Duration) (queue.Source, error) {
+	return o.open(chaosOutboxName, sqlqueue.WithVisibility(vis))
 }
 
-func (p *postgres) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return p.h.Queue(p.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
+func (o sqlOutbox[Q, Tx]) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+	return o.open(o.queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
 }
 
-func (p *postgres) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := p.h.Queue(chaosOutboxName)
+func (o sqlOutbox[Q, Tx]) OutboxPending(ctx context.Context) (int64, int64, error) {
+	q, err := o.open(chaosOutboxName)
 	if err != nil {
 		return 0, 0, err
 	}
 	st, err := q.Stats(ctx)
 	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
+}
+
+// sqliteOutbox is the outbox in the SQLite database db, whose handle is
+// h; queueName is the run's queue.
+func sqliteOutbox(h *sqlqueue.SQLite, db *sql.DB, queueName string) chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: h.Queue, queue: queueName,
+		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}}
+}
+
+func (e *embedded) outbox() chaosOutboxBackend { return sqliteOutbox(e.h, e.s.DB(), e.t.Queue) }
+
+func (r *sqlQueueFile) outbox() chaosOutboxBackend { return sqliteOutbox(r.h, r.qdb, r.t.Queue) }
+
+func (p *postgres) outbox() chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.PostgresQueue, pgx.Tx]{open: p.h.Queue, queue: p.t.Queue,
+		inTx: func(ctx context.Context, fn func(pgx.Tx) error) error {
+			// The store's pool: its connections' search path is the run's schema.
+			return pgx.BeginFunc(ctx, p.s.Pool(), fn)
+		}}
 }
 
 // chaosOutboxState is the harness's side of the outbox fault.
