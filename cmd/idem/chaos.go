@@ -433,7 +433,7 @@ func chaosRun(ctx context.Context, o chaosOptions, out io.Writer) (*chaosReport,
 			return nil, err
 		}
 		r := &chaosScenario{o: o, policy: p, dir: dir, out: out,
-			rng: rand.New(rand.NewPCG(o.seed, uint64(i))), killed: map[int]bool{}, stopped: map[int]bool{}}
+			rng: rand.New(rand.NewPCG(o.seed, uint64(i))), stopped: map[int]bool{}}
 		pr, err := r.run(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
@@ -469,17 +469,12 @@ type chaosScenario struct {
 	rng    *rand.Rand
 	target chaosTarget
 	sched  chaosSchedule
-	env    string
 
 	mu        sync.Mutex
-	procs     map[int]*exec.Cmd // alive, by pid
-	exited    map[int]chan struct{}
-	killed    map[int]bool // by a scheduled kill (SIGKILL)
+	workers   chaosProcs   // chaos_procs.go
 	stopped   map[int]bool // frozen past the lease at least once
-	started   int
 	lastFault time.Time
-	failed    []string // workers that exited with an error
-	stopping  bool
+	failed    []string // workers and relays that exited with an error
 	cuts      int
 	ob        chaosOutboxState  // chaos_outbox.go
 	restart   chaosRestartState // chaos_restart.go
@@ -559,17 +554,16 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 	wc := chaosWorkerCfg{Policy: r.policy, Dir: r.dir, Backend: r.target, Lease: r.o.lease, Visibility: r.o.visibility, Handlers: r.o.handlers,
 		MaxReceives: 12, Broken: r.o.broken}
 	cb, _ := json.Marshal(wc)
-	r.env = chaosWorkerEnv + "=" + string(cb)
-	r.procs, r.exited = map[int]*exec.Cmd{}, map[int]chan struct{}{}
+	r.workers = newChaosProcs("worker", "pid", chaosWorkerEnv+"="+string(cb))
 
 	began := time.Now()
-	defer r.stopAll()
+	defer r.stopProcs(&r.workers)
 	for range r.o.workers {
-		if err := r.startWorker(); err != nil {
+		if err := r.startProc(&r.workers); err != nil {
 			return nil, err
 		}
 	}
-	defer r.stopRelays()
+	defer r.stopProcs(&r.ob.relays)
 	if err := r.startRelays(); err != nil {
 		return nil, err
 	}
@@ -697,15 +691,15 @@ func (r *chaosScenario) run(ctx context.Context) (*chaosPolicyReport, error) {
 		}
 	}
 	drained := time.Now()
-	r.stopAll()
-	r.stopRelays()
+	r.stopProcs(&r.workers)
+	r.stopProcs(&r.ob.relays)
 	took := drained.Sub(began)
 
 	pr := &chaosPolicyReport{Policy: r.policy, Guarantee: chaosGuarantees[r.policy], Keys: r.o.keys, Messages: published, DeadLetters: int(dead),
 		DuplicateCauses: map[string]int{}, IndeterminateWhy: map[string]int{}, FaultsInjected: map[string]int{},
 		Took: took.Round(100 * time.Millisecond).String(), Throughput: float64(published) / took.Seconds()}
 	r.mu.Lock()
-	pr.WorkersStarted = r.started
+	pr.WorkersStarted = r.workers.started
 	last := r.lastFault
 	if r.has(faultStoreCut) {
 		pr.FaultsInjected[faultStoreCut] = r.cuts
@@ -756,7 +750,7 @@ func (r *chaosScenario) progress(ctx context.Context, be chaosBackend, began tim
 		return
 	}
 	r.mu.Lock()
-	started := r.started
+	started := r.workers.started
 	r.mu.Unlock()
 	done := int64(published) - pending
 	fmt.Fprintf(r.out, "  %s %s: published %d of %d messages, %d settled (%d dead letters), %.0f msg/s, %d workers started\n",
@@ -786,90 +780,6 @@ func scanLines(path string, fn func([]string)) error {
 	return sc.Err()
 }
 
-// startWorker starts a worker process; a goroutine waits for it and,
-// unless the run is stopping, starts another in its place.
-func (r *chaosScenario) startWorker() error {
-	cmd := exec.Command(r.o.exe)
-	cmd.Env = append(os.Environ(), r.env)
-	logf, err := openAppend(r.dir, "worker.out")
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting a worker: %w", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	r.mu.Lock()
-	if r.stopping { // stopAll has taken its list: a process started now would outlive the run
-		r.mu.Unlock()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		return nil
-	}
-	r.procs[pid] = cmd
-	r.exited[pid] = done
-	r.started++
-	r.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		close(done)
-		r.mu.Lock()
-		delete(r.procs, pid)
-		stopping := r.stopping
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-				r.killed[pid] = true
-				if time.Now().After(r.lastFault) {
-					r.lastFault = time.Now()
-				}
-			} else if !stopping {
-				r.failed = append(r.failed, fmt.Sprintf("pid %d: %v (see %s)", pid, err, filepath.Join(r.dir, "worker.out")))
-			}
-		}
-		r.mu.Unlock()
-		if !stopping {
-			if err := r.startWorker(); err != nil {
-				r.mu.Lock()
-				r.failed = append(r.failed, err.Error())
-				r.mu.Unlock()
-			}
-		}
-	}()
-	return nil
-}
-
-// stopAll ends the workers: SIGCONT (a frozen one), SIGTERM, then SIGKILL
-// after 10 s.
-func (r *chaosScenario) stopAll() {
-	r.mu.Lock()
-	r.stopping = true
-	var waits []chan struct{}
-	for pid, cmd := range r.procs {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		waits = append(waits, r.exited[pid])
-	}
-	procs := maps.Clone(r.procs)
-	r.mu.Unlock()
-	timeout := time.After(10 * time.Second)
-	for _, w := range waits {
-		select {
-		case <-w:
-		case <-timeout:
-			for _, cmd := range procs {
-				_ = cmd.Process.Kill()
-			}
-			<-w
-		}
-	}
-}
-
 // cutLoop injects the backend's connection fault every 200-400 ms.
 func (r *chaosScenario) cutLoop(ctx context.Context, be chaosBackend) {
 	for sleepCtx(ctx, r.o.cutEvery/2+rand.N(r.o.cutEvery)) {
@@ -888,10 +798,10 @@ func (r *chaosScenario) cutLoop(ctx context.Context, be chaosBackend) {
 func (r *chaosScenario) stopLoop(ctx context.Context) {
 	for sleepCtx(ctx, 3*time.Second+time.Duration(r.rng.Int64N(int64(2*time.Second)))) {
 		r.mu.Lock()
-		pids := slices.Sorted(maps.Keys(r.procs))
+		pids := slices.Sorted(maps.Keys(r.workers.procs))
 		var cmd *exec.Cmd
 		if len(pids) > 0 {
-			cmd = r.procs[pids[rand.N(len(pids))]]
+			cmd = r.workers.procs[pids[rand.N(len(pids))]]
 		}
 		r.mu.Unlock()
 		if cmd == nil {
@@ -1032,7 +942,7 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 		if r.stopped[e.PID] {
 			return faultStop, false
 		}
-		if r.killed[e.PID] {
+		if r.workers.killed[e.PID] {
 			return "killed", false
 		}
 		if lostLease[e.Attempt] {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/cmd/idem/internal/storeurl"
+	"github.com/idemkit/idem/internal/tcprelay"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/queue/amqpqueue"
 	"github.com/idemkit/idem/queue/jetstream"
@@ -45,8 +46,13 @@ const (
 )
 
 // proxyCutter cuts a proxy's connections, at most every chaosProxyEvery.
+// The proxy stands in the harness between the workers and a broker (or
+// DynamoDB) that has no means of its own to drop a client's connection on
+// demand: the workers dial the proxy, and a fault resets some of the
+// relayed connections, both ends at once, with no clean shutdown (the
+// worker reads a reset, the server sees its client vanish).
 type proxyCutter struct {
-	proxy *chaosProxy // nil: no proxy (in a worker, or an endpoint it cannot stand in for)
+	proxy *tcprelay.Relay // nil: no proxy (in a worker, or an endpoint it cannot stand in for)
 	mu    sync.Mutex
 	last  time.Time
 }
@@ -60,7 +66,7 @@ func (c *proxyCutter) cut() int {
 	if time.Since(c.last) < chaosProxyEvery {
 		return 0
 	}
-	n := c.proxy.Cut(chaosProxyCut)
+	n := c.proxy.CutSome(chaosProxyCut)
 	if n > 0 { // none yet (the workers still starting): try again at the next fault
 		c.last = time.Now()
 	}
@@ -142,7 +148,7 @@ func openChaosDynamo(ctx context.Context, t *chaosTarget, setup bool) (*dynamoTa
 	endpoint := ""
 	if setup {
 		if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.Scheme == "http" && ep.Host != "" {
-			if d.cut.proxy, err = newChaosProxy(hostPort(ep, "80")); err != nil {
+			if d.cut.proxy, err = tcprelay.Listen(hostPort(ep, "80")); err != nil {
 				return nil, err
 			}
 			t.StoreProxy = d.cut.proxy.Addr()
@@ -312,7 +318,7 @@ func openChaosNATS(ctx context.Context, t *chaosTarget, setup bool) (*natsQueue,
 	raw := t.BrokerURL
 	opts := []nats.Option{nats.Name("idemchaos-" + t.BrokerName)}
 	if setup {
-		if q.cut.proxy, err = newChaosProxy(hostPort(u, "4222")); err != nil {
+		if q.cut.proxy, err = tcprelay.Listen(hostPort(u, "4222")); err != nil {
 			return nil, err
 		}
 		t.Proxy = q.cut.proxy.Addr()
@@ -458,7 +464,7 @@ func openChaosAMQP(ctx context.Context, t *chaosTarget, dir string, setup bool) 
 	if u.Scheme == "amqps" {
 		def = "5671"
 	}
-	if q.cut.proxy, err = newChaosProxy(hostPort(u, def)); err != nil {
+	if q.cut.proxy, err = tcprelay.Listen(hostPort(u, def)); err != nil {
 		return nil, err
 	}
 	t.Proxy = q.cut.proxy.Addr()
@@ -707,7 +713,7 @@ func openChaosSQS(ctx context.Context, t *chaosTarget, setup bool) (*sqsQueue, e
 			return nil, err
 		}
 		if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.Scheme == "http" && ep.Host != "" {
-			if q.cut.proxy, err = newChaosProxy(hostPort(ep, "80")); err != nil {
+			if q.cut.proxy, err = tcprelay.Listen(hostPort(ep, "80")); err != nil {
 				return nil, err
 			}
 			t.Proxy = q.cut.proxy.Addr()

@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -82,12 +79,14 @@ type chaosOutboxReport struct {
 // sqlqueue (in the store's database, or in a SQLite file beside Redis or
 // DynamoDB); other brokers have none.
 func outboxOf(be chaosBackend) (chaosOutboxBackend, bool) {
+	var x any = be
 	if p, ok := be.(*chaosPair); ok {
-		ob, ok := p.q.(chaosOutboxBackend)
-		return ob, ok
+		x = p.q
 	}
-	ob, ok := be.(chaosOutboxBackend)
-	return ob, ok
+	if h, ok := x.(interface{ outbox() chaosOutboxBackend }); ok {
+		return h.outbox(), true
+	}
+	return nil, false
 }
 
 // chaosOutboxBackend is what a backend offers the outbox fault.
@@ -105,94 +104,47 @@ type chaosOutboxBackend interface {
 	OutboxPending(ctx context.Context) (pending, dead int64, err error)
 }
 
-func (e *embedded) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := e.h.Queue(chaosOutboxName)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	return writeOutboxSQL(ctx, e.s.DB(), ob, key, m)
+// sqlOutbox is the outbox side of a sqlqueue queue (chaosOutboxBackend):
+// a queue of its own beside the run's, in the same database, written in
+// a transaction on that database. Q is the handle's queue type, Tx its
+// transaction's.
+type sqlOutbox[Q sqlOutboxQueue[Tx], Tx any] struct {
+	open  func(name string, opts ...sqlqueue.QueueOption) (Q, error) // the handle's Queue
+	inTx  func(ctx context.Context, fn func(Tx) error) error         // runs fn in a transaction, committed if fn succeeds
+	queue string                                                     // the run's queue
 }
 
-func (e *embedded) Outbox(vis time.Duration) (queue.Source, error) {
-	return e.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+// sqlOutboxQueue is what sqlOutbox uses of a sqlqueue queue.
+type sqlOutboxQueue[Tx any] interface {
+	queue.Source
+	queue.Publisher
+	queue.TxPublisher[Tx]
+	Stats(ctx context.Context) (sqlqueue.Stats, error)
 }
 
-func (e *embedded) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return e.h.Queue(e.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
-}
-
-func (e *embedded) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := e.h.Queue(chaosOutboxName)
-	if err != nil {
-		return 0, 0, err
-	}
-	st, err := q.Stats(ctx)
-	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
-}
-
-func (r *sqlQueueFile) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := r.h.Queue(chaosOutboxName)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	return writeOutboxSQL(ctx, r.qdb, ob, key, m)
-}
-
-func (r *sqlQueueFile) Outbox(vis time.Duration) (queue.Source, error) {
-	return r.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
-}
-
-func (r *sqlQueueFile) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return r.h.Queue(r.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
-}
-
-func (r *sqlQueueFile) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := r.h.Queue(chaosOutboxName)
-	if err != nil {
-		return 0, 0, err
-	}
-	st, err := q.Stats(ctx)
-	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
-}
-
-// writeOutboxSQL writes m into ob in a transaction on db (SQLite).
-func writeOutboxSQL(ctx context.Context, db *sql.DB, ob queue.TxPublisher[*sql.Tx], key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return queue.Published{}, err
-	}
-	defer tx.Rollback()
-	p, err := outbox.PublishTx(ctx, ob, tx, key, m)
-	if err != nil {
-		return p, err
-	}
-	return p, tx.Commit()
-}
-
-func (p *postgres) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
-	ob, err := p.h.Queue(chaosOutboxName)
+func (o sqlOutbox[Q, Tx]) WriteOutbox(ctx context.Context, key idem.OperationKey, m queue.Outgoing) (queue.Published, error) {
+	ob, err := o.open(chaosOutboxName)
 	if err != nil {
 		return queue.Published{}, err
 	}
 	var out queue.Published
-	// The store's pool: its connections' search path is the run's schema.
-	err = pgx.BeginFunc(ctx, p.s.Pool(), func(tx pgx.Tx) error {
+	err = o.inTx(ctx, func(tx Tx) error {
 		out, err = outbox.PublishTx(ctx, ob, tx, key, m)
 		return err
 	})
 	return out, err
 }
 
-func (p *postgres) Outbox(vis time.Duration) (queue.Source, error) {
-	return p.h.Queue(chaosOutboxName, sqlqueue.WithVisibility(vis))
+func (o sqlOutbox[Q, Tx]) Outbox(vis time.Duration) (queue.Source, error) {
+	return o.open(chaosOutboxName, sqlqueue.WithVisibility(vis))
 }
 
-func (p *postgres) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
-	return p.h.Queue(p.t.Queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
+func (o sqlOutbox[Q, Tx]) PublisherNoDedup(vis time.Duration) (queue.Publisher, error) {
+	return o.open(o.queue, sqlqueue.WithVisibility(vis), sqlqueue.WithDedupWindow(0))
 }
 
-func (p *postgres) OutboxPending(ctx context.Context) (int64, int64, error) {
-	q, err := p.h.Queue(chaosOutboxName)
+func (o sqlOutbox[Q, Tx]) OutboxPending(ctx context.Context) (int64, int64, error) {
+	q, err := o.open(chaosOutboxName)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -200,14 +152,39 @@ func (p *postgres) OutboxPending(ctx context.Context) (int64, int64, error) {
 	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
 }
 
+// sqliteOutbox is the outbox in the SQLite database db, whose handle is
+// h; queueName is the run's queue.
+func sqliteOutbox(h *sqlqueue.SQLite, db *sql.DB, queueName string) chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: h.Queue, queue: queueName,
+		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}}
+}
+
+func (e *embedded) outbox() chaosOutboxBackend { return sqliteOutbox(e.h, e.s.DB(), e.t.Queue) }
+
+func (r *sqlQueueFile) outbox() chaosOutboxBackend { return sqliteOutbox(r.h, r.qdb, r.t.Queue) }
+
+func (p *postgres) outbox() chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.PostgresQueue, pgx.Tx]{open: p.h.Queue, queue: p.t.Queue,
+		inTx: func(ctx context.Context, fn func(pgx.Tx) error) error {
+			// The store's pool: its connections' search path is the run's schema.
+			return pgx.BeginFunc(ctx, p.s.Pool(), fn)
+		}}
+}
+
 // chaosOutboxState is the harness's side of the outbox fault.
 type chaosOutboxState struct {
-	env      string
-	procs    map[int]*exec.Cmd
-	exited   map[int]chan struct{}
-	started  int
-	stopping bool
-	written  int
+	relays  chaosProcs
+	written int
 }
 
 // publish sends the producer's message m for key: into the outbox when
@@ -254,97 +231,14 @@ func (r *chaosScenario) startRelays() error {
 	}
 	cb, _ := json.Marshal(chaosRelayCfg{Dir: r.dir, Backend: r.target, Visibility: r.o.visibility})
 	r.mu.Lock()
-	r.ob.env = chaosRelayEnv + "=" + string(cb)
-	r.ob.procs, r.ob.exited = map[int]*exec.Cmd{}, map[int]chan struct{}{}
+	r.ob.relays = newChaosProcs("relay", "relay pid", chaosRelayEnv+"="+string(cb))
 	r.mu.Unlock()
 	for range chaosRelays {
-		if err := r.startRelay(); err != nil {
+		if err := r.startProc(&r.ob.relays); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// startRelay starts a relay process; a goroutine waits for it and, unless
-// the run is stopping, starts another in its place (a killed relay is
-// replaced, as a killed worker is).
-func (r *chaosScenario) startRelay() error {
-	cmd := exec.Command(r.o.exe)
-	cmd.Env = append(os.Environ(), r.ob.env)
-	logf, err := openAppend(r.dir, "relay.out")
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("starting a relay: %w", err)
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	r.mu.Lock()
-	if r.ob.stopping { // stopRelays has taken its list: a relay started now would outlive the run
-		r.mu.Unlock()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		return nil
-	}
-	r.ob.procs[pid] = cmd
-	r.ob.exited[pid] = done
-	r.ob.started++
-	r.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		close(done)
-		r.mu.Lock()
-		delete(r.ob.procs, pid)
-		stopping := r.ob.stopping
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-				if time.Now().After(r.lastFault) {
-					r.lastFault = time.Now()
-				}
-			} else if !stopping {
-				r.failed = append(r.failed, fmt.Sprintf("relay pid %d: %v (see %s)", pid, err, filepath.Join(r.dir, "relay.out")))
-			}
-		}
-		r.mu.Unlock()
-		if !stopping {
-			if err := r.startRelay(); err != nil {
-				r.mu.Lock()
-				r.failed = append(r.failed, err.Error())
-				r.mu.Unlock()
-			}
-		}
-	}()
-	return nil
-}
-
-// stopRelays ends the relays: SIGTERM, then SIGKILL after 10 s.
-func (r *chaosScenario) stopRelays() {
-	r.mu.Lock()
-	r.ob.stopping = true
-	procs := maps.Clone(r.ob.procs)
-	var waits []chan struct{}
-	for pid, cmd := range procs {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		waits = append(waits, r.ob.exited[pid])
-	}
-	r.mu.Unlock()
-	timeout := time.After(10 * time.Second)
-	for _, w := range waits {
-		select {
-		case <-w:
-		case <-timeout:
-			for _, cmd := range procs {
-				_ = cmd.Process.Kill()
-			}
-			<-w
-		}
-	}
 }
 
 // checkOutbox fills pr.Outbox from the relays' logs: the kills, and what
@@ -356,7 +250,7 @@ func (r *chaosScenario) checkOutbox(ctx context.Context, be chaosBackend, pr *ch
 		return nil
 	}
 	r.mu.Lock()
-	rep := &chaosOutboxReport{Written: r.ob.written, RelaysStarted: r.ob.started}
+	rep := &chaosOutboxReport{Written: r.ob.written, RelaysStarted: r.ob.relays.started}
 	r.mu.Unlock()
 	pr.Outbox = rep
 	killedBy := map[string]int{} // dedup id → the killed relay's pid
@@ -458,27 +352,15 @@ func chaosRelayMain(raw string) int {
 
 func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 	w := &chaosWorkerState{cfg: chaosWorkerCfg{Dir: cfg.Dir}, pid: os.Getpid()}
-	var err error
-	if w.sched, err = readSchedule(cfg.Dir); err != nil {
-		return err
-	}
-	if w.kills, err = openAppend(cfg.Dir, "kills"); err != nil {
-		return err
-	}
-	pubs, err := openAppend(cfg.Dir, "relay-publishes")
-	if err != nil {
-		return err
-	}
-	lf, err := openAppend(cfg.Dir, "relay.log")
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
-	be, err := openChaosBackendPatiently(ctx, &cfg.Backend, cfg.Dir)
+	log, be, err := w.open(ctx, &cfg.Backend, "relay.log")
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	pubs, err := openAppend(cfg.Dir, "relay-publishes")
+	if err != nil {
+		return err
+	}
 	ob, ok := outboxOf(be)
 	if !ok {
 		return fmt.Errorf("the %s target has no outbox", cfg.Backend.Kind)

@@ -572,6 +572,20 @@ func awsTestEnv(t *testing.T) {
 	}
 }
 
+// chaosAWSTest opens a chaos test on an AWS service (testenv's name):
+// it skips under -short, requires the service's endpoint, gives the test
+// the AWS environment of awsTestEnv, and returns the endpoint and the
+// prefix of the run's queues or tables.
+func chaosAWSTest(t *testing.T, name, suite string) (ep, prefix string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("idem chaos runs worker processes")
+	}
+	ep = testenv.Require(t, name, suite)
+	awsTestEnv(t)
+	return ep, "idemchaost" + strconv.Itoa(os.Getpid())
+}
+
 // TestChaosJetStream runs idem chaos with the embedded store and
 // JetStream as the broker (a stream per policy, its connections cut at
 // the harness's proxy); transactional runs, the store having DoTx. The
@@ -644,12 +658,7 @@ func TestChaosRabbitMQ(t *testing.T) {
 // (local-aws-sqs) as the broker, named sqs://PREFIX?region=R&endpoint=URL:
 // a queue and a dead-letter queue per policy, deleted at the end.
 func TestChaosSQS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("idem chaos runs worker processes")
-	}
-	ep := testenv.Require(t, testenv.SQS, "idem chaos on SQS")
-	awsTestEnv(t)
-	prefix := "idemchaost" + strconv.Itoa(os.Getpid())
+	ep, prefix := chaosAWSTest(t, testenv.SQS, "idem chaos on SQS")
 	res, rep := chaosJSON(t, append([]string{"--queue", "sqs://" + prefix + "?region=us-east-1&endpoint=" + ep,
 		"--policies", "at_least_once,reconcile"}, chaosShort...)...)
 	checkChaosTarget(t, res, rep, "embedded: sqlitestore + SQS", 2, true, true)
@@ -671,12 +680,7 @@ func TestChaosSQS(t *testing.T) {
 // in a SQLite file as the broker: every policy but transactional, which
 // needs DoTx. The run's tables are gone afterwards.
 func TestChaosDynamoDB(t *testing.T) {
-	if testing.Short() {
-		t.Skip("idem chaos runs worker processes")
-	}
-	ep := testenv.Require(t, testenv.DynamoDB, "idem chaos on DynamoDB")
-	awsTestEnv(t)
-	prefix := "idemchaost" + strconv.Itoa(os.Getpid())
+	ep, prefix := chaosAWSTest(t, testenv.DynamoDB, "idem chaos on DynamoDB")
 	st := "dynamodb://" + prefix + "?region=us-east-1&endpoint=" + ep
 	res, rep := chaosJSON(t, append([]string{"--store", st, "--policies", "at_least_once,at_most_once"}, chaosShort...)...)
 	checkChaosTarget(t, res, rep, "DynamoDB: dynamostore", 2, true, true)

@@ -141,22 +141,32 @@ func (w *chaosWorkerState) once(kind, key string) bool {
 	return true
 }
 
-func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
-	w := &chaosWorkerState{cfg: cfg, pid: os.Getpid()}
+// open is the start a worker and a relay share: it reads the schedule,
+// opens the kills file and a logger into logName in w's directory, and
+// opens the backend of target once it is there.
+func (w *chaosWorkerState) open(ctx context.Context, target *chaosTarget, logName string) (*slog.Logger, chaosBackend, error) {
 	var err error
-	if w.sched, err = readSchedule(cfg.Dir); err != nil {
-		return err
+	if w.sched, err = readSchedule(w.cfg.Dir); err != nil {
+		return nil, nil, err
 	}
-	if w.kills, err = openAppend(cfg.Dir, "kills"); err != nil {
-		return err
+	if w.kills, err = openAppend(w.cfg.Dir, "kills"); err != nil {
+		return nil, nil, err
 	}
-	lf, err := openAppend(cfg.Dir, "worker.log")
+	lf, err := openAppend(w.cfg.Dir, logName)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
+	be, err := openChaosBackendPatiently(ctx, target, w.cfg.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, be, nil
+}
 
-	be, err := openChaosBackendPatiently(ctx, &cfg.Backend, cfg.Dir)
+func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
+	w := &chaosWorkerState{cfg: cfg, pid: os.Getpid()}
+	log, be, err := w.open(ctx, &cfg.Backend, "worker.log")
 	if err != nil {
 		return err
 	}

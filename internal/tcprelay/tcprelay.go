@@ -2,15 +2,18 @@
 // server, for the faults a real server cannot produce on demand: the
 // network going silent (Blackhole), an answer lost after the server acted
 // on the request (DropAnswers, DropReplies), and every connection dying at
-// once (Cut, or Close, which also stops accepting).
-// Everything else is the real server's.
+// once (Cut, or Close, which also stops accepting), or some of them
+// (CutSome). Everything else is the real server's.
+//
+// New is for tests; Listen for a command (idem chaos), which has no
+// testing.TB.
 package tcprelay
 
 import (
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
-	"testing"
 )
 
 // Relay forwards each connection it accepts to the target.
@@ -23,23 +26,41 @@ type Relay struct {
 	cutAt  atomic.Int64 // bytes of answers left before a cut; 0: none armed
 	cuts   atomic.Int32
 	mu     sync.Mutex
-	conns  []net.Conn
+	conns  map[*link]struct{} // the live relayed connections
 	closed bool
 	wg     sync.WaitGroup
 }
 
+// TB is the part of testing.TB that New uses: taking it rather than
+// testing.TB keeps package testing out of a command that uses Listen.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // New starts a relay to target (host:port) on a free loopback port; it is
 // closed when tb ends.
-func New(tb testing.TB, target string) *Relay {
+func New(tb TB, target string) *Relay {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := Listen(target)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &Relay{ln: ln, target: target}
-	r.wg.Go(r.accept)
 	tb.Cleanup(r.Close)
 	return r
+}
+
+// Listen starts a relay to target (host:port) on a free loopback port;
+// the caller closes it.
+func Listen(target string) (*Relay, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{ln: ln, target: target, conns: map[*link]struct{}{}}
+	r.wg.Go(r.accept)
+	return r, nil
 }
 
 // Addr is the address clients dial instead of the target.
@@ -78,11 +99,42 @@ func (r *Relay) AnswersCut() int { return int(r.cuts.Load()) }
 func (r *Relay) Cut() {
 	r.mu.Lock()
 	conns := r.conns
-	r.conns = nil
+	r.conns = map[*link]struct{}{}
 	r.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
+	for l := range conns {
+		l.close()
 	}
+}
+
+// CutSome resets each relayed connection with probability p, and at
+// least one when there is one, and says how many it reset. The client
+// reads a reset (no clean shutdown), the server sees its client vanish;
+// the relay goes on accepting, and a client can reconnect.
+func (r *Relay) CutSome(p float64) int {
+	r.mu.Lock()
+	var cut []*link
+	for l := range r.conns {
+		if rand.Float64() < p {
+			cut = append(cut, l)
+			delete(r.conns, l)
+		}
+	}
+	if len(cut) == 0 {
+		for l := range r.conns { // a random one: map order is random
+			cut = append(cut, l)
+			delete(r.conns, l)
+			break
+		}
+	}
+	r.mu.Unlock()
+	for _, l := range cut {
+		// SO_LINGER 0: an RST, not a FIN after the buffered bytes.
+		if tc, ok := l.client.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		l.close()
+	}
+	return len(cut)
 }
 
 // Close stops accepting and closes every relayed connection (the server
@@ -91,8 +143,8 @@ func (r *Relay) Close() {
 	r.ln.Close()
 	r.mu.Lock()
 	r.closed = true
-	for _, c := range r.conns {
-		c.Close()
+	for l := range r.conns {
+		l.close()
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
@@ -116,23 +168,34 @@ func (r *Relay) accept() {
 			s.Close()
 			return
 		}
-		r.conns = append(r.conns, c, s)
+		l := &link{client: c, server: s}
+		r.conns[l] = struct{}{}
 		r.mu.Unlock()
-		l := new(link)
 		r.wg.Go(func() { r.pipe(s, c, false, l) })
 		r.wg.Go(func() { r.pipe(c, s, true, l) })
 	}
 }
 
-// link is what the two pipes of one relayed connection share.
+// link is one relayed connection, which its two pipes share.
 type link struct {
-	dropNext atomic.Bool // DropReplies picked this connection: drop its next answer
+	client, server net.Conn
+	dropNext       atomic.Bool // DropReplies picked this connection: drop its next answer
+}
+
+func (l *link) close() {
+	l.client.Close()
+	l.server.Close()
 }
 
 // pipe copies src to dst until either fails; answers says src is the
 // server, whose reads DropAnswers and DropReplies may drop.
 func (r *Relay) pipe(dst, src net.Conn, answers bool, l *link) {
-	defer dst.Close()
+	defer func() {
+		dst.Close()
+		r.mu.Lock()
+		delete(r.conns, l) // no longer live: CutSome counts the others
+		r.mu.Unlock()
+	}()
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
