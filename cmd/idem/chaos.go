@@ -43,7 +43,8 @@ checks every key's effects against its record:
                             that lost its lease between its effect and its
                             completion (its worker killed, frozen, or cut
                             off from the store past its lease, which its
-                            log says: lease-lost), and taken over
+                            log says: lease-lost, or a store-error on the
+                            write that ends it), and taken over
                             (journalled as a takeover)
   at_most_once              no key twice; every key without its effect is
                             indeterminate, listed by 'idem ls --stuck', and
@@ -156,10 +157,18 @@ type chaosOptions struct {
 	queueURL     string        // --queue's URL
 }
 
-// chaosLeaseLost is the cause of an effect whose attempt lost its lease
-// while its worker lived: its heartbeats could not reach the store (a
-// store fault) for a whole lease, and the ledger logged lease-lost.
-const chaosLeaseLost = "lease-lost: store unreachable past the lease"
+// The causes of an effect whose worker lived but could not reach the
+// store, found by its attempt id in the workers' log (cutOffAttempts). To
+// the store such a worker is one frozen past its lease.
+const (
+	// chaosLeaseLost: its heartbeats could not reach the store (a store
+	// fault) for a whole lease, and the ledger logged lease-lost.
+	chaosLeaseLost = "lease-lost: store unreachable past the lease"
+	// chaosNotRecorded: fn returned, but the store could not take the
+	// write that ends the attempt within the ledger's finish timeout, and
+	// the ledger logged store-error for it; the lease then ran out.
+	chaosNotRecorded = "store-error: its end not recorded"
+)
 
 // chaosPublishers is how many messages the producer publishes at once.
 const chaosPublishers = 8
@@ -819,6 +828,37 @@ func (r *chaosScenario) stopLoop(ctx context.Context) {
 	}
 }
 
+// cutOffAttempts reads the workers' log (slog's text lines) for the
+// attempts whose live worker could not reach the store: by attempt id,
+// chaosLeaseLost for those the ledger logged as lease-lost (the key's next
+// attempt takes it over), chaosNotRecorded for those whose closing write
+// it logged as a store-error (op complete, release, fail or abandon: the
+// lease runs out, and the same follows). A claim's store-error names no
+// attempt that ran fn, so it is not one.
+func cutOffAttempts(path string) (map[string]string, error) {
+	cut := map[string]string{}
+	err := scanLines(path, func(f []string) {
+		var cause string
+		switch {
+		case slices.Contains(f, "outcome=lease-lost"):
+			cause = chaosLeaseLost
+		case slices.Contains(f, "outcome=store-error") && slices.ContainsFunc(f, func(kv string) bool {
+			op, ok := strings.CutPrefix(kv, "op=")
+			return ok && slices.Contains([]string{"complete", "release", "fail", "abandon"}, op)
+		}):
+			cause = chaosNotRecorded
+		default:
+			return
+		}
+		for _, kv := range f {
+			if id, ok := strings.CutPrefix(kv, "attempt_id="); ok && id != "" {
+				cut[id] = cause
+			}
+		}
+	})
+	return cut, err
+}
+
 // check reads every key's record and effects and checks the policy's
 // guarantee, filling pr.
 func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPolicyReport) error {
@@ -838,21 +878,8 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 	}); err != nil {
 		return err
 	}
-	// The attempts whose live worker lost its lease (its heartbeats could
-	// not reach the store, or came too late, for a whole lease): the
-	// ledger logs each as lease-lost, and the key's next attempt takes it
-	// over. To the store such a worker is one frozen past its lease.
-	lostLease := map[string]bool{}
-	if err := scanLines(filepath.Join(r.dir, "worker.log"), func(f []string) {
-		if !slices.Contains(f, "outcome=lease-lost") {
-			return
-		}
-		for _, kv := range f {
-			if id, ok := strings.CutPrefix(kv, "attempt_id="); ok {
-				lostLease[id] = true
-			}
-		}
-	}); err != nil {
+	cutOff, err := cutOffAttempts(filepath.Join(r.dir, "worker.log"))
+	if err != nil {
 		return err
 	}
 	if r.has(faultSlow) {
@@ -945,8 +972,8 @@ func (r *chaosScenario) check(ctx context.Context, be chaosBackend, pr *chaosPol
 		if r.workers.killed[e.PID] {
 			return "killed", false
 		}
-		if lostLease[e.Attempt] {
-			return chaosLeaseLost, false
+		if c, ok := cutOff[e.Attempt]; ok {
+			return c, false
 		}
 		return "none: a live worker", false
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -722,5 +723,39 @@ func TestChaosPostgresQueue(t *testing.T) {
 	}
 	if left != 0 {
 		t.Errorf("the run's queue schema was left behind")
+	}
+}
+
+// TestCutOffAttempts: the checker finds, in the workers' log as the
+// ledger writes it, the attempts whose live worker could not reach the
+// store (a lost lease, or a closing write the store did not take), and
+// not the claims that failed, which ran no fn.
+func TestCutOffAttempts(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "worker.log")
+	lines := []string{
+		`time=2026-12-02T17:59:16.481Z level=WARN msg="idem lease-lost" pid=25714 key=chaos:31 outcome=lease-lost fence=1796234349662324 attempt=1 owner=chaos-25714 correlation_id=48 policy=at_least_once attempt_id=heSNoLxD3Rwbm_FWAfWl7A error="idem: lease lost: the lease ran out before the store granted an extension" msg_detail="fn may have done its effect; nothing recorded, the key's new holder decides"`,
+		`time=2026-12-02T17:59:17.002Z level=ERROR msg="idem store-error" pid=25714 key=chaos:32 outcome=store-error fence=1796234349662330 attempt=1 owner=chaos-25714 correlation_id=49 policy=at_least_once attempt_id=Zm9vYmFyYmF6cXV4cXV1eA op=complete error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
+		`time=2026-12-02T17:59:17.100Z level=ERROR msg="idem store-error" pid=25714 key=chaos:33 outcome=store-error fence=1796234349662331 attempt=1 owner=chaos-25714 correlation_id=50 policy=at_least_once attempt_id=cmVsZWFzZXJlbGVhc2VyZQ op=release error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
+		`time=2026-12-02T17:58:00.084Z level=ERROR msg="idem store-error" pid=25385 key=chaos:21 outcome=store-error fence=0 attempt=0 owner=chaos-25385 correlation_id=34 policy=at_least_once op=claim error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
+		`time=2026-12-02T17:58:00.090Z level=ERROR msg="idem store-error" pid=25385 key=chaos:22 outcome=store-error fence=7 attempt=2 owner=chaos-25385 correlation_id=35 policy=at_least_once attempt_id=Y2xhaW1jbGFpbWNsYWltY2w op=claim error="connection reset"`,
+		`time=2026-12-02T17:58:01.000Z level=WARN msg="idem takeover" pid=25392 key=chaos:31 outcome=takeover fence=1796234349662400 attempt=2 owner=chaos-25392 attempt_id=dGFrZW92ZXJ0YWtlb3Zlcg`,
+	}
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cutOffAttempts(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"heSNoLxD3Rwbm_FWAfWl7A": chaosLeaseLost,
+		"Zm9vYmFyYmF6cXV4cXV1eA": chaosNotRecorded,
+		"cmVsZWFzZXJlbGVhc2VyZQ": chaosNotRecorded,
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("cut-off attempts %v, want %v", got, want)
+	}
+	if got, err := cutOffAttempts(filepath.Join(t.TempDir(), "none.log")); err != nil || len(got) != 0 {
+		t.Fatalf("no log: %v, %v; want none, nil", got, err)
 	}
 }
