@@ -170,6 +170,15 @@ const (
 	chaosNotRecorded = "store-error: its end not recorded"
 )
 
+// The defaults of the sizing flags, which the command that repeats a run
+// (chaosCommandLine) leaves out.
+const (
+	chaosDefaultHandlers   = 4
+	chaosDefaultFaultEvery = 500
+	chaosDefaultCutEvery   = 300 * time.Millisecond
+	chaosDefaultSync       = "full"
+)
+
 // chaosPublishers is how many messages the producer publishes at once.
 const chaosPublishers = 8
 
@@ -182,8 +191,8 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	faults := fs.String("faults", strings.Join(defaultChaosFaults, ","), "the `faults` to inject, comma-separated, or none (outbox-relay-kill and store-restart only when named; store-restart needs --restart-store)")
 	fs.IntVar(&o.keys, "keys", 200, "how many keys per policy (`N`); each is published 1-5 times")
 	fs.IntVar(&o.workers, "workers", 3, "worker processes alive at once (`N`)")
-	fs.IntVar(&o.handlers, "handlers", 4, "messages each worker handles at once (`N`)")
-	fs.StringVar(&o.sync, "synchronous", "full", "SQLite's synchronous `mode` for the ledger's and the sink's files: full (the default, an acknowledged write survives a power loss) or normal (it survives a process crash, which is all the faults here are)")
+	fs.IntVar(&o.handlers, "handlers", chaosDefaultHandlers, "messages each worker handles at once (`N`)")
+	fs.StringVar(&o.sync, "synchronous", chaosDefaultSync, "SQLite's synchronous `mode` for the ledger's and the sink's files: full (the default, an acknowledged write survives a power loss) or normal (it survives a process crash, which is all the faults here are)")
 	o.duration = 10 * time.Second
 	fs.Var(durationValue{&o.duration}, "duration", "how long the messages arrive and the faults go on, per policy (`D`)")
 	o.lease = 3 * time.Second
@@ -191,8 +200,8 @@ func runChaos(ctx context.Context, a *app, args []string) error {
 	o.visibility = 4 * time.Second
 	fs.Var(durationValue{&o.visibility}, "visibility", "the queue's visibility timeout (`D`)")
 	fs.Uint64Var(&o.seed, "seed", 1, "the schedule's seed (`N`): keys, copies, faults")
-	fs.IntVar(&o.faultEvery, "fault-every", 500, "each scheduled fault (the kills, short-visibility) strikes one key in `N`, at least 6 keys and at most one in 25")
-	o.cutEvery = 300 * time.Millisecond
+	fs.IntVar(&o.faultEvery, "fault-every", chaosDefaultFaultEvery, "each scheduled fault (the kills, short-visibility) strikes one key in `N`, at least 6 keys and at most one in 25")
+	o.cutEvery = chaosDefaultCutEvery
 	fs.Var(durationValue{&o.cutEvery}, "cut-every", "the mean time between two store cuts (`D`; each 1/2 D to 3/2 D after the last)")
 	fs.StringVar(&o.jsonFile, "json", "", "write the figures as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&o.reportDir, "report", "", "write chart.png and index.html into `DIR`")

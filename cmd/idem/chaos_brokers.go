@@ -494,7 +494,7 @@ func (q *amqpQueue) Source(ctx context.Context, _ time.Duration) (queue.Source, 
 		f.Close()
 		return nil, err
 	}
-	return &settleLog{Source: q.src, f: f}, nil
+	return &wrappedSource{Source: q.src, wrap: func(d queue.Delivery) queue.Delivery { return &settleLogged{Delivery: d, f: f} }}, nil
 }
 
 func (q *amqpQueue) Publisher(context.Context, time.Duration) (queue.Publisher, error) {
@@ -518,21 +518,8 @@ func (p publishLog) Publish(ctx context.Context, m queue.Outgoing) (queue.Publis
 	return res, err
 }
 
-// settleLog logs, one line each, every ack or dead-letter a worker sets
-// out to send.
-type settleLog struct {
-	queue.Source
-	f *os.File
-}
-
-func (s *settleLog) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
-	ds, err := s.Source.Receive(ctx, max)
-	for i, d := range ds {
-		ds[i] = &settleLogged{Delivery: d, f: s.f}
-	}
-	return ds, err
-}
-
+// settleLogged logs, one line each, every ack or dead-letter a worker
+// sets out to send.
 type settleLogged struct {
 	queue.Delivery
 	f *os.File

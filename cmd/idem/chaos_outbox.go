@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -335,20 +333,7 @@ func chaosKeyOdd(key string) bool {
 }
 
 // chaosRelayMain runs a relay until SIGTERM and returns its exit code.
-func chaosRelayMain(raw string) int {
-	var cfg chaosRelayCfg
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "idem chaos relay: bad config:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := chaosRelay(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "idem chaos relay:", err)
-		return 1
-	}
-	return 0
-}
+func chaosRelayMain(raw string) int { return chaosChildMain(raw, "relay", chaosRelay) }
 
 func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 	w := &chaosWorkerState{cfg: chaosWorkerCfg{Dir: cfg.Dir}, pid: os.Getpid()}
@@ -377,7 +362,7 @@ func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 	if err != nil {
 		return err
 	}
-	relay, err := outbox.NewRelay(&chaosRelaySource{Source: src, w: w},
+	relay, err := outbox.NewRelay(&wrappedSource{Source: src, wrap: func(d queue.Delivery) queue.Delivery { return &chaosRelayDelivery{Delivery: d, w: w} }},
 		&chaosRelayTarget{dedup: dedup, plain: plain, w: w, log: pubs},
 		outbox.WithPublishTimeout(min(cfg.Visibility, 2*time.Second)),
 		outbox.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
@@ -388,21 +373,8 @@ func chaosRelay(ctx context.Context, cfg chaosRelayCfg) error {
 	return relay.Run(ctx)
 }
 
-// chaosRelaySource wraps the outbox: the ack of a delivery whose key is
-// scheduled outbox-relay-kill kills the relay first (once per key).
-type chaosRelaySource struct {
-	queue.Source
-	w *chaosWorkerState
-}
-
-func (s *chaosRelaySource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
-	ds, err := s.Source.Receive(ctx, max)
-	for i, d := range ds {
-		ds[i] = &chaosRelayDelivery{Delivery: d, w: s.w}
-	}
-	return ds, err
-}
-
+// chaosRelayDelivery is a delivery of the outbox whose ack, for a key
+// scheduled outbox-relay-kill, kills the relay first (once per key).
 type chaosRelayDelivery struct {
 	queue.Delivery
 	w *chaosWorkerState

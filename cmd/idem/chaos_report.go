@@ -259,16 +259,16 @@ func chaosCommandLine(rep *chaosReport) string {
 	}
 	line := fmt.Sprintf("idem chaos --policies %s --faults %s --keys %d --workers %d --duration %s --lease %s --visibility %s --seed %d",
 		strings.Join(policies, ","), orNone(rep.Faults), rep.Keys, rep.Workers, rep.Duration, rep.Lease, rep.Visibility, rep.Seed)
-	if rep.Handlers != 0 && rep.Handlers != 4 {
+	if rep.Handlers != 0 && rep.Handlers != chaosDefaultHandlers {
 		line += fmt.Sprintf(" --handlers %d", rep.Handlers)
 	}
-	if rep.FaultEvery != 0 && rep.FaultEvery != 500 {
+	if rep.FaultEvery != 0 && rep.FaultEvery != chaosDefaultFaultEvery {
 		line += fmt.Sprintf(" --fault-every %d", rep.FaultEvery)
 	}
-	if rep.CutEvery != "" && rep.CutEvery != "300ms" {
+	if rep.CutEvery != "" && rep.CutEvery != chaosDefaultCutEvery.String() {
 		line += " --cut-every " + rep.CutEvery
 	}
-	if rep.Sync != "" && rep.Sync != "full" {
+	if rep.Sync != "" && rep.Sync != chaosDefaultSync {
 		line += " --synchronous " + rep.Sync
 	}
 	if rep.FusedOff {

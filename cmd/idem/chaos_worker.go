@@ -68,16 +68,21 @@ var defaultChaosFaults = allChaosFaults[:len(allChaosFaults)-2]
 const chaosEffectWindow = 20 * time.Millisecond
 
 // chaosWorkerMain runs a worker until SIGTERM and returns its exit code.
-func chaosWorkerMain(raw string) int {
-	var cfg chaosWorkerCfg
+func chaosWorkerMain(raw string) int { return chaosChildMain(raw, "worker", chaosWork) }
+
+// chaosChildMain runs one of idem chaos's child processes (what: worker,
+// relay), whose JSON config is raw, until SIGTERM, and returns its exit
+// code: 2 for a config it cannot read, 1 when run fails.
+func chaosChildMain[C any](raw, what string, run func(context.Context, C) error) int {
+	var cfg C
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "idem chaos worker: bad config:", err)
+		fmt.Fprintf(os.Stderr, "idem chaos %s: bad config: %v\n", what, err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := chaosWork(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "idem chaos worker:", err)
+	if err := run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "idem chaos %s: %v\n", what, err)
 		return 1
 	}
 	return 0
@@ -186,7 +191,7 @@ func chaosWork(ctx context.Context, cfg chaosWorkerCfg) error {
 	}
 	l := idem.New(s, idem.WithOwner("chaos-"+strconv.Itoa(w.pid)), idem.WithLease(cfg.Lease),
 		idem.WithPolicy(policy), idem.WithLogger(log))
-	wsrc := &chaosSource{Source: src, w: w}
+	wsrc := newChaosSource(src, w)
 	if cfg.Policy == "transactional" {
 		return w.txLoop(ctx, wsrc, l, be)
 	}
@@ -321,19 +326,28 @@ func (w *chaosWorkerState) txOne(ctx context.Context, d queue.Delivery, l *idem.
 	}
 }
 
-// chaosSource wraps the queue's source: its deliveries log their
-// fire the kill after completion (before the ack), and are not extended for a key scheduled short-visibility.
-type chaosSource struct {
+// wrappedSource is a source whose every delivery wrap wraps: a fault
+// fired at its settle, a line logged.
+type wrappedSource struct {
 	queue.Source
-	w *chaosWorkerState
+	wrap func(queue.Delivery) queue.Delivery
 }
 
-func (s *chaosSource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+func (s *wrappedSource) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
 	ds, err := s.Source.Receive(ctx, max)
 	for i, d := range ds {
-		ds[i] = &chaosDelivery{Delivery: d, w: s.w}
+		ds[i] = s.wrap(d)
 	}
 	return ds, err
+}
+
+// chaosSource wraps the queue's source: its deliveries fire the kill
+// after completion (before the ack), and are not extended for a key
+// scheduled short-visibility.
+type chaosSource struct{ wrappedSource }
+
+func newChaosSource(src queue.Source, w *chaosWorkerState) *chaosSource {
+	return &chaosSource{wrappedSource{Source: src, wrap: func(d queue.Delivery) queue.Delivery { return &chaosDelivery{Delivery: d, w: w} }}}
 }
 
 // ClaimsFor and ReceiveClaimed make a chaosSource a queue.ClaimingSource
@@ -352,7 +366,7 @@ func (s *chaosSource) ReceiveClaimed(ctx context.Context, max int, claim func(qu
 	}
 	ds, claims, err := cs.ReceiveClaimed(ctx, max, claim)
 	for i, d := range ds {
-		ds[i] = &chaosDelivery{Delivery: d, w: s.w}
+		ds[i] = s.wrap(d)
 	}
 	return ds, claims, err
 }
