@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgarray"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
@@ -322,7 +323,7 @@ func (c *pgCompleter) try(ctx context.Context, batch []*pgCompletion, refused []
 	}
 	deleted = make(map[delivered]bool, len(ids))
 	if len(ids) > 0 {
-		rows, err := tx.Query(ctx, p.n.ackMany, ids, receipts)
+		rows, err := tx.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
 		if err != nil {
 			return nil, nil, false, err
 		}

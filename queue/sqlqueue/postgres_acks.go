@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/internal/pgarray"
 )
 
 // pgAcks deletes acked messages in groups: acks made while a DELETE is on
@@ -144,7 +146,7 @@ func (a *pgAcks) run(batch []*pgAck) {
 	for i, k := range batch {
 		ids[i], receipts[i] = k.id, k.receipt
 	}
-	rows, err := p.pool.Query(ctx, p.n.ackMany, ids, receipts)
+	rows, err := p.pool.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
 	if err != nil {
 		answer(nil, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/idemkit/idem/internal/pgarray"
 	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
@@ -262,7 +263,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []store.ClaimReq
 	for range maxClaimRuns {
 		n := len(round)
 		a := newBatchArgs(reqs, round)
-		rows, err := s.query(ctx, q, s.q.claimBatch, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.takes, a.ids)
+		rows, err := s.query(ctx, q, s.q.claimBatch, pgarray.Text(a.keys), pgarray.Text(a.owners), pgarray.Text(a.corrs), pgarray.Text(a.policies), a.leases, a.rets, pgarray.Text(a.fps), a.takes, pgarray.Text(a.ids))
 		if err != nil {
 			return err
 		}
@@ -312,7 +313,7 @@ func (s *Store) claimRound(ctx context.Context, q querier, reqs []store.ClaimReq
 // requests: one array per field, and each key's request index.
 type batchArgs struct {
 	keys, ids, owners, corrs, policies, fps []string
-	leases, rets                            []int64
+	leases, rets                            pgarray.Int64s
 	takes                                   []bool
 	index                                   map[string]int
 }
@@ -321,7 +322,7 @@ func newBatchArgs(reqs []store.ClaimRequest, round []int) batchArgs {
 	n := len(round)
 	a := batchArgs{
 		keys: make([]string, n), ids: make([]string, n), owners: make([]string, n), corrs: make([]string, n), policies: make([]string, n), fps: make([]string, n),
-		leases: make([]int64, n), rets: make([]int64, n), takes: make([]bool, n),
+		leases: make(pgarray.Int64s, n), rets: make(pgarray.Int64s, n), takes: make([]bool, n),
 		index: make(map[string]int, n),
 	}
 	for j, i := range round {
@@ -338,7 +339,7 @@ func newBatchArgs(reqs []store.ClaimRequest, round []int) batchArgs {
 // returns the keys inserted.
 func (s *Store) claimNew(ctx context.Context, q querier, reqs []store.ClaimRequest, round []int, out []store.ClaimResult) (map[string]bool, error) {
 	a := newBatchArgs(reqs, round)
-	rows, err := s.query(ctx, q, s.q.claimNew, a.keys, a.owners, a.corrs, a.policies, a.leases, a.rets, a.fps, a.ids)
+	rows, err := s.query(ctx, q, s.q.claimNew, pgarray.Text(a.keys), pgarray.Text(a.owners), pgarray.Text(a.corrs), pgarray.Text(a.policies), a.leases, a.rets, pgarray.Text(a.fps), pgarray.Text(a.ids))
 	if err != nil {
 		return nil, err
 	}

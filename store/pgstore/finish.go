@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/idemkit/idem/internal/pgarray"
 	"github.com/idemkit/idem/internal/pgtext"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
@@ -185,7 +186,7 @@ func (s *Store) finishRound(ctx context.Context, q querier, reqs []store.FinishR
 		r := &reqs[i]
 		keys[j], fences[j], ids[j], results[j], rets[j] = r.Key, r.Fence, r.AttemptID, r.Result, micros(r.Retention)
 	}
-	rows, err := s.query(ctx, q, s.q.completeBatch, keys, fences, ids, results, rets)
+	rows, err := s.query(ctx, q, s.q.completeBatch, pgarray.Text(keys), pgarray.Int64s(fences), pgarray.Text(ids), results, pgarray.Int64s(rets))
 	if err != nil {
 		return err
 	}
