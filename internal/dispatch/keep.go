@@ -25,10 +25,11 @@ import (
 type Keep[D any] struct {
 	l       *Loop[D]
 	d       D
-	ctx     context.Context    // ends the extensions (the loop's work context)
-	cancel  context.CancelFunc // cancels ctx: an extension under way gives up
+	ctx     context.Context // ends the extensions (the loop's work context)
 	name    atomic.Pointer[slog.Attr]
-	run     sync.Mutex // held by an extension; Stop waits for it
+	run     sync.Mutex         // held by an extension; Stop waits for it
+	mu      sync.Mutex         // guards cancel
+	cancel  context.CancelFunc // of the extension under way, which Stop cancels; nil between
 	stopped atomic.Bool
 	until   atomic.Int64 // unix ns after which no extension is made (StopAfter); 0: none
 	bound   atomic.Int64 // the duration StopAfter was given, for the log line
@@ -41,8 +42,10 @@ func (l *Loop[D]) keep(ctx context.Context, d D) *Keep[D] {
 	if l.ExtendEvery <= 0 {
 		return nil
 	}
-	k := &Keep[D]{l: l, d: d}
-	k.ctx, k.cancel = context.WithCancel(ctx)
+	// No context of its own: most deliveries are done before their first
+	// extension, and a child of the loop's context would take and give
+	// back a place among its children (under its lock) for each.
+	k := &Keep[D]{l: l, d: d, ctx: ctx}
 	k.run.Lock() // a first extension waits for t
 	k.t = time.AfterFunc(l.ExtendEvery, k.extend)
 	k.run.Unlock()
@@ -89,10 +92,20 @@ func (k *Keep[D]) extend() {
 		return
 	}
 	asked := time.Now()
+	k.mu.Lock()
+	if k.stopped.Load() {
+		k.mu.Unlock()
+		return
+	}
 	ectx, cancel := context.WithTimeout(k.ctx, l.ExtendEvery)
+	k.cancel = cancel
+	k.mu.Unlock()
 	err := l.Extend(ectx, k.d, l.ExtendBy)
+	k.mu.Lock()
+	k.cancel = nil
+	k.mu.Unlock()
 	cancel()
-	if err != nil && k.ctx.Err() == nil {
+	if err != nil && !k.stopped.Load() && k.ctx.Err() == nil {
 		attrs := append(k.attrs(), slog.Any("error", err))
 		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
 	}
@@ -122,7 +135,11 @@ func (k *Keep[D]) Stop() {
 	}
 	k.stopped.Store(true)
 	k.t.Stop()
-	k.cancel()   // an extension under way gives up
+	k.mu.Lock()
+	if k.cancel != nil {
+		k.cancel() // an extension under way gives up
+	}
+	k.mu.Unlock()
 	k.run.Lock() // and finishes first
 	k.run.Unlock()
 }
