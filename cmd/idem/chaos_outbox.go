@@ -150,12 +150,22 @@ func (o sqlOutbox[Q, Tx]) OutboxPending(ctx context.Context) (int64, int64, erro
 	return st.Ready + st.InFlight + st.Delayed, st.DeadLettered, err
 }
 
-// sqliteOutbox is the outbox in the SQLite database db, whose handle is
-// h; queueName is the run's queue.
-func sqliteOutbox(h *sqlqueue.SQLite, db *sql.DB, queueName string) chaosOutboxBackend {
-	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: h.Queue, queue: queueName,
+// embedded's outbox shares the store's file, and writes as a user's code
+// would: in the store's own writer (sqlitestore.Store.WriteTx), whose
+// transaction it shares with the claims and completions of its batch.
+func (e *embedded) outbox() chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: e.h.Queue, queue: e.t.Queue,
 		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
-			tx, err := db.BeginTx(ctx, nil)
+			return e.s.WriteTx(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
+		}}
+}
+
+// sqlQueueFile's outbox is in the queue's file, apart from the store's:
+// its writes are transactions of their own there.
+func (r *sqlQueueFile) outbox() chaosOutboxBackend {
+	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: r.h.Queue, queue: r.t.Queue,
+		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
+			tx, err := r.qdb.BeginTx(ctx, nil)
 			if err != nil {
 				return err
 			}
@@ -166,10 +176,6 @@ func sqliteOutbox(h *sqlqueue.SQLite, db *sql.DB, queueName string) chaosOutboxB
 			return tx.Commit()
 		}}
 }
-
-func (e *embedded) outbox() chaosOutboxBackend { return sqliteOutbox(e.h, e.s.DB(), e.t.Queue) }
-
-func (r *sqlQueueFile) outbox() chaosOutboxBackend { return sqliteOutbox(r.h, r.qdb, r.t.Queue) }
 
 func (p *postgres) outbox() chaosOutboxBackend {
 	return sqlOutbox[*sqlqueue.PostgresQueue, pgx.Tx]{open: p.h.Queue, queue: p.t.Queue,
