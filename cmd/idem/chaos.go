@@ -837,35 +837,43 @@ func (r *chaosScenario) stopLoop(ctx context.Context) {
 	}
 }
 
-// cutOffAttempts reads the workers' log (slog's text lines) for the
+// cutOffAttempts reads the workers' log (slog's JSON lines) for the
 // attempts whose live worker could not reach the store: by attempt id,
 // chaosLeaseLost for those the ledger logged as lease-lost (the key's next
 // attempt takes it over), chaosNotRecorded for those whose closing write
 // it logged as a store-error (op complete, release, fail or abandon: the
 // lease runs out, and the same follows). A claim's store-error names no
-// attempt that ran fn, so it is not one.
+// attempt that ran fn, so it is not one. A line that is not JSON (a
+// crashing worker's last words) says nothing.
 func cutOffAttempts(path string) (map[string]string, error) {
 	cut := map[string]string{}
-	err := scanLines(path, func(f []string) {
-		var cause string
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return cut, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20) // a line with a long error
+	for sc.Scan() {
+		var line struct {
+			Outcome   string `json:"outcome"`
+			Op        string `json:"op"`
+			AttemptID string `json:"attempt_id"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.AttemptID == "" {
+			continue
+		}
 		switch {
-		case slices.Contains(f, "outcome=lease-lost"):
-			cause = chaosLeaseLost
-		case slices.Contains(f, "outcome=store-error") && slices.ContainsFunc(f, func(kv string) bool {
-			op, ok := strings.CutPrefix(kv, "op=")
-			return ok && slices.Contains([]string{"complete", "release", "fail", "abandon"}, op)
-		}):
-			cause = chaosNotRecorded
-		default:
-			return
+		case line.Outcome == "lease-lost":
+			cut[line.AttemptID] = chaosLeaseLost
+		case line.Outcome == "store-error" && slices.Contains([]string{"complete", "release", "fail", "abandon"}, line.Op):
+			cut[line.AttemptID] = chaosNotRecorded
 		}
-		for _, kv := range f {
-			if id, ok := strings.CutPrefix(kv, "attempt_id="); ok && id != "" {
-				cut[id] = cause
-			}
-		}
-	})
-	return cut, err
+	}
+	return cut, sc.Err()
 }
 
 // check reads every key's record and effects and checks the policy's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"log/slog"
 	"maps"
 	"net"
 	"net/url"
@@ -732,15 +733,28 @@ func TestChaosPostgresQueue(t *testing.T) {
 // not the claims that failed, which ran no fn.
 func TestCutOffAttempts(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "worker.log")
-	lines := []string{
-		`time=2026-12-02T17:59:16.481Z level=WARN msg="idem lease-lost" pid=25714 key=chaos:31 outcome=lease-lost fence=1796234349662324 attempt=1 owner=chaos-25714 correlation_id=48 policy=at_least_once attempt_id=heSNoLxD3Rwbm_FWAfWl7A error="idem: lease lost: the lease ran out before the store granted an extension" msg_detail="fn may have done its effect; nothing recorded, the key's new holder decides"`,
-		`time=2026-12-02T17:59:17.002Z level=ERROR msg="idem store-error" pid=25714 key=chaos:32 outcome=store-error fence=1796234349662330 attempt=1 owner=chaos-25714 correlation_id=49 policy=at_least_once attempt_id=Zm9vYmFyYmF6cXV4cXV1eA op=complete error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
-		`time=2026-12-02T17:59:17.100Z level=ERROR msg="idem store-error" pid=25714 key=chaos:33 outcome=store-error fence=1796234349662331 attempt=1 owner=chaos-25714 correlation_id=50 policy=at_least_once attempt_id=cmVsZWFzZXJlbGVhc2VyZQ op=release error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
-		`time=2026-12-02T17:58:00.084Z level=ERROR msg="idem store-error" pid=25385 key=chaos:21 outcome=store-error fence=0 attempt=0 owner=chaos-25385 correlation_id=34 policy=at_least_once op=claim error="sqlitestore: begin: database is locked (5) (SQLITE_BUSY)"`,
-		`time=2026-12-02T17:58:00.090Z level=ERROR msg="idem store-error" pid=25385 key=chaos:22 outcome=store-error fence=7 attempt=2 owner=chaos-25385 correlation_id=35 policy=at_least_once attempt_id=Y2xhaW1jbGFpbWNsYWltY2w op=claim error="connection reset"`,
-		`time=2026-12-02T17:58:01.000Z level=WARN msg="idem takeover" pid=25392 key=chaos:31 outcome=takeover fence=1796234349662400 attempt=2 owner=chaos-25392 attempt_id=dGFrZW92ZXJ0YWtlb3Zlcg`,
+	f, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+	// Written as the workers write them: slog's JSON handler, with the
+	// ledger's attributes.
+	lg := slog.New(slog.NewJSONHandler(f, nil)).With("pid", 25714)
+	lg.Warn("idem lease-lost", "key", "chaos:31", "outcome", "lease-lost", "fence", 1796234349662324, "attempt", 1,
+		"attempt_id", "heSNoLxD3Rwbm_FWAfWl7A", "error", "idem: lease lost: the lease ran out before the store granted an extension")
+	lg.Error("idem store-error", "key", "chaos:32", "outcome", "store-error", "attempt_id", "Zm9vYmFyYmF6cXV4cXV1eA", "op", "complete",
+		"error", "sqlitestore: begin: database is locked (5) (SQLITE_BUSY)")
+	lg.Error("idem store-error", "key", "chaos:33", "outcome", "store-error", "attempt_id", "cmVsZWFzZXJlbGVhc2VyZQ", "op", "release",
+		"error", strings.Repeat("a long error ", 10000)) // past bufio.Scanner's default line
+	// Not cut off: a claim's store-error (without an attempt, and with
+	// one), a takeover, and an error whose text holds what a field would.
+	lg.Error("idem store-error", "key", "chaos:21", "outcome", "store-error", "op", "claim", "error", "database is locked")
+	lg.Error("idem store-error", "key", "chaos:22", "outcome", "store-error", "attempt_id", "Y2xhaW1jbGFpbWNsYWltY2w", "op", "claim", "error", "connection reset")
+	lg.Warn("idem takeover", "key", "chaos:31", "outcome", "takeover", "attempt_id", "dGFrZW92ZXJ0YWtlb3Zlcg")
+	lg.Warn("idem retried", "key", "chaos:40", "outcome", "retried", "attempt_id", "cmV0cmllZHJldHJpZWRyZQ",
+		"error", `upstream said outcome=lease-lost attempt_id=EVIL "outcome":"lease-lost","attempt_id":"EVIL"`)
+	fmt.Fprintln(f, "panic: a worker's last words, not JSON")
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := cutOffAttempts(log)

@@ -161,7 +161,9 @@ func (w *chaosWorkerState) open(ctx context.Context, target *chaosTarget, logNam
 	if err != nil {
 		return nil, nil, err
 	}
-	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
+	// JSON lines: the checker reads fields back (cutOffAttempts), and a
+	// text line's quoted values could pass for fields.
+	log := slog.New(slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", w.pid)
 	be, err := openChaosBackendPatiently(ctx, target, w.cfg.Dir)
 	if err != nil {
 		return nil, nil, err
