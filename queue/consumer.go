@@ -631,8 +631,8 @@ func (c *Consumer) judge(ctx context.Context, m Message, res idem.Result, err er
 // its DeliveryStart was). It reports whether the message is acked or
 // dead-lettered.
 func (c *Consumer) settle(ctx context.Context, d Delivery, m Message, v verdict, att idem.Attempt, started time.Time, extra ...slog.Attr) bool {
-	sctx := newSettleContext(ctx)
-	defer sctx.stop()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	var err error
 	switch v.action {
 	case actionAck:
