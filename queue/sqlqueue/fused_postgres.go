@@ -3,7 +3,6 @@ package sqlqueue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -154,36 +153,27 @@ func (p *Postgres) undoLostClaims(reqs []store.ClaimRequest, cause error) {
 }
 
 // complete records req (a completion) and acks d in one commit, shared
-// with the other completions made meanwhile.
+// with the other completions made meanwhile. If ctx ends first it returns
+// ctx's error, and the completion may still happen.
 func (q *PostgresQueue) complete(ctx context.Context, req store.FinishRequest, d *delivery) error {
 	c := q.p.completer()
 	if c == nil {
 		return ErrClosed
 	}
-	return c.complete(ctx, req, d)
+	return c.call(ctx, pgCompletion{req: req, d: d})
 }
 
-// pgCompleter commits completions with the acks of their messages, in
-// groups: completions made while a group is on its way wait for the
-// next, so many handlers share one transaction (one WAL flush).
-type pgCompleter struct {
-	p       *Postgres
-	queue   chan *pgCompletion
-	stop    chan struct{}
-	stopped sync.WaitGroup
-	exited  chan struct{} // closed when the loops have returned
-}
-
+// pgCompletion is one fused completion: the ledger's end of an attempt
+// and the ack of its message, committed together in groups (pgGroups), so
+// many handlers share one transaction (one WAL flush).
 type pgCompletion struct {
-	req  store.FinishRequest
-	d    *delivery
-	err  error
-	done chan struct{}
+	req store.FinishRequest
+	d   *delivery
 }
 
-// completer returns the handle's completer, starting it on first use, or
-// nil once the handle is closed.
-func (p *Postgres) completer() *pgCompleter {
+// completer returns the handle's completions, starting their loops on
+// first use, or nil once the handle is closed.
+func (p *Postgres) completer() *pgGroups[pgCompletion] {
 	if c := p.running.Load(); c != nil && !p.closed.Load() {
 		return c // every completion asks: no lock once it runs
 	}
@@ -193,96 +183,29 @@ func (p *Postgres) completer() *pgCompleter {
 		return nil
 	}
 	if p.completes == nil {
-		c := &pgCompleter{p: p, queue: make(chan *pgCompletion, ackGroup), stop: make(chan struct{}), exited: make(chan struct{})}
-		for range ackFlights {
-			c.stopped.Add(1)
-			go c.loop()
-		}
-		p.completes = c
-		p.running.Store(c)
+		p.completes = newPGGroups(p.runCompletions)
+		p.running.Store(p.completes)
 	}
 	return p.completes
 }
 
-// complete queues one completion and waits for its answer. If ctx ends
-// first it returns ctx's error, and the completion may still happen.
-func (c *pgCompleter) complete(ctx context.Context, req store.FinishRequest, d *delivery) error {
-	k := &pgCompletion{req: req, d: d, done: make(chan struct{})}
-	select {
-	case c.queue <- k:
-	case <-c.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-k.done:
-		return k.err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.exited:
-		select {
-		case <-k.done:
-			return k.err
-		default:
-			return ErrClosed
-		}
-	}
-}
-
-func (c *pgCompleter) loop() {
-	defer c.stopped.Done()
-	batch := make([]*pgCompletion, 0, ackGroup)
-	for {
-		select {
-		case k := <-c.queue:
-			batch = append(batch[:0], k)
-		case <-c.stop:
-			c.drain()
-			return
-		}
-	more:
-		for len(batch) < ackGroup {
-			select {
-			case k := <-c.queue:
-				batch = append(batch, k)
-			default:
-				break more
-			}
-		}
-		c.run(batch)
-	}
-}
-
-func (c *pgCompleter) drain() {
-	for {
-		select {
-		case k := <-c.queue:
-			k.err = ErrClosed
-			close(k.done)
-		default:
-			return
-		}
-	}
-}
-
-// run commits batch's completions and acks. The acks go first, so that
-// the transaction locks message rows before ledger rows, as a receive
-// does (which locks its messages, then claims). A completion the store
+// runCompletions commits batch's completions and acks. The acks go
+// first, so that the transaction locks message rows before ledger rows,
+// as a receive does (which locks its messages, then claims). A completion the store
 // refuses (its attempt lost the key) must not ack its message: the
 // transaction is then rolled back and run again without that ack.
-func (c *pgCompleter) run(batch []*pgCompletion) {
+func (p *Postgres) runCompletions(batch []*pgCall[pgCompletion]) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	refused := make([]bool, len(batch))
 	var (
 		errs    []error
-		deleted map[delivered]bool
+		deleted map[pgAck]bool
 		err     error
 	)
 	for range len(batch) + 1 { // each run again refuses one more ack at least
 		var again bool
-		errs, deleted, again, err = c.try(ctx, batch, refused)
+		errs, deleted, again, err = p.tryCompletions(ctx, batch, refused)
 		if err != nil || !again {
 			break
 		}
@@ -290,26 +213,23 @@ func (c *pgCompleter) run(batch []*pgCompletion) {
 	for i, k := range batch {
 		switch {
 		case err != nil:
-			k.err = c.p.wrapErr(fmt.Errorf("sqlqueue: complete and ack message %d: %w", k.d.id, err))
+			k.err = p.wrapErr(fmt.Errorf("sqlqueue: complete and ack message %d: %w", k.req.d.id, err))
 		case errs[i] != nil:
 			k.err = errs[i]
-		case deleted[delivered{k.d.id, k.d.receipt}]:
-			k.d.mu.Lock()
-			k.d.completed = true
-			k.d.mu.Unlock()
+		case deleted[pgAck{k.req.d.id, k.req.d.receipt}]:
+			d := k.req.d
+			d.mu.Lock()
+			d.completed = true
+			d.mu.Unlock()
 		}
 		close(k.done)
 	}
 }
 
-// delivered names one delivery of a message.
-type delivered struct{ id, receipt int64 }
-
-// try runs one transaction: the acks of batch's messages but the refused
+// tryCompletions runs one transaction: the acks of batch's messages but the refused
 // ones, then the completions. When a completion not yet refused is, it
 // marks it refused, rolls back and reports again.
-func (c *pgCompleter) try(ctx context.Context, batch []*pgCompletion, refused []bool) (errs []error, deleted map[delivered]bool, again bool, err error) {
-	p := c.p
+func (p *Postgres) tryCompletions(ctx context.Context, batch []*pgCall[pgCompletion], refused []bool) (errs []error, deleted map[pgAck]bool, again bool, err error) {
 	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, nil, false, err
@@ -318,17 +238,17 @@ func (c *pgCompleter) try(ctx context.Context, batch []*pgCompletion, refused []
 	ids, receipts := make([]int64, 0, len(batch)), make([]int64, 0, len(batch))
 	for i, k := range batch {
 		if !refused[i] {
-			ids, receipts = append(ids, k.d.id), append(receipts, k.d.receipt)
+			ids, receipts = append(ids, k.req.d.id), append(receipts, k.req.d.receipt)
 		}
 	}
-	deleted = make(map[delivered]bool, len(ids))
+	deleted = make(map[pgAck]bool, len(ids))
 	if len(ids) > 0 {
 		rows, err := tx.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
 		if err != nil {
 			return nil, nil, false, err
 		}
 		for rows.Next() {
-			var d delivered
+			var d pgAck
 			if err := rows.Scan(&d.id, &d.receipt); err != nil {
 				rows.Close()
 				return nil, nil, false, err
@@ -341,7 +261,7 @@ func (c *pgCompleter) try(ctx context.Context, batch []*pgCompletion, refused []
 	}
 	reqs := make([]store.FinishRequest, len(batch))
 	for i, k := range batch {
-		reqs[i] = k.req
+		reqs[i] = k.req.req
 	}
 	errs, err = p.ledger.FinishBatchTx(ctx, tx, reqs)
 	if err != nil {
@@ -359,12 +279,4 @@ func (c *pgCompleter) try(ctx context.Context, batch []*pgCompletion, refused []
 		return nil, nil, false, err
 	}
 	return errs, deleted, false, nil
-}
-
-// close stops the loops: a group a loop has taken is finished (bounded by
-// ackTimeout), the others get ErrClosed.
-func (c *pgCompleter) close() {
-	close(c.stop)
-	c.stopped.Wait()
-	close(c.exited)
 }

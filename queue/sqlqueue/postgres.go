@@ -62,9 +62,9 @@ type Postgres struct {
 	ndone    chan struct{}
 
 	amu       sync.Mutex
-	acks      *pgAcks                     // started by the first ack
-	completes *pgCompleter                // started by the first fused completion
-	running   atomic.Pointer[pgCompleter] // completes, once started: read without amu
+	acks      *pgGroups[pgAck]                       // started by the first ack
+	completes *pgGroups[pgCompletion]                // started by the first fused completion
+	running   atomic.Pointer[pgGroups[pgCompletion]] // completes, once started: read without amu
 
 	ledger pgLedger // WithLedger's store, or nil
 }
@@ -962,7 +962,7 @@ func (q *PostgresQueue) ack(ctx context.Context, d *delivery) error {
 	if a == nil {
 		return ErrClosed
 	}
-	return a.ack(ctx, d.id, d.receipt)
+	return a.call(ctx, pgAck{d.id, d.receipt})
 }
 
 func (q *PostgresQueue) retry(ctx context.Context, d *delivery, delay time.Duration) error {
