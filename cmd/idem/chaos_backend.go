@@ -365,6 +365,16 @@ func (e *embedded) Effects(ctx context.Context) (map[string][]string, error) {
 		return nil, err
 	}
 	defer rows.Close()
+	return effectRows(rows)
+}
+
+// effectRows reads the rows of a SELECT key, who of the effects table
+// (database/sql's or pgx's): who per key.
+func effectRows(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) (map[string][]string, error) {
 	m := map[string][]string{}
 	for rows.Next() {
 		var k, who string
@@ -514,15 +524,7 @@ func (p *postgres) Effects(ctx context.Context) (map[string][]string, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	m := map[string][]string{}
-	for rows.Next() {
-		var k, who string
-		if err := rows.Scan(&k, &who); err != nil {
-			return nil, err
-		}
-		m[k] = append(m[k], who)
-	}
-	return m, rows.Err()
+	return effectRows(rows)
 }
 
 // Fault terminates about a third of the workers' connections
