@@ -127,12 +127,9 @@ func claimResult(req store.ClaimRequest, v any) (store.ClaimResult, error) {
 	return store.ClaimResult{}, fmt.Errorf("redisstore: unexpected claim reply %v", v)
 }
 
-// ClaimBatch implements [store.BatchClaimer]: the claims are sent in one
-// round trip (one per cluster node with [WithWait] on Redis Cluster). On a
-// single server (a *redis.Client) one script run claims up to 128 keys,
-// each as its own [Store.Claim] would at the run's time; on a cluster or a
-// ring, where one call cannot name keys of other slots or shards, the
-// claims are pipelined, one script each. Results are in request order. Each
+// ClaimBatch implements [store.BatchClaimer]: the claims are pipelined, one
+// script per request, all sent in one round trip (one per cluster node
+// with [WithWait] on Redis Cluster). Results are in request order. Each
 // claim is atomic on its own, with the same rules as [Store.Claim]; a key
 // that appears twice is claimed twice, in order, so the second finds the
 // first's claim. If the connection fails mid-batch, ClaimBatch returns the
@@ -229,14 +226,8 @@ func (s *Store) claimGroup(ctx context.Context, c scripter, reqs []store.ClaimRe
 // index's reply and returns an error that fails the whole batch. A
 // NotReplicatedError is returned after every answer is taken. A reply
 // error of one script (the server refused that call) is passed to answer
-// with it; any other error ends the batch. On one server, a script with
-// a batch form (batchScripts) runs many calls a run instead ([Store.batch]).
+// with it; any other error ends the batch.
 func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, idx []int, call func(i int) (string, []any), answer func(i int, v any, err error) error) error {
-	if batch, ok := batchScripts[script]; ok && len(idx) > 1 {
-		if _, one := c.(*redis.Client); one {
-			return s.batch(ctx, c, batch, idx, call, answer)
-		}
-	}
 	var waitErr error
 	for try := 0; len(idx) > 0; try++ {
 		if try == 2 {
@@ -282,98 +273,3 @@ func (s *Store) pipeline(ctx context.Context, c scripter, script *redis.Script, 
 	}
 	return waitErr
 }
-
-// batch is pipeline on one server (a *redis.Client: a cluster or a ring
-// would refuse keys of other slots or shards in one call): script (the
-// batch form of pipeline's, batchOf) runs the calls of idx in order, up
-// to batchKeys of them an EVALSHA, all in one round trip. answer gets
-// each call's reply, or the error its run raised, as from pipeline.
-func (s *Store) batch(ctx context.Context, c scripter, script *redis.Script, idx []int, call func(i int) (string, []any), answer func(i int, v any, err error) error) error {
-	type chunk struct {
-		idx  []int
-		keys []string
-		args []any
-	}
-	var chunks []chunk
-	for len(idx) > 0 {
-		n := min(len(idx), batchKeys)
-		ch := chunk{idx: idx[:n], keys: make([]string, n)}
-		for j, i := range ch.idx {
-			key, a := call(i)
-			if ch.args == nil {
-				ch.args = make([]any, 0, n*(len(a)+1))
-			}
-			ch.keys[j] = key
-			ch.args = append(append(ch.args, len(a)), a...)
-		}
-		chunks = append(chunks, ch)
-		idx = idx[n:]
-	}
-	var waitErr error
-	for try := 0; len(chunks) > 0; try++ {
-		if try == 2 {
-			return errors.New("redisstore: the server keeps forgetting the store's scripts")
-		}
-		pipe := c.Pipeline()
-		cmds := make([]*redis.Cmd, len(chunks))
-		for k, ch := range chunks {
-			cmds[k] = script.EvalSha(ctx, pipe, ch.keys, ch.args...)
-		}
-		var w *redis.Cmd
-		if s.cfg.waitReplicas > 0 {
-			w = pipe.Do(ctx, "wait", s.cfg.waitReplicas, s.cfg.waitTimeout.Milliseconds())
-		}
-		_, _ = pipe.Exec(ctx)
-		var again []chunk
-		for k, ch := range chunks {
-			v, err := cmds[k].Result()
-			if isNoScript(err) {
-				again = append(again, ch)
-				continue
-			}
-			var re redis.Error
-			if err != nil && (!errors.As(err, &re) || err == redis.Nil) {
-				return err // the connection, not the script
-			}
-			var replies []any
-			if err == nil {
-				if replies, _ = v.([]any); len(replies) != len(ch.idx) {
-					return fmt.Errorf("redisstore: a batch of %d calls answered %T (%v)", len(ch.idx), v, v)
-				}
-			}
-			for j, i := range ch.idx {
-				// The server refused the whole call (each call's, as
-				// pipeline has it), or one call's run raised an error.
-				rv, rerr := any(nil), err
-				if err == nil {
-					if e, ok := replies[j].(redis.Error); ok {
-						rerr = e
-					} else {
-						rv = replies[j]
-					}
-				}
-				if err := answer(i, rv, rerr); err != nil {
-					return err
-				}
-			}
-		}
-		if w != nil {
-			if err := s.replicated(w); err != nil {
-				waitErr = err
-			}
-		}
-		if len(again) > 0 {
-			if err := load(ctx, c, script); err != nil {
-				return err
-			}
-		}
-		chunks = again
-	}
-	return waitErr
-}
-
-// batchKeys bounds the calls of one batch script run: each run holds the
-// server (single-threaded) for its whole length, about 10 µs a call, so a
-// run of 128 takes a millisecond or two; a larger batch is sent as
-// several runs in the same round trip.
-const batchKeys = 128

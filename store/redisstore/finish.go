@@ -84,10 +84,8 @@ func finishAnswer(key string, v any) error {
 }
 
 // FinishBatch implements [store.BatchFinisher]: the requests, of any
-// outcome, are sent in one round trip (one per cluster node with
-// [WithWait] on Redis Cluster), up to 128 a script run on a single server
-// and one script each on a cluster or a ring (as [Store.ClaimBatch]), and
-// run in order, so
+// outcome, are pipelined, one script each, all sent in one round trip (one
+// per cluster node with [WithWait] on Redis Cluster), and run in order, so
 // that a key named twice is finished twice (the second finds the first's
 // write). Each is atomic on its own, with the same rules as
 // [Store.Finish]: errs[i] is [store.ErrLeaseLost] when reqs[i]'s attempt

@@ -54,9 +54,7 @@ import (
 // scripts build it (implicit, below) before they edit the journal.
 //
 // Every script takes the one key it touches as KEYS[1] (Redis Cluster
-// routes it; no script touches a second key; the batch forms of the claim
-// and finish scripts, batchOf, run one for each of many keys, on a single
-// server only) and starts its ARGV with:
+// routes it; no script touches a second key) and starts its ARGV with:
 //
 //	ARGV[1]  clock offset in microseconds, added to TIME (0 but in tests)
 //	ARGV[2]  microseconds added to an expiry to make the hash's PEXPIREAT:
@@ -84,16 +82,11 @@ import (
 // them: the journal's JSON is written by encode (below), which formats
 // integers with '%.0f'.
 
-// header starts every script: the key and the store's clock (the server's
-// TIME, then clock).
+// header starts every script: the key and the store's clock.
 const header = `
 local K = KEYS[1]
 local t = redis.call('TIME')
-` + clock
-
-// clock makes the store's clock of the server's TIME (t) and the call's
-// clock arguments.
-const clock = `local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 local extra = tonumber(ARGV[2])
 -- sn is now as a decimal string, made without formatting a number when
 -- the clock has no offset (Redis formats numbers it is given with
@@ -639,48 +632,5 @@ var (
 	scriptGet     = redis.NewScript(getScript)
 	scriptDelete  = redis.NewScript(deleteScript)
 	scriptSweep   = redis.NewScript(sweepScript)
-	allScripts    = []*redis.Script{scriptClaim, scriptFinish, scriptExtend, scriptResolve, scriptGet, scriptDelete, scriptSweep, scriptClaimBatch, scriptFinishBatch}
-
-	scriptClaimBatch  = redis.NewScript(batchOf(claimScript))
-	scriptFinishBatch = redis.NewScript(batchOf(finishScript))
-	// batchScripts are the scripts a batch sends as one call on one
-	// server (Store.pipeline).
-	batchScripts = map[*redis.Script]*redis.Script{scriptClaim: scriptClaimBatch, scriptFinish: scriptFinishBatch}
+	allScripts    = []*redis.Script{scriptClaim, scriptFinish, scriptExtend, scriptResolve, scriptGet, scriptDelete, scriptSweep}
 )
-
-// batchOf makes of script (which starts with header) a script that runs it
-// for each of its keys, in order, in one call: the server's TIME is read
-// once, and each key's run is script's as it would have run alone at that
-// time, with its own arguments. ARGV holds, for each key, the count of
-// its arguments, then the arguments. The reply holds each key's reply in
-// order; a key whose run raised an error (WRONGTYPE, say) gets that error
-// in its place, and the others' runs stand. What a call costs the server
-// beyond its script's work (the call, its argument tables, TIME: about
-// 5 of the claim's 13 µs) is then spent once a batch.
-func batchOf(script string) string {
-	body, ok := strings.CutPrefix(script, header)
-	if !ok {
-		panic("redisstore: a batched script does not start with header")
-	}
-	return `
-local t = redis.call('TIME')
-local function one(K, ARGV)
-` + clock + body + `
-end
-local out, at = {}, 1
-for i = 1, #KEYS do
-  local n = tonumber(ARGV[at])
-  local a = {}
-  for j = 1, n do a[j] = ARGV[at + j] end
-  at = at + n + 1
-  local ok, r = pcall(one, KEYS[i], a)
-  if not ok then
-    if type(r) ~= 'table' or not r.err then r = {err = tostring(r)} end
-  elseif r == nil then
-    r = false
-  end
-  out[i] = r
-end
-return out
-`
-}

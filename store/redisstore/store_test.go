@@ -598,60 +598,6 @@ func TestContext(t *testing.T) {
 // WRONGTYPE), in ClaimBatch and FinishBatch alike; the batch's other keys
 // are claimed and completed. A request FinishBatch refuses (no attempt
 // id) fails alone too, unsent.
-// TestBatchOverSeveralRuns: a batch larger than one script run takes
-// (batchKeys) is split into runs in one round trip; every call keeps its
-// place and its own answer across the runs' edges, a key repeated in a
-// later run sees what the earlier run did, and a key that cannot be
-// claimed fails alone.
-func TestBatchOverSeveralRuns(t *testing.T) {
-	ctx := context.Background()
-	s := newTestStore(t, nil)
-	noErr(t, testClient(t).Set(ctx, s.rkey("str"), "not a hash", 0).Err())
-	n := 2*batchKeys + 44
-	reqs := make([]store.ClaimRequest, n)
-	for i := range reqs {
-		k := fmt.Sprintf("k%d", i)
-		switch i {
-		case batchKeys + 2:
-			k = "str"
-		case batchKeys + 10, 2*batchKeys + 1:
-			k = "k3" // claimed by the first run
-		}
-		reqs[i] = store.ClaimRequest{AttemptID: store.NewAttemptID(), Key: k, Owner: fmt.Sprint(i), Lease: time.Minute, Retention: time.Hour}
-	}
-	res, err := s.ClaimBatch(ctx, reqs)
-	noErr(t, err)
-	if len(res) != n {
-		t.Fatalf("ClaimBatch of %d: %d results", n, len(res))
-	}
-	var fins []store.FinishRequest
-	for i, r := range res {
-		switch k := reqs[i].Key; {
-		case k == "str":
-			if r.Err == nil || !strings.Contains(r.Err.Error(), "WRONGTYPE") || r.Acquired {
-				t.Fatalf("claim %d of a key holding a string: acquired %v, %v; want its WRONGTYPE", i, r.Acquired, r.Err)
-			}
-		case k == "k3" && i != 3:
-			if r.Err != nil || r.Acquired || r.Record.Owner != "3" {
-				t.Fatalf("claim %d of k3, claimed by claim 3 in the first run: acquired %v, %+v, %v; want busy", i, r.Acquired, brief(r.Record), r.Err)
-			}
-		default:
-			if r.Err != nil || !r.Acquired || r.Record.Key != k || r.Record.Owner != reqs[i].Owner || r.Record.AttemptID != reqs[i].AttemptID {
-				t.Fatalf("claim %d of %q: acquired %v, %+v, %v; want its own", i, k, r.Acquired, brief(r.Record), r.Err)
-			}
-			fins = append(fins, store.FinishRequest{Key: k, Fence: r.Record.Fence, AttemptID: r.Record.AttemptID, Outcome: store.OutcomeCompleted, Result: []byte(k), Retention: time.Hour})
-		}
-	}
-	errs, err := s.FinishBatch(ctx, fins)
-	noErr(t, err)
-	for i, e := range errs {
-		noErr(t, e)
-		if rec, err := s.Get(ctx, fins[i].Key); err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != fins[i].Key {
-			t.Fatalf("%q after FinishBatch over several runs: %+v, %v", fins[i].Key, brief(rec), err)
-		}
-	}
-}
-
 func TestBatchFailsOnlyTheBadKey(t *testing.T) {
 	ctx := context.Background()
 	s := newTestStore(t, nil)
