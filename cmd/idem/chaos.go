@@ -855,25 +855,29 @@ func cutOffAttempts(path string) (map[string]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20) // a line with a long error
-	for sc.Scan() {
+	r := bufio.NewReader(f) // lines of any length: an error's text has none
+	for {
+		b, err := r.ReadBytes('\n')
 		var line struct {
 			Outcome   string `json:"outcome"`
 			Op        string `json:"op"`
 			AttemptID string `json:"attempt_id"`
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.AttemptID == "" {
-			continue
+		if json.Unmarshal(b, &line) == nil && line.AttemptID != "" {
+			switch {
+			case line.Outcome == "lease-lost":
+				cut[line.AttemptID] = chaosLeaseLost
+			case line.Outcome == "store-error" && slices.Contains([]string{"complete", "release", "fail", "abandon"}, line.Op):
+				cut[line.AttemptID] = chaosNotRecorded
+			}
 		}
-		switch {
-		case line.Outcome == "lease-lost":
-			cut[line.AttemptID] = chaosLeaseLost
-		case line.Outcome == "store-error" && slices.Contains([]string{"complete", "release", "fail", "abandon"}, line.Op):
-			cut[line.AttemptID] = chaosNotRecorded
+		if errors.Is(err, io.EOF) {
+			return cut, nil
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return cut, sc.Err()
 }
 
 // check reads every key's record and effects and checks the policy's

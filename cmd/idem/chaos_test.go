@@ -745,7 +745,7 @@ func TestCutOffAttempts(t *testing.T) {
 	lg.Error("idem store-error", "key", "chaos:32", "outcome", "store-error", "attempt_id", "Zm9vYmFyYmF6cXV4cXV1eA", "op", "complete",
 		"error", "sqlitestore: begin: database is locked (5) (SQLITE_BUSY)")
 	lg.Error("idem store-error", "key", "chaos:33", "outcome", "store-error", "attempt_id", "cmVsZWFzZXJlbGVhc2VyZQ", "op", "release",
-		"error", strings.Repeat("a long error ", 10000)) // past bufio.Scanner's default line
+		"error", strings.Repeat("a long error ", 200000)) // 2.6 MB: past any fixed line buffer
 	// Not cut off: a claim's store-error (without an attempt, and with
 	// one), a takeover, and an error whose text holds what a field would.
 	lg.Error("idem store-error", "key", "chaos:21", "outcome", "store-error", "op", "claim", "error", "database is locked")
