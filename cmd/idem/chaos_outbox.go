@@ -107,9 +107,9 @@ type chaosOutboxBackend interface {
 // a transaction on that database. Q is the handle's queue type, Tx its
 // transaction's.
 type sqlOutbox[Q sqlOutboxQueue[Tx], Tx any] struct {
-	open  func(name string, opts ...sqlqueue.QueueOption) (Q, error) // the handle's Queue
-	inTx  func(ctx context.Context, fn func(Tx) error) error         // runs fn in a transaction, committed if fn succeeds
-	queue string                                                     // the run's queue
+	open  func(name string, opts ...sqlqueue.QueueOption) (Q, error)          // the handle's Queue
+	inTx  func(ctx context.Context, fn func(context.Context, Tx) error) error // runs fn in a transaction, committed if fn succeeds; fn gets the transaction's context
+	queue string                                                              // the run's queue
 }
 
 // sqlOutboxQueue is what sqlOutbox uses of a sqlqueue queue.
@@ -126,7 +126,7 @@ func (o sqlOutbox[Q, Tx]) WriteOutbox(ctx context.Context, key idem.OperationKey
 		return queue.Published{}, err
 	}
 	var out queue.Published
-	err = o.inTx(ctx, func(tx Tx) error {
+	err = o.inTx(ctx, func(ctx context.Context, tx Tx) error {
 		out, err = outbox.PublishTx(ctx, ob, tx, key, m)
 		return err
 	})
@@ -155,8 +155,8 @@ func (o sqlOutbox[Q, Tx]) OutboxPending(ctx context.Context) (int64, int64, erro
 // transaction it shares with the claims and completions of its batch.
 func (e *embedded) outbox() chaosOutboxBackend {
 	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: e.h.Queue, queue: e.t.Queue,
-		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
-			return e.s.WriteTx(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
+		inTx: func(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+			return e.s.WriteTx(ctx, fn) // fn gets the writer's context, as WriteTx asks
 		}}
 }
 
@@ -164,13 +164,13 @@ func (e *embedded) outbox() chaosOutboxBackend {
 // its writes are transactions of their own there.
 func (r *sqlQueueFile) outbox() chaosOutboxBackend {
 	return sqlOutbox[*sqlqueue.SQLiteQueue, *sql.Tx]{open: r.h.Queue, queue: r.t.Queue,
-		inTx: func(ctx context.Context, fn func(*sql.Tx) error) error {
+		inTx: func(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
 			tx, err := r.qdb.BeginTx(ctx, nil)
 			if err != nil {
 				return err
 			}
 			defer tx.Rollback()
-			if err := fn(tx); err != nil {
+			if err := fn(ctx, tx); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -179,9 +179,9 @@ func (r *sqlQueueFile) outbox() chaosOutboxBackend {
 
 func (p *postgres) outbox() chaosOutboxBackend {
 	return sqlOutbox[*sqlqueue.PostgresQueue, pgx.Tx]{open: p.h.Queue, queue: p.t.Queue,
-		inTx: func(ctx context.Context, fn func(pgx.Tx) error) error {
+		inTx: func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
 			// The store's pool: its connections' search path is the run's schema.
-			return pgx.BeginFunc(ctx, p.s.Pool(), fn)
+			return pgx.BeginFunc(ctx, p.s.Pool(), func(tx pgx.Tx) error { return fn(ctx, tx) })
 		}}
 }
 
