@@ -28,7 +28,7 @@ type Keep[D any] struct {
 	ctx     context.Context // ends the extensions (the loop's work context)
 	name    atomic.Pointer[slog.Attr]
 	run     sync.Mutex         // held by an extension; Stop waits for it
-	mu      sync.Mutex         // guards cancel
+	mu      sync.Mutex         // guards cancel; Stop and an extension setting t again take it in turn
 	cancel  context.CancelFunc // of the extension under way, which Stop cancels; nil between
 	stopped atomic.Bool
 	until   atomic.Int64 // unix ns after which no extension is made (StopAfter); 0: none
@@ -109,9 +109,11 @@ func (k *Keep[D]) extend() {
 		attrs := append(k.attrs(), slog.Any("error", err))
 		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
 	}
+	k.mu.Lock() // so that Stop, which stops the timer under mu, comes before or after
 	if !k.stopped.Load() {
 		k.t.Reset(max(l.ExtendEvery-time.Since(asked), 0))
 	}
+	k.mu.Unlock()
 }
 
 // attrs identifies the delivery in the Keep's log lines: its name, then
@@ -133,9 +135,9 @@ func (k *Keep[D]) Stop() {
 	if k == nil {
 		return
 	}
+	k.mu.Lock()
 	k.stopped.Store(true)
 	k.t.Stop()
-	k.mu.Lock()
 	if k.cancel != nil {
 		k.cancel() // an extension under way gives up
 	}
