@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/pgarray"
 	"github.com/idemkit/idem/queue"
 	"github.com/idemkit/idem/store"
 	"github.com/jackc/pgx/v5"
@@ -241,21 +240,8 @@ func (p *Postgres) tryCompletions(ctx context.Context, batch []*pgCall[pgComplet
 			ids, receipts = append(ids, k.req.d.id), append(receipts, k.req.d.receipt)
 		}
 	}
-	deleted = make(map[pgAck]bool, len(ids))
 	if len(ids) > 0 {
-		rows, err := tx.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
-		if err != nil {
-			return nil, nil, false, err
-		}
-		for rows.Next() {
-			var d pgAck
-			if err := rows.Scan(&d.id, &d.receipt); err != nil {
-				rows.Close()
-				return nil, nil, false, err
-			}
-			deleted[d] = true
-		}
-		if err := rows.Err(); err != nil {
+		if deleted, err = p.deleteMany(ctx, tx, ids, receipts); err != nil {
 			return nil, nil, false, err
 		}
 	}

@@ -55,25 +55,11 @@ func (p *Postgres) runAcks(batch []*pgCall[pgAck]) {
 	for i, k := range batch {
 		ids[i], receipts[i] = k.req.id, k.req.receipt
 	}
-	rows, err := p.pool.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
-	if err != nil {
-		answer(nil, err)
-		return
-	}
 	// Keyed by receipt too: a stale ack of a message received again since
 	// may share the group with the ack of its new delivery. Each deleted
 	// row answers one ack; a second ack of the same delivery finds it gone.
-	gone := make(map[pgAck]bool, len(batch))
-	for rows.Next() {
-		var d pgAck
-		if err := rows.Scan(&d.id, &d.receipt); err != nil {
-			rows.Close()
-			answer(nil, err)
-			return
-		}
-		gone[d] = true
-	}
-	if err := rows.Err(); err != nil {
+	gone, err := p.deleteMany(ctx, p.pool, ids, receipts)
+	if err != nil {
 		answer(nil, err)
 		return
 	}
@@ -84,4 +70,23 @@ func (p *Postgres) runAcks(batch []*pgCall[pgAck]) {
 		}
 		return false
 	}, nil)
+}
+
+// deleteMany deletes on q the messages ids[i] whose receipt is still
+// receipts[i] (ackMany), and returns the deliveries it deleted.
+func (p *Postgres) deleteMany(ctx context.Context, q querier, ids, receipts []int64) (map[pgAck]bool, error) {
+	rows, err := q.Query(ctx, p.n.ackMany, pgarray.Int64s(ids), pgarray.Int64s(receipts))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	deleted := make(map[pgAck]bool, len(ids))
+	for rows.Next() {
+		var d pgAck
+		if err := rows.Scan(&d.id, &d.receipt); err != nil {
+			return nil, err
+		}
+		deleted[d] = true
+	}
+	return deleted, rows.Err()
 }
