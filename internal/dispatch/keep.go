@@ -101,19 +101,18 @@ func (k *Keep[D]) extend() {
 	k.cancel = cancel
 	k.mu.Unlock()
 	err := l.Extend(ectx, k.d, l.ExtendBy)
-	k.mu.Lock()
+	k.mu.Lock() // Stop, which stops the timer under mu, comes before or after
 	k.cancel = nil
-	k.mu.Unlock()
-	cancel()
-	if err != nil && !k.stopped.Load() && k.ctx.Err() == nil {
-		attrs := append(k.attrs(), slog.Any("error", err))
-		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
-	}
-	k.mu.Lock() // so that Stop, which stops the timer under mu, comes before or after
-	if !k.stopped.Load() {
+	stopped := k.stopped.Load()
+	if !stopped {
 		k.t.Reset(max(l.ExtendEvery-time.Since(asked), 0))
 	}
 	k.mu.Unlock()
+	cancel()
+	if err != nil && !stopped && k.ctx.Err() == nil {
+		attrs := append(k.attrs(), slog.Any("error", err))
+		l.Log.LogAttrs(k.ctx, slog.LevelWarn, l.Lines.ExtendFailed, attrs...)
+	}
 }
 
 // attrs identifies the delivery in the Keep's log lines: its name, then
