@@ -782,7 +782,16 @@ func (pr *chaosPolicyReport) violate(format string, args ...any) {
 	}
 }
 
+// scanLines calls fn with the fields of each line of the file at path
+// (eachLine).
 func scanLines(path string, fn func([]string)) error {
+	return eachLine(path, func(b []byte) { fn(strings.Fields(string(b))) })
+}
+
+// eachLine calls fn with each line of the file at path, of any length
+// (an error's text in a log line has none); a file that is not there has
+// no lines.
+func eachLine(path string, fn func([]byte)) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -791,11 +800,19 @@ func scanLines(path string, fn func([]string)) error {
 		return err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fn(strings.Fields(sc.Text()))
+	r := bufio.NewReader(f)
+	for {
+		b, err := r.ReadBytes('\n')
+		if len(b) > 0 {
+			fn(b)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return sc.Err()
 }
 
 // cutLoop injects the backend's connection fault every 200-400 ms.
@@ -847,37 +864,26 @@ func (r *chaosScenario) stopLoop(ctx context.Context) {
 // crashing worker's last words) says nothing.
 func cutOffAttempts(path string) (map[string]string, error) {
 	cut := map[string]string{}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return cut, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r := bufio.NewReader(f) // lines of any length: an error's text has none
-	for {
-		b, err := r.ReadBytes('\n')
+	err := eachLine(path, func(b []byte) {
 		var line struct {
 			Outcome   string `json:"outcome"`
 			Op        string `json:"op"`
 			AttemptID string `json:"attempt_id"`
 		}
-		if json.Unmarshal(b, &line) == nil && line.AttemptID != "" {
-			switch {
-			case line.Outcome == "lease-lost":
-				cut[line.AttemptID] = chaosLeaseLost
-			case line.Outcome == "store-error" && slices.Contains([]string{"complete", "release", "fail", "abandon"}, line.Op):
-				cut[line.AttemptID] = chaosNotRecorded
-			}
+		if json.Unmarshal(b, &line) != nil || line.AttemptID == "" {
+			return
 		}
-		if errors.Is(err, io.EOF) {
-			return cut, nil
+		switch {
+		case line.Outcome == "lease-lost":
+			cut[line.AttemptID] = chaosLeaseLost
+		case line.Outcome == "store-error" && slices.Contains([]string{"complete", "release", "fail", "abandon"}, line.Op):
+			cut[line.AttemptID] = chaosNotRecorded
 		}
-		if err != nil {
-			return nil, err
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return cut, nil
 }
 
 // check reads every key's record and effects and checks the policy's
